@@ -1,0 +1,27 @@
+"""Helpers the torch backends share: reading a request's K/V back out of the paged cache."""
+
+from __future__ import annotations
+
+import torch
+
+from harness.metadata import LayerParams
+
+
+def gather_request_kv(
+    kv_cache: torch.Tensor, block_table_row: torch.Tensor, seq_len: int, block_size: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """K, V ``[seq_len, Hk, D]`` of one request, read through its block table.
+
+    ``kv_cache`` is the logical ``(num_blocks, 2, block_size, Hk, D)`` view in either stride
+    order; indexing goes through the view, so HND memory works unchanged."""
+    t = torch.arange(seq_len, device=kv_cache.device)
+    blocks = block_table_row[t // block_size].long()
+    offsets = t % block_size
+    return kv_cache[blocks, 0, offsets], kv_cache[blocks, 1, offsets]
+
+
+def dequantize(k: torch.Tensor, v: torch.Tensor, layer: LayerParams, out_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp8 cache entries back to real values (stored * scale); other dtypes just cast."""
+    if k.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        return (k.float() * layer.k_scale).to(out_dtype), (v.float() * layer.v_scale).to(out_dtype)
+    return k.to(out_dtype), v.to(out_dtype)

@@ -1,0 +1,150 @@
+"""Per-layer attention configuration and the batch metadata every backend receives.
+
+``CommonAttentionMetadata`` mirrors vLLM v1's structure of the same name: the backend's
+metadata builder turns it into whatever its kernel needs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import torch
+
+
+@dataclass(frozen=True)
+class AttentionConfig:
+    """The attention layer being run: what a backend is asked to support."""
+
+    num_heads: int
+    num_kv_heads: int
+    head_size: int
+    dtype: str = "bfloat16"  # model dtype of q, k, v and the output
+    kv_cache_dtype: str = "auto"  # "auto" (= dtype), "fp8_e4m3", "fp8_e5m2"
+    block_size: int = 16
+    kv_layout: str = "NHD"
+    causal: bool = True
+    sliding_window: int | None = None  # tokens a query sees, itself included (HF style)
+    softcap: float = 0.0
+    alibi: bool = False
+    sinks: bool = False
+    scale: float | None = None
+
+    @property
+    def softmax_scale(self) -> float:
+        return self.scale if self.scale is not None else 1.0 / math.sqrt(self.head_size)
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return TORCH_DTYPES[self.dtype]
+
+    @property
+    def cache_torch_dtype(self) -> torch.dtype:
+        return TORCH_DTYPES[self.dtype] if self.kv_cache_dtype == "auto" else TORCH_DTYPES[self.kv_cache_dtype]
+
+    @property
+    def is_fp8_kv(self) -> bool:
+        return self.kv_cache_dtype.startswith("fp8")
+
+    @property
+    def gqa_group(self) -> int:
+        return self.num_heads // self.num_kv_heads
+
+    @property
+    def window_left(self) -> int:
+        """Keys to the left of the diagonal a query may see (FA's ``window_size[0]``); -1 = all."""
+        return -1 if self.sliding_window is None else self.sliding_window - 1
+
+
+TORCH_DTYPES: dict[str, torch.dtype] = {
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float32": torch.float32,
+    "fp8_e4m3": torch.float8_e4m3fn,
+    "fp8_e5m2": torch.float8_e5m2,
+}
+
+
+@dataclass
+class LayerParams:
+    """Per-layer tensors a real model would hold (vLLM keeps them on the Attention layer)."""
+
+    k_scale: float = 1.0  # fp8 KV dequantization scales: real value = stored value * scale
+    v_scale: float = 1.0
+    sinks: torch.Tensor | None = None  # float32 [num_heads], natural-log units, unscaled
+    alibi_slopes: torch.Tensor | None = None  # float32 [num_heads]
+
+
+@dataclass
+class CommonAttentionMetadata:
+    """Batch description shared by all backends (vLLM v1's CommonAttentionMetadata).
+
+    Requests are in batch order; request ``i`` owns query tokens
+    ``query_start_loc[i]:query_start_loc[i+1]`` and its K/V are the first ``seq_lens[i]``
+    logical tokens addressed through ``block_table[i]`` (the last ``query_len`` of them are
+    the new tokens whose cache slots ``slot_mapping`` lists).
+    """
+
+    query_start_loc: torch.Tensor  # int32 [num_reqs + 1], on device
+    query_start_loc_cpu: torch.Tensor  # same, on CPU
+    seq_lens: torch.Tensor  # int32 [num_reqs], context + new tokens
+    seq_lens_cpu: torch.Tensor
+    block_table: torch.Tensor  # int32 [num_reqs, max_blocks_per_req]
+    slot_mapping: torch.Tensor  # int64 [num_actual_tokens]
+    num_reqs: int
+    num_actual_tokens: int
+    max_query_len: int
+    max_seq_len: int
+    causal: bool = True
+    block_size: int = 16
+    # Shared-prefix (cascade) description: length in tokens of the prefix shared by each group
+    # and which requests belong to it; empty when the batch has no shared prefix.
+    prefix_group_lens: tuple[int, ...] = ()
+    prefix_group_of_req: tuple[int, ...] = ()
+
+    @property
+    def query_lens_cpu(self) -> torch.Tensor:
+        return self.query_start_loc_cpu[1:] - self.query_start_loc_cpu[:-1]
+
+    @property
+    def context_lens_cpu(self) -> torch.Tensor:
+        return self.seq_lens_cpu - self.query_lens_cpu
+
+    def with_causal(self, causal: bool) -> "CommonAttentionMetadata":
+        return replace(self, causal=causal)
+
+
+@dataclass(frozen=True)
+class DecodePrefillSplit:
+    num_decodes: int
+    num_prefills: int
+    num_decode_tokens: int
+    num_prefill_tokens: int
+
+
+def split_decodes_and_prefills(common: CommonAttentionMetadata, decode_threshold: int = 1) -> DecodePrefillSplit:
+    """Count the leading decode requests (query_len <= threshold) of a decode-first batch.
+
+    Like vLLM's helper, it assumes the batch was reordered so decodes come first and stops at
+    the first request longer than the threshold.
+    """
+    qlens = common.query_lens_cpu.tolist()
+    num_decodes = 0
+    for q in qlens:
+        if q > decode_threshold:
+            break
+        num_decodes += 1
+    num_decode_tokens = int(sum(qlens[:num_decodes]))
+    return DecodePrefillSplit(
+        num_decodes=num_decodes,
+        num_prefills=common.num_reqs - num_decodes,
+        num_decode_tokens=num_decode_tokens,
+        num_prefill_tokens=common.num_actual_tokens - num_decode_tokens,
+    )
+
+
+def decode_first_order(query_lens: list[int], threshold: int) -> list[int]:
+    """Stable permutation of request indices putting decodes (query_len <= threshold) first."""
+    decodes = [i for i, q in enumerate(query_lens) if q <= threshold]
+    rest = [i for i, q in enumerate(query_lens) if q > threshold]
+    return decodes + rest

@@ -1,0 +1,122 @@
+"""The golden result: attention per request over the logical (unpaged) K/V, in fp32 or fp64.
+
+Conventions (the ones FA2/3/4, FlashInfer and vLLM use, see docs/conventions.md):
+- causal is bottom-right aligned: query i of a request with q queries and s keys sees key j
+  iff j <= i + (s - q);
+- a sliding window W lets a query see the W most recent keys, itself included
+  (FA ``window_size=(W-1, 0)``); without causal it is symmetric, (W-1, W-1);
+- softcap: logit = cap * tanh(scale * q.k / cap);
+- ALiBi: logit -= slope_h * |i + s - q - j| (not multiplied by the scale);
+- sinks: one extra logit per head, natural-log units, unscaled, with no value vector;
+- GQA: query head h reads KV head h // (Hq / Hk);
+- LSE is natural log; a row that sees no key has output 0 and LSE -inf.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from harness.workload import Batch
+
+_CHUNK_ELEMS = 1 << 26  # scores per chunk (256 MB in fp32): bounds memory for long prefills
+
+
+def visible_mask(
+    q_len: int, s_len: int, causal: bool, sliding_window: int | None, device: torch.device, q_lo: int = 0, q_hi: int | None = None
+) -> torch.Tensor:
+    """Boolean [q_hi - q_lo, s_len]: which keys each query row sees (bottom-right aligned)."""
+    q_hi = q_len if q_hi is None else q_hi
+    i = torch.arange(q_lo, q_hi, device=device).unsqueeze(1) + (s_len - q_len)  # diagonal position
+    j = torch.arange(s_len, device=device).unsqueeze(0)
+    mask = torch.ones((q_hi - q_lo, s_len), dtype=torch.bool, device=device)
+    if causal:
+        mask &= j <= i
+    if sliding_window is not None:
+        left = sliding_window - 1
+        mask &= j >= i - left
+        if not causal:
+            mask &= j <= i + left
+    return mask
+
+
+def attention_one_request(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    scale: float,
+    causal: bool,
+    sliding_window: int | None = None,
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
+    sinks: torch.Tensor | None = None,
+    compute_dtype: torch.dtype = torch.float32,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """q [q, Hq, D], k/v [s, Hk, D] (real values) -> (out [q, Hq, D], lse [q, Hq]) in compute_dtype."""
+    q_len, hq, d = q.shape
+    s_len, hk, _ = k.shape
+    group = hq // hk
+    qh = q.to(compute_dtype).transpose(0, 1)  # [Hq, q, D]
+    kh = k.to(compute_dtype).repeat_interleave(group, dim=1).transpose(0, 1)  # [Hq, s, D]
+    vh = v.to(compute_dtype).repeat_interleave(group, dim=1).transpose(0, 1)
+    out = torch.zeros((hq, q_len, v.shape[-1]), dtype=compute_dtype, device=q.device)
+    lse = torch.full((hq, q_len), float("-inf"), dtype=compute_dtype, device=q.device)
+    rows = max(1, _CHUNK_ELEMS // max(1, hq * s_len))
+    for lo in range(0, q_len, rows):
+        hi = min(q_len, lo + rows)
+        scores = torch.matmul(qh[:, lo:hi], kh.transpose(1, 2)) * scale  # [Hq, r, s]
+        if softcap:
+            scores = softcap * torch.tanh(scores / softcap)
+        mask = visible_mask(q_len, s_len, causal, sliding_window, q.device, lo, hi)
+        if alibi_slopes is not None:
+            i = torch.arange(lo, hi, device=q.device).unsqueeze(1) + (s_len - q_len)
+            j = torch.arange(s_len, device=q.device).unsqueeze(0)
+            dist = (i - j).abs().to(compute_dtype)
+            scores = scores - alibi_slopes.to(compute_dtype).view(hq, 1, 1) * dist
+        scores = scores.masked_fill(~mask, float("-inf"))
+        if sinks is not None:
+            sink_col = sinks.to(compute_dtype).view(hq, 1, 1).expand(hq, hi - lo, 1)
+            full = torch.cat([scores, sink_col], dim=-1)
+        else:
+            full = scores
+        row_lse = torch.logsumexp(full, dim=-1)  # [Hq, r]; -inf for rows that see nothing
+        safe = torch.where(torch.isfinite(row_lse), row_lse, torch.zeros_like(row_lse))
+        p = torch.exp(scores - safe.unsqueeze(-1))  # masked entries give exp(-inf) = 0
+        out[:, lo:hi] = torch.matmul(p, vh)
+        lse[:, lo:hi] = row_lse
+    return out.transpose(0, 1), lse.transpose(0, 1)
+
+
+def reference_attention(batch: Batch, compute_dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out [num_tokens, Hq, D], lse [num_tokens, Hq]) for the whole batch, in batch order.
+
+    fp64 on the CPU (cheap there and exact enough to judge fp32 backends), fp32 on a GPU with
+    TF32 disabled for the duration of the call.
+    """
+    cfg = batch.config
+    if compute_dtype is None:
+        compute_dtype = torch.float64 if batch.device.type == "cpu" else torch.float32
+    outs, lses = [], []
+    qsl = batch.query_start_loc
+    prev_tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        for i in range(batch.num_reqs):
+            k, v = batch.dequantized_kv(i)
+            o, l = attention_one_request(
+                batch.query[qsl[i] : qsl[i + 1]],
+                k,
+                v,
+                scale=cfg.softmax_scale,
+                causal=cfg.causal,
+                sliding_window=cfg.sliding_window,
+                softcap=cfg.softcap,
+                alibi_slopes=batch.layer.alibi_slopes,
+                sinks=batch.layer.sinks,
+                compute_dtype=compute_dtype,
+            )
+            outs.append(o)
+            lses.append(l)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = prev_tf32
+    return torch.cat(outs), torch.cat(lses)

@@ -1,0 +1,286 @@
+"""Suite -> result rows: generate each case once, then for every backend variant decide
+(available? supported? fits?), build metadata, run, check against the reference, time."""
+
+from __future__ import annotations
+
+import fnmatch
+import shlex
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import torch
+
+from backends.base import AttentionBackend
+from harness.check import check_output, tolerance_for
+from harness.metadata import decode_first_order
+from harness.metrics import attention_work
+from harness.reference import reference_attention
+from harness.results import ResultRow, variant_label
+from harness.spec import CaseSpec, Suite
+from harness.timing import TimingOptions, time_callable
+from harness.workload import Batch, draw_lengths, generate
+
+SENTINEL = 3.0e4  # finite, exactly representable in fp16/bf16, far outside any attention output
+
+
+@dataclass
+class RunOptions:
+    device: torch.device
+    suite_path: str = ""
+    seed: int | None = None
+    case_patterns: list[str] = field(default_factory=list)
+    variant_filters: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    check: bool = True
+    time: bool = True
+    timing: TimingOptions | None = None
+    cpu_max_gflop: float = 2.0
+    cpu_max_kv_mib: float = 256.0
+
+
+@dataclass
+class Cell:
+    case: CaseSpec
+    backend: type[AttentionBackend]
+    variant: dict[str, Any]
+
+
+def select_cases(suite: Suite, opts: RunOptions) -> list[CaseSpec]:
+    cases = suite.cases
+    if opts.case_patterns:
+        cases = [c for c in cases if any(c.name == p or fnmatch.fnmatchcase(c.name, p) for p in opts.case_patterns)]
+    if opts.seed is not None:
+        cases = [c.model_copy(update={"seed": opts.seed}) for c in cases]
+    return cases
+
+
+def select_variants(backend: type[AttentionBackend], suite: Suite, opts: RunOptions) -> list[dict[str, Any]]:
+    """The backend's variants, narrowed by the suite's ``variants:`` and ``--variant`` filters."""
+    filters = [suite.variants.get(backend.name, {}), opts.variant_filters.get(backend.name, {})]
+    out = []
+    for v in backend.variants():
+        if all(str(v.get(axis)) in {str(x) for x in allowed} for f in filters for axis, allowed in f.items()):
+            out.append(v)
+    return out
+
+
+def plan_cells(suite: Suite, backends: list[type[AttentionBackend]], opts: RunOptions) -> list[Cell]:
+    cells = []
+    for case in select_cases(suite, opts):
+        for b in backends:
+            for v in select_variants(b, suite, opts):
+                cells.append(Cell(case, b, v))
+    return cells
+
+
+def reproducer(cell: Cell, opts: RunOptions) -> str:
+    parts = ["harness", "run", opts.suite_path or "SUITE.yaml", "--case", cell.case.name,
+             "--backends", cell.backend.name, "--seed", str(cell.case.seed)]
+    for k, v in sorted(cell.variant.items()):
+        parts += ["--variant", f"{cell.backend.name}.{k}={v}"]
+    if opts.device.type == "cpu":
+        parts += ["--device", "cpu"]
+    return shlex.join(parts)
+
+
+def case_work(case: CaseSpec) -> tuple[dict, Any]:
+    """Exact FLOPs/bytes of the batch a case generates (lengths only: no tensors)."""
+    _, qlens, clens = draw_lengths(case)
+    prefix = case.shared_prefix.length if case.shared_prefix else 0
+    seq = [prefix + c + q for c, q in zip(clens, qlens)]
+    cfg = case.attention_config()
+    work = attention_work(qlens, seq, num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads,
+                          head_size=cfg.head_size, dtype=cfg.dtype, kv_cache_dtype=cfg.kv_cache_dtype,
+                          block_size=cfg.block_size, causal=cfg.causal, sliding_window=cfg.sliding_window)
+    return {"query_lens": qlens, "seq_lens": seq}, work
+
+
+def too_large_reason(case: CaseSpec, opts: RunOptions) -> str | None:
+    """On the CPU, cases above the work/memory limits are skipped with this reason."""
+    if opts.device.type != "cpu":
+        return None
+    lens, work = case_work(case)
+    kv_mib = sum(lens["seq_lens"]) * 2 * case.num_kv_heads * case.head_size * 2 / 2**20
+    if work.flops / 1e9 > opts.cpu_max_gflop:
+        return (f"too large for the CPU: {work.flops / 1e9:.1f} GFLOP > --cpu-max-gflop {opts.cpu_max_gflop:g}"
+                " (run on a GPU or raise the limit)")
+    if kv_mib > opts.cpu_max_kv_mib:
+        return (f"too large for the CPU: KV cache {kv_mib:.0f} MiB > --cpu-max-kv-mib {opts.cpu_max_kv_mib:g}"
+                " (run on a GPU or raise the limit)")
+    return None
+
+
+def _base_row(cell: Cell, suite: Suite, opts: RunOptions) -> dict[str, Any]:
+    cfg = cell.case.attention_config()
+    return {
+        "suite": suite.suite,
+        "case": cell.case.name,
+        "backend": cell.backend.name,
+        "variant": cell.variant,
+        "variant_label": variant_label(cell.variant),
+        "device": str(opts.device),
+        "config": {**asdict(cfg), "seed": cell.case.seed, "tags": cell.case.tags},
+        "reproducer": reproducer(cell, opts),
+    }
+
+
+def _short_error(e: BaseException) -> str:
+    msg = str(e).strip().splitlines()
+    first = msg[0] if msg else ""
+    return f"{type(e).__name__}: {first}"[:500]
+
+
+class CaseContext:
+    """Per-case data shared by the backends: the batch and its reference, made once."""
+
+    def __init__(self, case: CaseSpec, device: torch.device, want_reference: bool):
+        self.batch: Batch = generate(case, device)
+        self.ref_out: torch.Tensor | None = None
+        self.ref_lse: torch.Tensor | None = None
+        if want_reference:
+            self.ref_out, self.ref_lse = reference_attention(self.batch)
+
+
+def run_cell(cell: Cell, ctx: CaseContext, suite: Suite, opts: RunOptions) -> ResultRow:
+    """Run one backend variant on one prepared case. Backend failures become an ``error`` row."""
+    row = _base_row(cell, suite, opts)
+    batch = ctx.batch
+    backend, variant, cfg = cell.backend, cell.variant, batch.config
+    caps = backend.capabilities(variant)
+    device = opts.device
+    row["batch"] = batch.summary()
+    stage = "prepare"
+    try:
+        # Backends that want decodes first (FlashInfer) get the batch reordered, as vLLM's
+        # model runner does; outputs are mapped back through token_index for the check.
+        if caps.reorder_batch_threshold is not None:
+            order = decode_first_order(batch.query_lens, caps.reorder_batch_threshold)
+            bview, token_index = batch.reordered(order)
+        else:
+            bview, token_index = batch, None
+        stage = "kv cache"
+        kv_cache = backend.materialize_kv_cache(bview.kv_cache, cfg.kv_layout)
+        common = bview.common_metadata()
+        builder = backend.get_builder_cls()(cfg, variant, device)
+        impl = backend.get_impl_cls()(cfg, variant, device, bview.layer)
+        stage = "metadata build"
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        metadata = builder.build(common)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        build_ms = (time.perf_counter() - t0) * 1e3
+        host = {"build_ms": build_ms}
+
+        out = torch.full_like(bview.query, float("nan"), dtype=cfg.torch_dtype)
+        lse = torch.full((bview.num_tokens, cfg.num_heads), float("nan"), device=device) if caps.returns_lse else None
+        stage = "forward"
+        t0 = time.perf_counter()
+        impl.forward(bview.query, bview.key, bview.value, kv_cache, metadata, out, lse)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        host["first_call_ms"] = (time.perf_counter() - t0) * 1e3  # includes JIT compilation
+        row["call"] = impl.describe_call(metadata)
+
+        status, reason = "pass", ""
+        if opts.check and ctx.ref_out is not None:
+            stage = "check"
+            ref_out, ref_lse = ctx.ref_out, ctx.ref_lse
+            if token_index is not None:
+                ref_out, ref_lse = ref_out[token_index], ref_lse[token_index]
+            unwritten = None
+            if torch.isnan(out).any():
+                # Second run with a finite sentinel tells unwritten elements from computed NaNs.
+                probe = torch.full_like(out, SENTINEL)
+                impl.forward(bview.query, bview.key, bview.value, kv_cache, metadata, probe, None)
+                unwritten = probe == SENTINEL
+            result = check_output(out, ref_out, tolerance_for(cfg.dtype, cfg.is_fp8_kv), lse, ref_lse, unwritten)
+            row["check"] = result.as_dict()
+            if not result.passed:
+                status, reason = "mismatch", result.message
+
+        if opts.time:
+            stage = "timing"
+            topts = opts.timing or TimingOptions.for_device(device)
+
+            def call() -> None:
+                impl.forward(bview.query, bview.key, bview.value, kv_cache, metadata, out, None)
+
+            row["timing"] = time_callable(call, device, topts)
+            work = attention_work(bview.query_lens, bview.seq_lens, num_heads=cfg.num_heads,
+                                  num_kv_heads=cfg.num_kv_heads, head_size=cfg.head_size, dtype=cfg.dtype,
+                                  kv_cache_dtype=cfg.kv_cache_dtype, block_size=cfg.block_size,
+                                  causal=cfg.causal, sliding_window=cfg.sliding_window)
+            t = row["timing"]["median_us"] * 1e-6
+            row["metrics"] = {**work.as_dict(), "tflops": work.flops / t / 1e12 if t else None,
+                              "tbps": work.bytes / t / 1e12 if t else None}
+        row["host"] = host
+        row["status"], row["reason"] = status, reason
+    except Exception as e:  # a backend that rejects or crashes costs only its own cell
+        row["status"] = "error"
+        row["reason"] = f"{stage}: {_short_error(e)}"
+        row["traceback"] = traceback.format_exc(limit=8)
+    return ResultRow.model_validate(row)
+
+
+def iterate_suite(
+    suite: Suite,
+    backends: list[type[AttentionBackend]],
+    opts: RunOptions,
+    on_start: Callable[[Cell], None] | None = None,
+) -> Iterator[ResultRow]:
+    """Yield one row per cell, generating each case's batch and reference once."""
+    cells = plan_cells(suite, backends, opts)
+    by_case: dict[str, list[Cell]] = {}
+    for c in cells:
+        by_case.setdefault(c.case.name, []).append(c)
+    for case_cells in by_case.values():
+        case = case_cells[0].case
+        runnable: list[Cell] = []
+        for cell in case_cells:
+            if on_start:
+                on_start(cell)
+            reason, status = _precheck(cell, opts)
+            if reason:
+                row = _base_row(cell, suite, opts)
+                row.update(status=status, reason=reason)
+                yield ResultRow.model_validate(row)
+            else:
+                runnable.append(cell)
+        if not runnable:
+            continue
+        try:
+            ctx = CaseContext(case, opts.device, want_reference=opts.check)
+        except Exception as e:
+            for cell in runnable:
+                row = _base_row(cell, suite, opts)
+                row.update(status="error", reason=f"generate/reference: {_short_error(e)}")
+                yield ResultRow.model_validate(row)
+            continue
+        for cell in runnable:
+            yield run_cell(cell, ctx, suite, opts)
+        del ctx
+        if opts.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+def _precheck(cell: Cell, opts: RunOptions) -> tuple[str | None, str]:
+    avail = cell.backend.availability(cell.variant)
+    if not avail.available:
+        return f"backend unavailable: {avail.reason}", "skipped"
+    cfg = cell.case.attention_config()
+    reason = cell.backend.check_support(cfg, cell.variant, opts.device.type)
+    if reason:
+        return reason, "unsupported"
+    big = too_large_reason(cell.case, opts)
+    if big:
+        return big, "skipped"
+    return None, ""
+
+
+def default_out_dir(suite: Suite) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path("results") / f"{suite.suite}-{stamp}"

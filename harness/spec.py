@@ -1,0 +1,427 @@
+"""Suite YAML -> validated case specs.
+
+A suite is a list of cases; any scalar field of a case may be given as a list, and the lists
+of one case expand (cartesian product, or zip with ``sweep: zip``) into named cases. Errors
+are raised as ``SpecError`` naming the file, the case and the field.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from harness.metadata import AttentionConfig
+
+MAX_TOKENS_PER_REQUEST = 1 << 22  # 4M tokens: anything larger is a typo, not a workload
+MAX_REQUESTS = 65536
+
+
+class SpecError(Exception):
+    """A suite that cannot be run, with a message naming the file and the field."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# ---------------------------------------------------------------- length distributions
+class Fixed(_Strict):
+    dist: Literal["fixed"] = "fixed"
+    value: Annotated[int, Field(ge=0, le=MAX_TOKENS_PER_REQUEST)]
+
+
+class Uniform(_Strict):
+    """Integers drawn uniformly from [low, high], both inclusive."""
+
+    dist: Literal["uniform"]
+    low: Annotated[int, Field(ge=0, le=MAX_TOKENS_PER_REQUEST)]
+    high: Annotated[int, Field(ge=0, le=MAX_TOKENS_PER_REQUEST)]
+
+    @model_validator(mode="after")
+    def _order(self) -> "Uniform":
+        if self.low > self.high:
+            raise ValueError(f"low ({self.low}) must not exceed high ({self.high})")
+        return self
+
+
+class Normal(_Strict):
+    """Normal(mean, std), rounded and clipped to [min, max]."""
+
+    dist: Literal["normal"]
+    mean: float
+    std: Annotated[float, Field(ge=0)]
+    min: Annotated[int, Field(ge=0, le=MAX_TOKENS_PER_REQUEST)] = 1
+    max: Annotated[int, Field(ge=0, le=MAX_TOKENS_PER_REQUEST)]
+
+    @model_validator(mode="after")
+    def _order(self) -> "Normal":
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) must not exceed max ({self.max})")
+        return self
+
+
+class LogNormal(_Strict):
+    """exp(Normal(log(median), sigma)), rounded and clipped to [min, max]: long-tailed lengths."""
+
+    dist: Literal["lognormal"]
+    median: Annotated[float, Field(gt=0)]
+    sigma: Annotated[float, Field(ge=0)]
+    min: Annotated[int, Field(ge=0, le=MAX_TOKENS_PER_REQUEST)] = 1
+    max: Annotated[int, Field(ge=0, le=MAX_TOKENS_PER_REQUEST)]
+
+    @model_validator(mode="after")
+    def _order(self) -> "LogNormal":
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) must not exceed max ({self.max})")
+        return self
+
+
+class Explicit(_Strict):
+    """Lengths given one per request, in order (cycled when there are more requests)."""
+
+    dist: Literal["list"]
+    values: Annotated[list[Annotated[int, Field(ge=0, le=MAX_TOKENS_PER_REQUEST)]], Field(min_length=1)]
+
+
+Dist = Annotated[Union[Fixed, Uniform, Normal, LogNormal, Explicit], Field(discriminator="dist")]
+
+
+def _coerce_dist(value: Any) -> Any:
+    """A bare integer means a fixed length."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return {"dist": "fixed", "value": value}
+    return value
+
+
+def dist_bounds(d: Any) -> tuple[int, int]:
+    """Smallest and largest value a distribution can produce."""
+    if isinstance(d, Fixed):
+        return d.value, d.value
+    if isinstance(d, Uniform):
+        return d.low, d.high
+    if isinstance(d, (Normal, LogNormal)):
+        return d.min, d.max
+    if isinstance(d, Explicit):
+        return min(d.values), max(d.values)
+    raise TypeError(d)
+
+
+# ---------------------------------------------------------------- requests and cases
+class RequestGroup(_Strict):
+    """``count`` requests of one kind.
+
+    - ``decode``: one new token (or ``query_len`` for speculative decode) over ``context_len``
+      cached tokens.
+    - ``prefill``: ``query_len`` new tokens, nothing cached.
+    - ``extend``: chunked prefill, ``query_len`` new tokens on top of ``context_len`` cached ones.
+    """
+
+    kind: Literal["decode", "prefill", "extend"]
+    count: Annotated[int, Field(ge=1, le=MAX_REQUESTS)] = 1
+    query_len: Dist | None = None
+    context_len: Dist | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _ints_are_fixed(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            data = dict(data)
+            for key in ("query_len", "context_len"):
+                if key in data:
+                    data[key] = _coerce_dist(data[key])
+        return data
+
+    @model_validator(mode="after")
+    def _kind_rules(self) -> "RequestGroup":
+        if self.kind == "prefill":
+            if self.context_len is not None and dist_bounds(self.context_len)[1] != 0:
+                raise ValueError("a prefill request has no cached context; use kind: extend")
+            if self.query_len is None:
+                raise ValueError("prefill needs query_len")
+        if self.kind == "extend" and (self.query_len is None or self.context_len is None):
+            raise ValueError("extend needs query_len and context_len")
+        if self.kind == "decode" and self.context_len is None:
+            raise ValueError("decode needs context_len")
+        if self.query_len is not None and dist_bounds(self.query_len)[0] < 1:
+            raise ValueError("query_len must be at least 1")
+        return self
+
+    @property
+    def query_dist(self) -> Any:
+        return self.query_len if self.query_len is not None else Fixed(value=1)
+
+    @property
+    def context_dist(self) -> Any:
+        return self.context_len if self.context_len is not None else Fixed(value=0)
+
+
+class SharedPrefix(_Strict):
+    """Requests split into ``groups`` contiguous groups; each group's requests share the first
+    ``length`` tokens of their context, stored once in the paged cache (prefix caching)."""
+
+    length: Annotated[int, Field(ge=0, le=MAX_TOKENS_PER_REQUEST)]
+    groups: Annotated[int, Field(ge=1, le=MAX_REQUESTS)] = 1
+
+
+class CaseSpec(_Strict):
+    """One fully expanded workload cell: an attention layer plus a batch of requests."""
+
+    name: str
+    num_heads: Annotated[int, Field(ge=1, le=1024)]
+    num_kv_heads: Annotated[int, Field(ge=1, le=1024)]
+    head_size: Annotated[int, Field(ge=1, le=1024)]
+    dtype: Literal["float16", "bfloat16"] = "bfloat16"
+    kv_cache_dtype: Literal["auto", "fp8_e4m3", "fp8_e5m2"] = "auto"
+    kv_scale: Annotated[float, Field(gt=0)] | Literal["auto"] = "auto"
+    block_size: Annotated[int, Field(ge=1, le=65536)] = 16
+    kv_layout: Literal["NHD", "HND"] = "NHD"
+    causal: bool = True
+    sliding_window: Annotated[int, Field(ge=1)] | None = None
+    softcap: Annotated[float, Field(ge=0)] = 0.0
+    alibi: bool = False
+    sinks: bool = False
+    scale: Annotated[float, Field(gt=0)] | None = None
+    batch: Annotated[list[RequestGroup], Field(min_length=1)]
+    shared_prefix: SharedPrefix | None = None
+    seed: Annotated[int, Field(ge=0)] = 0
+    tags: list[str] = []
+
+    @model_validator(mode="after")
+    def _shapes(self) -> "CaseSpec":
+        if self.num_heads % self.num_kv_heads != 0:
+            raise ValueError(
+                f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})"
+            )
+        total = sum(g.count for g in self.batch)
+        if total > MAX_REQUESTS:
+            raise ValueError(f"batch has {total} requests; at most {MAX_REQUESTS}")
+        if self.shared_prefix is not None:
+            sp = self.shared_prefix
+            if sp.length % self.block_size != 0:
+                raise ValueError(
+                    f"shared_prefix.length ({sp.length}) must be a multiple of block_size ({self.block_size}):"
+                    " prefix caching shares whole blocks"
+                )
+            if sp.groups > total:
+                raise ValueError(f"shared_prefix.groups ({sp.groups}) exceeds the number of requests ({total})")
+        return self
+
+    @property
+    def num_requests(self) -> int:
+        return sum(g.count for g in self.batch)
+
+    def attention_config(self) -> AttentionConfig:
+        return AttentionConfig(
+            num_heads=self.num_heads,
+            num_kv_heads=self.num_kv_heads,
+            head_size=self.head_size,
+            dtype=self.dtype,
+            kv_cache_dtype=self.kv_cache_dtype,
+            block_size=self.block_size,
+            kv_layout=self.kv_layout,
+            causal=self.causal,
+            sliding_window=self.sliding_window,
+            softcap=self.softcap,
+            alibi=self.alibi,
+            sinks=self.sinks,
+            scale=self.scale,
+        )
+
+    def max_seq_len_bound(self) -> int:
+        prefix = self.shared_prefix.length if self.shared_prefix else 0
+        return prefix + max(dist_bounds(g.context_dist)[1] + dist_bounds(g.query_dist)[1] for g in self.batch)
+
+    def work_bound(self) -> tuple[float, float]:
+        """Upper bounds of (FLOPs, KV-cache bytes) for sizing decisions before generation."""
+        prefix = self.shared_prefix.length if self.shared_prefix else 0
+        flops = 0.0
+        tokens = 0.0
+        for g in self.batch:
+            q = dist_bounds(g.query_dist)[1]
+            s = prefix + dist_bounds(g.context_dist)[1] + q
+            flops += g.count * 4.0 * q * s * self.num_heads * self.head_size
+            tokens += g.count * s
+        kv_bytes = tokens * 2 * self.num_kv_heads * self.head_size * 2
+        return flops, kv_bytes
+
+
+class Suite(_Strict):
+    suite: str
+    description: str = ""
+    backends: list[str] | None = None
+    variants: dict[str, dict[str, list[Any]]] = {}
+    cases: list[CaseSpec]
+    source: str = ""
+
+
+# ---------------------------------------------------------------- loading and expansion
+_LIST_KEYS = {"batch", "values", "tags"}  # keys whose value is a list by type, not a sweep axis
+_CASE_KEYS = set(CaseSpec.model_fields) | {"sweep"}
+_SUITE_KEYS = {"suite", "description", "defaults", "cases", "backends", "variants"}
+
+
+def _find_axes(node: Any, path: tuple[Any, ...] = ()) -> list[tuple[tuple[Any, ...], list[Any]]]:
+    axes: list[tuple[tuple[Any, ...], list[Any]]] = []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if isinstance(value, list) and key not in _LIST_KEYS:
+                if not value:
+                    raise SpecError(f"field {_fmt_path(path + (key,))}: an empty list sweeps over nothing")
+                axes.append((path + (key,), value))
+            elif key == "batch" and isinstance(value, list):
+                for i, group in enumerate(value):
+                    axes.extend(_find_axes(group, path + (key, i)))
+            elif isinstance(value, dict):
+                axes.extend(_find_axes(value, path + (key,)))
+    return axes
+
+
+def _set_path(node: Any, path: tuple[Any, ...], value: Any) -> None:
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+
+
+def _fmt_path(path: tuple[Any, ...]) -> str:
+    return ".".join(str(p) for p in path)
+
+
+def _label(path: tuple[Any, ...], value: Any, short: bool) -> str:
+    key = str(path[-1]) if short else _fmt_path(path)
+    if isinstance(value, dict):
+        value = ",".join(f"{k}={v}" for k, v in value.items() if k != "dist") or value.get("dist")
+    return f"{key}={value}"
+
+
+def expand_case(raw: dict[str, Any]) -> list[dict[str, Any]]:
+    """Expand the list-valued fields of one raw case into concrete raw cases."""
+    raw = dict(raw)
+    mode = raw.pop("sweep", "product")
+    if mode not in ("product", "zip"):
+        raise SpecError(f"field sweep: must be 'product' or 'zip', not {mode!r}")
+    axes = _find_axes(raw)
+    if not axes:
+        return [raw]
+    leaves = [str(p[-1]) for p, _ in axes]
+    short = len(set(leaves)) == len(leaves)
+    if mode == "zip":
+        lengths = {len(v) for _, v in axes}
+        if len(lengths) != 1:
+            detail = ", ".join(f"{_fmt_path(p)}={len(v)}" for p, v in axes)
+            raise SpecError(f"sweep: zip needs lists of one length; got {detail}")
+        combos = list(zip(*(v for _, v in axes)))
+    else:
+        combos = list(itertools.product(*(v for _, v in axes)))
+    out = []
+    for combo in combos:
+        case = yaml.safe_load(yaml.safe_dump(raw))  # deep copy of plain data
+        labels = []
+        for (path, _), value in zip(axes, combo):
+            _set_path(case, path, value)
+            labels.append(_label(path, value, short))
+        case["name"] = f"{raw.get('name', 'case')}[{','.join(labels)}]"
+        out.append(case)
+    return out
+
+
+def _format_validation_error(err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(x) for x in e["loc"] if not (isinstance(x, str) and x in {"fixed", "uniform", "normal", "lognormal", "list"}))
+        msg = e["msg"].removeprefix("Value error, ")
+        lines.append(f"field {loc or '(case)'}: {msg}")
+    return "; ".join(lines)
+
+
+def parse_suite(data: Any, source: str = "<suite>") -> Suite:
+    """Validate a suite's parsed YAML and expand its sweeps."""
+    if not isinstance(data, dict):
+        raise SpecError(f"{source}: a suite must be a mapping with 'suite' and 'cases' keys")
+    unknown = set(data) - _SUITE_KEYS
+    if unknown:
+        raise SpecError(f"{source}: unknown top-level key(s) {sorted(unknown)}; allowed: {sorted(_SUITE_KEYS)}")
+    for key in ("suite", "cases"):
+        if key not in data:
+            raise SpecError(f"{source}: missing required key '{key}'")
+    defaults = data.get("defaults") or {}
+    if not isinstance(defaults, dict):
+        raise SpecError(f"{source}: 'defaults' must be a mapping")
+    bad_defaults = set(defaults) - _CASE_KEYS
+    if bad_defaults:
+        raise SpecError(f"{source}: defaults: unknown field(s) {sorted(bad_defaults)}")
+    raw_cases = data["cases"]
+    if not isinstance(raw_cases, list) or not raw_cases:
+        raise SpecError(f"{source}: 'cases' must be a non-empty list")
+    cases: list[CaseSpec] = []
+    seen: set[str] = set()
+    for i, raw in enumerate(raw_cases):
+        if not isinstance(raw, dict):
+            raise SpecError(f"{source}: cases[{i}] must be a mapping")
+        label = raw.get("name", f"cases[{i}]")
+        unknown_case = set(raw) - _CASE_KEYS
+        if unknown_case:
+            raise SpecError(
+                f"{source}: case '{label}': unknown field(s) {sorted(unknown_case)}; allowed: {sorted(_CASE_KEYS)}"
+            )
+        merged = {**defaults, **raw}
+        merged.setdefault("name", f"case{i}")
+        try:
+            expanded = expand_case(merged)
+        except SpecError as e:
+            raise SpecError(f"{source}: case '{label}': {e}") from None
+        for one in expanded:
+            try:
+                case = CaseSpec.model_validate(one)
+            except ValidationError as e:
+                raise SpecError(f"{source}: case '{one.get('name', label)}': {_format_validation_error(e)}") from None
+            if case.name in seen:
+                raise SpecError(f"{source}: duplicate case name '{case.name}'")
+            seen.add(case.name)
+            cases.append(case)
+    try:
+        return Suite(
+            suite=data["suite"],
+            description=data.get("description", "") or "",
+            backends=data.get("backends"),
+            variants=data.get("variants") or {},
+            cases=cases,
+            source=source,
+        )
+    except ValidationError as e:
+        raise SpecError(f"{source}: {_format_validation_error(e)}") from None
+
+
+def load_suite(path: str | Path) -> Suite:
+    """Read and validate a suite file; every failure is a ``SpecError``."""
+    p = Path(path)
+    if not p.is_file():
+        raise SpecError(f"{path}: no such suite file")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise SpecError(f"{path}: cannot read: {e}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problem = getattr(e, "problem", None) or str(e)
+        raise SpecError(f"{path}: malformed YAML{where}: {problem}") from None
+    return parse_suite(data, str(path))
+
+
+def estimated_requests_tokens(case: CaseSpec) -> float:
+    """Rough expected total KV tokens, for progress estimates."""
+    total = 0.0
+    for g in case.batch:
+        lo, hi = dist_bounds(g.context_dist)
+        qlo, qhi = dist_bounds(g.query_dist)
+        total += g.count * ((lo + hi) / 2 + (qlo + qhi) / 2)
+    return total if math.isfinite(total) else 0.0
