@@ -237,6 +237,12 @@ class AttentionBackend(ABC):
         return combos
 
     @classmethod
+    def default_variants(cls) -> list[dict[str, Any]]:
+        """Variants run when neither the suite nor the command line narrows this backend's axes.
+        Override to leave out aliases (e.g. an ``auto`` that resolves to another variant)."""
+        return cls.variants()
+
+    @classmethod
     def check_support(cls, config: AttentionConfig, variant: dict[str, Any], device: str) -> str | None:
         """Reason this backend variant cannot serve ``config`` (None if it can).
 

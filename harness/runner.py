@@ -59,8 +59,9 @@ def select_cases(suite: Suite, opts: RunOptions) -> list[CaseSpec]:
 def select_variants(backend: type[AttentionBackend], suite: Suite, opts: RunOptions) -> list[dict[str, Any]]:
     """The backend's variants, narrowed by the suite's ``variants:`` and ``--variant`` filters."""
     filters = [suite.variants.get(backend.name, {}), opts.variant_filters.get(backend.name, {})]
+    pool = backend.variants() if any(filters) else backend.default_variants()
     out = []
-    for v in backend.variants():
+    for v in pool:
         if all(str(v.get(axis)) in {str(x) for x in allowed} for f in filters for axis, allowed in f.items()):
             out.append(v)
     return out
