@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -204,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except (SpecError, UsageError) as e:
-        err_console.print(f"[bold red]error:[/] {e}", highlight=False)
+        err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
         return EXIT_USAGE
     except KeyboardInterrupt:
         err_console.print("interrupted: rows finished so far are saved")
