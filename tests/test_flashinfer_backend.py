@@ -1,0 +1,244 @@
+"""FlashInfer adapter, CPU side: decode-first batches, CSR page metadata, capability rules and
+support reasons, availability without the library, LSE base conversion. The kernel calls
+themselves are checked on the GPU (docs/backends/flashinfer.md lists the commands)."""
+
+import importlib.util
+import math
+
+import pytest
+import torch
+
+from backends.base import CudaGraphSupport
+from backends.flashinfer import (
+    ALIBI_REASON,
+    CUDA_CORE_DECODE_GROUPS,
+    FlashInferBackend,
+    _run_into,
+    hardware_reason,
+    paged_kv_csr,
+    segment_csr,
+    uses_ragged_path,
+)
+from harness import registry
+from harness.metadata import AttentionConfig, decode_first_order, split_decodes_and_prefills
+from harness.reference import attention_one_request
+from harness.spec import CaseSpec, load_suite
+from harness.workload import generate
+
+LLAMA = dict(num_heads=32, num_kv_heads=8, head_size=128)
+
+
+def mixed_case(block_size=4, **kw):
+    base = dict(
+        name="mixed", num_heads=4, num_kv_heads=2, head_size=16, block_size=block_size, seed=11,
+        batch=[
+            {"kind": "prefill", "count": 2, "query_len": {"dist": "uniform", "low": 2, "high": 9}},
+            {"kind": "decode", "count": 3, "context_len": {"dist": "uniform", "low": 1, "high": 20}},
+            {"kind": "extend", "count": 2, "query_len": 3, "context_len": 8},
+            {"kind": "decode", "count": 2, "context_len": {"dist": "list", "values": [4, 7]}},
+        ],
+    )
+    base.update(kw)
+    return CaseSpec.model_validate(base)
+
+
+def expected_indices(block_table, seq_lens, page):
+    out = []
+    for row, s in zip(block_table.tolist(), seq_lens.tolist()):
+        out += row[: -(-s // page)]
+    return out
+
+
+# ---------------------------------------------------------------- decode-first batches
+def test_decode_first_reordering_on_generated_mixed_batch():
+    batch = generate(mixed_case())
+    caps = FlashInferBackend.capabilities()
+    assert caps.reorder_batch_threshold == 1
+    order = decode_first_order(batch.query_lens, caps.reorder_batch_threshold)
+    assert order == [2, 3, 4, 7, 8, 0, 1, 5, 6]  # stable: decodes in batch order, then the rest
+    view, token_index = batch.reordered(order)
+    assert view.kinds[:5] == ["decode"] * 5 and "decode" not in view.kinds[5:]
+    assert torch.equal(view.query, batch.query[token_index])
+
+    common = view.common_metadata()
+    split = split_decodes_and_prefills(common, decode_threshold=caps.reorder_batch_threshold)
+    assert (split.num_decodes, split.num_decode_tokens) == (5, 5)
+    assert split.num_prefills == 4
+    assert split.num_prefill_tokens == sum(batch.query_lens) - 5
+
+    # The two segments' CSR address exactly each request's pages, in the reordered order.
+    bs = batch.config.block_size
+    csr = paged_kv_csr(common.block_table, common.seq_lens_cpu, bs)
+    dec, pre = segment_csr(csr, 0, split.num_decodes), segment_csr(csr, split.num_decodes, common.num_reqs)
+    assert dec.kv_lens(bs).tolist() == view.seq_lens[:5]
+    assert pre.kv_lens(bs).tolist() == view.seq_lens[5:]
+    assert int(pre.indptr[0]) == 0 and int(dec.indptr[0]) == 0
+    assert torch.equal(torch.cat([dec.indices, pre.indices]), csr.indices)
+    for i in range(common.num_reqs):  # each request's pages hold its logical K
+        seg, j = (dec, i) if i < 5 else (pre, i - 5)
+        pages = seg.indices[seg.indptr[j] : seg.indptr[j + 1]].long()
+        k = view.kv_cache[pages, 0].reshape(-1, *view.kv_cache.shape[3:])[: view.seq_lens[i]]
+        assert torch.equal(k, view.k_logical[i])
+
+
+# ---------------------------------------------------------------- CSR construction
+def test_csr_hand_computed_example():
+    # page 4; lengths 5 (2 pages, last 1), 8 (exact multiple: last page full), 1, 4 (exact)
+    table = torch.tensor([[7, 3, 0], [2, 9, 6], [5, 0, 0], [1, 4, 0]], dtype=torch.int32)
+    seq = torch.tensor([5, 8, 1, 4], dtype=torch.int32)
+    csr = paged_kv_csr(table, seq, 4)
+    assert csr.indptr.tolist() == [0, 2, 4, 5, 6]
+    assert csr.indices.tolist() == [7, 3, 2, 9, 5, 1]
+    assert csr.last_page_len.tolist() == [1, 4, 1, 4]
+    assert all(t.dtype == torch.int32 for t in (csr.indptr, csr.indices, csr.last_page_len))
+    assert csr.kv_lens(4).tolist() == [5, 8, 1, 4]
+    seg = segment_csr(csr, 1, 3)
+    assert seg.indptr.tolist() == [0, 2, 3]
+    assert seg.indices.tolist() == [2, 9, 5]
+    assert seg.last_page_len.tolist() == [4, 1]
+
+
+@pytest.mark.parametrize("page", [1, 3, 16, 256])
+def test_csr_reconstructs_kv_len_for_random_batches(page):
+    g = torch.Generator().manual_seed(page)
+    for _ in range(5):
+        n = int(torch.randint(1, 40, (1,), generator=g))
+        seq = torch.randint(1, 3 * page + 5, (n,), generator=g, dtype=torch.int32)
+        seq[0] = page  # always one exact multiple
+        cols = int((seq.max() + page - 1) // page) + 1
+        table = torch.randperm(n * cols, generator=g).view(n, cols).to(torch.int32)
+        csr = paged_kv_csr(table, seq, page)
+        assert torch.equal(csr.kv_lens(page), seq)
+        assert ((csr.last_page_len >= 1) & (csr.last_page_len <= page)).all()
+        assert csr.indices.tolist() == expected_indices(table, seq, page)
+        assert int(csr.indptr[-1]) == csr.indices.numel()
+
+
+def test_csr_rejects_bad_input():
+    table = torch.zeros((2, 2), dtype=torch.int32)
+    with pytest.raises(ValueError, match="pages but the block table has 2 columns"):
+        paged_kv_csr(table, torch.tensor([4, 9], dtype=torch.int32), 4)
+    with pytest.raises(ValueError, match="seq_len >= 1"):
+        paged_kv_csr(table, torch.tensor([0, 3], dtype=torch.int32), 4)
+    with pytest.raises(ValueError, match="page_size"):
+        paged_kv_csr(table, torch.tensor([1, 3], dtype=torch.int32), 0)
+
+
+# ---------------------------------------------------------------- capabilities and support
+def test_capabilities_declared():
+    caps = FlashInferBackend.capabilities()
+    assert caps.returns_lse and caps.reorder_batch_threshold == 1
+    assert caps.cudagraph == CudaGraphSupport.UNIFORM_SINGLE_TOKEN_DECODE
+    assert caps.kv_layouts == {"NHD", "HND"}
+    assert caps.kv_cache_dtypes == {"auto", "fp8_e4m3", "fp8_e5m2"}
+    assert all(caps.block_size_allowed(b) for b in (1, 16, 32, 64, 128, 256, 512, 48))
+    assert caps.devices == {"cuda"} and not caps.alibi and not caps.sinks
+    assert len(FlashInferBackend.variants()) == 6
+    assert FlashInferBackend.default_variants() == FlashInferBackend.variants()
+    assert registry.resolve("flashinfer") is FlashInferBackend
+
+
+def reason(variant=None, device="cuda", **kw):
+    return FlashInferBackend.check_support(AttentionConfig(**{**LLAMA, **kw}), variant or {}, device)
+
+
+def test_supported_configs():
+    for kw in ({}, {"kv_layout": "HND", "block_size": 1}, {"kv_cache_dtype": "fp8_e4m3"},
+               {"kv_cache_dtype": "fp8_e5m2", "dtype": "float16"}, {"sliding_window": 4096, "softcap": 30.0},
+               {"causal": False}, {"head_size": 64}, {"head_size": 256, "block_size": 512}):
+        for v in FlashInferBackend.variants():
+            if v["prefill_backend"] == "fa3" and kw.get("kv_cache_dtype", "auto") != "auto":
+                continue
+            assert reason(v, **kw) is None, (kw, v)
+
+
+def test_unsupported_reasons():
+    assert reason(alibi=True) == ALIBI_REASON
+    assert "sinks" in reason(sinks=True)
+    assert "head_size 96" in reason(head_size=96)
+    assert "runs on cuda" in reason(device="cpu")
+    assert "dtype float32" in reason(dtype="float32")
+    assert "fp8 queries" in reason({"prefill_backend": "fa3"}, kv_cache_dtype="fp8_e4m3")
+    assert reason({"prefill_backend": "fa2"}, kv_cache_dtype="fp8_e4m3") is None
+    assert "left-only" in reason(causal=False, sliding_window=128)
+    # The CUDA-core decode kernel instantiates a few GQA groups only; tensor-core decode any.
+    assert "GQA group" in reason({"decode_tensor_cores": False}, num_heads=64, num_kv_heads=4)
+    assert reason({"decode_tensor_cores": True}, num_heads=64, num_kv_heads=4) is None
+    for g in CUDA_CORE_DECODE_GROUPS:
+        assert reason({"decode_tensor_cores": False}, num_heads=8 * g, num_kv_heads=8) is None
+
+
+def test_noncausal_path_choice():
+    # Non-causal without cached context runs the ragged wrapper; with context (or an fp8 cache,
+    # which the ragged path would bypass) it stays on the paged prefill wrapper, planned non-causal.
+    nc = AttentionConfig(**LLAMA, causal=False)
+    assert uses_ragged_path(nc, torch.tensor([0, 0, 0]))
+    assert not uses_ragged_path(nc, torch.tensor([0, 5, 0]))
+    assert not uses_ragged_path(AttentionConfig(**LLAMA, causal=False, kv_cache_dtype="fp8_e4m3"), torch.tensor([0]))
+    assert not uses_ragged_path(AttentionConfig(**LLAMA), torch.tensor([0, 0]))
+
+
+def test_hardware_reasons():
+    assert "8.0" in hardware_reason((7, 5), "12.4", "auto")
+    assert hardware_reason((8, 0), "12.4", "auto") is None
+    assert hardware_reason((8, 0), "12.4", "fa2") is None
+    assert "sm90a" in hardware_reason((8, 0), "12.4", "fa3")
+    assert "CUDA >= 12.3" in hardware_reason((9, 0), "12.2", "fa3")
+    assert hardware_reason((9, 0), "13.0", "fa3") is None
+    assert "sm100" in hardware_reason((10, 0), "13.0", "fa3")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("flashinfer") is not None, reason="flashinfer is installed here")
+def test_availability_without_library():
+    for v in [None, *FlashInferBackend.variants()]:
+        a = FlashInferBackend.availability(v)
+        assert not a.available and "flashinfer is not installed" in a.reason
+
+
+@pytest.mark.skipif(importlib.util.find_spec("flashinfer") is not None, reason="flashinfer is installed here")
+def test_page_size_suite_cells_skip_with_reason_on_cpu():
+    from harness.runner import RunOptions, iterate_suite
+
+    suite = load_suite("suites/page_sizes.yaml")
+    rows = list(iterate_suite(suite, [FlashInferBackend], RunOptions(device=torch.device("cpu"))))
+    assert len(rows) == 2 * len(suite.cases)  # the suite narrows prefill_backend to auto
+    assert {r.status for r in rows} == {"skipped"}
+    assert all("flashinfer is not installed" in r.reason for r in rows)
+
+
+def test_page_size_suite_covers_the_sweep():
+    suite = load_suite("suites/page_sizes.yaml")
+    sizes = {c.block_size for c in suite.cases}
+    assert {1, 16, 32, 64, 128, 256, 512} <= sizes
+    assert {c.kv_layout for c in suite.cases} == {"NHD", "HND"}
+    assert all((c.num_heads, c.num_kv_heads, c.head_size) == (32, 8, 128) for c in suite.cases)
+    kinds = {g.kind for c in suite.cases for g in c.batch}
+    assert {"decode", "prefill"} <= kinds
+
+
+# ---------------------------------------------------------------- LSE plumbing
+def test_run_into_converts_base2_lse_and_fills_noncontiguous_outputs():
+    """_run_into with a real base-2 attention (torch) in place of the kernel: lse_out gets the
+    natural-log LSE of the reference and out the output, also through non-contiguous views."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(s, generator=g) for s in ((5, 4, 8), (9, 2, 8), (9, 2, 8)))
+    ref_o, ref_lse = attention_one_request(q, k, v, scale=8**-0.5, causal=True, compute_dtype=torch.float64)
+
+    def base2_attention(out, lse, return_lse):
+        o, l = attention_one_request(q, k, v, scale=8**-0.5, causal=True)
+        out.copy_(o)
+        if return_lse:
+            lse.copy_(l / math.log(2))  # what FlashInfer returns
+        return (out, lse) if return_lse else out
+
+    out = torch.full((5, 4, 8), float("nan"))
+    lse = torch.full((5, 4), float("nan"))
+    _run_into(base2_attention, out, lse)
+    torch.testing.assert_close(lse.double(), ref_lse, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out.double(), ref_o, atol=1e-5, rtol=1e-5)
+
+    out_t = torch.full((8, 4, 5), float("nan")).permute(2, 1, 0)  # non-contiguous [5, 4, 8]
+    lse_t = torch.full((4, 5), float("nan")).t()
+    _run_into(base2_attention, out_t, lse_t)
+    torch.testing.assert_close(lse_t.double(), ref_lse, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out_t.double(), ref_o, atol=1e-5, rtol=1e-5)
