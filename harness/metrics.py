@@ -1,58 +1,78 @@
-"""One FLOP and byte accounting for every backend (see docs/metrics.md).
+"""One FLOP and byte accounting for every backend (formulas and a worked example:
+docs/measurement.md).
 
-FLOPs: 4 * Hq * D per visible (query, key) pair (QK^T and PV, one multiply-add each = 2 FLOPs),
-counting only pairs the mask lets through (causal, sliding window), request by request.
+FLOPs: 4 * Hq * D per visible (query, key) pair (QK^T and PV, one multiply-add each = 2 FLOPs
+per element), counting only the pairs the bottom-right-aligned mask lets through (causal,
+sliding window), request by request. Softmax, scaling and masking are not counted.
 
 Bytes (the least traffic a kernel must move): Q read and O written once
-(num_tokens * Hq * D * dtype bytes each); K and V read once per KV head for every key any query
-of the request can see (fp8 at one byte); the block-table entries of those keys' blocks and
-the per-request metadata (query_start_loc, seq_lens: int32).
+(num_tokens * Hq * D * dtype bytes each); K and V read once per KV head (not once per query
+head: GQA shares them) for every key any query of the request can see, at the cache's element
+size (fp8: one byte); the block-table entries of the blocks holding those keys and the
+per-request metadata (query_start_loc, seq_lens: int32). A shared prefix is counted once per
+request that reads it: that is what a non-cascade kernel reads.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "fp8_e4m3": 1, "fp8_e5m2": 1}
+DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
+INDEX_BYTES = 4  # block-table entries, query_start_loc and seq_lens are int32
+
+
+def _elt_bytes(dtype: str, what: str) -> int:
+    try:
+        return DTYPE_BYTES[dtype]
+    except KeyError:
+        raise ValueError(f"{what} {dtype!r}: unknown element size (known: {sorted(DTYPE_BYTES)})") from None
+
+
+def _row_interval(i: int, q_len: int, s_len: int, causal: bool, window: int | None) -> tuple[int, int]:
+    """Visible keys [lo, hi] (inclusive, maybe empty) of query row ``i``: FA's bottom-right
+    alignment, an HF-style window of ``window`` keys ending at the diagonal (both sides of it
+    when not causal)."""
+    diag = i + s_len - q_len
+    hi = min(diag, s_len - 1) if causal else s_len - 1
+    lo = 0
+    if window is not None:
+        lo = max(0, diag - window + 1)
+        if not causal:
+            hi = min(s_len - 1, diag + window - 1)
+    return lo, hi
 
 
 def visible_pairs(q_len: int, s_len: int, causal: bool, window: int | None) -> int:
     """Number of (query, key) pairs the bottom-right-aligned mask keeps for one request."""
-    total = 0
-    offset = s_len - q_len
     if not causal and window is None:
         return q_len * s_len
-    # Per query row i the visible keys form one interval [lo, hi] (clipped to [0, s_len-1]).
+    if causal and window is None:
+        # Row i sees keys 0..i+s-q: an arithmetic series over the rows whose diagonal is >= 0.
+        offset = s_len - q_len
+        first = max(0, -offset)
+        n = q_len - first
+        return (first + offset + 1 + q_len + offset) * n // 2 if n > 0 else 0
+    total = 0
     for i in range(q_len):
-        diag = i + offset
-        hi = min(diag, s_len - 1) if causal else s_len - 1
-        lo = 0
-        if window is not None:
-            lo = max(0, diag - window + 1)
-            if not causal:
-                hi = min(s_len - 1, diag + window - 1)
+        lo, hi = _row_interval(i, q_len, s_len, causal, window)
         total += max(0, hi - lo + 1)
     return total
 
 
-def _visible_pairs_fast(q_len: int, s_len: int, causal: bool, window: int | None) -> int:
-    """Closed form for causal without a window (row i sees i + s - q + 1 keys); else the loop."""
-    if causal and window is None:
-        offset = s_len - q_len
-        first = max(0, -offset)  # rows whose diagonal is left of key 0 see nothing
-        n = q_len - first
-        return (first + offset + 1 + q_len + offset) * n // 2 if n > 0 else 0
-    return visible_pairs(q_len, s_len, causal, window)
+def visible_key_range(q_len: int, s_len: int, causal: bool, window: int | None) -> tuple[int, int]:
+    """[lo, hi) of the keys at least one query of the request sees. The rows' intervals move
+    right one key per row, so their union is one interval: row 0's start to the last row's end."""
+    if q_len <= 0 or s_len <= 0:
+        return 0, 0
+    lo, _ = _row_interval(0, q_len, s_len, causal, window)
+    _, hi = _row_interval(q_len - 1, q_len, s_len, causal, window)
+    return (lo, hi + 1) if hi >= lo else (0, 0)
 
 
 def visible_keys(q_len: int, s_len: int, causal: bool, window: int | None) -> int:
     """Distinct keys at least one query of the request sees (what must be read)."""
-    if window is None:
-        return s_len  # the last query (causal) or every query (non-causal) sees all keys
-    offset = s_len - q_len
-    lo = max(0, offset - window + 1)
-    hi = min(s_len - 1, q_len - 1 + offset + (0 if causal else window - 1))
-    return max(0, hi - lo + 1)
+    lo, hi = visible_key_range(q_len, s_len, causal, window)
+    return hi - lo
 
 
 @dataclass(frozen=True)
@@ -63,9 +83,12 @@ class Work:
     bytes_kv: float
     bytes_o: float
     bytes_meta: float
+    pairs: int = 0
+    kv_tokens: int = 0
 
     @property
     def intensity(self) -> float:
+        """Arithmetic intensity, FLOP per byte."""
         return self.flops / self.bytes if self.bytes else 0.0
 
     def as_dict(self) -> dict:
@@ -76,6 +99,8 @@ class Work:
             "bytes_kv": self.bytes_kv,
             "bytes_o": self.bytes_o,
             "bytes_meta": self.bytes_meta,
+            "visible_pairs": self.pairs,
+            "kv_tokens_read": self.kv_tokens,
             "intensity": self.intensity,
         }
 
@@ -93,21 +118,27 @@ def attention_work(
     causal: bool,
     sliding_window: int | None,
 ) -> Work:
-    elt = DTYPE_BYTES[dtype]
-    kv_elt = elt if kv_cache_dtype == "auto" else DTYPE_BYTES[kv_cache_dtype]
+    """FLOPs and bytes of one forward over a batch (see the module docstring)."""
+    if len(query_lens) != len(seq_lens):
+        raise ValueError(f"{len(query_lens)} query lengths but {len(seq_lens)} sequence lengths")
+    if block_size <= 0:
+        raise ValueError(f"block_size must be positive, not {block_size}")
+    elt = _elt_bytes(dtype, "dtype")
+    kv_elt = elt if kv_cache_dtype == "auto" else _elt_bytes(kv_cache_dtype, "kv_cache_dtype")
     pairs = 0
     keys = 0
     blocks = 0
     for q, s in zip(query_lens, seq_lens):
-        pairs += _visible_pairs_fast(q, s, causal, sliding_window)
-        k = visible_keys(q, s, causal, sliding_window)
-        keys += k
-        blocks += -(-k // block_size) if k else 0
+        pairs += visible_pairs(q, s, causal, sliding_window)
+        lo, hi = visible_key_range(q, s, causal, sliding_window)
+        keys += hi - lo
+        if hi > lo:  # block-table entries of every block holding a visible key
+            blocks += (hi - 1) // block_size - lo // block_size + 1
     tokens = sum(query_lens)
-    bytes_q = tokens * num_heads * head_size * elt
+    bytes_q = float(tokens * num_heads * head_size * elt)
     bytes_o = bytes_q
     bytes_kv = 2.0 * keys * num_kv_heads * head_size * kv_elt
-    bytes_meta = 4.0 * blocks + 4.0 * (2 * len(query_lens) + 1)
+    bytes_meta = float(INDEX_BYTES * blocks + INDEX_BYTES * (2 * len(query_lens) + 1))
     return Work(
         flops=4.0 * num_heads * head_size * pairs,
         bytes=bytes_q + bytes_o + bytes_kv + bytes_meta,
@@ -115,4 +146,6 @@ def attention_work(
         bytes_kv=bytes_kv,
         bytes_o=bytes_o,
         bytes_meta=bytes_meta,
+        pairs=pairs,
+        kv_tokens=keys,
     )

@@ -1,0 +1,312 @@
+"""Timing statistics, the median's CI, the stopping rule, CUDA-graph eligibility and the CPU
+timing path (the same loop the GPU uses, on the wall clock)."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+import torch
+
+from backends.base import CudaGraphSupport
+from harness.cli import main as cli_main
+from harness.timing import (
+    STOP_MAX_SAMPLES,
+    STOP_NOISE,
+    STOP_TIME,
+    TimingOptions,
+    calls_per_sample,
+    describe_stop,
+    graph_decision,
+    median_ci,
+    median_ci_ranks,
+    rel_ci_half_width,
+    required_graph_support,
+    stop_reason,
+    summarize,
+    time_callable,
+)
+
+CPU = torch.device("cpu")
+
+
+# ---------------------------------------------------------------- statistics
+def test_summarize_against_hand_computed_values():
+    s = summarize([7, 3, 10, 1, 5, 9, 2, 8, 4, 6])  # 1..10, shuffled
+    assert s["samples"] == 10
+    assert s["median_us"] == 5.5
+    assert s["mean_us"] == 5.5
+    assert s["min_us"] == 1 and s["max_us"] == 10
+    assert s["stdev_us"] == pytest.approx(math.sqrt(82.5 / 9))  # sample stdev, n-1
+    assert s["q1_us"] == pytest.approx(3.25) and s["q3_us"] == pytest.approx(7.75)  # linear interpolation
+    assert s["iqr_us"] == pytest.approx(4.5)
+    # n=10 at 95%: the order statistics x_(2) and x_(9)
+    assert (s["ci_low_us"], s["ci_high_us"]) == (2, 9)
+    assert s["ci_coverage"] == pytest.approx(1 - 2 * 11 / 1024)
+    assert s["rel_ci_half_width"] == pytest.approx(7 / 11)
+
+
+def test_summarize_single_sample_and_empty():
+    s = summarize([42.0])
+    assert s["median_us"] == s["min_us"] == s["ci_low_us"] == s["ci_high_us"] == 42.0
+    assert s["stdev_us"] == 0.0 and s["iqr_us"] == 0.0 and s["ci_coverage"] == 0.0
+    with pytest.raises(ValueError):
+        summarize([])
+
+
+def _binom_cdf(k: int, n: int) -> float:
+    return sum(math.comb(n, j) for j in range(k + 1)) / 2**n
+
+
+@pytest.mark.parametrize("n", [6, 7, 9, 10, 17, 30, 100, 257])
+def test_median_ci_ranks_are_the_tightest_with_95_percent_coverage(n):
+    lo, hi, cov = median_ci_ranks(n)
+    assert hi == n - 1 - lo
+    # coverage of [x_(lo+1), x_(n-lo)] (1-based) is 1 - 2 P(B <= lo), exactly
+    assert cov == pytest.approx(1 - 2 * _binom_cdf(lo, n), abs=1e-12)
+    assert cov >= 0.95
+    # one rank tighter would fall below 95%
+    assert 1 - 2 * _binom_cdf(lo + 1, n) < 0.95
+
+
+def test_median_ci_known_table_values():
+    assert median_ci_ranks(10)[:2] == (1, 8)
+    assert median_ci_ranks(100)[:2] == (39, 60)  # ranks 40 and 61, the textbook answer
+    # n < 6: [min, max] is the best there is, with its lower coverage reported
+    assert median_ci_ranks(5) == (0, 4, pytest.approx(1 - 2 / 32))
+    assert median_ci_ranks(90, 0.5)[2] >= 0.5
+
+
+def test_median_ci_is_order_independent():
+    xs = [float(x) for x in range(1, 31)]
+    shuffled = xs[:]
+    random.Random(0).shuffle(shuffled)
+    assert median_ci(xs) == median_ci(shuffled)
+    assert rel_ci_half_width(xs) == rel_ci_half_width(shuffled)
+
+
+# ---------------------------------------------------------------- stopping rule
+def _opts(**kw) -> TimingOptions:
+    base = dict(min_samples=10, max_samples=200, target_rel_noise=0.01, max_time_s=2.0)
+    base.update(kw)
+    return TimingOptions(**base)
+
+
+def test_stop_on_noise_only_after_min_samples_and_full_coverage():
+    opts = _opts(min_samples=3)
+    quiet = [100.0] * 5
+    assert stop_reason(quiet, 0.0, opts) is None  # 5 samples: the CI cannot reach 95% yet
+    assert stop_reason(quiet + [100.0], 0.0, opts) == STOP_NOISE
+    opts = _opts(min_samples=10)
+    assert stop_reason([100.0] * 9, 0.0, opts) is None
+    assert stop_reason([100.0] * 10, 0.0, opts) == STOP_NOISE
+
+
+def test_stop_rule_fed_a_settling_sequence_stops_where_the_noise_first_meets_the_target():
+    rng = random.Random(1)
+    # 1% jitter around 100 us plus a few 30% outliers: the median's CI tightens as n grows.
+    seq = [100.0 * (1 + rng.uniform(-0.01, 0.01)) * (1.3 if rng.random() < 0.1 else 1.0) for _ in range(400)]
+    opts = _opts(min_samples=10, target_rel_noise=0.003, max_samples=400)
+    stopped = None
+    for n in range(1, len(seq) + 1):
+        r = stop_reason(seq[:n], 0.0, opts)
+        if r:
+            stopped = (n, r)
+            break
+    assert stopped is not None and stopped[1] == STOP_NOISE
+    n = stopped[0]
+    assert n > 10
+    assert rel_ci_half_width(seq[:n]) <= 0.003
+    assert all(rel_ci_half_width(seq[:m]) > 0.003 for m in range(10, n))
+
+
+def test_stop_on_sample_cap_when_the_noise_never_settles():
+    seq = [1.0, 100.0] * 100
+    opts = _opts(max_samples=50)
+    reasons = [stop_reason(seq[:n], 0.0, opts) for n in range(1, 51)]
+    assert reasons[:-1] == [None] * 49
+    assert reasons[-1] == STOP_MAX_SAMPLES
+
+
+def test_time_budget_stops_below_min_samples_but_never_below_three():
+    noisy = [1.0, 100.0, 50.0]
+    opts = _opts(min_samples=10, max_time_s=0.5)
+    assert stop_reason(noisy[:2], 0.6, opts) is None
+    assert stop_reason(noisy, 0.6, opts) == STOP_TIME
+    assert stop_reason(noisy, 0.4, opts) is None
+    assert stop_reason([5.0], 9.9, _opts(min_samples=1, max_time_s=0.5)) == STOP_TIME
+
+
+def test_describe_stop_says_why():
+    opts = _opts(min_samples=10, max_time_s=0.5)
+    s = summarize([1.0, 100.0, 50.0])
+    text = describe_stop(STOP_TIME, s, opts)
+    assert "time budget" in text and "below min samples 10" in text
+    assert "target 1.00%" in describe_stop(STOP_NOISE, summarize([5.0] * 12), opts)
+
+
+# ---------------------------------------------------------------- CUDA graph eligibility
+def test_required_graph_support_by_batch_shape():
+    assert required_graph_support([1, 1, 1])[0] == CudaGraphSupport.UNIFORM_SINGLE_TOKEN_DECODE
+    assert required_graph_support([4, 4])[0] == CudaGraphSupport.UNIFORM_BATCH
+    assert required_graph_support([1, 7, 1])[0] == CudaGraphSupport.ALWAYS
+
+
+@pytest.mark.parametrize("declared,qlens,safe,use,reason", [
+    (CudaGraphSupport.UNIFORM_SINGLE_TOKEN_DECODE, [1] * 8, None, True, ""),
+    (CudaGraphSupport.UNIFORM_BATCH, [1] * 8, None, True, ""),
+    (CudaGraphSupport.UNIFORM_SINGLE_TOKEN_DECODE, [4, 4], None, False,
+     "uniform batch (query_len 4) needs UNIFORM_BATCH, backend declares UNIFORM_SINGLE_TOKEN_DECODE"),
+    (CudaGraphSupport.UNIFORM_BATCH, [1, 9, 1], None, False, "mixed batch needs ALWAYS, backend declares UNIFORM_BATCH"),
+    (CudaGraphSupport.ALWAYS, [1, 9, 1], None, True, ""),
+    (CudaGraphSupport.NEVER, [1], None, False, "backend declares NEVER"),
+    (CudaGraphSupport.ALWAYS, [3, 5], "plan() on the host", False, "backend says not graph-safe: plan() on the host"),
+])
+def test_graph_decision(declared, qlens, safe, use, reason):
+    d = graph_decision(declared, qlens, safe)
+    assert (d.use, d.reason) == (use, reason)
+    assert d.declared == declared.name
+
+
+def test_graph_decision_user_switch_and_cpu():
+    assert graph_decision(CudaGraphSupport.ALWAYS, [1], enabled=False).reason == "disabled by --no-cuda-graph"
+    d = graph_decision(CudaGraphSupport.ALWAYS, [1], device_type="cpu")
+    assert not d.use and d.reason == "n/a on cpu"
+
+
+def test_calls_per_sample():
+    hot = TimingOptions(min_sample_us=200, max_calls_per_sample=64)
+    assert calls_per_sample(5.0, hot) == 40
+    assert calls_per_sample(1.0, hot) == 64
+    assert calls_per_sample(1000.0, hot) == 1
+    assert calls_per_sample(5.0, TimingOptions(mode="cold")) == 1
+
+
+# ---------------------------------------------------------------- options
+def test_options_validation():
+    with pytest.raises(ValueError, match="timing mode"):
+        TimingOptions.for_device(CPU, mode="lukewarm")
+    with pytest.raises(ValueError, match="target noise"):
+        TimingOptions.for_device(CPU, target_rel_noise=1.5)
+    with pytest.raises(ValueError, match="below min samples"):
+        TimingOptions.for_device(CPU, min_samples=10, max_samples=5)
+    o = TimingOptions.for_device(CPU, min_samples=40)  # above the CPU default cap: the cap follows
+    assert (o.min_samples, o.max_samples) == (40, 40)
+    assert TimingOptions.for_device(torch.device("cuda")).target_rel_noise == 0.01
+
+
+# ---------------------------------------------------------------- the CPU timing path
+def test_time_callable_on_cpu_counts_every_call_and_records_how():
+    calls = []
+    x = torch.randn(64, 64)
+
+    def fn():
+        calls.append(1)
+        return x @ x
+
+    opts = TimingOptions.for_device(CPU, max_samples=12, min_samples=8, max_time_s=5.0)
+    t = time_callable(fn, CPU, opts)
+    assert len(calls) == opts.warmup + t["samples"]
+    assert 8 <= t["samples"] <= 12
+    assert t["method"] == "wall_clock" and t["l2"] == "n/a on CPU"
+    assert t["cuda_graph"] == {"used": False, "reason": "n/a on CPU"}
+    assert t["stop_reason"] in (STOP_NOISE, STOP_MAX_SAMPLES, STOP_TIME)
+    assert t["min_us"] <= t["ci_low_us"] <= t["median_us"] <= t["ci_high_us"] <= t["max_us"]
+    assert "raw_us" not in t
+    t = time_callable(fn, CPU, TimingOptions.for_device(CPU, keep_raw=True, max_samples=6))
+    assert len(t["raw_us"]) == t["samples"]
+
+
+def test_cli_timing_flags(tmp_path):
+    out = tmp_path / "r"
+    rc = cli_main(["run", "ci/smoke.yaml", "--device", "cpu", "--backends", "torch-math", "--quiet",
+                   "--case", "decode-gqa[block_size=16,count=1]", "--out", str(out),
+                   "--timing-mode", "cold", "--max-samples", "7", "--target-noise", "0.2"])
+    assert rc == 0
+    row = json.loads((out / "results.jsonl").read_text().splitlines()[0])
+    t = row["timing"]
+    assert t["mode"] == "cold" and t["l2"] == "n/a on CPU"
+    assert t["options"]["max_samples"] == 7 and t["samples"] <= 7
+    assert row["metrics"]["roofline"] == {"reason": "no ceilings on cpu"}
+    assert cli_main(["run", "ci/smoke.yaml", "--device", "cpu", "--out", str(tmp_path / "x"),
+                     "--target-noise", "5"]) == 2
+    assert cli_main(["run", "ci/smoke.yaml", "--device", "cpu", "--out", str(tmp_path / "y"),
+                     "--min-samples", "9", "--max-samples", "4"]) == 2
+
+
+# ---------------------------------------------------------------- GPU only (skipped here; run on the GPU)
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@cuda
+def test_cuda_graph_and_eager_timing_agree_on_a_matmul():
+    from harness.timing import GraphDecision
+
+    dev = torch.device("cuda")
+    a = torch.randn(4096, 4096, device=dev, dtype=torch.bfloat16)
+    out = torch.empty_like(a)
+
+    def fn():
+        torch.matmul(a, a, out=out)
+
+    opts = TimingOptions.for_device(dev)
+    g = time_callable(fn, dev, opts, graph=GraphDecision(True, ""), output=out)
+    e = time_callable(fn, dev, opts, graph=GraphDecision(False, "eager on purpose"), output=out)
+    assert g["cuda_graph"]["used"] and not e["cuda_graph"]["used"]
+    assert e["cuda_graph"]["reason"] == "eager on purpose"
+    assert abs(g["median_us"] - e["median_us"]) / e["median_us"] < 0.05
+    assert g["launch"]["hidden_frac"] > 0.9 and e["launch"]["hidden_frac"] > 0.9
+    assert g["sm_clock_mhz"]["during_first"] > 100
+
+
+@cuda
+def test_cold_mode_is_verified_and_slower_for_an_l2_resident_read():
+    from harness.timing import l2_bytes, verify_cold_l2
+
+    dev = torch.device("cuda")
+    check = verify_cold_l2(dev)
+    assert check["verified"], check
+    x = torch.ones(l2_bytes(dev) // 4 // 4, device=dev)  # a quarter of the L2
+    sink = torch.zeros((), device=dev)
+
+    def fn():
+        torch.sum(x, dim=0, out=sink)
+
+    hot = time_callable(fn, dev, TimingOptions.for_device(dev))
+    cold = time_callable(fn, dev, TimingOptions.for_device(dev, mode="cold"))
+    assert cold["cold_check"]["verified"] and cold["calls_per_sample"] == 1
+    assert cold["median_us"] > 1.1 * hot["median_us"], (hot["median_us"], cold["median_us"])
+
+
+@cuda
+def test_graph_replay_check_catches_host_state_baked_into_the_graph():
+    from harness.timing import GraphDecision
+
+    dev = torch.device("cuda")
+    out = torch.zeros(4096, device=dev)
+    counter = [0]
+
+    def fn():  # the fill value is host state: a replay writes the value captured, not the current one
+        counter[0] += 1
+        out.fill_(float(counter[0]))
+
+    t = time_callable(fn, dev, TimingOptions.for_device(dev, max_samples=20), graph=GraphDecision(True, ""),
+                      output=out)
+    assert not t["cuda_graph"]["used"] and "differs from the eager output" in t["cuda_graph"]["reason"]
+
+
+@cuda
+def test_capture_failure_falls_back_to_eager_and_says_why():
+    from harness.timing import GraphDecision
+
+    dev = torch.device("cuda")
+    x = torch.ones(1024, device=dev)
+
+    def fn():
+        x.add_(1)
+        x.sum().item()  # a host sync: not capturable
+
+    t = time_callable(fn, dev, TimingOptions.for_device(dev, max_samples=20), graph=GraphDecision(True, ""))
+    assert not t["cuda_graph"]["used"] and t["cuda_graph"]["reason"].startswith("capture failed")
