@@ -1,0 +1,120 @@
+#!/usr/bin/env python
+"""CI regression gate: run a small suite (or take finished results), compare with a baseline,
+exit non-zero on a regression.
+
+    python ci/gate.py --correctness-only                    # CPU CI: ci/smoke.yaml vs ci/baselines/cpu-smoke
+    python ci/gate.py --results results/decode-x --baseline ci/baselines/h200-decode   # speed + correctness
+    python ci/gate.py --update-baseline                     # rewrite the baseline from a fresh run
+
+Exit codes: 0 no regression, 1 regression, 2 bad input (missing suite/baseline/results).
+The markdown summary goes to stdout, to --markdown FILE, and to $GITHUB_STEP_SUMMARY if set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # runnable as a plain script from any folder
+
+from harness.cli import main as harness_main  # noqa: E402
+from harness.compare import compare_paths, parse_threshold, to_markdown  # noqa: E402
+
+DEFAULT_SUITE = ROOT / "ci" / "smoke.yaml"
+DEFAULT_BASELINE = ROOT / "ci" / "baselines" / "cpu-smoke"
+
+
+def run_suite(suite: Path, out: Path, device: str, backends: str | None, no_time: bool) -> int:
+    try:
+        suite = suite.resolve().relative_to(Path.cwd())  # a short path in the rows' reproducers
+    except ValueError:
+        pass
+    argv = ["run", str(suite), "--device", device, "--out", str(out), "--quiet"]
+    if backends:
+        argv += ["--backends", backends]
+    if no_time:
+        argv.append("--no-time")
+    saved = sys.argv
+    sys.argv = ["harness", *argv]  # the run header records sys.argv as the command
+    try:
+        return harness_main(argv)
+    finally:
+        sys.argv = saved
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--suite", type=Path, default=DEFAULT_SUITE, help="suite to run (default ci/smoke.yaml)")
+    p.add_argument("--baseline", type=Path, default=DEFAULT_BASELINE, help="baseline results folder")
+    p.add_argument("--results", type=Path, help="compare these results instead of running the suite")
+    p.add_argument("--out", type=Path, help="keep the new results here (default: a temporary folder)")
+    p.add_argument("--device", default="cpu", help="device for the run (default cpu)")
+    p.add_argument("--backends", help="override the suite's backends")
+    p.add_argument("--correctness-only", action="store_true", help="statuses and missing rows only (CPU CI)")
+    p.add_argument("--threshold", default="5%", help="speed threshold (default 5%%), with non-overlapping CIs")
+    p.add_argument("--allow-missing", action="append", metavar="PATTERN", default=[])
+    p.add_argument("--allow-skip", action="append", nargs="?", const="*", metavar="PATTERN", default=[])
+    p.add_argument("--markdown", type=Path, help="also write the summary here")
+    p.add_argument("--report", action="store_true", help="write report.html (baseline + new) next to the new results")
+    p.add_argument("--update-baseline", action="store_true", help="run the suite and replace the baseline with it")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if not args.results and not args.suite.is_file():
+        print(f"gate: error: no such suite file {args.suite}", file=sys.stderr)
+        return 2
+    tmp = None
+    try:
+        if args.results:
+            new = args.results
+        else:
+            new = args.out or Path(tempfile.mkdtemp(prefix="gate-")) / "new"
+            tmp = None if args.out else new.parent
+            rc = run_suite(args.suite, new, args.device, args.backends,
+                           no_time=args.correctness_only and not args.update_baseline)
+            if rc == 2:
+                return 2
+        if args.update_baseline:
+            if args.baseline.exists():
+                shutil.rmtree(args.baseline)
+            shutil.copytree(new, args.baseline, ignore=shutil.ignore_patterns("report.html"))
+            print(f"gate: baseline {args.baseline} rewritten from {new}")
+            return 0
+        if not args.baseline.exists():
+            print(f"gate: error: no baseline at {args.baseline} (create one with --update-baseline)", file=sys.stderr)
+            return 2
+        try:
+            comp = compare_paths(args.baseline, new, threshold=parse_threshold(args.threshold),
+                                 correctness_only=args.correctness_only, allow_missing=args.allow_missing,
+                                 allow_skip=args.allow_skip)
+        except (FileNotFoundError, ValueError) as e:
+            print(f"gate: error: {e}", file=sys.stderr)
+            return 2
+        md = to_markdown(comp, str(args.baseline), str(new))
+        print(md, end="")
+        if args.markdown:
+            args.markdown.write_text(md, encoding="utf-8")
+        summary = os.environ.get("GITHUB_STEP_SUMMARY")
+        if summary:
+            with open(summary, "a", encoding="utf-8") as fh:
+                fh.write(md)
+        if args.report and not tmp:
+            from harness.report import write_report
+
+            print(f"gate: report {write_report([args.baseline, new], Path(new) / 'report.html')}")
+        print("gate: REGRESSED" if comp.regressed else "gate: OK", file=sys.stderr)
+        return 1 if comp.regressed else 0
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

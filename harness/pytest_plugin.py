@@ -1,0 +1,130 @@
+"""pytest-benchmark integration: a suite's cells as benchmark tests.
+
+    pytest tests/benchmarks/test_suite_bench.py --bench-suite suites/decode.yaml \\
+        --bench-backends flash-attn,flashinfer --benchmark-json out.json
+
+Each cell is run by the harness itself (check against the reference, then the harness timer:
+CUDA events, CUDA graphs where declared, launch hiding, cold L2 on request); the per-sample
+times the harness measured are then handed to pytest-benchmark through ``harness_clock``, a
+clock that advances by exactly one harness sample per round. pytest-benchmark never times
+anything with its own wall clock, so its JSON, ``--benchmark-compare`` and
+``--benchmark-compare-fail`` see the device times.
+
+This module is registered as a pytest plugin (entry point ``pytest11``) for its options only;
+it imports nothing heavy until a benchmark test asks for a cell.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    g = parser.getgroup("attn-harness", "attention harness suites as pytest-benchmark tests")
+    g.addoption("--bench-suite", metavar="YAML", default=None,
+                help="run this suite's cells as benchmark tests (tests/benchmarks/test_suite_bench.py)")
+    g.addoption("--bench-backends", metavar="NAMES", default=None,
+                help="comma-separated backends (default: the suite's, else all)")
+    g.addoption("--bench-device", metavar="DEV", default="auto", help="auto (cuda if present), cpu, cuda, cuda:N")
+    g.addoption("--bench-case", metavar="GLOB", action="append", default=None, help="only these cases (repeatable)")
+    g.addoption("--bench-mode", choices=("hot", "cold"), default=None, help="harness timing mode (default: hot)")
+
+
+# ---------------------------------------------------------------- the replay clock
+@dataclass
+class _Replay:
+    now: float = 0.0
+    queue: list[float] = field(default_factory=list)
+
+
+_REPLAY = _Replay()
+
+
+def harness_clock() -> float:
+    """pytest-benchmark's timer: virtual seconds, advanced only by ``replay_one_sample``."""
+    return _REPLAY.now
+
+
+def load_samples(samples_us: list[float]) -> None:
+    _REPLAY.queue = [float(x) * 1e-6 for x in samples_us]
+
+
+def replay_one_sample() -> None:
+    """The benchmark target: one round lasts exactly one sample the harness measured."""
+    if not _REPLAY.queue:
+        raise RuntimeError("no harness sample left to replay (rounds must equal the number of samples)")
+    _REPLAY.now += _REPLAY.queue.pop(0)
+
+
+# ---------------------------------------------------------------- cells
+@dataclass
+class BenchPlan:
+    suite: Any
+    backends: list[Any]
+    opts: Any
+    cells: list[Any]
+
+
+def make_plan(config: pytest.Config) -> BenchPlan | None:
+    """The cells of ``--bench-suite`` (None when no suite was given). Bad input -> UsageError."""
+    suite_path = config.getoption("bench_suite", default=None)
+    if not suite_path:
+        return None
+    from harness import registry
+    from harness.cli import _pick_device
+    from harness.runner import RunOptions, plan_cells
+    from harness.spec import load_suite
+    from harness.timing import TimingOptions
+
+    from harness.cli import UsageError
+    from harness.spec import SpecError
+
+    try:
+        suite = load_suite(suite_path)
+        names = config.getoption("bench_backends", default=None)
+        names = names.split(",") if names else (suite.backends or list(registry.known_backends()))
+        backends = registry.resolve_many([n.strip() for n in names if n.strip()])
+        device = _pick_device(config.getoption("bench_device", default="auto"))
+    except (SpecError, UsageError, registry.BackendLookupError) as e:
+        raise pytest.UsageError(str(e)) from None
+    # keep_raw: the per-sample times are what pytest-benchmark receives.
+    timing = TimingOptions.for_device(device, keep_raw=True, mode=config.getoption("bench_mode", default=None))
+    opts = RunOptions(device=device, suite_path=suite_path, case_patterns=config.getoption("bench_case") or [],
+                      timing=timing)
+    return BenchPlan(suite, backends, opts, plan_cells(suite, backends, opts))
+
+
+def cell_id(cell: Any) -> str:
+    from harness.results import variant_label
+
+    v = variant_label(cell.variant)
+    return f"{cell.case.name}|{cell.backend.name}" + (f"|{v}" if v else "")
+
+
+class CaseRunner:
+    """Runs one case's cells through the harness at a time (one batch + reference per case)
+    and hands out their rows; tests arrive in case order, so only one case is held."""
+
+    def __init__(self, plan: BenchPlan):
+        self.plan = plan
+        self._case: str | None = None
+        self._rows: dict[str, Any] = {}
+
+    def row(self, cell: Any) -> Any:
+        from harness.runner import group_by_case, iterate_case
+
+        if cell.case.name != self._case:
+            self._rows.clear()
+            self._case = cell.case.name
+            cells = [c for c in self.plan.cells if c.case.name == cell.case.name]
+            for group in group_by_case(cells):
+                for r in iterate_case(group, self.plan.suite, self.plan.opts):
+                    self._rows[row_id(r)] = r
+        return self._rows[cell_id(cell)]
+
+
+def row_id(row: Any) -> str:
+    return f"{row.case}|{row.backend}" + (f"|{row.variant_label}" if row.variant_label else "")

@@ -1,0 +1,55 @@
+"""A suite's cells as pytest-benchmark tests (opt-in: nothing runs without --bench-suite).
+
+    pytest tests/benchmarks/test_suite_bench.py --bench-suite suites/decode.yaml \\
+        --bench-backends flash-attn --benchmark-json out.json
+
+Every cell is checked against the reference first (a wrong result fails the test, an
+unsupported or skipped cell is skipped with its reason); the harness timer's samples are then
+replayed into pytest-benchmark through ``harness_clock`` (see harness/pytest_plugin.py), so the
+stored JSON holds device times, one round per harness sample.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.pytest_plugin import CaseRunner, cell_id, harness_clock, load_samples, make_plan, replay_one_sample
+
+# pytest-benchmark's timer for these tests is the harness's (replayed) device clock.
+pytestmark = pytest.mark.benchmark(timer=harness_clock, disable_gc=False, warmup=False)
+
+_RUNNERS: dict[int, CaseRunner] = {}
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "harness_cell" not in metafunc.fixturenames:
+        return
+    plan = make_plan(metafunc.config)
+    if plan is None:
+        why = "opt-in: pass --bench-suite SUITE.yaml (options come from the attn-harness pytest plugin)"
+        metafunc.parametrize("harness_cell", [pytest.param(None, marks=pytest.mark.skip(reason=why))], ids=["no-suite"])
+        return
+    _RUNNERS[id(metafunc.config)] = CaseRunner(plan)
+    metafunc.parametrize("harness_cell", plan.cells, ids=[cell_id(c) for c in plan.cells])
+
+
+def test_suite_cell(harness_cell, benchmark, request):
+    row = _RUNNERS[id(request.config)].row(harness_cell)
+    if row.status in ("skipped", "unsupported"):
+        pytest.skip(f"{row.status}: {row.reason}")
+    assert row.status == "pass", f"{row.status}: {row.reason}\n  reproduce: {row.reproducer}"
+    timing = row.timing or {}
+    raw = timing.get("raw_us")
+    assert raw, "the harness returned no per-sample times (TimingOptions.keep_raw)"
+    benchmark.group = harness_cell.case.name
+    benchmark.extra_info.update({
+        "suite": row.suite, "case": row.case, "backend": row.backend, "variant": row.variant_label,
+        "timer": f"harness {timing.get('method', '?')} (per-call samples replayed)",
+        "calls_per_sample": timing.get("calls_per_sample"), "cuda_graph": timing.get("cuda_graph"),
+        "harness_median_us": timing.get("median_us"), "harness_ci_us": [timing.get("ci_low_us"), timing.get("ci_high_us")],
+        "max_abs_err": (row.check or {}).get("max_abs_err"),
+        "flops": (row.metrics or {}).get("flops"), "bytes": (row.metrics or {}).get("bytes"),
+        "reproducer": row.reproducer,
+    })
+    load_samples(raw)
+    benchmark.pedantic(replay_one_sample, rounds=len(raw), iterations=1, warmup_rounds=0)

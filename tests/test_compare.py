@@ -1,0 +1,223 @@
+"""The regression gate: it fires on a slowdown beyond the noise, on a wrong result, on a missing
+or newly skipped row, and stays quiet on two real runs of the same code."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from harness.compare import classify_speed, compare_paths, compare_rows, parse_threshold, to_markdown
+from harness.results import ResultRow, read_rows
+
+ROOT = Path(__file__).resolve().parent.parent
+BASELINE = ROOT / "ci" / "baselines" / "cpu-smoke"
+SMOKE = ROOT / "ci" / "smoke.yaml"
+
+
+def _write(rows: list[ResultRow], path: Path) -> Path:
+    path.write_text("".join(json.dumps(r.model_dump()) + "\n" for r in rows))
+    return path
+
+
+def _row(median: float, lo: float, hi: float, status: str = "pass", **kw) -> ResultRow:
+    return ResultRow(suite="s", case=kw.pop("case", "c"), backend=kw.pop("backend", "b"), status=status,
+                     timing={"median_us": median, "ci_low_us": lo, "ci_high_us": hi, "samples": 20}, **kw)
+
+
+@pytest.fixture(scope="module")
+def real_rows() -> list[ResultRow]:
+    """Real CPU results of ci/smoke.yaml (the committed baseline)."""
+    rows = read_rows(BASELINE)
+    assert any(r.status == "pass" and r.timing for r in rows)
+    return rows
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory) -> tuple[Path, Path]:
+    """Two real CPU runs of the same code on part of ci/smoke.yaml (timed)."""
+    outs = []
+    for i in range(2):
+        out = tmp_path_factory.mktemp(f"run{i}") / "res"
+        rc = main(["run", str(SMOKE), "--device", "cpu", "--out", str(out), "--quiet",
+                   "--case", "decode-context[[]context_len=32]", "--case", "softcap-sinks"])
+        assert rc == 0
+        outs.append(out)
+    return outs[0], outs[1]
+
+
+# ---------------------------------------------------------------- classification rules
+@pytest.mark.parametrize("base, new, expected", [
+    ((100, 98, 102), (103, 101, 105), "same"),       # within the threshold
+    ((100, 98, 102), (130, 128, 132), "slower"),     # beyond it, intervals apart
+    ((100, 98, 102), (80, 78, 82), "faster"),
+    ((100, 70, 140), (130, 100, 170), "ambiguous"),  # beyond it, but inside the noise
+    ((100, 98, 102), (108, 101, 115), "ambiguous"),  # 8% > 5%, intervals touch
+])
+def test_classify_speed_uses_threshold_and_intervals(base, new, expected):
+    speed, ratio = classify_speed(_row(*base), _row(*new), 0.05)
+    assert speed == expected
+    assert ratio == pytest.approx(new[0] / base[0])
+
+
+def test_rows_without_timing_are_not_timed():
+    b = ResultRow(suite="s", case="c", backend="b", status="pass")
+    assert classify_speed(b, _row(100, 99, 101), 0.05) == ("not timed", None)
+
+
+@pytest.mark.parametrize("text, value", [("5%", 0.05), ("0.05", 0.05), ("5", 0.05), ("12.5%", 0.125)])
+def test_threshold_parsing(text, value):
+    assert parse_threshold(text) == pytest.approx(value)
+
+
+def test_bad_threshold_is_one_error(capsys):
+    rc = main(["compare", str(BASELINE), str(BASELINE), "--threshold", "fast"])
+    assert rc == 2 and "--threshold 'fast'" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- the gate fires
+def test_synthetic_slowdown_fires(real_rows, tmp_path, capsys):
+    timed = [r for r in real_rows if r.status == "pass" and r.timing]
+    # The row with the tightest interval: a 30% slowdown must clear its noise.
+    victim = min(timed, key=lambda r: r.timing["ci_high_us"] / r.timing["ci_low_us"])
+    assert victim.timing["ci_high_us"] < 1.3 * victim.timing["ci_low_us"]
+    new = []
+    for r in real_rows:
+        if r.key == victim.key:
+            t = dict(r.timing)
+            for k in ("median_us", "ci_low_us", "ci_high_us", "min_us", "mean_us"):
+                if k in t:
+                    t[k] *= 1.3
+            r = r.model_copy(update={"timing": t})
+        new.append(r)
+    b, n = _write(real_rows, tmp_path / "base.jsonl"), _write(new, tmp_path / "new.jsonl")
+    md = tmp_path / "summary.md"
+    assert main(["compare", str(b), str(n), "--markdown", str(md)]) == 1
+    out = capsys.readouterr().out
+    assert "REGRESSED" in out and victim.case in out and "+30.0%" in out
+    assert md.read_text() == out
+    comp = compare_paths(b, n)
+    assert [d.key for d in comp.regressions] == [victim.key]
+    assert comp.regressions[0].speed == "slower"
+    # Timing is not judged in correctness-only mode.
+    assert main(["compare", str(b), str(n), "--correctness-only"]) == 0
+
+
+def test_slowdown_inside_the_noise_is_ambiguous_not_a_failure(real_rows, tmp_path):
+    timed = [r for r in real_rows if r.status == "pass" and r.timing]
+    wide = max(timed, key=lambda r: r.timing["ci_high_us"] / r.timing["ci_low_us"])
+    assert wide.timing["ci_high_us"] > 1.3 * wide.timing["ci_low_us"]
+    t = {**wide.timing, "median_us": wide.timing["median_us"] * 1.3}
+    new = [r.model_copy(update={"timing": t}) if r.key == wide.key else r for r in real_rows]
+    comp = compare_rows(real_rows, new)
+    d = next(x for x in comp.diffs if x.key == wide.key)
+    assert d.speed == "ambiguous" and not comp.regressed
+    assert "Ambiguous" in to_markdown(comp)
+
+
+def test_wrong_result_fires(real_rows, tmp_path, capsys):
+    victim = next(r for r in real_rows if r.status == "pass")
+    new = [r.model_copy(update={"status": "mismatch", "reason": "max abs err 0.5 > tol"}) if r.key == victim.key else r
+           for r in real_rows]
+    b, n = _write(real_rows, tmp_path / "b.jsonl"), _write(new, tmp_path / "n.jsonl")
+    assert main(["compare", str(b), str(n), "--correctness-only"]) == 1
+    out = capsys.readouterr().out
+    assert "correctness: pass -> mismatch" in out and victim.case in out
+    # ... and the reverse (a fix) is reported, not failed.
+    assert main(["compare", str(n), str(b), "--correctness-only"]) == 0
+    assert "status mismatch -> pass" in capsys.readouterr().out
+
+
+def test_missing_row_fires_unless_allowed(real_rows, tmp_path, capsys):
+    victim = next(r for r in real_rows if r.status == "pass")
+    b = _write(real_rows, tmp_path / "b.jsonl")
+    n = _write([r for r in real_rows if r.key != victim.key], tmp_path / "n.jsonl")
+    assert main(["compare", str(b), str(n), "--correctness-only"]) == 1
+    assert "missing: was pass" in capsys.readouterr().out
+    assert main(["compare", str(b), str(n), "--correctness-only", "--allow-missing", victim.case]) == 0
+    assert main(["compare", str(b), str(n), "--correctness-only", "--allow-missing", f"*/{victim.backend}/*"]) == 0
+    assert main(["compare", str(b), str(n), "--correctness-only", "--allow-missing", "no-such-case"]) == 1
+
+
+def test_row_that_became_skipped_fires_unless_allowed(real_rows, tmp_path, capsys):
+    victim = next(r for r in real_rows if r.status == "pass")
+    new = [r.model_copy(update={"status": "skipped", "reason": "backend unavailable: x", "timing": None})
+           if r.key == victim.key else r for r in real_rows]
+    b, n = _write(real_rows, tmp_path / "b.jsonl"), _write(new, tmp_path / "n.jsonl")
+    assert main(["compare", str(b), str(n), "--correctness-only"]) == 1
+    assert "stopped running: pass -> skipped" in capsys.readouterr().out
+    assert main(["compare", str(b), str(n), "--correctness-only", "--allow-skip"]) == 0
+    assert main(["compare", str(b), str(n), "--correctness-only", "--allow-skip", victim.backend]) == 0
+
+
+def test_new_rows_and_unchanged_unsupported_are_not_regressions(real_rows):
+    extra = real_rows[0].model_copy(update={"case": "brand-new"})
+    comp = compare_rows(real_rows, real_rows + [extra], correctness_only=True)
+    assert not comp.regressed
+    assert any(d.info.startswith("new row") for d in comp.diffs)
+    assert any(r.status == "unsupported" for r in real_rows)  # stays unsupported: fine
+
+
+def test_missing_input_is_one_clear_error(tmp_path, capsys):
+    rc = main(["compare", str(tmp_path / "nope"), str(BASELINE)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "no such results folder" in err and "Traceback" not in err
+
+
+# ---------------------------------------------------------------- quiet on real noise
+def test_two_real_runs_of_the_same_code_pass(two_runs, capsys):
+    a, b = two_runs
+    assert main(["compare", str(a), str(b), "--correctness-only"]) == 0
+    comp = compare_paths(a, b)
+    # Noise-aware timing comparison: whatever CPU noise does to speed, no correctness or
+    # missing-row problem appears between two runs of the same code.
+    assert all(d.problem.startswith("slower") for d in comp.regressions)
+    assert sum(d.base is not None and d.new is not None for d in comp.diffs) == len(read_rows(a))
+
+
+def test_identical_results_are_all_same(real_rows):
+    comp = compare_rows(real_rows, real_rows)
+    timed = [d for d in comp.diffs if d.speed != "not timed"]
+    assert timed and all(d.speed == "same" for d in timed) and not comp.regressed
+
+
+def _gate():
+    spec = importlib.util.spec_from_file_location("ci_gate", ROOT / "ci" / "gate.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.main
+
+
+def test_gate_script_on_given_results(two_runs, tmp_path, capsys):
+    a, b = two_runs
+    gate = _gate()
+    assert gate(["--results", str(b), "--baseline", str(a), "--correctness-only", "--markdown", str(tmp_path / "g.md")]) == 0
+    assert "**OK**" in (tmp_path / "g.md").read_text()
+    rows = read_rows(b)
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    _write([x.model_copy(update={"status": "error", "reason": "forward: boom"}) if x.status == "pass" else x
+            for x in rows], broken / "results.jsonl")
+    capsys.readouterr()
+    assert gate(["--results", str(broken), "--baseline", str(a), "--correctness-only"]) == 1
+    assert "pass -> error" in capsys.readouterr().out
+    assert gate(["--results", str(b), "--baseline", str(tmp_path / "none")]) == 2
+    assert "no baseline" in capsys.readouterr().err
+
+
+def test_gate_script_runs_as_a_command():
+    r = subprocess.run([sys.executable, "ci/gate.py", "--help"], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0 and "--correctness-only" in r.stdout
+
+
+def test_committed_baseline_covers_the_smoke_suite(real_rows):
+    from harness.spec import load_suite
+
+    suite = load_suite(SMOKE)
+    keys = {(r.case, r.backend) for r in real_rows}
+    assert keys == {(c.name, b) for c in suite.cases for b in suite.backends}
