@@ -117,6 +117,39 @@ def read_rows(path: str | Path) -> list[ResultRow]:
     return rows
 
 
+def repair_torn_tail(path: str | Path) -> int:
+    """Cut a partial last line (a run killed mid-write) so appending starts on a fresh line.
+    Returns the number of bytes removed."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / RESULTS_FILE
+    if not p.exists():
+        return 0
+    with open(p, "rb+") as fh:
+        size = fh.seek(0, os.SEEK_END)
+        if size == 0:
+            return 0
+        fh.seek(size - 1)
+        if fh.read(1) == b"\n":
+            return 0
+        # Scan back to the last newline in chunks; the torn line is one row, never huge.
+        pos = size
+        keep = 0
+        while pos > 0:
+            step = min(65536, pos)
+            pos -= step
+            fh.seek(pos)
+            chunk = fh.read(step)
+            nl = chunk.rfind(b"\n")
+            if nl >= 0:
+                keep = pos + nl + 1
+                break
+        fh.truncate(keep)
+        fh.flush()
+        os.fsync(fh.fileno())
+        return size - keep
+
+
 def read_header(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     if p.is_file():

@@ -1,0 +1,496 @@
+"""Running a suite's cells so that no backend can take the run down with it.
+
+Worker model (docs/robustness.md): the parent process owns the results file and a queue of
+cases; each device slot (``--devices``, default one slot on ``--device``) holds one worker
+process started with the "spawn" context (CUDA does not survive fork). The parent sends a
+worker one case and the cells of it still to run; the worker generates the batch and the
+reference once, runs the cells and streams back an event before each phase (so the parent
+knows what is in flight) and a row after each cell. Rows are written and fsynced by the
+parent as they arrive.
+
+- The worker dies (segfault, abort, OOM-kill): the cell in flight gets ``error`` with the
+  signal ("worker died: SIGSEGV"); the worker is replaced and the case's remaining cells go
+  to the new one.
+- A cell (or a case's batch/reference generation) runs past ``cell_timeout``: the worker is
+  killed, the cell gets ``timeout``, and the rest continues in a new worker.
+- A cell errors on a GPU and the CUDA context no longer works (illegal memory access,
+  device-side assert, ...): the worker reports it and exits after sending the row; it is
+  replaced before the next cell.
+
+``isolation=False`` runs everything in this process (no timeouts, no crash protection).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import datetime as _dt
+import multiprocessing as mp
+import os
+import signal
+import time
+import traceback
+from dataclasses import dataclass, field
+from multiprocessing.connection import wait
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import torch
+
+from harness.memory import make_fit_check
+from harness.results import RESULTS_FILE, ResultRow, read_header, read_rows, repair_torn_tail, variant_label
+from harness.runner import Cell, RunOptions, group_by_case, iterate_case, status_row
+from harness.spec import Suite
+
+STARTUP_TIMEOUT_S = 300.0  # importing torch and a GPU library on a cold machine
+MAX_FAILED_STARTS = 3  # a slot whose worker dies this often without progress is given up
+
+# Messages of CUDA errors after which the context is unusable (sticky errors): the worker must
+# be replaced, whatever the health probe says.
+STICKY_CUDA_ERRORS = (
+    "illegal memory access",
+    "unspecified launch failure",
+    "misaligned address",
+    "device-side assert",
+    "illegal instruction",
+    "an illegal address",
+    "uncorrectable ECC",
+    "CUDA error: unknown error",
+    "cudaErrorLaunchFailure",
+)
+
+
+def cell_key(suite: Suite, cell: Cell) -> tuple[str, str, str, str]:
+    """The identity a result row has for this cell (``ResultRow.key``)."""
+    return (suite.suite, cell.case.name, cell.backend.name, variant_label(cell.variant))
+
+
+def parse_devices(spec: str) -> list[str]:
+    """``"0,1"`` -> ``["cuda:0", "cuda:1"]``; ``"cpu,cpu"`` -> two CPU workers; ``cuda:N`` as is.
+    Raises ValueError with a one-line reason."""
+    out = []
+    for item in (x.strip() for x in spec.split(",")):
+        if not item:
+            continue
+        if item.isdigit():
+            item = f"cuda:{item}"
+        if item == "cuda":
+            item = "cuda:0"
+        if item != "cpu" and not (item.startswith("cuda:") and item[5:].isdigit()):
+            raise ValueError(f"--devices: {item!r} is not cpu, N or cuda:N")
+        if item.startswith("cuda"):
+            if not torch.cuda.is_available():
+                raise ValueError(f"--devices: {item} requested but torch sees no CUDA device")
+            if int(item[5:]) >= torch.cuda.device_count():
+                raise ValueError(f"--devices: {item} does not exist ({torch.cuda.device_count()} CUDA devices)")
+        if item.startswith("cuda") and item in out:
+            raise ValueError(f"--devices: {item} given twice; two workers on one GPU would time each other's contention")
+        out.append(item)
+    if not out:
+        raise ValueError("--devices: no device given")
+    return out
+
+
+@dataclass
+class ExecOptions:
+    devices: list[str]
+    isolation: bool = True
+    cell_timeout: float | None = None  # seconds; None or 0 = no limit
+    memory_budget_mib: float | None = None
+
+
+def default_cell_timeout(device_type: str) -> float:
+    """GPU cells include JIT compilation on first call; CPU cells are small by construction."""
+    return 600.0 if device_type == "cuda" else 120.0
+
+
+# ------------------------------------------------------------------ resume
+class ResumeError(ValueError):
+    """A folder that cannot be resumed with this suite (one-line reason)."""
+
+
+def resume_plan(out_dir: Path, suite: Suite, cells: list[Cell], argv: list[str],
+                seed: int | None = None) -> tuple[list[Cell], dict[str, Any]]:
+    """The cells of ``cells`` that ``out_dir`` has no row for, and its header with this resume
+    recorded. A torn last line (the run was killed mid-write) is cut off first."""
+    from harness.env import git_sha
+
+    out_dir = Path(out_dir)
+    header = read_header(out_dir)
+    if not header and not (out_dir / RESULTS_FILE).exists():
+        raise ResumeError(f"--resume {out_dir}: no run.json or {RESULTS_FILE} there; nothing to resume")
+    if header.get("suite") not in (None, suite.suite):
+        raise ResumeError(f"--resume {out_dir}: it holds suite {header.get('suite')!r}, not {suite.suite!r}")
+    if "seed" in header and header.get("seed") != seed:
+        raise ResumeError(f"--resume {out_dir}: it ran with --seed {header.get('seed')}; resume with the same seed")
+    torn = repair_torn_tail(out_dir / RESULTS_FILE)
+    try:
+        rows = read_rows(out_dir) if (out_dir / RESULTS_FILE).exists() else []
+    except ValueError as e:
+        raise ResumeError(f"--resume {out_dir}: {e}") from None
+    done = {r.key for r in rows}
+    todo = [c for c in cells if cell_key(suite, c) not in done]
+    header = dict(header)
+    header.setdefault("resumed", []).append({
+        "time_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join(argv),
+        "git_sha": git_sha(),
+        "rows_before": len(rows),
+        "cells_to_run": len(todo),
+        "torn_bytes_removed": torn,
+    })
+    return todo, header
+
+
+# ------------------------------------------------------------------ worker process
+def _die_with_parent() -> None:
+    """Linux: the worker gets SIGKILL when the parent dies, so a killed run leaves no orphan."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _context_broken(device: torch.device, reason: str) -> str | None:
+    """Why this worker's CUDA context can no longer be trusted, or None."""
+    if any(s.lower() in reason.lower() for s in STICKY_CUDA_ERRORS):
+        return f"CUDA context unusable after: {reason}"
+    if device.type != "cuda":
+        return None
+    try:
+        x = torch.ones(16, device=device)
+        torch.cuda.synchronize(device)
+        if float(x.sum()) != 16.0:
+            return "CUDA health probe returned a wrong sum"
+    except Exception as e:  # any failure of a trivial kernel means the context is gone
+        return f"CUDA health probe failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    return None
+
+
+def _worker_main(conn: Any, device_name: str, suite: Suite, opts: RunOptions, budget_mib: float | None,
+                 cpu_share: int, threads: int | None) -> None:
+    # Ctrl-C goes to the whole process group; the parent decides how to stop.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent()
+    if threads:
+        torch.set_num_threads(threads)
+    device = torch.device(device_name)
+    opts = dataclasses.replace(opts, device=device,
+                               fit_check=make_fit_check(device, opts.check, budget_mib, cpu_share))
+    conn.send(("ready", os.getpid()))
+    cuda_ready = False
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        if msg is None:
+            return
+        if device.type == "cuda" and not cuda_ready:
+            # Only now: a standby worker must not hold a CUDA context (memory) while it waits.
+            torch.cuda.set_device(device)
+            cuda_ready = True
+        cells: list[Cell] = msg
+        broken = None
+        try:
+            for row in iterate_case(cells, suite, opts,
+                                    on_event=lambda ev, cell: conn.send((ev, None if cell is None else cell_key(suite, cell)))):
+                d = row.model_dump()
+                d["worker"] = {"pid": os.getpid(), "device": device_name}
+                conn.send(("row", d))
+                if row.status == "error":
+                    broken = _context_broken(device, row.reason)
+                    if broken:
+                        break
+        except (BrokenPipeError, EOFError, ConnectionError):
+            return  # the parent is gone
+        except Exception as e:  # a harness bug in this case: report it, keep the worker
+            conn.send(("case_failed", f"{type(e).__name__}: {e}"[:500], traceback.format_exc(limit=6)))
+            continue
+        if broken:
+            conn.send(("restart", broken))
+            return
+        conn.send(("done", None))
+
+
+# ------------------------------------------------------------------ parent side
+@dataclass
+class _Slot:
+    index: int
+    device: str
+    opts: RunOptions  # with this slot's device, for rows the parent writes itself
+    proc: Any = None
+    conn: Any = None
+    pid: int | None = None
+    ready: bool = False
+    started_at: float = 0.0
+    cells: list[Cell] = field(default_factory=list)  # cells of the current case not yet reported
+    phase: str = "idle"  # idle | sent | prepare | cell
+    current: tuple | None = None
+    deadline: float | None = None
+    failed_starts: int = 0
+    last_failure: str = ""
+    dead: bool = False
+
+
+class Executor:
+    """Runs cells and yields their rows as they finish (see the module docstring)."""
+
+    def __init__(self, suite: Suite, opts: RunOptions, xopts: ExecOptions):
+        self.suite = suite
+        self.opts = opts
+        self.xopts = xopts
+        self.ctx = mp.get_context("spawn")
+        self.slots: list[_Slot] = []
+        self.restarts = 0
+        # Standby workers (one per device, started at the first restart) so that replacing a
+        # crashed worker does not wait for Python, torch and the libraries to import again.
+        self.spares: dict[str, tuple[Any, Any]] = {}
+
+    # In-process: the reference engine, with the memory planner.
+    def _run_inline(self, cases: list[list[Cell]], on_start: Callable[[Cell], None] | None) -> Iterator[ResultRow]:
+        device = torch.device(self.xopts.devices[0])
+        opts = dataclasses.replace(self.opts, device=device,
+                                   fit_check=make_fit_check(device, self.opts.check, self.xopts.memory_budget_mib))
+        for case_cells in cases:
+            yield from iterate_case(case_cells, self.suite, opts, on_start=on_start)
+
+    def run(self, cells: list[Cell], on_start: Callable[[Cell], None] | None = None) -> Iterator[ResultRow]:
+        cases = group_by_case(cells)
+        if not cases:
+            return
+        if not self.xopts.isolation:
+            yield from self._run_inline(cases, on_start)
+            return
+        yield from self._run_isolated(cases, on_start)
+
+    # ---------------------------------------------------------------- workers
+    def _start_process(self, device: str) -> tuple[Any, Any]:
+        n_cpu = sum(d == "cpu" for d in self.xopts.devices)
+        threads = max(1, (os.cpu_count() or 1) // n_cpu) if device == "cpu" and n_cpu > 1 else None
+        parent_conn, child_conn = self.ctx.Pipe(duplex=True)
+        proc = self.ctx.Process(
+            target=_worker_main, name=f"harness-worker-{device}", daemon=True,
+            args=(child_conn, device, self.suite, self.opts, self.xopts.memory_budget_mib, max(1, n_cpu), threads),
+        )
+        proc.start()
+        child_conn.close()  # so the parent sees EOF when the worker dies
+        return proc, parent_conn
+
+    def _spawn(self, slot: _Slot, restart: bool = False) -> None:
+        spare = self.spares.pop(slot.device, None)
+        if spare is not None and not spare[0].is_alive():
+            spare[1].close()
+            spare = None
+        slot.proc, slot.conn = spare or self._start_process(slot.device)
+        slot.pid, slot.ready = slot.proc.pid, False
+        slot.started_at = time.monotonic()
+        if restart and slot.device not in self.spares:
+            self.spares[slot.device] = self._start_process(slot.device)
+
+    def _kill(self, slot: _Slot) -> None:
+        if slot.proc is not None and slot.proc.is_alive():
+            slot.proc.kill()
+        if slot.proc is not None:
+            slot.proc.join(timeout=10)
+        if slot.conn is not None:
+            slot.conn.close()
+        slot.proc = slot.conn = None
+
+    def _shutdown(self) -> None:
+        """Idle workers are asked to exit; busy ones (an interrupted run) are killed."""
+        for slot in self.slots:
+            if slot.conn is not None and slot.proc is not None and slot.proc.is_alive() and slot.phase == "idle":
+                try:
+                    slot.conn.send(None)
+                except (OSError, BrokenPipeError):
+                    pass
+                slot.proc.join(timeout=5)
+            self._kill(slot)
+        for proc, conn in self.spares.values():
+            proc.kill()
+            proc.join(timeout=10)
+            conn.close()
+        self.spares.clear()
+
+    def _cell_by_key(self, slot: _Slot, key: tuple | None) -> Cell | None:
+        for c in slot.cells:
+            if cell_key(self.suite, c) == key:
+                return c
+        return None
+
+    def _row(self, slot: _Slot, cell: Cell, status: str, reason: str) -> ResultRow:
+        row = status_row(cell, self.suite, slot.opts, status, reason)
+        extra = row.model_dump()
+        extra["worker"] = {"pid": slot.pid, "device": slot.device}
+        return ResultRow.model_validate(extra)
+
+    def _lost(self, slot: _Slot, status: str, why: str) -> list[ResultRow]:
+        """The worker is gone (died, killed, gave up its context): rows for what it was doing,
+        and the case's remaining cells back to the front of the queue."""
+        rows: list[ResultRow] = []
+        if slot.phase == "cell":
+            cell = self._cell_by_key(slot, slot.current)
+            if cell is not None:
+                rows.append(self._row(slot, cell, status, why))
+                slot.cells.remove(cell)
+        elif slot.phase in ("prepare", "sent"):
+            # The batch/reference itself failed: every cell of the case shares that fate.
+            where = "generating the batch/reference" if slot.phase == "prepare" else "starting the case"
+            rows += [self._row(slot, c, status, f"{why} (while {where})") for c in slot.cells]
+            slot.cells = []
+        remaining = slot.cells
+        slot.cells, slot.phase, slot.current, slot.deadline = [], "idle", None, None
+        if remaining:
+            self.queue.appendleft(remaining)
+        return rows
+
+    def _restart(self, slot: _Slot, progressed: bool, why: str = "") -> None:
+        self._kill(slot)
+        self.restarts += 1
+        slot.last_failure = why or slot.last_failure
+        slot.failed_starts = 0 if progressed else slot.failed_starts + 1
+        if slot.failed_starts >= MAX_FAILED_STARTS:
+            slot.dead = True
+            return
+        self._spawn(slot, restart=True)
+
+    def _assign(self, slot: _Slot) -> None:
+        if not slot.proc.is_alive():  # died while idle (e.g. the OOM killer): not this case's fault
+            self._restart(slot, progressed=True, why=_exit_reason(slot.proc))
+            if slot.dead:
+                return
+        slot.cells = self.queue.popleft()
+        slot.phase, slot.current = "sent", None
+        slot.deadline = time.monotonic() + self.timeout if self.timeout and slot.ready else None
+        try:
+            slot.conn.send(slot.cells)
+        except OSError:
+            pass  # it died just now: the sentinel wakes the loop and _drain accounts for it
+
+    def _run_isolated(self, cases: list[list[Cell]], on_start: Callable[[Cell], None] | None) -> Iterator[ResultRow]:
+        self.queue: collections.deque[list[Cell]] = collections.deque(cases)
+        self.timeout = timeout = self.xopts.cell_timeout or None
+        self.slots = [_Slot(i, d, dataclasses.replace(self.opts, device=torch.device(d)))
+                      for i, d in enumerate(self.xopts.devices)]
+        try:
+            for slot in self.slots:
+                self._spawn(slot)
+            while True:
+                live = [s for s in self.slots if not s.dead]
+                for slot in live:
+                    if slot.phase == "idle" and self.queue:
+                        self._assign(slot)
+                busy = [s for s in live if s.phase != "idle"]
+                if not busy:
+                    if self.queue:  # every slot gave up: nothing can run the rest
+                        why = "; ".join(sorted({s.last_failure for s in self.slots if s.last_failure}))
+                        for case_cells in self.queue:
+                            for c in case_cells:
+                                yield self._row(self.slots[0], c, "error",
+                                                f"no worker could start ({MAX_FAILED_STARTS} attempts per device): {why}")
+                        self.queue.clear()
+                    break
+                now = time.monotonic()
+                deadlines = [s.deadline for s in busy if s.deadline is not None]
+                deadlines += [s.started_at + STARTUP_TIMEOUT_S for s in busy if not s.ready]
+                wait_s = max(0.0, min(deadlines) - now) if deadlines else None
+                ready = wait([s.conn for s in busy] + [s.proc.sentinel for s in busy], timeout=wait_s)
+                for slot in busy:
+                    if slot.conn in ready or slot.proc.sentinel in ready:
+                        yield from self._drain(slot, timeout, on_start)
+                now = time.monotonic()
+                for slot in busy:
+                    if slot.dead or slot.proc is None:
+                        continue
+                    if slot.deadline is not None and now > slot.deadline:
+                        what = {"prepare": "case preparation (generate/reference)",
+                                "sent": "case start (availability/support checks)"}.get(slot.phase, "cell")
+                        why = f"{what} exceeded --cell-timeout {timeout:g} s; worker killed"
+                        rows = self._lost(slot, "timeout", why)
+                        yield from rows
+                        self._restart(slot, progressed=True)
+                    elif not slot.ready and now > slot.started_at + STARTUP_TIMEOUT_S:
+                        why = f"worker did not start within {STARTUP_TIMEOUT_S:g} s"
+                        self._requeue(slot)
+                        self._restart(slot, progressed=False, why=why)
+        finally:
+            self._shutdown()
+
+    def _drain(self, slot: _Slot, timeout: float | None, on_start: Callable[[Cell], None] | None) -> Iterator[ResultRow]:
+        """Handle everything the worker sent; then, if it is gone, what it left behind."""
+        gone = None
+        while slot.conn is not None:
+            try:
+                if not slot.conn.poll():
+                    if slot.proc.is_alive():
+                        break
+                    slot.proc.join(timeout=5)
+                    if not slot.conn.poll():
+                        raise EOFError
+                msg = slot.conn.recv()
+            except (EOFError, OSError):
+                gone = gone or _exit_reason(slot.proc)
+                break
+            kind, payload = msg[0], msg[1]
+            now = time.monotonic()
+            if kind == "ready":
+                slot.ready, slot.pid = True, payload
+                if slot.phase == "sent" and timeout:
+                    slot.deadline = now + timeout
+            elif kind == "prepare":
+                slot.phase, slot.current = "prepare", None
+                slot.deadline = now + timeout if timeout else None
+            elif kind == "cell":
+                slot.phase, slot.current = "cell", payload
+                slot.deadline = now + timeout if timeout else None
+                cell = self._cell_by_key(slot, payload)
+                if on_start and cell is not None:
+                    on_start(cell)
+            elif kind == "row":
+                row = ResultRow.model_validate(payload)
+                slot.cells = [c for c in slot.cells if cell_key(self.suite, c) != row.key]
+                yield row
+            elif kind == "done":
+                slot.phase, slot.current, slot.deadline, slot.cells = "idle", None, None, []
+            elif kind == "case_failed":
+                for c in slot.cells:
+                    yield self._row(slot, c, "error", f"harness error in worker: {payload}")
+                slot.phase, slot.current, slot.deadline, slot.cells = "idle", None, None, []
+            elif kind == "restart":
+                gone = f"worker restarted: {payload}"
+                slot.phase = "restart"
+                slot.proc.join(timeout=10)
+                break
+        if gone is None:
+            return
+        if slot.phase == "restart":  # the worker's own decision, after sending the failing row
+            self._requeue(slot)
+            self._restart(slot, progressed=True)
+        elif not slot.ready:  # died while starting: the case was never touched; retry it
+            self._requeue(slot)
+            self._restart(slot, progressed=False, why=gone)
+        else:
+            yield from self._lost(slot, "error", gone)
+            self._restart(slot, progressed=True, why=gone)
+
+    def _requeue(self, slot: _Slot) -> None:
+        if slot.cells:
+            self.queue.appendleft(slot.cells)
+        slot.cells, slot.phase, slot.current, slot.deadline = [], "idle", None, None
+
+
+def _exit_reason(proc: Any) -> str:
+    proc.join(timeout=5)
+    code = proc.exitcode
+    if code is None:
+        return "worker stopped answering"
+    if code < 0:
+        try:
+            return f"worker died: {signal.Signals(-code).name}"
+        except ValueError:
+            return f"worker died: signal {-code}"
+    return f"worker exited with code {code}"

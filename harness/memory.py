@@ -1,0 +1,198 @@
+"""Device-memory planning: will a cell fit before we try it?
+
+A cell that runs out of memory wastes minutes (and on some libraries leaves the CUDA context
+unusable), so each cell's peak is estimated from the request lengths alone (no tensors) and
+the cell is skipped with the numbers when it cannot fit.
+
+The estimate (bytes; an upper bound by design, see docs/robustness.md). With
+``e`` = model-dtype bytes (2), ``c`` = KV-cache element bytes (2, or 1 for fp8),
+``f`` = reference compute bytes (8 on CPU: fp64, 4 on GPU: fp32),
+``T`` = query tokens, ``S`` = sum of sequence lengths, ``N`` = KV blocks the generator
+allocates (used blocks + max(2, used // 8) spares), ``B`` = block size:
+
+    kv_cache   = N * 2 * B * Hk * D * c                 canonical paged cache
+    logical    = 2 * S * Hk * D * c                      per-request K/V the reference reads
+    qkv        = T * (Hq + 2 * Hk) * D * e               query and the new tokens' K/V
+    ref        = T * Hq * (D + 1) * f                    reference output and LSE
+    persistent = kv_cache + logical + qkv + ref + metadata
+
+    generate   = max(N * 2 * B * Hk * D * 4,             fp32 noise before the cast
+                     2 * S * Hk * D * c)                 concatenated K/V for the scatter
+    reference  = T * Hq * D * f                          per-request outputs before torch.cat
+               + 2 * s_max * Hk * D * 4                  one request's K/V in fp32
+               + 2 * s_max * Hq * D * f                  ... repeated over the GQA group
+               + 3 * min(2**26, Hq * q_max * s_max) * f  scores, probabilities, mask chunk
+    cell       = prod(backend KV-cache shape) * c        the backend's own layout (a copy)
+               + [T * (Hq + 2 * Hk) * D * e]             reordered Q/K/V (decode-first backends)
+               + 2 * T * Hq * D * e + 2 * T * Hq * 4     output, NaN probe, LSE (both)
+               + workspace                               backend.workspace_bytes(cfg, variant)
+                                                         if declared, else 256 MiB
+               + 5 * T * Hq * D * 8                      the fp64 comparison in check_output
+
+    peak = persistent + max(generate, reference, cell)
+
+The budget is the device's free memory (``torch.cuda.mem_get_info`` plus what torch's caching
+allocator holds but does not use) minus a 512 MiB margin for the CUDA context growth and
+library handles; on the CPU it is ``--memory-budget-mib`` (default: half the available RAM,
+shared among the CPU workers). ``--memory-budget-mib`` also caps the GPU budget.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
+
+import torch
+
+from harness.metrics import DTYPE_BYTES
+from harness.spec import CaseSpec
+from harness.workload import draw_lengths
+
+MiB = 1 << 20
+DEFAULT_WORKSPACE_BYTES = 256 * MiB
+GPU_MARGIN_BYTES = 512 * MiB
+REFERENCE_CHUNK_ELEMS = 1 << 26  # harness.reference._CHUNK_ELEMS
+CHECK_FP64_COPIES = 5  # out, ref, diff, where(), |ref| as float64 in check_output
+
+
+@dataclass(frozen=True)
+class CaseShape:
+    """What the estimate needs from a case: exact lengths, drawn without making tensors."""
+
+    query_lens: tuple[int, ...]
+    seq_lens: tuple[int, ...]
+    num_blocks: int
+    prefix_len: int
+    prefix_groups: int
+
+
+def case_shape(case: CaseSpec) -> CaseShape:
+    """Lengths and block count exactly as ``workload.generate`` will make them."""
+    _, qlens, clens = draw_lengths(case)
+    groups = case.shared_prefix.groups if case.shared_prefix else 0
+    prefix = case.shared_prefix.length if case.shared_prefix else 0
+    seq = [prefix * bool(groups) + c + q for c, q in zip(clens, qlens)]
+    bs = case.block_size
+    prefix_blocks = prefix // bs if groups else 0
+    own = [math.ceil((s - prefix_blocks * bs) / bs) for s in seq]
+    used = prefix_blocks * groups + sum(own)
+    return CaseShape(tuple(qlens), tuple(seq), used + max(2, used // 8), prefix, groups)
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    kv_cache: int
+    logical: int
+    qkv: int
+    ref: int
+    metadata: int
+    generate: int
+    reference: int
+    cell: int
+
+    @property
+    def persistent(self) -> int:
+        return self.kv_cache + self.logical + self.qkv + self.ref + self.metadata
+
+    @property
+    def peak(self) -> int:
+        return self.persistent + max(self.generate, self.reference, self.cell)
+
+    def as_dict(self) -> dict[str, int]:
+        return {**asdict(self), "persistent": self.persistent, "peak": self.peak}
+
+
+def backend_workspace(backend: Any, case: CaseSpec, variant: dict[str, Any]) -> int:
+    """A backend may declare ``workspace_bytes(config, variant) -> int`` (e.g. FlashInfer's
+    planner buffers); otherwise a fixed allowance covers library scratch."""
+    fn = getattr(backend, "workspace_bytes", None)
+    if callable(fn):
+        return int(fn(case.attention_config(), variant))
+    return DEFAULT_WORKSPACE_BYTES
+
+
+def estimate(case: CaseSpec, backend: Any | None = None, variant: dict[str, Any] | None = None,
+             device_type: str = "cuda", check: bool = True, shape: CaseShape | None = None) -> MemoryEstimate:
+    """Peak bytes of one cell (see the module docstring for the formula)."""
+    shape = shape or case_shape(case)
+    variant = variant or {}
+    cfg = case.attention_config()
+    e = DTYPE_BYTES[cfg.dtype]
+    c = e if cfg.kv_cache_dtype == "auto" else DTYPE_BYTES[cfg.kv_cache_dtype]
+    f = 8 if device_type == "cpu" else 4
+    hq, hk, d, bs = cfg.num_heads, cfg.num_kv_heads, cfg.head_size, cfg.block_size
+    T, S, N = sum(shape.query_lens), sum(shape.seq_lens), shape.num_blocks
+    n = len(shape.query_lens)
+    q_max, s_max = max(shape.query_lens), max(shape.seq_lens)
+
+    kv_cache = N * 2 * bs * hk * d * c
+    logical = 2 * S * hk * d * c
+    qkv = T * (hq + 2 * hk) * d * e
+    ref = T * hq * (d + 1) * f if check else 0
+    max_blocks = -(-s_max // bs)
+    # block table, slot mapping, prefix K/V kept by the generator, sinks/ALiBi are small
+    metadata = n * max_blocks * 4 + T * 8 + 2 * shape.prefix_groups * shape.prefix_len * hk * d * e + 8 * hq
+    generate = max(N * 2 * bs * hk * d * 4, 2 * S * hk * d * c)
+    reference = 0
+    if check:
+        reference = (T * hq * d * f + 2 * s_max * hk * d * 4 + 2 * s_max * hq * d * f
+                     + 3 * min(REFERENCE_CHUNK_ELEMS, hq * q_max * s_max) * f)
+    cell = 2 * T * hq * d * e + 2 * T * hq * 4
+    if backend is not None:
+        cell += math.prod(backend.get_kv_cache_shape(N, bs, hk, d, cfg.kv_cache_dtype)) * c
+        if backend.capabilities(variant).reorder_batch_threshold is not None:
+            cell += qkv
+        cell += backend_workspace(backend, case, variant)
+    else:
+        cell += kv_cache + DEFAULT_WORKSPACE_BYTES
+    if check:
+        cell += CHECK_FP64_COPIES * T * hq * d * 8
+    return MemoryEstimate(kv_cache, logical, qkv, ref, metadata, generate, reference, cell)
+
+
+def available_bytes(device: torch.device, budget_mib: float | None = None, cpu_share: int = 1) -> int:
+    """What a cell on ``device`` may use now: free device memory less a margin (GPU), or the
+    CPU budget (``budget_mib``, default half the available RAM split over ``cpu_share`` workers)."""
+    cap = int(budget_mib * MiB) if budget_mib else None
+    if device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+        # Blocks torch's caching allocator holds but does not use are free to this process.
+        free += torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        have = max(0, free - GPU_MARGIN_BYTES)
+        return min(have, cap) if cap is not None else have
+    if cap is not None:
+        return cap
+    try:
+        avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        avail = 8 << 30
+    return int(avail * 0.5 / max(1, cpu_share))
+
+
+def fit_reason(est: MemoryEstimate, budget: int, device: torch.device) -> str | None:
+    """None when the estimated peak fits, else a reason naming the numbers and the biggest term."""
+    if est.peak <= budget:
+        return None
+    terms = {k: v for k, v in est.as_dict().items() if k not in ("peak", "persistent")}
+    top = max(terms, key=terms.get)
+    where = "free GPU memory" if device.type == "cuda" else "the CPU memory budget (--memory-budget-mib)"
+    return (f"does not fit: estimated peak {est.peak / MiB:,.0f} MiB > {budget / MiB:,.0f} MiB of {where}"
+            f" (largest term: {top} {terms[top] / MiB:,.0f} MiB)")
+
+
+def make_fit_check(device: torch.device, check: bool, budget_mib: float | None = None,
+                   cpu_share: int = 1) -> Callable[[Any], str | None]:
+    """A ``RunOptions.fit_check``: estimates each cell and compares it with memory free now."""
+    shapes: dict[str, CaseShape] = {}
+
+    def fit_check(cell: Any) -> str | None:
+        case = cell.case
+        if case.name not in shapes:
+            shapes.clear()  # cells arrive case by case; keep one
+            shapes[case.name] = case_shape(case)
+        est = estimate(case, cell.backend, cell.variant, device.type, check, shapes[case.name])
+        return fit_reason(est, available_bytes(device, budget_mib, cpu_share), device)
+
+    return fit_check

@@ -1,0 +1,172 @@
+"""Killed runs keep every finished row; --resume runs only what is missing and ends with the
+same rows as an uninterrupted run."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from harness.results import read_header, read_rows, repair_torn_tail
+
+ROOT = Path(__file__).resolve().parent.parent
+
+SUITE = """
+suite: resume
+cases:
+  - name: c
+    num_heads: 4
+    num_kv_heads: 1
+    head_size: 16
+    block_size: [8, 16, 32]
+    batch:
+      - kind: decode
+        count: 2
+        context_len: {dist: uniform, low: 5, high: 40}
+"""
+BACKENDS = "torch-math,plugins.crashy:SlowBackend"
+
+
+def _statuses(out):
+    rows = read_rows(out)
+    keys = [r.key for r in rows]
+    assert len(keys) == len(set(keys)), "no cell may be recorded twice"
+    return {(r.key, r.status) for r in rows}
+
+
+def _start(suite, out):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)])}
+    return subprocess.Popen(
+        [sys.executable, "-m", "harness.cli", "run", str(suite), "--device", "cpu", "--backends", BACKENDS,
+         "--out", str(out), "--no-time", "--quiet"],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def _wait_rows(proc, out, n, limit=60):
+    res = out / "results.jsonl"
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < limit:
+        if res.exists() and res.read_text().count("\n") >= n:
+            return
+        if proc.poll() is not None:
+            pytest.fail(f"run ended before {n} rows: {proc.stderr.read()}")
+        time.sleep(0.05)
+    pytest.fail("no rows appeared")
+
+
+def _group_gone(pgid, limit=10):
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < limit:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.fixture()
+def suite(tmp_path):
+    p = tmp_path / "suite.yaml"
+    p.write_text(SUITE)
+    return p
+
+
+def test_sigkill_midway_then_resume_matches_uninterrupted_run(suite, tmp_path):
+    baseline = tmp_path / "baseline"
+    assert main(["run", str(suite), "--device", "cpu", "--backends", BACKENDS, "--out", str(baseline),
+                 "--no-time", "--quiet", "--no-isolation"]) == 0
+    expected = _statuses(baseline)
+    assert len(expected) == 6
+
+    out = tmp_path / "killed"
+    proc = _start(suite, out)
+    try:
+        _wait_rows(proc, out, 2)
+        os.kill(proc.pid, signal.SIGKILL)  # the parent only: its worker must not outlive it
+        proc.wait(timeout=10)
+        assert _group_gone(proc.pid), "the worker outlived its killed parent"
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    before = read_rows(out)
+    assert 2 <= len(before) < 6
+    # Simulate a kill in the middle of a write: a torn last line.
+    with open(out / "results.jsonl", "a") as fh:
+        fh.write('{"suite": "resume", "case": "c[block_si')
+
+    assert main(["run", str(suite), "--device", "cpu", "--backends", BACKENDS, "--resume", str(out),
+                 "--no-time", "--quiet"]) == 0
+    assert _statuses(out) == expected
+    for line in (out / "results.jsonl").read_text().splitlines():
+        json.loads(line)  # the torn line is gone, every line parses
+    header = read_header(out)
+    (resumed,) = header["resumed"]
+    assert resumed["rows_before"] == len(before) and resumed["cells_to_run"] == 6 - len(before)
+    assert resumed["torn_bytes_removed"] == len('{"suite": "resume", "case": "c[block_si')
+    assert header["command"].startswith("harness run") and header["suite"] == "resume"
+
+
+def test_ctrl_c_saves_rows_and_exits_130(suite, tmp_path):
+    out = tmp_path / "interrupted"
+    proc = _start(suite, out)
+    try:
+        _wait_rows(proc, out, 1)
+        os.killpg(proc.pid, signal.SIGINT)  # what a terminal sends to the whole process group
+        rc = proc.wait(timeout=20)
+        err = proc.stderr.read()
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert rc == 130 and "interrupted" in err and "Traceback" not in err, err
+    assert _group_gone(proc.pid)
+    rows = read_rows(out)
+    assert rows and all(r.status == "pass" for r in rows)
+
+
+def test_resume_of_a_complete_run_runs_nothing(suite, tmp_path, capsys):
+    out = tmp_path / "done"
+    args = ["run", str(suite), "--device", "cpu", "--backends", "torch-math", "--no-time", "--quiet", "--no-isolation"]
+    assert main([*args, "--out", str(out)]) == 0
+    text = (out / "results.jsonl").read_text()
+    assert main([*args, "--resume", str(out)]) == 0
+    assert (out / "results.jsonl").read_text() == text
+    assert "nothing to resume" in capsys.readouterr().out
+    # Adding a backend on resume runs only its cells.
+    assert main([*args[:5], "torch-math,sdpa", *args[6:], "--resume", str(out)]) == 0
+    rows = read_rows(out)
+    assert [r.backend for r in rows] == ["torch-math"] * 3 + ["sdpa"] * 3
+
+
+@pytest.mark.parametrize("setup, message", [
+    (lambda out: (out / "run.json").write_text(json.dumps({"suite": "other"})), "holds suite 'other'"),
+    (lambda out: (out / "run.json").write_text(json.dumps({"suite": "resume", "seed": 7})), "same seed"),
+    (lambda out: (out / "results.jsonl").write_text('garbage\n{"a": 1}\n'), "line 1 is not a result row"),
+])
+def test_resume_refuses_a_folder_it_cannot_continue(suite, tmp_path, capsys, setup, message):
+    out = tmp_path / "bad"
+    out.mkdir()
+    setup(out)
+    rc = main(["run", str(suite), "--device", "cpu", "--backends", "torch-math", "--resume", str(out), "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_repair_torn_tail(tmp_path):
+    p = tmp_path / "results.jsonl"
+    p.write_bytes(b'{"a": 1}\n{"b": 2}\n{"c": ')
+    assert repair_torn_tail(p) == 6
+    assert p.read_bytes() == b'{"a": 1}\n{"b": 2}\n'
+    assert repair_torn_tail(p) == 0
+    p.write_bytes(b'{"only": "torn')
+    assert repair_torn_tail(p) == 14 and p.read_bytes() == b""
+    assert repair_torn_tail(tmp_path / "missing.jsonl") == 0
