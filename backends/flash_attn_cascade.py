@@ -1,0 +1,254 @@
+"""Cascade attention through FlashAttention, as vLLM's (since removed) cascade path did it
+(../shared/docs/attention-apis.md section 5.4), generalized to several prefix groups:
+
+1. prefix pass: one paged call over the groups' shared prefix blocks, non-causal, with each
+   group's query tokens as one sequence (several groups = a varlen batch of groups);
+2. suffix pass: one paged call over each request's own blocks (its block table after the
+   prefix blocks, ``seqused_k = seq_len - prefix_len``), causal bottom-right;
+3. the exact LSE merge (harness.cascade.merge_attn_states, in torch).
+
+``fa_version=3``: ``flash_attn_interface.flash_attn_with_kvcache`` with ``page_table`` and
+``cu_seqlens_q`` (returns 4 values; LSE ``(H, T)`` natural log). ``fa_version=4``:
+``flash_attn.cute.flash_attn_varlen_func`` with ``page_table`` + ``seqused_k`` (returns
+``(out, lse)``, LSE ``(H, T)``). Libraries are imported lazily.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import importlib.util
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from backends.base import (
+    AttentionBackend,
+    AttentionImpl,
+    AttentionMetadataBuilder,
+    Availability,
+    Capabilities,
+    CudaGraphSupport,
+    HeadSizes,
+    MultipleOf,
+)
+from backends.torch_cascade import shifted_block_table
+from harness.cascade import CascadeDecision, cascade_batch_reason, decide, group_layout, merge_attn_states
+from harness.metadata import CommonAttentionMetadata
+
+MODULES = {3: "flash_attn_interface", 4: "flash_attn.cute"}
+# Distribution names that may provide each module (the first installed one gives the version).
+DISTRIBUTIONS = {3: ("tokenspeed-fa3", "flash-attn-3", "flash_attn_3"), 4: ("flash-attn-4",)}
+DEFAULT_VERSION = 3
+
+
+def _version_of(fa_version: int) -> str:
+    for dist in DISTRIBUTIONS[fa_version]:
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return "unknown"
+
+
+def library_reason(fa_version: int) -> str | None:
+    """Why the library module of this FA version cannot be found (None when it can)."""
+    module = MODULES[fa_version]
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError as e:  # the parent package (flash_attn) is missing
+        return f"{module} (FA{fa_version}) is not installed ({e})"
+    except Exception as e:  # a broken parent package raises here
+        return f"{module} (FA{fa_version}) is not importable: {type(e).__name__}: {e}"
+    if not found:
+        return f"{module} (FA{fa_version}) is not installed"
+    return None
+
+
+def hardware_reason(fa_version: int, capability: tuple[int, int]) -> str | None:
+    """Why this GPU cannot run the paged calls of this FA version (None if it can)."""
+    major, minor = capability
+    if fa_version == 3 and major != 9:
+        return f"FA3 needs Hopper (sm90); this GPU is sm{major}{minor}"
+    if fa_version == 4 and major not in (9, 10, 11):
+        return f"FA4 paged KV needs sm90/sm100/sm110; this GPU is sm{major}{minor}"
+    return None
+
+
+@dataclass
+class FACascadeMetadata:
+    # prefix pass: one "sequence" per group
+    prefix_cu_q: torch.Tensor  # int32 [G+1], group boundaries in token space
+    prefix_max_q: int
+    prefix_table: torch.Tensor  # int32 [G, max prefix blocks], contiguous
+    prefix_lens: torch.Tensor  # int32 [G]
+    prefix_max_k: int
+    # suffix pass: one sequence per request
+    cu_q: torch.Tensor  # int32 [B+1]
+    max_q: int
+    suffix_table: torch.Tensor  # int32 [B, max suffix blocks], contiguous
+    suffix_lens: torch.Tensor  # int32 [B]
+    suffix_max_k: int
+    num_groups: int
+    prefix_len_values: list[int]
+    decision: CascadeDecision
+
+
+class FACascadeMetadataBuilder(AttentionMetadataBuilder[FACascadeMetadata]):
+    def build(self, common: CommonAttentionMetadata) -> FACascadeMetadata:
+        # check_batch_support guaranteed: groups contiguous and in order, every request grouped,
+        # prefixes of whole blocks shared by every member's block table.
+        lay = group_layout(common)
+        bs = common.block_size
+        dev = common.block_table.device
+        qsl = common.query_start_loc_cpu.tolist()
+        seq = common.seq_lens_cpu.tolist()
+        firsts = [m[0] for m in lay.members]
+        bounds = [qsl[f] for f in firsts] + [qsl[common.num_reqs]]
+        nbs = [p // bs for p in lay.prefix_lens]
+        max_nb = max(nbs)
+        rows = common.block_table[torch.tensor(firsts, device=dev), :max_nb]
+        keep = torch.arange(max_nb, device=dev).view(1, -1) < torch.tensor(nbs, device=dev).view(-1, 1)
+        prefix_table = rows.masked_fill(~keep, 0).to(torch.int32).contiguous()
+        suffix_lens = [s - p for s, p in zip(seq, lay.prefix_len_of_req)]
+        max_sb = max(-(-s // bs) for s in suffix_lens)
+        suffix_table = shifted_block_table(common.block_table, [p // bs for p in lay.prefix_len_of_req])
+        i32 = dict(dtype=torch.int32, device=dev)
+        return FACascadeMetadata(
+            prefix_cu_q=torch.tensor(bounds, **i32),
+            prefix_max_q=max(b - a for a, b in zip(bounds, bounds[1:])),
+            prefix_table=prefix_table,
+            prefix_lens=torch.tensor(lay.prefix_lens, **i32),
+            prefix_max_k=max(lay.prefix_lens),
+            cu_q=common.query_start_loc.to(torch.int32),
+            max_q=common.max_query_len,
+            suffix_table=suffix_table[:, :max_sb].to(torch.int32).contiguous(),
+            suffix_lens=torch.tensor(suffix_lens, **i32),
+            suffix_max_k=max(suffix_lens),
+            num_groups=len(lay.members),
+            prefix_len_values=sorted(set(lay.prefix_lens)),
+            decision=decide(common, self.config, self.device),
+        )
+
+
+def _fa3_pass(fn: Callable[..., Any]) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+    def run(q, k_cache, v_cache, cu_q, max_q, table, seqused, max_k, scale, causal):
+        # with return_softmax_lse=True FA3 returns (out, lse, out_accum, lse_accum).
+        o, lse, *_ = fn(q, k_cache, v_cache, cache_seqlens=seqused, page_table=table, cu_seqlens_q=cu_q,
+                        max_seqlen_q=max_q, softmax_scale=scale, causal=causal, return_softmax_lse=True)
+        return o, lse
+
+    return run
+
+
+def _fa4_pass(fn: Callable[..., Any]) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+    def run(q, k_cache, v_cache, cu_q, max_q, table, seqused, max_k, scale, causal):
+        # page_table needs seqused_k and no cu_seqlens_k; num_splits stays 1 (sm90 has no split-KV).
+        o, lse = fn(q, k_cache, v_cache, cu_seqlens_q=cu_q, max_seqlen_q=max_q, max_seqlen_k=max_k,
+                    seqused_k=seqused, page_table=table, softmax_scale=scale, causal=causal, return_lse=True)
+        return o, lse
+
+    return run
+
+
+class FACascadeImpl(AttentionImpl[FACascadeMetadata]):
+    def __init__(self, config, variant, device, layer):
+        super().__init__(config, variant, device, layer)
+        self.fa_version = int((variant or {}).get("fa_version", DEFAULT_VERSION))
+        # Resolved once here (lazily: only a GPU run with the library constructs the impl).
+        if self.fa_version == 3:
+            self._pass = _fa3_pass(importlib.import_module("flash_attn_interface").flash_attn_with_kvcache)
+        else:
+            self._pass = _fa4_pass(importlib.import_module("flash_attn.cute").flash_attn_varlen_func)
+
+    def forward(self, query, key, value, kv_cache, metadata, out, lse_out=None):
+        md, scale = metadata, self.config.softmax_scale
+        # Canonical cache (blocks, 2, page, Hk, D): K and V are strided (blocks, page, Hk, D) views.
+        k_cache, v_cache = kv_cache[:, 0], kv_cache[:, 1]
+        p_out, p_lse = self._pass(query, k_cache, v_cache, md.prefix_cu_q, md.prefix_max_q, md.prefix_table,
+                                  md.prefix_lens, md.prefix_max_k, scale, False)
+        s_out, s_lse = self._pass(query, k_cache, v_cache, md.cu_q, md.max_q, md.suffix_table,
+                                  md.suffix_lens, md.suffix_max_k, scale, True)
+        # LSEs come as (H, T); the merge takes (T, H) views.
+        merge_attn_states(p_out, p_lse.t(), s_out, s_lse.t(), out=out, out_lse=lse_out)
+        return out
+
+    def describe_call(self, metadata: FACascadeMetadata) -> dict[str, Any]:
+        api = "flash_attn_with_kvcache" if self.fa_version == 3 else "flash_attn.cute.flash_attn_varlen_func"
+        return {
+            "path": f"FA{self.fa_version} {api}: paged prefix pass (non-causal, one sequence per group) "
+                    "+ paged suffix pass (causal) + torch LSE merge",
+            "fa_version": self.fa_version,
+            "num_groups": metadata.num_groups,
+            "prefix_lens": metadata.prefix_len_values,
+            "compare_with": "flash-attn",
+            **metadata.decision.call_fields(),
+        }
+
+
+class FlashAttnCascadeBackend(AttentionBackend):
+    name = "flash-attn-cascade"
+    description = "cascade through FlashAttention 3/4 paged calls: shared-prefix pass + suffix pass + LSE merge"
+    variant_axes = {"fa_version": (3, 4)}
+
+    @classmethod
+    def availability(cls, variant=None) -> Availability:
+        v = int((variant or {}).get("fa_version", DEFAULT_VERSION))
+        reason = library_reason(v)
+        if reason:
+            return Availability.no(reason)
+        if not torch.cuda.is_available():
+            return Availability.no("no CUDA device visible to torch")
+        reason = hardware_reason(v, torch.cuda.get_device_capability())
+        if reason:
+            return Availability.no(reason)
+        try:
+            importlib.import_module(MODULES[v])
+        except Exception as e:  # a broken binary (ABI, CUDA runtime) is a reason, not a crash
+            return Availability.no(f"cannot import {MODULES[v]}: {type(e).__name__}: {str(e)[:200]}")
+        return Availability.ok(**{f"fa{v}": _version_of(v)})
+
+    @classmethod
+    def capabilities(cls, variant=None) -> Capabilities:
+        return Capabilities(
+            dtypes=frozenset({"float16", "bfloat16"}),
+            kv_cache_dtypes=frozenset({"auto"}),
+            head_sizes=HeadSizes(min=8, max=256, multiple_of=8),
+            block_sizes=(MultipleOf(1),),  # FA3/FA4 paged calls take any page size
+            kv_layouts=frozenset({"NHD"}),
+            causal=True,
+            non_causal=False,
+            sliding_window=False,
+            softcap=False,
+            alibi=False,
+            sinks=False,
+            cascade=True,
+            gqa=True,
+            returns_lse=True,
+            devices=frozenset({"cuda"}),
+            cudagraph=CudaGraphSupport.NEVER,
+            notes=(
+                "needs a shared prefix of whole blocks, groups contiguous in batch order; other batches are unsupported",
+                "the merge is torch elementwise code (several kernels), counted in the time",
+            ),
+        )
+
+    @classmethod
+    def check_batch_support(cls, common: CommonAttentionMetadata, variant: dict[str, Any]) -> str | None:
+        return cascade_batch_reason(common, need_contiguous=True)
+
+    @classmethod
+    def library_versions(cls) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for v in (3, 4):
+            out.update(cls.availability({"fa_version": v}).versions)
+        return out
+
+    @classmethod
+    def get_builder_cls(cls):
+        return FACascadeMetadataBuilder
+
+    @classmethod
+    def get_impl_cls(cls):
+        return FACascadeImpl

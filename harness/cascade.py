@@ -1,0 +1,331 @@
+"""Cascade (shared-prefix) attention: the exact merge of two partial attentions, the decision
+rule vLLM used to pick cascade over plain attention (adapted to several prefix groups), the
+batch preconditions every cascade backend shares, and the rule-vs-measurement comparison.
+
+Cascade splits each request's keys into the prefix it shares with its group and its own
+suffix. Attention over the prefix is computed once for all of a group's queries (non-causal:
+every query comes after the prefix), attention over the suffix per request (causal,
+bottom-right aligned), and the two are merged exactly with their log-sum-exps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+import torch
+
+from harness.metadata import AttentionConfig, CommonAttentionMetadata
+
+# ---------------------------------------------------------------- merge
+
+
+def merge_attn_states(
+    prefix_out: torch.Tensor,
+    prefix_lse: torch.Tensor,
+    suffix_out: torch.Tensor,
+    suffix_lse: torch.Tensor,
+    out: torch.Tensor | None = None,
+    out_lse: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Merge two partial attentions over disjoint key sets A (prefix) and B (suffix).
+
+    ``*_out`` are ``[T, H, D]``, each already normalized over its own keys; ``*_lse`` are
+    ``[T, H]`` natural-log LSEs (views of other layouts are fine). With a = lse_A, b = lse_B::
+
+        m   = max(a, b)
+        w_a = exp(a - m),  w_b = exp(b - m)
+        o   = (w_a o_A + w_b o_B) / (w_a + w_b)
+        lse = m + log(w_a + w_b)
+
+    which equals attention over A u B exactly (softmax over a union of disjoint sets).
+    Empty rows: an infinite LSE counts as weight 0; +inf is read as -inf (FA2 reports +inf for
+    rows that see no key, as vLLM's merge assumes). When both sides are empty the output is 0
+    and the LSE -inf. A side with weight 0 contributes nothing even if its output is garbage;
+    a NaN LSE or a NaN output with non-zero weight propagates (never hidden).
+
+    Computes in float32 (float64 if an input is float64). Writes into ``out`` / ``out_lse``
+    when given (cast to their dtype) and returns them; otherwise returns new tensors in the
+    compute dtype.
+    """
+    dt = torch.promote_types(torch.promote_types(prefix_out.dtype, suffix_out.dtype), torch.float32)
+    inf = float("inf")
+    a = prefix_lse.to(dt)
+    b = suffix_lse.to(dt)
+    a = a.masked_fill(a == inf, -inf)
+    b = b.masked_fill(b == inf, -inf)
+    m = torch.maximum(a, b)
+    # m is -inf only when both sides are empty; 0 keeps exp() finite there (weights become 0).
+    m = m.masked_fill(m == -inf, 0.0)
+    wa = torch.exp(a - m)
+    wb = torch.exp(b - m)
+    denom = wa + wb
+    lse = m + torch.log(denom)  # log(0) = -inf for an empty row
+    inv = torch.where(denom > 0, 1.0 / denom, torch.zeros_like(denom))
+    fa = (wa * inv).unsqueeze(-1)
+    fb = (wb * inv).unsqueeze(-1)
+    zero = torch.zeros((), dtype=dt, device=prefix_out.device)
+    # "!= 0" (not "> 0") so that a NaN weight propagates instead of dropping its side.
+    merged = torch.where(fa != 0, prefix_out.to(dt) * fa, zero) + torch.where(fb != 0, suffix_out.to(dt) * fb, zero)
+    if out is not None:
+        out.copy_(merged)
+        merged = out
+    if out_lse is not None:
+        out_lse.copy_(lse)
+        lse = out_lse
+    return merged, lse
+
+
+# ---------------------------------------------------------------- decision rule
+
+MIN_PREFIX_TOKENS = 256  # vLLM's threshold: shorter prefixes are not worth a second pass
+MIN_REQUESTS_PER_PREFIX = 8  # vLLM's threshold on requests sharing the prefix
+Q_TILE = 128  # FA's default tile sizes, which the cost model counts in
+KV_TILE = 128
+DEFAULT_NUM_SMS = 132  # H100/H200 SXM; used when no GPU is visible (recorded in the costs)
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class CascadeDecision:
+    """What the rule says for one batch, why, and the numbers it looked at."""
+
+    use_cascade: bool
+    reason: str
+    costs: dict[str, Any] = field(default_factory=dict)
+
+    def call_fields(self) -> dict[str, Any]:
+        """The fields a cascade backend records in ``describe_call``."""
+        return {"rule_says_cascade": self.use_cascade, "rule_reason": self.reason, "rule_costs": dict(self.costs)}
+
+
+def use_cascade_attention(
+    prefix_group_lens: Sequence[int],
+    prefix_group_of_req: Sequence[int],
+    query_lens: Sequence[int],
+    num_heads: int,
+    num_kv_heads: int,
+    *,
+    alibi: bool = False,
+    sliding_window: int | None = None,
+    num_sms: int = DEFAULT_NUM_SMS,
+) -> CascadeDecision:
+    """vLLM's historical ``use_cascade_attention``, with one shared prefix per group.
+
+    In order: no cascade when there is no shared prefix, when the shortest group prefix is
+    under 256 tokens, with ALiBi or a sliding window, or when fewer than 8 requests share a
+    prefix on average. Otherwise cascade, unless the plain path would use FlashDecoding
+    (GQA > 1 and every query_len == 1), where it compares a wave count with 128x128 tiles:
+
+    - cascade prefix pass: sum_g Hq * ceil(T_g / 128) CTAs, each walking ceil(P / 128) KV
+      tiles: ceil(CTAs / SMs) waves * max_g ceil(P_g / 128);
+    - FlashDecoding: sum_g n_g * Hk * ceil(G / 128) * ceil(P_g / 128) CTA-tiles / SMs,
+
+    with T_g the query tokens and n_g the requests of group g, P_g its prefix, G = Hq / Hk.
+    With one group this is vLLM's model exactly. The suffix is the same work for both paths
+    and is left out, as vLLM did.
+    """
+    costs: dict[str, Any] = {"num_sms": num_sms}
+    members: dict[int, list[int]] = {g: [] for g in range(len(prefix_group_lens))}
+    for r, g in enumerate(prefix_group_of_req):
+        if g in members:
+            members[g].append(r)
+    live = [g for g in members if members[g]]
+    if not live:
+        return CascadeDecision(False, "no shared prefix", costs)
+    gqa = num_heads // num_kv_heads
+    prefix = {g: int(prefix_group_lens[g]) for g in live}
+    n_req = {g: len(members[g]) for g in live}
+    tokens = {g: int(sum(query_lens[r] for r in members[g])) for g in live}
+    min_prefix = min(prefix.values())
+    reqs_per_prefix = sum(n_req.values()) / len(live)
+    flash_decoding = gqa > 1 and all(q == 1 for q in query_lens)
+    tiles = {g: _cdiv(prefix[g], KV_TILE) for g in live}
+    cascade_ctas = sum(num_heads * _cdiv(tokens[g], Q_TILE) for g in live)
+    cascade_time = _cdiv(cascade_ctas, num_sms) * max(tiles.values())
+    fd_ctas = sum(n_req[g] * num_kv_heads * _cdiv(gqa, Q_TILE) * tiles[g] for g in live)
+    fd_time = _cdiv(fd_ctas, num_sms)
+    costs.update(
+        num_groups=len(live),
+        min_prefix_len=min_prefix,
+        requests_per_prefix=reqs_per_prefix,
+        flash_decoding=flash_decoding,
+        cascade_ctas=cascade_ctas,
+        cascade_time=cascade_time,
+        flash_decoding_ctas=fd_ctas,
+        flash_decoding_time=fd_time,
+    )
+    if min_prefix < MIN_PREFIX_TOKENS:
+        return CascadeDecision(False, f"shared prefix {min_prefix} < {MIN_PREFIX_TOKENS} tokens", costs)
+    if alibi or sliding_window is not None:
+        return CascadeDecision(False, "ALiBi/sliding window: cascade not supported", costs)
+    if reqs_per_prefix < MIN_REQUESTS_PER_PREFIX:
+        return CascadeDecision(
+            False, f"{reqs_per_prefix:g} requests per shared prefix < {MIN_REQUESTS_PER_PREFIX}", costs
+        )
+    if not flash_decoding:
+        return CascadeDecision(True, "plain path would not use FlashDecoding: cascade saves prefix reads", costs)
+    if cascade_time < fd_time:
+        return CascadeDecision(True, f"cost model: cascade {cascade_time} < FlashDecoding {fd_time} tile-waves", costs)
+    return CascadeDecision(False, f"cost model: cascade {cascade_time} >= FlashDecoding {fd_time} tile-waves", costs)
+
+
+def device_num_sms(device: torch.device | str) -> int:
+    """SM count of a CUDA device; ``DEFAULT_NUM_SMS`` elsewhere."""
+    device = torch.device(device)
+    if device.type == "cuda" and torch.cuda.is_available():
+        return int(torch.cuda.get_device_properties(device).multi_processor_count)
+    return DEFAULT_NUM_SMS
+
+
+def decide(common: CommonAttentionMetadata, config: AttentionConfig, device: torch.device | str) -> CascadeDecision:
+    """The rule applied to a batch as the harness describes it."""
+    return use_cascade_attention(
+        common.prefix_group_lens,
+        common.prefix_group_of_req,
+        common.query_lens_cpu.tolist(),
+        config.num_heads,
+        config.num_kv_heads,
+        alibi=config.alibi,
+        sliding_window=config.sliding_window,
+        num_sms=device_num_sms(device),
+    )
+
+
+# ---------------------------------------------------------------- batch preconditions
+
+
+@dataclass(frozen=True)
+class GroupLayout:
+    """Host-side description of the prefix groups of one batch."""
+
+    prefix_lens: list[int]  # per group, tokens
+    members: list[list[int]]  # per group, request indices in batch order
+    prefix_len_of_req: list[int]  # per request (0 when in no group)
+    contiguous: bool  # each group's requests are consecutive, groups in order
+
+
+def group_layout(common: CommonAttentionMetadata) -> GroupLayout:
+    lens = [int(x) for x in common.prefix_group_lens]
+    members: list[list[int]] = [[] for _ in lens]
+    per_req = [0] * common.num_reqs
+    for r, g in enumerate(common.prefix_group_of_req):
+        if 0 <= g < len(lens):
+            members[g].append(r)
+            per_req[r] = lens[g]
+    order = [r for m in members for r in m]
+    contiguous = order == list(range(common.num_reqs)) and all(
+        m == list(range(m[0], m[0] + len(m))) for m in members if m
+    )
+    return GroupLayout(lens, members, per_req, contiguous)
+
+
+def cascade_batch_reason(common: CommonAttentionMetadata, *, need_contiguous: bool) -> str | None:
+    """Why a cascade backend cannot run this batch (None if it can).
+
+    Checked on the host before the backend runs: a cascade over a batch that breaks these
+    would be silently wrong, not slow."""
+    if not common.prefix_group_lens:
+        return "batch has no shared prefix (set shared_prefix in the case); the plain backends cover it"
+    if len(common.prefix_group_of_req) != common.num_reqs:
+        return f"prefix_group_of_req has {len(common.prefix_group_of_req)} entries for {common.num_reqs} requests"
+    lay = group_layout(common)
+    if any(p <= 0 for p in lay.prefix_lens):
+        return "shared prefix length is 0: nothing to cascade; the plain backends cover it"
+    bad = [p for p in lay.prefix_lens if p % common.block_size]
+    if bad:
+        return f"shared prefix length {bad[0]} is not a multiple of block_size {common.block_size}"
+    if any(not 0 <= g < len(lay.prefix_lens) for g in common.prefix_group_of_req):
+        return "some requests belong to no prefix group"
+    if any(not m for m in lay.members):
+        return "a prefix group has no requests"
+    if need_contiguous and not lay.contiguous:
+        return "prefix groups are not contiguous in batch order (the prefix pass takes each group's queries as one run)"
+    ctx = common.context_lens_cpu.tolist()
+    for r, p in enumerate(lay.prefix_len_of_req):
+        if ctx[r] < p:
+            return f"request {r}: query tokens overlap the shared prefix (context {ctx[r]} < prefix {p})"
+    table = common.block_table.cpu()
+    for g, m in enumerate(lay.members):
+        nb = lay.prefix_lens[g] // common.block_size
+        if nb > table.shape[1]:
+            return f"group {g}: block table narrower than its {nb} prefix blocks"
+        rows = table[m, :nb]
+        if not bool((rows == rows[0]).all()):
+            return f"group {g}: requests do not share the prefix blocks in their block tables"
+    return None
+
+
+# ---------------------------------------------------------------- rule vs measurement
+
+
+def _get(row: Any, key: str, default: Any = None) -> Any:
+    return row.get(key, default) if isinstance(row, dict) else getattr(row, key, default)
+
+
+def rule_agreement(rows: Iterable[Any]) -> list[dict[str, Any]]:
+    """For each cascade row (``call.rule_says_cascade`` present) that passed and was timed,
+    the fastest passing row of the backend it names in ``call.compare_with`` on the same case
+    (preferring variants that agree on shared axes, e.g. the same ``fa_version``), the
+    measured winner, and whether the rule picked it."""
+    rows = list(rows)
+    out = []
+    for r in rows:
+        call = _get(r, "call") or {}
+        timing = _get(r, "timing") or {}
+        if "rule_says_cascade" not in call or _get(r, "status") != "pass" or "median_us" not in timing:
+            continue
+        rv = _get(r, "variant") or {}
+        plain = [
+            p for p in rows
+            if _get(p, "case") == _get(r, "case") and _get(p, "backend") == call.get("compare_with")
+            and _get(p, "status") == "pass" and (_get(p, "timing") or {}).get("median_us") is not None
+        ]
+        agree = [p for p in plain if all(str((_get(p, "variant") or {}).get(k, v)) == str(v) for k, v in rv.items())]
+        pool = agree or plain
+        entry = {
+            "case": _get(r, "case"),
+            "backend": _get(r, "backend"),
+            "variant": rv,
+            "rule_says_cascade": call["rule_says_cascade"],
+            "rule_reason": call.get("rule_reason", ""),
+            "cascade_us": timing["median_us"],
+            "plain_backend": call.get("compare_with"),
+            "plain_variant": None,
+            "plain_us": None,
+            "measured_winner": None,
+            "rule_right": None,
+        }
+        if pool:
+            best = min(pool, key=lambda p: _get(p, "timing")["median_us"])
+            entry["plain_variant"] = _get(best, "variant")
+            entry["plain_us"] = _get(best, "timing")["median_us"]
+            cascade_wins = entry["cascade_us"] < entry["plain_us"]
+            entry["measured_winner"] = "cascade" if cascade_wins else "plain"
+            entry["rule_right"] = cascade_wins == call["rule_says_cascade"]
+        out.append(entry)
+    return out
+
+
+def speedup(entry: dict[str, Any]) -> float | None:
+    """plain time / cascade time for a ``rule_agreement`` entry (> 1: cascade faster)."""
+    if not entry.get("plain_us") or not entry.get("cascade_us"):
+        return None
+    return entry["plain_us"] / entry["cascade_us"]
+
+
+__all__ = [
+    "CascadeDecision",
+    "GroupLayout",
+    "cascade_batch_reason",
+    "decide",
+    "device_num_sms",
+    "group_layout",
+    "merge_attn_states",
+    "rule_agreement",
+    "speedup",
+    "use_cascade_attention",
+]
