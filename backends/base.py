@@ -250,6 +250,14 @@ class AttentionBackend(ABC):
         more than a table (and keep them declared in ``capabilities().notes``)."""
         return cls.capabilities(variant).unsupported_reason(config, device)
 
+    @classmethod
+    def check_batch_support(cls, common: CommonAttentionMetadata, variant: dict[str, Any]) -> str | None:
+        """Reason this backend variant cannot serve this particular batch (None if it can).
+
+        For rules that depend on the batch rather than the layer, such as a cascade backend
+        needing a shared prefix; the runner reports the reason as ``unsupported``."""
+        return None
+
     @staticmethod
     def get_kv_cache_shape(
         num_blocks: int, block_size: int, num_kv_heads: int, head_size: int, cache_dtype: str = "auto"

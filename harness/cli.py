@@ -15,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from harness import registry
-from harness.results import RESULTS_FILE, ResultRow, ResultWriter, write_header
+from harness.results import RESULTS_FILE, ResultRow, ResultWriter, read_rows, write_header
 from harness.spec import SpecError, load_suite
 
 EXIT_USAGE = 2
@@ -68,7 +68,7 @@ def print_summary(rows: list[ResultRow], out_dir: Path, max_rows: int = 80) -> N
     for s in statuses:
         t.add_column(s, justify="right", style=STATUS_STYLE[s])
     for b, v in keys:
-        t.add_row(b, v or "-", *[str(counts.get((b, v, s), 0) or "") for s in statuses])
+        t.add_row(escape(b), escape(v or "-"), *[str(counts.get((b, v, s), 0) or "") for s in statuses])
     console.print(t)
 
     ran = [r for r in rows if r.status in ("pass", "mismatch", "error", "timeout")]
@@ -78,7 +78,8 @@ def print_summary(rows: list[ResultRow], out_dir: Path, max_rows: int = 80) -> N
             d.add_column(col, justify="right" if col[0].isupper() or col.startswith(("median", "max")) else "left")
         for r in ran[:max_rows]:
             m, tm, ck = r.metrics or {}, r.timing or {}, r.check or {}
-            d.add_row(r.case, r.backend, r.variant_label or "-", f"[{STATUS_STYLE[r.status]}]{r.status}",
+            # Names and reasons are data, not rich markup: sweep names look like "[tags]".
+            d.add_row(escape(r.case), escape(r.backend), escape(r.variant_label or "-"), f"[{STATUS_STYLE[r.status]}]{r.status}",
                       _fmt(tm.get("median_us"), ".1f"), _fmt(m.get("tflops"), ".3g"), _fmt(m.get("tbps"), ".3g"),
                       _fmt(ck.get("max_abs_err"), ".2e"))
         console.print(d)
@@ -89,18 +90,91 @@ def print_summary(rows: list[ResultRow], out_dir: Path, max_rows: int = 80) -> N
         for col in ("status", "backend", "cells", "reason"):
             s.add_column(col)
         for (st, b, reason), n in sorted(not_run.items()):
-            s.add_row(f"[{STATUS_STYLE[st]}]{st}", b, str(n), reason)
+            s.add_row(f"[{STATUS_STYLE[st]}]{st}", escape(b), str(n), escape(reason))
         console.print(s)
     bad = [r for r in rows if r.status in ("mismatch", "error", "timeout")]
     for r in bad[:20]:
-        err_console.print(f"[{STATUS_STYLE[r.status]}]{r.status}[/] {r.case} {r.backend} {r.variant_label}: {r.reason}")
-        err_console.print(f"  reproduce: {r.reproducer}")
+        err_console.print(f"[{STATUS_STYLE[r.status]}]{r.status}[/] "
+                          + escape(f"{r.case} {r.backend} {r.variant_label}: {r.reason}"))
+        err_console.print(f"  reproduce: {escape(r.reproducer)}", soft_wrap=True)
     console.print(f"Results: {out_dir / RESULTS_FILE}")
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+def _timing_options(args: argparse.Namespace, device: torch.device) -> Any:
+    """The device's timing defaults with the --timing-mode/--target-noise/... flags applied."""
+    from harness.timing import TimingOptions
+
+    try:
+        return TimingOptions.for_device(
+            device, mode=args.timing_mode, cuda_graph=False if args.no_cuda_graph else None,
+            target_rel_noise=args.target_noise, max_time_s=args.max_time,
+            min_samples=args.min_samples, max_samples=args.max_samples)
+    except ValueError as e:
+        raise UsageError(f"timing options: {e}") from None
+
+
+def _exec_options(args: argparse.Namespace, device: torch.device) -> Any:
+    """Worker layout from --devices/--no-isolation/--cell-timeout/--memory-budget-mib."""
+    from harness.executor import ExecOptions, default_cell_timeout, parse_devices
+
+    if args.devices:
+        if args.device is not None:
+            raise UsageError("give either --device or --devices, not both")
+        try:
+            devices = parse_devices(args.devices)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+    else:
+        devices = [str(device)]
+    if args.no_isolation and len(devices) > 1:
+        raise UsageError("--no-isolation runs in this process: it takes one device, not --devices")
+    if args.cell_timeout is not None and args.cell_timeout < 0:
+        raise UsageError("--cell-timeout: seconds >= 0 (0 = no limit)")
+    if args.memory_budget_mib is not None and args.memory_budget_mib <= 0:
+        raise UsageError("--memory-budget-mib: a positive number of MiB")
+    timeout = args.cell_timeout if args.cell_timeout is not None else default_cell_timeout(torch.device(devices[0]).type)
+    return ExecOptions(devices=devices, isolation=not args.no_isolation, cell_timeout=timeout or None,
+                       memory_budget_mib=args.memory_budget_mib)
+
+
+def _prepare_out_dir(args: argparse.Namespace, suite: Any, cells: list, device: torch.device,
+                     backends: list, devices: list[str]) -> tuple[Path, list, dict]:
+    """A fresh results folder with its header, or (--resume) the old one with only the
+    missing cells left to run and this run added to the header's ``resumed`` list."""
     from harness.env import run_header
-    from harness.runner import RunOptions, default_out_dir, iterate_suite, plan_cells
+    from harness.executor import ResumeError, resume_plan
+    from harness.runner import default_out_dir
+
+    argv = ["harness", *sys.argv[1:]]
+    if args.resume:
+        if args.out and Path(args.out) != Path(args.resume):
+            raise UsageError("--resume DIR writes into DIR; drop --out or give the same folder")
+        out_dir = Path(args.resume)
+        try:
+            todo, header = resume_plan(out_dir, suite, cells, argv, seed=args.seed)
+        except ResumeError as e:
+            raise UsageError(str(e)) from None
+        write_header(out_dir, header)
+        if not todo:
+            console.print(f"{out_dir}: every cell already has a result; nothing to resume")
+        return out_dir, todo, header
+    out_dir = Path(args.out) if args.out else default_out_dir(suite)
+    if (out_dir / RESULTS_FILE).exists():
+        raise UsageError(f"--out {out_dir}: already holds {RESULTS_FILE}; choose another folder (or --resume it)")
+    versions = {}
+    for b in backends:
+        a = b.availability()
+        versions[b.name] = {"available": a.available, "reason": a.reason, **a.versions}
+    header = run_header(device, versions, argv, {"suite": suite.suite, "suite_file": args.suite,
+                                                 "cells": len(cells), "seed": args.seed,
+                                                 "devices": devices})
+    write_header(out_dir, header)
+    return out_dir, cells, header
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from harness.executor import Executor
+    from harness.runner import RunOptions, plan_cells
 
     suite = load_suite(args.suite)
     names = args.backends.split(",") if args.backends else (suite.backends or list(registry.known_backends()))
@@ -108,7 +182,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         backends = registry.resolve_many([n.strip() for n in names if n.strip()])
     except registry.BackendLookupError as e:
         raise UsageError(str(e)) from None
-    device = _pick_device(args.device)
+    device = _pick_device(args.device or "auto")
+    xopts = _exec_options(args, device)
+    device = torch.device(xopts.devices[0])  # rows and the header name the first worker's device
     opts = RunOptions(
         device=device,
         suite_path=args.suite,
@@ -119,22 +195,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         time=not args.no_time,
         cpu_max_gflop=args.cpu_max_gflop,
         cpu_max_kv_mib=args.cpu_max_kv_mib,
+        timing=_timing_options(args, device),
     )
     cells = plan_cells(suite, backends, opts)
     if not cells:
         raise UsageError("nothing to run: no case/backend/variant matches the filters")
-    out_dir = Path(args.out) if args.out else default_out_dir(suite)
-    if (out_dir / RESULTS_FILE).exists():
-        raise UsageError(f"--out {out_dir}: already holds {RESULTS_FILE}; choose another folder")
-
-    versions = {}
-    for b in backends:
-        a = b.availability()
-        versions[b.name] = {"available": a.available, "reason": a.reason, **a.versions}
-    write_header(out_dir, run_header(device, versions, ["harness", *sys.argv[1:]],
-                                     {"suite": suite.suite, "suite_file": args.suite, "cells": len(cells)}))
+    out_dir, cells, header = _prepare_out_dir(args, suite, cells, device, backends, xopts.devices)
     rows: list[ResultRow] = []
-    console.print(f"[bold]{suite.suite}[/]: {len(cells)} cells on {device} -> {out_dir}")
+    where = ",".join(xopts.devices) if len(xopts.devices) > 1 else str(device)
+    mode = "in-process" if not xopts.isolation else f"{len(xopts.devices)} worker(s)"
+    console.print(f"[bold]{escape(suite.suite)}[/]: {len(cells)} cells on {where} ({mode}) -> {out_dir}")
     with ResultWriter(out_dir) as writer, Progress(
         TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
         TimeElapsedColumn(), console=console, transient=False, disable=args.quiet,
@@ -142,15 +212,63 @@ def cmd_run(args: argparse.Namespace) -> int:
         task = progress.add_task("starting", total=len(cells))
 
         def on_start(cell: Any) -> None:
-            progress.update(task, description=f"{cell.case.name[:40]} {cell.backend.name}")
+            progress.update(task, description=escape(f"{cell.case.name[:40]} {cell.backend.name}"))
 
-        for row in iterate_suite(suite, backends, opts, on_start=on_start):
+        for row in Executor(suite, opts, xopts).run(cells, on_start=on_start):
             writer.write(row)
             rows.append(row)
             progress.advance(task)
         progress.update(task, description="done")
+    if header.get("resumed"):
+        rows = read_rows(out_dir)  # the summary covers the whole run, earlier rows included
     print_summary(rows, out_dir)
+    if getattr(args, "report", False):
+        from harness.report import write_report
+
+        console.print(f"Report: {write_report([out_dir], out_dir / 'report.html')}")
     return 1 if any(r.status in ("mismatch", "error", "timeout") for r in rows) and args.strict else 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from harness.report import write_report
+
+    try:
+        out = write_report(args.results, args.output, title=args.title)
+    except (FileNotFoundError, ValueError) as e:
+        raise UsageError(str(e)) from None
+    console.print(f"Report: {out}")
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from harness.compare import compare_paths, parse_threshold, to_markdown
+
+    try:
+        comp = compare_paths(args.baseline, args.new, threshold=parse_threshold(args.threshold),
+                             correctness_only=args.correctness_only, allow_missing=args.allow_missing or [],
+                             allow_skip=args.allow_skip or [])
+    except (FileNotFoundError, ValueError) as e:
+        raise UsageError(str(e)) from None
+    md = to_markdown(comp, str(args.baseline), str(args.new))
+    print(md, end="")
+    if args.markdown:
+        Path(args.markdown).write_text(md, encoding="utf-8")
+    return 1 if comp.regressed else 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    """Load a suite with every check a run applies and print its expanded cases; runs nothing."""
+    suite = load_suite(args.suite)
+    t = Table(title=f"{escape(suite.suite)}: {len(suite.cases)} cases")
+    for col in ("case", "heads q/kv", "head", "dtype/kv", "block", "requests", "max seq (bound)", "KV tokens (bound)"):
+        t.add_column(col)
+    for c in suite.cases:
+        kv_tokens = c.work_bound()[1] / (2 * c.num_kv_heads * c.head_size * 2)  # bytes bound -> tokens
+        t.add_row(escape(c.name), f"{c.num_heads}/{c.num_kv_heads}", str(c.head_size), f"{c.dtype}/{c.kv_cache_dtype}",
+                  f"{c.block_size} {c.kv_layout}", str(c.num_requests), f"{c.max_seq_len_bound():,}", f"{kv_tokens:,.0f}")
+    console.print(t)
+    console.print(f"{args.suite}: valid, {len(suite.cases)} cases")
+    return 0
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -185,14 +303,59 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--seed", type=int, help="override every case's seed")
     r.add_argument("--case", action="append", help="only cases with this name or glob (repeatable)")
     r.add_argument("--variant", action="append", help="restrict a variant axis: BACKEND.AXIS=V[,V] (repeatable)")
-    r.add_argument("--device", default="auto", help="auto (default: cuda if available), cpu, cuda, cuda:N")
+    r.add_argument("--device", default=None, help="auto (default: cuda if available), cpu, cuda, cuda:N")
     r.add_argument("--no-check", action="store_true", help="skip the reference check (timing only)")
     r.add_argument("--no-time", action="store_true", help="skip timing (conformance only)")
     r.add_argument("--cpu-max-gflop", type=float, default=0.5, help="on CPU, skip cases above this many GFLOP (default 0.5)")
     r.add_argument("--cpu-max-kv-mib", type=float, default=128.0, help="on CPU, skip cases whose KV cache exceeds this (default 128)")
+    tg = r.add_argument_group("timing (docs/measurement.md)")
+    tg.add_argument("--timing-mode", choices=["hot", "cold"], default="hot",
+                    help="hot (default): L2 as the previous call left it; cold: L2 flushed before every sample")
+    tg.add_argument("--no-cuda-graph", action="store_true",
+                    help="time eagerly even where the backend allows CUDA-graph replay")
+    tg.add_argument("--target-noise", type=float, metavar="FRACTION",
+                    help="stop sampling when the median's CI half-width is under this fraction of it "
+                         "(default 0.01 on GPU, 0.05 on CPU)")
+    tg.add_argument("--max-time", type=float, metavar="SECONDS",
+                    help="sampling time budget per cell (default 2 on GPU, 0.5 on CPU)")
+    tg.add_argument("--min-samples", type=int, help="samples before the noise target may stop (default 10 GPU, 3 CPU)")
+    tg.add_argument("--max-samples", type=int, help="sample cap per cell (default 500 GPU, 20 CPU)")
+    rb = r.add_argument_group("robustness (docs/robustness.md)")
+    rb.add_argument("--resume", metavar="DIR", help="continue an interrupted run in DIR: run only the cells it lacks")
+    rb.add_argument("--devices", help="one worker per entry, cases spread over them: 0,1,... (GPUs) or cpu,cpu")
+    rb.add_argument("--cell-timeout", type=float, metavar="SECONDS",
+                    help="kill a cell's worker after this long and record timeout (default 600 GPU, 120 CPU; 0 = none)")
+    rb.add_argument("--memory-budget-mib", type=float, metavar="MIB",
+                    help="skip cells whose estimated peak exceeds this (CPU default: half the free RAM; caps GPU free memory)")
+    rb.add_argument("--no-isolation", action="store_true",
+                    help="run cells in this process: no worker, no crash protection, no timeout")
     r.add_argument("--strict", action="store_true", help="exit 1 if any cell is mismatch/error/timeout")
+    r.add_argument("--report", action="store_true", help="write report.html into the results folder at the end")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
     r.set_defaults(func=cmd_run)
+
+    rp = sub.add_parser("report", help="one self-contained HTML report from results folders / .jsonl files")
+    rp.add_argument("results", nargs="+", help="results folders or results.jsonl files")
+    rp.add_argument("-o", "--output", default="report.html", help="HTML file to write (default: report.html)")
+    rp.add_argument("--title", help="page title")
+    rp.set_defaults(func=cmd_report)
+
+    cp = sub.add_parser("compare", help="compare NEW against BASELINE; exit 1 on a speed or correctness regression")
+    cp.add_argument("baseline", help="baseline results folder or .jsonl")
+    cp.add_argument("new", help="new results folder or .jsonl")
+    cp.add_argument("--threshold", default="5%", help="smallest median change that counts, e.g. 5%% (default)")
+    cp.add_argument("--correctness-only", action="store_true", help="ignore timing: statuses and missing rows only")
+    cp.add_argument("--allow-missing", action="append", metavar="PATTERN",
+                    help="accept rows missing from NEW: a case, backend or variant name, or a glob over "
+                         "SUITE/CASE/BACKEND/VARIANT (repeatable)")
+    cp.add_argument("--allow-skip", action="append", nargs="?", const="*", metavar="PATTERN",
+                    help="accept rows that became skipped/unsupported (all, or those matching PATTERN; repeatable)")
+    cp.add_argument("--markdown", metavar="FILE", help="also write the markdown summary to FILE")
+    cp.set_defaults(func=cmd_compare)
+
+    va = sub.add_parser("validate", help="check a suite file and print its expanded cases (runs nothing)")
+    va.add_argument("suite", help="suite YAML file")
+    va.set_defaults(func=cmd_validate)
 
     ls = sub.add_parser("list", help="every backend, whether it is available here and why, and its capabilities")
     ls.set_defaults(func=cmd_list)

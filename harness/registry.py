@@ -19,6 +19,9 @@ BUILTIN_BACKENDS: dict[str, str] = {
     "sdpa": "backends.sdpa:SDPABackend",
     "flash-attn": "backends.flash_attn:FlashAttentionBackend",
     "flashinfer": "backends.flashinfer:FlashInferBackend",
+    "torch-cascade": "backends.torch_cascade:TorchCascadeBackend",
+    "flash-attn-cascade": "backends.flash_attn_cascade:FlashAttnCascadeBackend",
+    "flashinfer-cascade": "backends.flashinfer_cascade:FlashInferCascadeBackend",
 }
 
 

@@ -20,7 +20,8 @@ from harness.metrics import attention_work
 from harness.reference import reference_attention
 from harness.results import ResultRow, variant_label
 from harness.spec import CaseSpec, Suite
-from harness.timing import TimingOptions, time_callable
+from harness.roofline import get_ceilings, roofline_metrics
+from harness.timing import TimingOptions, graph_decision, time_callable
 from harness.workload import Batch, draw_lengths, generate
 
 SENTINEL = 3.0e4  # finite, exactly representable in fp16/bf16, far outside any attention output
@@ -36,8 +37,11 @@ class RunOptions:
     check: bool = True
     time: bool = True
     timing: TimingOptions | None = None
+    roofline: bool = True  # attach % of the measured device ceilings to each timed row
     cpu_max_gflop: float = 2.0
     cpu_max_kv_mib: float = 256.0
+    # Extra pre-run check (e.g. the memory planner of harness.memory): a reason to skip, or None.
+    fit_check: Callable[["Cell"], str | None] | None = None
 
 
 @dataclass
@@ -161,6 +165,11 @@ def run_cell(cell: Cell, ctx: CaseContext, suite: Suite, opts: RunOptions) -> Re
             bview, token_index = batch.reordered(order)
         else:
             bview, token_index = batch, None
+        # Batch-dependent limits (e.g. cascade needs a shared prefix) are a status, not an error.
+        batch_reason = backend.check_batch_support(bview.common_metadata(), variant)
+        if batch_reason:
+            row["status"], row["reason"] = "unsupported", batch_reason
+            return ResultRow.model_validate(row)
         stage = "kv cache"
         kv_cache = backend.materialize_kv_cache(bview.kv_cache, cfg.kv_layout)
         common = bview.common_metadata()
@@ -210,14 +219,21 @@ def run_cell(cell: Cell, ctx: CaseContext, suite: Suite, opts: RunOptions) -> Re
             def call() -> None:
                 impl.forward(bview.query, bview.key, bview.value, kv_cache, metadata, out, None)
 
-            row["timing"] = time_callable(call, device, topts)
+            # Graph-timed only where the declared level covers this batch's shape.
+            gd = graph_decision(caps.cudagraph, bview.query_lens,
+                                impl.graph_safe(metadata) if caps.cudagraph > 0 and device.type == "cuda" else None,
+                                enabled=topts.cuda_graph, device_type=device.type)
+            row["timing"] = time_callable(call, device, topts, graph=gd, output=out)
+            enqueue_us = row["timing"].pop("host_enqueue_us", None)
+            if enqueue_us is not None:
+                host["enqueue_us"] = enqueue_us  # host cost of launching one call, kept out of median_us
             work = attention_work(bview.query_lens, bview.seq_lens, num_heads=cfg.num_heads,
                                   num_kv_heads=cfg.num_kv_heads, head_size=cfg.head_size, dtype=cfg.dtype,
                                   kv_cache_dtype=cfg.kv_cache_dtype, block_size=cfg.block_size,
                                   causal=cfg.causal, sliding_window=cfg.sliding_window)
             t = row["timing"]["median_us"] * 1e-6
-            row["metrics"] = {**work.as_dict(), "tflops": work.flops / t / 1e12 if t else None,
-                              "tbps": work.bytes / t / 1e12 if t else None}
+            ceilings, why_not = get_ceilings(device) if opts.roofline else (None, "disabled")
+            row["metrics"] = {**work.as_dict(), **roofline_metrics(work.flops, work.bytes, t, ceilings, why_not)}
         row["host"] = host
         row["status"], row["reason"] = status, reason
     except Exception as e:  # a backend that rejects or crashes costs only its own cell
@@ -234,35 +250,61 @@ def iterate_suite(
     on_start: Callable[[Cell], None] | None = None,
 ) -> Iterator[ResultRow]:
     """Yield one row per cell, generating each case's batch and reference once."""
-    cells = plan_cells(suite, backends, opts)
+    for case_cells in group_by_case(plan_cells(suite, backends, opts)):
+        yield from iterate_case(case_cells, suite, opts, on_start=on_start)
+
+
+def group_by_case(cells: list[Cell]) -> list[list[Cell]]:
+    """Cells grouped by case, cases in first-seen order."""
     by_case: dict[str, list[Cell]] = {}
     for c in cells:
         by_case.setdefault(c.case.name, []).append(c)
-    for case_cells in by_case.values():
-        case = case_cells[0].case
-        runnable: list[Cell] = []
-        for cell in case_cells:
-            if on_start:
-                on_start(cell)
-            reason, status = _precheck(cell, opts)
-            if reason:
-                row = _base_row(cell, suite, opts)
-                row.update(status=status, reason=reason)
-                yield ResultRow.model_validate(row)
-            else:
-                runnable.append(cell)
-        if not runnable:
-            continue
-        try:
-            ctx = CaseContext(case, opts.device, want_reference=opts.check)
-        except Exception as e:
-            for cell in runnable:
-                row = _base_row(cell, suite, opts)
-                row.update(status="error", reason=f"generate/reference: {_short_error(e)}")
-                yield ResultRow.model_validate(row)
-            continue
+    return list(by_case.values())
+
+
+def status_row(cell: Cell, suite: Suite, opts: RunOptions, status: str, reason: str) -> ResultRow:
+    """A row for a cell that did not run (or whose worker died): no measurements."""
+    row = _base_row(cell, suite, opts)
+    row.update(status=status, reason=reason)
+    return ResultRow.model_validate(row)
+
+
+def iterate_case(
+    case_cells: list[Cell],
+    suite: Suite,
+    opts: RunOptions,
+    on_start: Callable[[Cell], None] | None = None,
+    on_event: Callable[[str, Cell | None], None] | None = None,
+) -> Iterator[ResultRow]:
+    """Rows of one case's cells (all of the same case). ``on_event("prepare", None)`` fires
+    before the batch/reference is made and ``on_event("cell", cell)`` before each cell runs,
+    so a supervising process knows what a crash or a hang belongs to."""
+    case = case_cells[0].case
+    runnable: list[Cell] = []
+    for cell in case_cells:
+        if on_start:
+            on_start(cell)
+        reason, status = _precheck(cell, opts)
+        if reason:
+            yield status_row(cell, suite, opts, status, reason)
+        else:
+            runnable.append(cell)
+    if not runnable:
+        return
+    if on_event:
+        on_event("prepare", None)
+    try:
+        ctx = CaseContext(case, opts.device, want_reference=opts.check)
+    except Exception as e:
         for cell in runnable:
+            yield status_row(cell, suite, opts, "error", f"generate/reference: {_short_error(e)}")
+        return
+    try:
+        for cell in runnable:
+            if on_event:
+                on_event("cell", cell)
             yield run_cell(cell, ctx, suite, opts)
+    finally:
         del ctx
         if opts.device.type == "cuda":
             torch.cuda.empty_cache()
@@ -279,6 +321,10 @@ def _precheck(cell: Cell, opts: RunOptions) -> tuple[str | None, str]:
     big = too_large_reason(cell.case, opts)
     if big:
         return big, "skipped"
+    if opts.fit_check is not None:
+        reason = opts.fit_check(cell)
+        if reason:
+            return reason, "skipped"
     return None, ""
 
 

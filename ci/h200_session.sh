@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Runs ON THE GPU MACHINE after the devkit is installed (see ../shared/devkit/README.md):
+#   source .devkit/bin/env.sh && bash ci/h200_session.sh PHASE
+# Each step has its own time limit, so one hang cannot eat the whole device call. Results go
+# to $OUT/results.tgz (every results folder) and $OUT/session.log.
+set -uo pipefail
+PHASE=${1:-shakedown}
+OUT=${OUT:-/tmp/out}
+R=/tmp/h200-results
+mkdir -p "$R" "$OUT"
+export FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1      # FA4: compile each variant once per machine
+export FLASH_ATTENTION_CUTE_DSL_CACHE_DIR=/tmp/fa4-cache
+export PYTHONWARNINGS=ignore
+export TVM_FFI_DISABLE_TORCH_C_DLPACK=1
+H="python3 -m harness.cli"
+LOG="$OUT/session.log"
+step() {  # step SECONDS NAME COMMAND...
+  local limit=$1 name=$2; shift 2
+  echo "=== $(date +%T) $name (limit ${limit}s): $*" | tee -a "$LOG"
+  local t0=$SECONDS
+  timeout --signal=INT --kill-after=20 "$limit" "$@" >>"$LOG" 2>&1
+  echo "=== $name rc=$? in $((SECONDS - t0))s" | tee -a "$LOG"
+}
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv >>"$LOG" 2>&1
+$H list >>"$LOG" 2>&1
+
+case "$PHASE" in
+shakedown)
+  step 200 conformance-fa $H run suites/conformance.yaml --backends flash-attn,sdpa,torch-math --no-time --quiet --out $R/conformance-fa
+  step 200 conformance-fi $H run suites/conformance.yaml --backends flashinfer --variant flashinfer.prefill_backend=fa2 --no-time --quiet --out $R/conformance-fi
+  step 90 cascade-conf $H run suites/cascade.yaml --backends flash-attn-cascade,flashinfer-cascade,torch-cascade,flash-attn --no-time --quiet --out $R/cascade-conf
+  step 60 direct python3 ci/direct_timing.py
+  step 120 decode-llama $H run suites/decode.yaml --backends flash-attn,flashinfer --case 'llama3-8b*' --quiet --out $R/decode-llama
+  ;;
+*)
+  echo "unknown phase $PHASE" | tee -a "$LOG"
+  ;;
+esac
+tar czf "$OUT/results.tgz" -C "$R" . 2>>"$LOG"
+grep -h '"status"' $R/*/results.jsonl 2>/dev/null | python3 -c '
+import sys, json, collections
+c = collections.Counter()
+for line in sys.stdin:
+    r = json.loads(line); c[(r["suite"], r["backend"], r["status"])] += 1
+for k, n in sorted(c.items()): print(*k, n)' | tee -a "$LOG"
