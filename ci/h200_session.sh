@@ -25,17 +25,24 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.g
 $H list >>"$LOG" 2>&1
 
 case "$PHASE" in
+conformance)
+  step 230 conformance-fa $H run suites/conformance.yaml --backends flash-attn,torch-math,sdpa --no-time --quiet --out $R/conformance-fa
+  step 300 conformance-fi $H run suites/conformance.yaml --backends flashinfer --variant flashinfer.prefill_backend=fa2 --no-time --quiet --out $R/conformance-fi
+  ;;
 shakedown)
-  step 200 conformance-fa $H run suites/conformance.yaml --backends flash-attn,sdpa,torch-math --no-time --quiet --out $R/conformance-fa
-  step 200 conformance-fi $H run suites/conformance.yaml --backends flashinfer --variant flashinfer.prefill_backend=fa2 --no-time --quiet --out $R/conformance-fi
-  step 90 cascade-conf $H run suites/cascade.yaml --backends flash-attn-cascade,flashinfer-cascade,torch-cascade,flash-attn --no-time --quiet --out $R/cascade-conf
-  step 60 direct python3 ci/direct_timing.py
-  step 120 decode-llama $H run suites/decode.yaml --backends flash-attn,flashinfer --case 'llama3-8b*' --quiet --out $R/decode-llama
+  step 60 timing-tests python3 -m pytest -q -x tests/test_timing.py -k cuda
+  step 100 cascade-conf $H run suites/cascade.yaml --case 'cpu-*' --backends torch-cascade,flash-attn-cascade,flashinfer-cascade,flash-attn,flashinfer --no-time --quiet --out $R/cascade-conf
+  step 120 orientation $H run ci/orientation.yaml --quiet --out $R/orientation
+  step 90 direct python3 ci/direct_timing.py --harness-results $R/orientation --out $R/direct.json
+  step 150 decode-llama $H run suites/decode.yaml --backends flash-attn,flashinfer --case 'llama3-8b[count=64*' --quiet --out $R/decode-llama
   ;;
 *)
   echo "unknown phase $PHASE" | tee -a "$LOG"
   ;;
 esac
+# Bring compiled JIT kernels back so a later session need not compile them again.
+tar cJf "$OUT/jitcache-$PHASE.tar.xz" -C / tmp/flashinfer-ws tmp/fa4-cache 2>/dev/null
+ls -la "$OUT" >>"$LOG"
 tar czf "$OUT/results.tgz" -C "$R" . 2>>"$LOG"
 grep -h '"status"' $R/*/results.jsonl 2>/dev/null | python3 -c '
 import sys, json, collections
