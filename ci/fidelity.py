@@ -99,7 +99,8 @@ def profile_kernel_us(call: Any, calls: int) -> tuple[float, float]:
     return total / calls, len(evs) / calls
 
 
-def setup_forward(backend: type, variant: dict, batch: Any, device: torch.device) -> tuple[Any, Any, Any]:
+def setup_forward(backend: type, variant: dict, batch: Any, device: torch.device,
+                  cuda_graph: bool = True) -> tuple[Any, Any, Any]:
     """Everything run_cell builds before timing: (call, decision inputs, out). Mirrors the runner."""
     cfg = batch.config
     caps = backend.capabilities(variant)
@@ -116,13 +117,13 @@ def setup_forward(backend: type, variant: dict, batch: Any, device: torch.device
     builder = backend.get_builder_cls()(cfg, variant, device)
     impl = backend.get_impl_cls()(cfg, variant, device, bview.layer)
     metadata = builder.build(bview.common_metadata())
-    out = torch.empty_like(bview.query, dtype=cfg.torch_dtype)
+    out = torch.full_like(bview.query, float("nan"), dtype=cfg.torch_dtype)  # as the runner: unwritten stays NaN
 
     def call() -> None:
         impl.forward(bview.query, bview.key, bview.value, kv_cache, metadata, out, None)
 
     safe = impl.graph_safe(metadata) if caps.cudagraph > 0 else None
-    decision = graph_decision(caps.cudagraph, bview.query_lens, safe, device_type="cuda")
+    decision = graph_decision(caps.cudagraph, bview.query_lens, safe, enabled=cuda_graph, device_type="cuda")
     return call, decision, out
 
 
@@ -138,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("error: ci/fidelity.py needs a CUDA device", file=sys.stderr)
         return 2
-    device = torch.device("cuda")
+    device = torch.device("cuda", torch.cuda.current_device())  # indexed, as harness/cli.py makes it
     try:
         suite = load_suite(args.suite) if args.suite else parse_suite(BUILTIN, "<built-in fidelity suite>")
     except SpecError as e:
@@ -185,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
                 try:
                     if batch is None:
                         batch = generate(case, device)
-                    call, decision, out = setup_forward(b, variant, batch, device)
+                    call, decision, out = setup_forward(b, variant, batch, device, cuda_graph=not args.no_cuda_graph)
                     t = time_callable(call, device, topts, graph=decision, output=out)
                     prof_us, kpc = profile_kernel_us(call, args.profile_calls)
                     h = t["median_us"]

@@ -41,13 +41,15 @@ def _parse_variants(items: list[str]) -> dict[str, dict[str, list[str]]]:
 
 def _pick_device(name: str) -> torch.device:
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        name = "cuda" if torch.cuda.is_available() else "cpu"
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise UsageError(f"--device {name}: torch sees no CUDA device here (torch {torch.__version__})")
     try:
-        return torch.device(name)
+        device = torch.device(name)
     except RuntimeError:
         raise UsageError(f"--device {name!r}: expected auto, cpu, cuda or cuda:N") from None
+    # Always carry an index: workers call torch.cuda.set_device, which rejects a bare "cuda".
+    return torch.device("cuda", device.index or 0) if device.type == "cuda" else device
 
 
 def _fmt(x: Any, spec: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import platform
 import subprocess
 import sys
@@ -25,6 +26,7 @@ def git_sha() -> str:
         return "unknown"
 
 
+@functools.lru_cache(maxsize=None)  # nvidia-smi is slow; the answer does not change within a run
 def device_info(device: torch.device) -> dict[str, Any]:
     if device.type == "cuda":
         idx = device.index if device.index is not None else torch.cuda.current_device()
@@ -39,7 +41,7 @@ def device_info(device: torch.device) -> dict[str, Any]:
             "cuda_runtime": torch.version.cuda,
         }
         try:
-            out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader", f"-i={idx}"],
+            out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader", f"--id={idx}"],
                                  capture_output=True, text=True, timeout=10)
             info["driver"] = out.stdout.strip() or None
         except (OSError, subprocess.SubprocessError):
@@ -66,7 +68,7 @@ def run_header(device: torch.device, backend_versions: dict[str, dict[str, str]]
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "torch": torch.__version__,
-        "device": device_info(device),
+        "device": dict(device_info(device)),
         "backends": backend_versions,
         **(extra or {}),
     }

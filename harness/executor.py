@@ -57,6 +57,13 @@ STICKY_CUDA_ERRORS = (
     "uncorrectable ECC",
     "CUDA error: unknown error",
     "cudaErrorLaunchFailure",
+    # driver-API / runtime-enum spellings (CuTe-DSL, cuda-python, Triton) of the same errors
+    "CUDA_ERROR_ILLEGAL_ADDRESS",
+    "CUDA_ERROR_LAUNCH_FAILED",
+    "CUDA_ERROR_MISALIGNED_ADDRESS",
+    "CUDA_ERROR_ILLEGAL_INSTRUCTION",
+    "CUDA_ERROR_ASSERT",
+    "cudaErrorIllegalAddress",
 )
 
 
@@ -156,6 +163,7 @@ def _die_with_parent() -> None:
 
 def _context_broken(device: torch.device, reason: str) -> str | None:
     """Why this worker's CUDA context can no longer be trusted, or None."""
+    reason = reason or ""
     if any(s.lower() in reason.lower() for s in STICKY_CUDA_ERRORS):
         return f"CUDA context unusable after: {reason}"
     if device.type != "cuda":
@@ -191,7 +199,7 @@ def _worker_main(conn: Any, device_name: str, suite: Suite, opts: RunOptions, bu
             return
         if device.type == "cuda" and not cuda_ready:
             # Only now: a standby worker must not hold a CUDA context (memory) while it waits.
-            torch.cuda.set_device(device)
+            torch.cuda.set_device(device.index if device.index is not None else 0)
             cuda_ready = True
         cells: list[Cell] = msg
         broken = None
@@ -253,6 +261,9 @@ class Executor:
     # In-process: the reference engine, with the memory planner.
     def _run_inline(self, cases: list[list[Cell]], on_start: Callable[[Cell], None] | None) -> Iterator[ResultRow]:
         device = torch.device(self.xopts.devices[0])
+        if device.type == "cuda":
+            # As in the worker: kernels, graph capture and streams follow the current device.
+            torch.cuda.set_device(device.index if device.index is not None else 0)
         opts = dataclasses.replace(self.opts, device=device,
                                    fit_check=make_fit_check(device, self.opts.check, self.xopts.memory_budget_mib))
         for case_cells in cases:

@@ -38,8 +38,8 @@ class RunOptions:
     time: bool = True
     timing: TimingOptions | None = None
     roofline: bool = True  # attach % of the measured device ceilings to each timed row
-    cpu_max_gflop: float = 2.0
-    cpu_max_kv_mib: float = 256.0
+    cpu_max_gflop: float = 0.5  # the CLI defaults: keep them in step
+    cpu_max_kv_mib: float = 128.0
     # Extra pre-run check (e.g. the memory planner of harness.memory): a reason to skip, or None.
     fit_check: Callable[["Cell"], str | None] | None = None
 
