@@ -31,21 +31,21 @@ bg() {  # bg SECONDS NAME COMMAND...: like step, in the background (correctness-
 }
 case "$PHASE" in
 final-a)
-  step 120 orientation $H run ci/orientation.yaml --quiet --out $R/orientation
-  step 60 direct python3 ci/direct_timing.py --harness-results $R/orientation --out $R/direct.json
+  step 100 orientation $H run ci/orientation.yaml --quiet --out $R/orientation
+  step 50 direct python3 ci/direct_timing.py --harness-results $R/orientation --out $R/direct.json
   # Conformance is correctness only (--no-time), so four processes share the GPU to overlap JIT builds.
-  bg 230 conf-fa-fp16 $H run suites/conformance.yaml --backends flash-attn,torch-math --no-time --quiet --case '*dtype=float16*' --out $R/conf-fa-fp16
-  bg 230 conf-fa-rest $H run suites/conformance.yaml --backends flash-attn,torch-math,sdpa --no-time --quiet --case '*dtype=bfloat16*' --case 'fp8*' --case 'layout-hnd*' --case 'features*' --out $R/conf-fa-rest
-  bg 230 conf-fi-fp16 $H run suites/conformance.yaml --backends flashinfer --variant flashinfer.prefill_backend=fa2 --no-time --quiet --case '*dtype=float16*' --out $R/conf-fi-fp16
-  bg 230 conf-fi-rest $H run suites/conformance.yaml --backends flashinfer --variant flashinfer.prefill_backend=fa2 --no-time --quiet --case '*dtype=bfloat16*' --case 'fp8*' --case 'layout-hnd*' --case 'features*' --out $R/conf-fi-rest
+  bg 200 conf-fa-fp16 $H run suites/conformance.yaml --backends flash-attn,torch-math --no-time --quiet --case '*dtype=float16*' --out $R/conf-fa-fp16
+  bg 200 conf-fa-rest $H run suites/conformance.yaml --backends flash-attn,torch-math,sdpa --no-time --quiet --case '*dtype=bfloat16*' --case 'fp8*' --case 'layout-hnd*' --case 'features*' --out $R/conf-fa-rest
+  bg 200 conf-fi-fp16 $H run suites/conformance.yaml --backends flashinfer --variant flashinfer.prefill_backend=fa2 --no-time --quiet --case '*dtype=float16*' --out $R/conf-fi-fp16
+  bg 200 conf-fi-rest $H run suites/conformance.yaml --backends flashinfer --variant flashinfer.prefill_backend=fa2 --no-time --quiet --case '*dtype=bfloat16*' --case 'fp8*' --case 'layout-hnd*' --case 'features*' --out $R/conf-fi-rest
   wait
-  step 70 crash env PYTHONPATH=tests:$PYTHONPATH $H run ci/smoke.yaml --backends torch-math,flash-attn,plugins.crashy:DeviceAssertBackend,plugins.crashy:SegfaultBackend,plugins.crashy:HangingBackend,plugins.crashy:RaisingBackend,plugins.crashy:NaNBackend,sdpa --variant flash-attn.fa_version=3 --no-time --cell-timeout 20 --quiet --out $R/crash
-  step 60 cascade-conf $H run suites/cascade.yaml --case 'cpu-*' --backends torch-cascade,flash-attn-cascade,flashinfer-cascade,flash-attn,flashinfer --variant flash-attn.fa_version=3,4 --no-time --quiet --out $R/cascade-conf
+  step 60 crash env PYTHONPATH=tests:$PYTHONPATH $H run ci/smoke.yaml --backends torch-math,flash-attn,plugins.crashy:DeviceAssertBackend,plugins.crashy:SegfaultBackend,plugins.crashy:HangingBackend,plugins.crashy:RaisingBackend,plugins.crashy:NaNBackend,sdpa --variant flash-attn.fa_version=3 --no-time --cell-timeout 20 --quiet --out $R/crash
+  step 50 cascade-conf $H run suites/cascade.yaml --case 'cpu-*' --backends torch-cascade,flash-attn-cascade,flashinfer-cascade,flash-attn,flashinfer --variant flash-attn.fa_version=3,4 --no-time --quiet --out $R/cascade-conf
   ;;
 final-b)
-  step 100 decode-1 $H run suites/decode.yaml --case 'llama3-8b*' --backends flash-attn,flashinfer --variant flashinfer.prefill_backend=auto --max-time 1 --quiet --out $R/decode-1
-  step 100 decode-2 $H run suites/decode.yaml --case 'llama3-8b*' --backends flash-attn,flashinfer --variant flashinfer.prefill_backend=auto --max-time 1 --quiet --out $R/decode-2
-  step 70 fidelity python3 ci/fidelity.py --out $R/fidelity
+  step 90 decode-1 $H run suites/decode.yaml --case 'llama3-8b*' --backends flash-attn,flashinfer --variant flashinfer.prefill_backend=auto --max-time 1 --quiet --out $R/decode-1
+  step 90 decode-2 $H run suites/decode.yaml --case 'llama3-8b*' --backends flash-attn,flashinfer --variant flashinfer.prefill_backend=auto --max-time 1 --quiet --out $R/decode-2
+  step 60 fidelity python3 ci/fidelity.py --out $R/fidelity
   ;;
 *)
   echo "unknown phase $PHASE" | tee -a "$LOG"
