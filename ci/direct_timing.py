@@ -6,7 +6,17 @@ and print the harness's figure for the same case beside each line.
 Cells (ci/orientation.yaml names the same shapes for the harness):
 - dense-prefill: bf16 non-causal, 2 sequences x 16 heads x 8192 tokens, head 128, through FA2
   ``flash_attn_varlen_func``, FA3 ``flash_attn_interface.flash_attn_varlen_func`` and FA4
-  ``flash_attn.cute.flash_attn_varlen_func``; reports TFLOP/s (orientation: 394 / 744 / 749).
+  ``flash_attn.cute.flash_attn_varlen_func`` on dense (non-paged) K/V; reports TFLOP/s
+  (orientation: 394 / 744 / 749). NOT the harness's call: the harness always reads a paged KV
+  cache (page 256 for this case), so these lines are orientation figures only.
+- paged-prefill: the same shape through the SAME paged calls backends/flash_attn.py makes:
+  FA2 ``flash_attn_varlen_func(..., block_table=)``, FA3 ``flash_attn_with_kvcache(...,
+  page_table=, cu_seqlens_q=, cache_seqlens=, scheduler_metadata=)``, FA4
+  ``flash_attn.cute.flash_attn_varlen_func(..., page_table=, seqused_k=)``; page 256, a shuffled
+  page table, K and V the two strided halves of one (num_blocks, 2, page, Hk, D) cache. This is
+  what the harness's dense-prefill row is compared against (diff %, flagged above 5%). The
+  harness's figure also includes the adapter's copy of the output into the caller's buffer
+  (the public entry points have no out=; 64 MiB = 67 MB here): that copy is timed alone too.
 - paged-decode: batch 64, context 4096, 32/8 heads, head 128, page 16 (shuffled pages), through
   FA3 ``flash_attn_with_kvcache`` and FlashInfer's tensor-core decode wrapper; reports TB/s of
   K/V read (orientation: 4.04 / 4.21). FA4 paged decode is timed too, without an orientation.
@@ -34,6 +44,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 DENSE = dict(batch=2, heads=16, seqlen=8192, head=128)
+PAGED_PREFILL = dict(DENSE, page=256)
+FLAG_DIFF = 0.05  # a harness figure more than 5% off the same direct call is flagged
 DECODE = dict(batch=64, context=4096, heads=32, kv_heads=8, head=128, page=16)
 
 
@@ -120,6 +132,68 @@ def dense_calls(x: dict[str, Any]) -> list[tuple[str, str, Callable[[], Callable
     return [("FA2", "2", fa2), ("FA3", "3", fa3), ("FA4", "4", fa4)]
 
 
+def paged_prefill_inputs() -> dict[str, Any]:
+    """The dense-prefill shape in a paged cache, laid out as the harness gives it to the adapter."""
+    B, H, L, D, P = (PAGED_PREFILL[k] for k in ("batch", "heads", "seqlen", "head", "page"))
+    pages_per_seq = L // P
+    num_pages = B * pages_per_seq
+    g = torch.Generator(device="cuda").manual_seed(0)
+    kv = torch.randn(num_pages, 2, P, H, D, device="cuda", dtype=torch.bfloat16, generator=g)
+    perm = torch.randperm(num_pages, device="cuda", generator=g).to(torch.int32)
+    q = torch.randn(B * L, H, D, device="cuda", dtype=torch.bfloat16, generator=g)
+    cu = torch.arange(0, (B + 1) * L, L, device="cuda", dtype=torch.int32)
+    flops = 4.0 * B * H * D * L * L
+    return {"kv": kv, "page_table": perm.view(B, pages_per_seq).contiguous(), "q": q, "cu": cu,
+            "seqlens": torch.full((B,), L, device="cuda", dtype=torch.int32), "L": L, "flops": flops,
+            "out": torch.empty_like(q)}
+
+
+def paged_prefill_calls(x: dict[str, Any]) -> list[tuple[str, str, Callable[[], Callable[[], Any]]]]:
+    """The adapter's prefill-segment calls (backends/flash_attn.py _fa2/_fa3/_fa4), argument for argument."""
+    kv, pt, q, cu, seqlens, L = x["kv"], x["page_table"], x["q"], x["cu"], x["seqlens"], x["L"]
+    B, H, D, P = (PAGED_PREFILL[k] for k in ("batch", "heads", "head", "page"))
+    kc, vc = kv.unbind(1)  # as the adapter: (num_blocks, page, Hk, D) each, strided
+    scale = D ** -0.5
+
+    def fa2():
+        from flash_attn import flash_attn_varlen_func as f
+        return lambda: f(q, kc, vc, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=L, max_seqlen_k=L,
+                         dropout_p=0.0, block_table=pt, return_attn_probs=False, softmax_scale=scale, causal=False,
+                         window_size=(-1, -1), softcap=0.0, alibi_slopes=None)
+
+    def fa3():
+        import flash_attn_interface as fa3
+        md = None
+        if hasattr(fa3, "get_scheduler_metadata"):  # the adapter builds it when the library has it
+            md = fa3.get_scheduler_metadata(
+                batch_size=B, max_seqlen_q=L, max_seqlen_k=pt.shape[1] * P, num_heads_q=H, num_heads_kv=H,
+                headdim=D, cache_seqlens=seqlens, qkv_dtype=torch.bfloat16, headdim_v=D, cu_seqlens_q=cu,
+                page_size=P, causal=False, window_size=(-1, -1), has_softcap=False, num_splits=0,
+                pack_gqa=None, sm_margin=0)
+        return lambda: fa3.flash_attn_with_kvcache(
+            q, kc, vc, cache_seqlens=seqlens, page_table=pt, cu_seqlens_q=cu, max_seqlen_q=L, softmax_scale=scale,
+            causal=False, window_size=(-1, -1), scheduler_metadata=md, num_splits=0, pack_gqa=None, sm_margin=0,
+            return_softmax_lse=False)
+
+    def fa4():
+        from flash_attn.cute import flash_attn_varlen_func as f
+        cc = torch.cuda.get_device_capability()
+        splits = 1 if cc[0] == 9 else 0  # as the adapter: FA4 on sm90 has no split-KV
+        return lambda: f(q, kc, vc, cu_seqlens_q=cu, max_seqlen_q=L, seqused_k=seqlens, page_table=pt,
+                         softmax_scale=scale, causal=False, window_size=(None, None), learnable_sink=None,
+                         softcap=0.0, num_splits=splits, return_lse=False)
+
+    def copy():
+        o, out = torch.randn_like(q), x["out"]
+        return lambda: out.copy_(o)
+
+    return [("FA2 paged varlen (block_table)", "2", fa2), ("FA3 paged with_kvcache", "3", fa3),
+            ("FA4 paged varlen (page_table)", "4", fa4), (OUTPUT_COPY, "", copy)]
+
+
+OUTPUT_COPY = "output copy alone (adapter)"
+
+
 def decode_inputs() -> dict[str, Any]:
     B, S, Hq, Hk, D, P = (DECODE[k] for k in ("batch", "context", "heads", "kv_heads", "head", "page"))
     pages_per_seq = S // P
@@ -168,12 +242,19 @@ def decode_calls(x: dict[str, Any]) -> list[tuple[str, str, Callable[[], Callabl
 
 ORIENTATION = {("dense-prefill", "FA2"): 394.0, ("dense-prefill", "FA3"): 744.0, ("dense-prefill", "FA4"): 749.0,
                ("paged-decode", "FA3 with_kvcache"): 4.04, ("paged-decode", "FlashInfer decode (tensor cores)"): 4.21}
-HARNESS_BACKEND = {"dense-prefill": "flash-attn", "paged-decode": None}
+HARNESS_BACKEND = {"dense-prefill": "flash-attn", "paged-prefill": "flash-attn", "paged-decode": None}
+# The harness case each cell is compared with, and whether the direct call is the harness's call.
+HARNESS_CASE = {"dense-prefill": "dense-prefill", "paged-prefill": "dense-prefill", "paged-decode": "paged-decode"}
+SAME_CALL = {"dense-prefill": False, "paged-prefill": True, "paged-decode": True}
+CALL_NOTE = {"dense-prefill": "NOT the same call (dense, non-paged: orientation only)",
+             "paged-prefill": "same call as the adapter, argument for argument",
+             "paged-decode": "same paged entry point (direct arguments not mirrored one for one)"}
 
 
 # ---------------------------------------------------------------- harness figures
-def harness_figures(results: Path | None, case: str, backend: str, fa_version: str) -> list[str]:
-    """The harness's figure for the same case: TFLOP/s (dense) or K/V TB/s (decode), per matching row."""
+def harness_rows(results: Path | None, case: str, backend: str, fa_version: str,
+                 tensor_cores: bool | None = None) -> list[dict[str, Any]]:
+    """The harness's rows for the same case: label, median us, figure (TFLOP/s or K/V TB/s), graph."""
     if results is None:
         return []
     from harness.results import read_rows
@@ -184,11 +265,58 @@ def harness_figures(results: Path | None, case: str, backend: str, fa_version: s
             continue
         if fa_version and "fa_version" in r.variant and str(r.variant["fa_version"]) != fa_version:
             continue
+        if tensor_cores is not None and "decode_tensor_cores" in r.variant \
+                and bool(r.variant["decode_tensor_cores"]) != tensor_cores:
+            continue
         t = r.timing["median_us"] * 1e-6
         fig = (r.metrics["flops"] / t / 1e12 if case == "dense-prefill" else r.metrics["bytes_kv"] / t / 1e12)
         graph = "graph" if (r.timing.get("cuda_graph") or {}).get("used") else "eager"
-        out.append(f"{r.backend}[{r.variant_label or '-'}] {fig:.3g} ({r.timing['median_us']:.1f} us, {graph})")
-    return out or [f"no {backend} row for {case}"]
+        out.append({"label": f"{r.backend}[{r.variant_label or '-'}]", "median_us": r.timing["median_us"],
+                    "figure": fig, "graph": graph})
+    return out
+
+
+def harness_figures(results: Path | None, case: str, backend: str, fa_version: str) -> list[str]:
+    """The harness's figure for the same case: TFLOP/s (dense) or K/V TB/s (decode), per matching row."""
+    if results is None:
+        return []
+    rows = harness_rows(results, case, backend, fa_version)
+    return [f"{h['label']} {h['figure']:.3g} ({h['median_us']:.1f} us, {h['graph']})" for h in rows] \
+        or [f"no {backend} row for {case}"]
+
+
+def compare(direct_us: float, harness: list[dict[str, Any]], same_call: bool) -> list[dict[str, Any]]:
+    """Harness row vs direct call: diff = harness / direct - 1; flagged above 5% for the same call."""
+    out = []
+    for h in harness:
+        diff = h["median_us"] / direct_us - 1.0 if direct_us else float("inf")
+        out.append({**h, "direct_us": direct_us, "diff": diff, "same_call": same_call,
+                    "flag": same_call and abs(diff) > FLAG_DIFF})
+    return out
+
+
+def comparison_lines(lines: list[dict[str, Any]]) -> list[str]:
+    """The printout: which harness figure against which direct call, the % difference, flags."""
+    txt = ["", f"harness vs direct (diff = harness / direct - 1; '!!' marks > {FLAG_DIFF:.0%} on the same call):"]
+    copy = next((r for r in lines if r["library"] == OUTPUT_COPY and "median_us" in r), None)
+    for r in lines:
+        if r["library"] == OUTPUT_COPY:
+            continue
+        for c in r.get("compare", []):
+            what = CALL_NOTE.get(r["case"], "same call" if c["same_call"] else "not the same call")
+            flag = "  !! > 5%" if c["flag"] else ""
+            txt.append(f"  {r['case']:14} harness {c['label']} {c['median_us']:.1f} us ({c['graph']}) vs direct "
+                       f"{r['library']} {c['direct_us']:.1f} us: {100 * c['diff']:+.1f}%  [{what}]{flag}")
+            if r["case"] == "paged-prefill" and copy:
+                net = (c["median_us"] - copy["median_us"]) / c["direct_us"] - 1.0
+                txt.append(f"  {'':14}   without the adapter's output copy ({copy['median_us']:.1f} us): "
+                           f"{100 * net:+.1f}%")
+    b, h, L, d = (PAGED_PREFILL[k] for k in ("batch", "heads", "seqlen", "head"))
+    nbytes = b * L * h * d * 2
+    copy_txt = f"{copy['median_us']:.1f} us timed alone above" if copy else "not timed"
+    txt.append(f"  note: the harness's prefill figures include the adapter's copy of the output into the caller's "
+               f"buffer (public entry points have no out=): {nbytes / 1e6:.0f} MB per call, {copy_txt}.")
+    return txt
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -208,6 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{torch.cuda.get_device_name()}  torch {torch.__version__}")
     print(f"{'cell':14} {'library':34} {'method':12} {'median us':>10} {'figure':>16} {'orientation':>11}  harness")
     for case, make_inputs, make_calls, unit in (("dense-prefill", dense_inputs, dense_calls, "TFLOP/s"),
+                                               ("paged-prefill", paged_prefill_inputs, paged_prefill_calls, "TFLOP/s"),
                                                ("paged-decode", decode_inputs, decode_calls, "TB/s KV")):
         x = make_inputs()
         for label, fa_version, factory in make_calls(x):
@@ -221,11 +350,23 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as e:  # a missing or failing library costs only its line
                 rec["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
             backend = HARNESS_BACKEND[case] or ("flash-attn" if fa_version else "flashinfer")
-            rec["harness"] = harness_figures(args.harness_results, case, backend, fa_version)
+            hcase = HARNESS_CASE[case]
+            if label == OUTPUT_COPY:
+                rec["harness"] = []
+                rec.pop("figure", None)
+            else:
+                tc = ("tensor cores" in label) if backend == "flashinfer" else None
+                hrows = harness_rows(args.harness_results, hcase, backend, fa_version, tc)
+                rec["harness"] = [f"{h['label']} {h['figure']:.3g} ({h['median_us']:.1f} us, {h['graph']})"
+                                  for h in hrows] or ([f"no {backend} row for {hcase}"] if args.harness_results else [])
+                if "median_us" in rec:
+                    rec["compare"] = compare(rec["median_us"], hrows, SAME_CALL[case])
             lines.append(rec)
             orient = f"{rec['orientation']:g}" if rec["orientation"] else "-"
             if "error" in rec:
                 print(f"{case:14} {label:34} {'-':12} {'-':>10} {'-':>16} {orient:>11}  error: {rec['error']}")
+            elif "figure" not in rec:
+                print(f"{case:14} {label:34} {rec['method']:12} {rec['median_us']:10.1f} {'-':>16} {orient:>11}")
             else:
                 print(f"{case:14} {label:34} {rec['method']:12} {rec['median_us']:10.1f} "
                       f"{rec['figure']:9.3g} {unit:>6} {orient:>11}  {'; '.join(rec['harness'])}")
@@ -233,6 +374,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{'':14} {'':34} {rec['note']}")
         del x
         torch.cuda.empty_cache()
+    for t in comparison_lines(lines):
+        print(t)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__,

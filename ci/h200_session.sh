@@ -45,7 +45,8 @@ final-a)
 final-b)
   step 90 decode-1 $H run suites/decode.yaml --case 'llama3-8b*' --backends flash-attn,flashinfer --variant flashinfer.prefill_backend=auto --max-time 1 --quiet --out $R/decode-1
   step 90 decode-2 $H run suites/decode.yaml --case 'llama3-8b*' --backends flash-attn,flashinfer --variant flashinfer.prefill_backend=auto --max-time 1 --quiet --out $R/decode-2
-  step 60 fidelity python3 ci/fidelity.py --out $R/fidelity
+  # Bounded by --total-budget (70 s from start, the default); SIGINT at the limit keeps the rows.
+  step 100 fidelity python3 ci/fidelity.py --out $R/fidelity
   ;;
 *)
   echo "unknown phase $PHASE" | tee -a "$LOG"

@@ -5,7 +5,9 @@ when the backend's declared CudaGraphSupport covers the batch, else N eager call
 bracket the work, and a spin kernel queued ahead of them holds the stream until the host has
 enqueued everything, so host launch cost stays out of the kernel time (it is reported apart as
 ``host_enqueue_us``). Cold mode reads a buffer twice the L2 size before every sample (outside
-the events) and runs one call per sample; a probe checks once per device that the flush evicts.
+the events) and runs one call per sample; a probe checks once per device which flush method
+really evicts on this device, cold mode uses a verified one, and every cold row says which
+method ran and whether it was verified (``cold_l2``, ``cold_check``).
 CPU: the same loop on the wall clock, no graphs, no flush.
 
 Sampling stops by a pure rule (``stop_reason``): the relative half-width of the median's
@@ -28,7 +30,7 @@ import torch
 from backends.base import CudaGraphSupport
 
 MODES = ("hot", "cold")
-FLUSH_METHODS = ("read", "write")
+FLUSH_METHODS = ("auto", "read", "write")  # auto: the method the probe verifies here (read preferred)
 COLD_PROBE_MIN_RATIO = 1.2  # a probe read after the flush must be this much slower than a hot one
 
 
@@ -46,7 +48,7 @@ class TimingOptions:
     max_calls_per_sample: int = 64
     hide_launch: bool = True  # hold the stream with a spin kernel while the host enqueues
     max_hold_ms: float = 50.0
-    flush_method: str = "read"  # cold mode: "read" (sum a 2xL2 buffer) or "write" (zero it)
+    flush_method: str = "auto"  # cold mode: "auto" (probe both, use a verified one), "read" or "write"
     keep_raw: bool = False  # raw per-sample times in the row (off: keep rows small)
 
     @classmethod
@@ -291,14 +293,26 @@ def l2_bytes(device: torch.device) -> int:
 class L2Flusher:
     """Evicts the L2 by streaming a buffer twice its size (read: sum it; write: zero it).
 
-    Reading is the default: a write flush leaves the L2 full of dirty lines whose write-back
-    would land inside the next timed call."""
+    Read is preferred: a write flush leaves the L2 full of dirty lines whose write-back would
+    land inside the next timed call. So the write flush here is followed by a drain: a read
+    pass over the first L2-size of the same buffer (already written back to DRAM by the second
+    half's writes), which evicts the second half's dirty lines and so makes their write-back
+    happen now, outside the timed region; what it leaves in the L2 are clean lines of the flush
+    buffer, which cost the timed call nothing to evict. The drain cannot bring the evicted data
+    back, so it cannot make the flush less cold; the probe times the whole sequence. Then a
+    synchronize: the hold and the start event are enqueued only once the flush and the drain
+    have finished on the device (stream order already guarantees it; the synchronize also
+    keeps the flush's host wait out of the sample's host-enqueue measurement)."""
 
     def __init__(self, device: torch.device, method: str = "read"):
+        if method not in ("read", "write"):
+            raise ValueError(f"flush method {method!r}: expected read or write (auto is resolved by select_flush)")
         l2 = l2_bytes(device)
+        self.device = device
         self.nbytes = max(2 * l2, 64 << 20) if l2 else 256 << 20
         self.method = method
         self.buf = torch.zeros(self.nbytes // 4, dtype=torch.float32, device=device)
+        self.drain = self.buf[: max(1, (l2 or self.nbytes // 2) // 4)]
         self.sink = torch.zeros((), dtype=torch.float32, device=device)
         self.count = 0
 
@@ -307,9 +321,14 @@ class L2Flusher:
             torch.sum(self.buf, dim=0, out=self.sink)
         else:
             self.buf.zero_()
+            torch.sum(self.drain, dim=0, out=self.sink)  # write dirty lines back now (see above)
+            torch.cuda.synchronize(self.device)
         self.count += 1
 
     def describe(self) -> str:
+        if self.method == "write":
+            return (f"write {self.nbytes / 2**20:.0f} MiB + read-drain {self.drain.numel() * 4 / 2**20:.0f} MiB "
+                    "+ synchronize before each sample")
         return f"{self.method} {self.nbytes / 2**20:.0f} MiB before each sample"
 
 
@@ -378,7 +397,7 @@ def verify_cold_l2(device: torch.device, method: str = "read", reps: int = 15) -
         return _COLD_CHECK[key]
     l2 = l2_bytes(device)
     if not l2:
-        _COLD_CHECK[key] = {"verified": False, "reason": "L2 size unknown: cannot size the probe"}
+        _COLD_CHECK[key] = {"method": method, "verified": False, "reason": "L2 size unknown: cannot size the probe"}
         return _COLD_CHECK[key]
     flusher = L2Flusher(device, method)
     probe = torch.ones(l2 // 2 // 4, dtype=torch.float32, device=device)
@@ -397,6 +416,8 @@ def verify_cold_l2(device: torch.device, method: str = "read", reps: int = 15) -
     h, c = statistics.median(hot), statistics.median(cold)
     ratio = c / h if h > 0 else 0.0
     res = {
+        "method": method,
+        "flush": flusher.describe(),
         "verified": ratio >= COLD_PROBE_MIN_RATIO,
         "probe_mib": round(probe.numel() * 4 / 2**20, 1),
         "hot_us": h * 1e6,
@@ -412,6 +433,59 @@ def verify_cold_l2(device: torch.device, method: str = "read", reps: int = 15) -
     del flusher, probe
     _COLD_CHECK[key] = res
     return res
+
+
+_FLUSH_CHOICE: dict[tuple[int, str], dict[str, Any]] = {}
+
+
+def select_flush(device: torch.device, requested: str = "auto") -> dict[str, Any]:
+    """The flush method cold mode uses on this device, and whether the probe verified it
+    (cached per device and request). ``auto`` probes both methods and takes read if it
+    verifies (it keeps write-back out of the timed region), else write (with its drain), else
+    the one with the larger probe ratio, marked not verified. An explicit method is used as
+    asked, with its own probe result. Never silent: the result goes into every cold row."""
+    if requested not in FLUSH_METHODS:
+        raise ValueError(f"flush method {requested!r}: expected one of {', '.join(FLUSH_METHODS)}")
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    key = (idx, requested)
+    if key in _FLUSH_CHOICE:
+        return _FLUSH_CHOICE[key]
+    methods = ("read", "write") if requested == "auto" else (requested,)
+    probes = {m: verify_cold_l2(device, m) for m in methods}
+    verified = [m for m in methods if probes[m]["verified"]]
+    if requested != "auto":
+        method = requested
+        why = "asked for"
+    elif verified:
+        method = verified[0]
+        why = ("read verified" if method == "read" else
+               f"read flush not verified (ratio {probes['read'].get('ratio', 0):.2f}), write flush verified")
+    else:
+        method = max(methods, key=lambda m: probes[m].get("ratio", 0.0))
+        why = "neither flush verified; using the one with the larger probe ratio"
+    chosen = probes[method]
+    res = {
+        "method": method,
+        "requested": requested,
+        "verified": bool(chosen["verified"]),
+        "selection": why,
+        **{k: v for k, v in chosen.items() if k != "verified"},
+        "probes": probes,
+    }
+    if not res["verified"]:
+        res["reason"] = f"cold NOT verified: {chosen.get('reason', 'probe failed')}"
+    _FLUSH_CHOICE[key] = res
+    return res
+
+
+def cold_l2_label(check: dict[str, Any]) -> str:
+    """One line for a cold row: the flush method and whether the probe verified it."""
+    ratio = check.get("ratio")
+    r = f", probe ratio {ratio:.2f} >= {check.get('min_ratio', COLD_PROBE_MIN_RATIO)}" if ratio else ""
+    if check["verified"]:
+        return f"verified ({check['method']} flush{r})"
+    r = f", probe ratio {ratio:.2f} < {check.get('min_ratio', COLD_PROBE_MIN_RATIO)}" if ratio else ""
+    return f"not verified ({check['method']} flush{r}; {check.get('selection', '')})"
 
 
 def _capture_graph(fn: Callable[[], object], calls: int, device: torch.device) -> torch.cuda.CUDAGraph:
@@ -572,8 +646,8 @@ def _time_cuda(fn: Callable[[], object], device: torch.device, opts: TimingOptio
             for _ in range(k):
                 fn()
 
-    flusher = L2Flusher(device, opts.flush_method) if cold else None
-    cold_check = verify_cold_l2(device, opts.flush_method) if cold else None
+    cold_check = select_flush(device, opts.flush_method) if cold else None
+    flusher = L2Flusher(device, cold_check["method"]) if cold_check else None
     clock_before = sm_clock_mhz(device)
     state = {"hold": hold_for(enqueue_s), "raises": 0, "hidden": 0, "unhidden": 0}
     clocks: list[float] = []
@@ -632,4 +706,5 @@ def _time_cuda(fn: Callable[[], object], device: torch.device, opts: TimingOptio
         if flusher.count < len(samples):
             raise RuntimeError(f"cold mode: {flusher.count} flushes for {len(samples)} samples")
         out["cold_check"] = cold_check
+        out["cold_l2"] = cold_l2_label(cold_check)  # e.g. "verified (write flush, ...)" / "not verified (...)"
     return out

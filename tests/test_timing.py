@@ -236,6 +236,20 @@ def test_cli_timing_flags(tmp_path):
                      "--min-samples", "9", "--max-samples", "4"]) == 2
 
 
+def test_flush_method_options_and_cold_label():
+    from harness.timing import cold_l2_label
+
+    assert TimingOptions().flush_method == "auto"
+    for m in ("auto", "read", "write"):
+        TimingOptions(flush_method=m).validate()
+    with pytest.raises(ValueError, match="flush method"):
+        TimingOptions(flush_method="rotate").validate()
+    ok = {"method": "write", "verified": True, "ratio": 1.46, "min_ratio": 1.2}
+    assert cold_l2_label(ok) == "verified (write flush, probe ratio 1.46 >= 1.2)"
+    bad = {"method": "read", "verified": False, "ratio": 1.19, "min_ratio": 1.2, "selection": "neither flush verified"}
+    assert cold_l2_label(bad).startswith("not verified (read flush, probe ratio 1.19 < 1.2")
+
+
 # ---------------------------------------------------------------- GPU only (skipped here; run on the GPU)
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -263,10 +277,10 @@ def test_cuda_graph_and_eager_timing_agree_on_a_matmul():
 
 @cuda
 def test_cold_mode_is_verified_and_slower_for_an_l2_resident_read():
-    from harness.timing import l2_bytes, verify_cold_l2
+    from harness.timing import l2_bytes, select_flush
 
     dev = torch.device("cuda")
-    check = verify_cold_l2(dev)
+    check = select_flush(dev)  # auto: the method the probe verifies on this device
     assert check["verified"], check
     x = torch.ones(l2_bytes(dev) // 4 // 4, device=dev)  # a quarter of the L2
     sink = torch.zeros((), device=dev)
@@ -277,6 +291,7 @@ def test_cold_mode_is_verified_and_slower_for_an_l2_resident_read():
     hot = time_callable(fn, dev, TimingOptions.for_device(dev))
     cold = time_callable(fn, dev, TimingOptions.for_device(dev, mode="cold"))
     assert cold["cold_check"]["verified"] and cold["calls_per_sample"] == 1
+    assert cold["cold_check"]["method"] == check["method"] and cold["cold_l2"].startswith("verified")
     assert cold["median_us"] > 1.1 * hot["median_us"], (hot["median_us"], cold["median_us"])
 
 

@@ -1,0 +1,96 @@
+"""CPU checks of the GPU benchmark scripts' pure parts (ci/fidelity.py, ci/direct_timing.py)."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(f"ci_{name}", ROOT / "ci" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+fidelity = _load("fidelity")
+direct = _load("direct_timing")
+
+
+def test_gate_applies_to_kernel_bound_rows_only():
+    # today's H200 figures: eager torch rows are host-bound (n/a), the graph-timed libraries gated
+    r = fidelity.gate_row(1653.63, 297.37, False, 54.0, 0.0)
+    assert r["ok"] is None and not r["gated"] and r["gate"].startswith("n/a (host-bound")
+    r = fidelity.gate_row(29313.97, 9269.85, False, 1600.0, 1.0)
+    assert r["gate"] == fidelity.HOST_BOUND_LABEL
+    r = fidelity.gate_row(207.62, 202.22, True, 3.0, 1.0)
+    assert r["gated"] and r["ok"] and r["gate"] == "ok"
+    r = fidelity.gate_row(300.0, 200.0, True, 3.0, 1.0)
+    assert r["gated"] and r["ok"] is False and r["gate"] == "FAIL"
+    r = fidelity.gate_row(14.19, 15.96, True, 3.0, 1.0)
+    assert not r["gated"] and r["ok"] is None
+    # an eager library call of a few kernels whose launch was hidden stays gated
+    assert fidelity.gate_row(300.0, 295.0, False, 3.0, 1.0)["gated"]
+    # eager with the launch not hidden: host-bound whatever the kernel count
+    assert fidelity.gate_row(300.0, 200.0, False, 3.0, 0.1)["host_bound"]
+
+
+def test_builtin_cells_keep_eager_torch_off_large_cells():
+    from harness.spec import parse_suite
+
+    suite = parse_suite(fidelity.BUILTIN, "<built-in>")
+    assert 8 <= len(suite.cases) <= 12
+    small = [c.name for c in suite.cases if fidelity.torch_too_large(c, 1.0, 64.0) is None]
+    assert small == ["decode-b1-4k"]
+    big = next(c for c in suite.cases if c.name == "decode-b256-8k")
+    assert "--include-large-torch" in fidelity.torch_too_large(big, 1.0, 64.0)
+    assert any(c.block_size == 256 for c in suite.cases)  # FA2's paged path has a cell
+
+
+def test_row_writer_flushes_each_row_and_marks_interrupted(tmp_path):
+    w = fidelity.RowWriter(tmp_path, {"device": "test"})
+    w.add({"case": "c", "backend": "torch-cascade", "variant": {}, "skipped": "unsupported: no shared prefix"})
+    g = fidelity.gate_row(207.6, 202.2, True, 3.0, 1.0)
+    w.add({"case": "c", "backend": "flash-attn", "variant": {"fa_version": 3}, "harness_us": 207.6,
+           "profiler_us": 202.2, "kernels_per_call": 3.0, "graph": True, **g})
+    rows = list(csv.DictReader(open(tmp_path / "fidelity.csv")))  # readable before close: flushed
+    assert [r["backend"] for r in rows] == ["torch-cascade", "flash-attn"]
+    mid = json.loads((tmp_path / "fidelity.json").read_text())
+    assert mid["complete"] is False and len(mid["rows"]) == 2
+    s = w.write_json(complete=False, interrupted=True)
+    w.close()
+    assert s["interrupted"] and s["compared"] == 1 and s["gated"] == 1 and s["skipped"] == 1 and s["failed"] == 0
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU exit")
+def test_scripts_exit_2_without_a_gpu(tmp_path):
+    assert fidelity.main(["--out", str(tmp_path / "f")]) == 2
+    assert direct.main([]) == 2
+
+
+def test_direct_comparison_names_the_calls_and_flags_big_differences():
+    res = ROOT / "reports/h200/2026-11-29/orientation"
+    if not (res / "results.jsonl").exists():
+        pytest.skip("no committed orientation results")
+    hrows = direct.harness_rows(res, "dense-prefill", "flash-attn", "2")
+    assert len(hrows) == 1 and abs(hrows[0]["median_us"] - 3451.9) < 1
+    lines = [
+        {"case": "dense-prefill", "library": "FA2", "median_us": 2789.8,
+         "compare": direct.compare(2789.8, hrows, False)},
+        {"case": "paged-prefill", "library": "FA2 paged varlen (block_table)", "median_us": 3000.0,
+         "compare": direct.compare(3000.0, hrows, True)},
+        {"case": "paged-prefill", "library": direct.OUTPUT_COPY, "median_us": 33.0},
+    ]
+    text = "\n".join(direct.comparison_lines(lines))
+    assert "NOT the same call" in text and "+23.7%" in text
+    assert "same call as the adapter" in text and "+15.1%" in text and "!! > 5%" in text
+    assert text.count("!!") == 2  # the legend and the one flagged paged line; the dense line is not flagged
+    assert "67 MB" in text and "without the adapter's output copy" in text
