@@ -2,9 +2,34 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
-from harness.metadata import LayerParams
+from backends.base import AttentionMetadataBuilder
+from harness.metadata import CommonAttentionMetadata, LayerParams
+
+
+@dataclass
+class HostLoopMetadata:
+    """What the torch backends need: host lists to loop over and the device block table."""
+
+    query_start_loc: list[int]
+    seq_lens: list[int]
+    block_table: torch.Tensor
+    block_size: int
+    causal: bool
+
+
+class HostLoopMetadataBuilder(AttentionMetadataBuilder[HostLoopMetadata]):
+    def build(self, common: CommonAttentionMetadata) -> HostLoopMetadata:
+        return HostLoopMetadata(
+            query_start_loc=common.query_start_loc_cpu.tolist(),
+            seq_lens=common.seq_lens_cpu.tolist(),
+            block_table=common.block_table,
+            block_size=common.block_size,
+            causal=common.causal,
+        )
 
 
 def gather_request_kv(

@@ -3,44 +3,26 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from backends._paged import dequantize, gather_request_kv
+from backends._paged import HostLoopMetadata, HostLoopMetadataBuilder, dequantize, gather_request_kv
 from backends.base import (
     AttentionBackend,
     AttentionImpl,
-    AttentionMetadataBuilder,
     Availability,
     Capabilities,
     CudaGraphSupport,
     HeadSizes,
     MultipleOf,
 )
-from harness.metadata import CommonAttentionMetadata
 
 
-@dataclass
-class SDPAMetadata:
-    query_start_loc: list[int]
-    seq_lens: list[int]
-    block_table: torch.Tensor
-    block_size: int
-    causal: bool
-
-
-class SDPAMetadataBuilder(AttentionMetadataBuilder[SDPAMetadata]):
-    def build(self, common: CommonAttentionMetadata) -> SDPAMetadata:
-        return SDPAMetadata(
-            query_start_loc=common.query_start_loc_cpu.tolist(),
-            seq_lens=common.seq_lens_cpu.tolist(),
-            block_table=common.block_table,
-            block_size=common.block_size,
-            causal=common.causal,
-        )
+# The torch backends share one host-side metadata (kept under these names for importers).
+SDPAMetadata = HostLoopMetadata
+SDPAMetadataBuilder = HostLoopMetadataBuilder
 
 
 def _sdpa_mask(q_len: int, s_len: int, causal: bool, window: int | None, alibi: torch.Tensor | None,

@@ -6,44 +6,26 @@ the conformance baseline on machines without a GPU library."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import torch
 
-from backends._paged import dequantize
+from backends._paged import HostLoopMetadata, HostLoopMetadataBuilder, dequantize
 from backends.base import (
     AttentionBackend,
     AttentionImpl,
-    AttentionMetadataBuilder,
     Availability,
     Capabilities,
     CudaGraphSupport,
     HeadSizes,
     MultipleOf,
 )
-from harness.metadata import CommonAttentionMetadata
 
 _MAX_SCORE_ELEMS = 1 << 26  # per chunk of requests
 
 
-@dataclass
-class MathMetadata:
-    query_start_loc: list[int]
-    seq_lens: list[int]
-    block_table: torch.Tensor
-    block_size: int
-    causal: bool
-
-
-class MathMetadataBuilder(AttentionMetadataBuilder[MathMetadata]):
-    def build(self, common: CommonAttentionMetadata) -> MathMetadata:
-        return MathMetadata(
-            query_start_loc=common.query_start_loc_cpu.tolist(),
-            seq_lens=common.seq_lens_cpu.tolist(),
-            block_table=common.block_table,
-            block_size=common.block_size,
-            causal=common.causal,
-        )
+# The torch backends share one host-side metadata (kept under these names for importers).
+MathMetadata = HostLoopMetadata
+MathMetadataBuilder = HostLoopMetadataBuilder
 
 
 class MathImpl(AttentionImpl[MathMetadata]):
