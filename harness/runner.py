@@ -80,13 +80,26 @@ def plan_cells(suite: Suite, backends: list[type[AttentionBackend]], opts: RunOp
     return cells
 
 
+def backend_spec(backend: type[AttentionBackend]) -> str:
+    """How to name ``backend`` on the command line: its registered name, else module:Class."""
+    from harness.registry import known_backends
+
+    if backend.name in known_backends():
+        return backend.name
+    return f"{backend.__module__}:{backend.__qualname__}"
+
+
 def reproducer(cell: Cell, opts: RunOptions) -> str:
     parts = ["harness", "run", opts.suite_path or "SUITE.yaml", "--case", cell.case.name,
-             "--backends", cell.backend.name, "--seed", str(cell.case.seed)]
+             "--backends", backend_spec(cell.backend), "--seed", str(cell.case.seed)]
     for k, v in sorted(cell.variant.items()):
         parts += ["--variant", f"{cell.backend.name}.{k}={v}"]
     if opts.device.type == "cpu":
         parts += ["--device", "cpu"]
+    if opts.timing is not None and opts.timing.mode != "hot":
+        parts += ["--timing-mode", opts.timing.mode]
+    if opts.timing is not None and not opts.timing.cuda_graph:
+        parts += ["--no-cuda-graph"]
     return shlex.join(parts)
 
 

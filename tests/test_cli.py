@@ -113,3 +113,11 @@ def test_cli_subprocess_exit_code_and_list():
                        env={"COLUMNS": "250", "PATH": "/usr/bin:/bin"})
     assert r.returncode == 0
     assert "torch-math" in r.stdout and "sdpa" in r.stdout and "yes" in r.stdout
+
+
+def test_reproducer_names_plugin_backends_by_spec(tiny, tmp_path):
+    out = tmp_path / "res"
+    main(["run", str(tiny), "--backends", "plugins.crashy:NaNBackend", "--device", "cpu", "--out", str(out),
+          "--quiet", "--no-time", "--no-isolation"])
+    row = json.loads((out / "results.jsonl").read_text().splitlines()[0])
+    assert "--backends plugins.crashy:NaNBackend" in row["reproducer"]
