@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections import Counter
 from pathlib import Path
@@ -60,6 +61,14 @@ STATUS_STYLE = {"pass": "green", "mismatch": "bold red", "error": "red", "unsupp
                 "skipped": "dim", "timeout": "magenta"}
 
 
+_SIZE_FIGURE = re.compile(r"[\d,]+(\.\d+)?\s*(GFLOP|MiB)\s*>")
+
+
+def _reason_kind(reason: str) -> str:
+    """A skip reason with its case-specific figures elided ("12.5 GFLOP > limit" -> "... GFLOP > limit")."""
+    return _SIZE_FIGURE.sub(lambda m: f"... {m.group(2)} >", reason)
+
+
 def print_summary(rows: list[ResultRow], out_dir: Path, max_rows: int = 80) -> None:
     counts = Counter((r.backend, r.variant_label, r.status) for r in rows)
     keys = sorted({(b, v) for b, v, _ in counts})
@@ -86,7 +95,8 @@ def print_summary(rows: list[ResultRow], out_dir: Path, max_rows: int = 80) -> N
                       _fmt(ck.get("max_abs_err"), ".2e"))
         console.print(d)
 
-    not_run = Counter((r.status, r.backend, r.reason) for r in rows if r.status in ("unsupported", "skipped"))
+    # Size-dependent reasons differ only in their numbers: group them so the table stays short.
+    not_run = Counter((r.status, r.backend, _reason_kind(r.reason)) for r in rows if r.status in ("unsupported", "skipped"))
     if not_run:
         s = Table(title="Not run, and why")
         for col in ("status", "backend", "cells", "reason"):

@@ -121,3 +121,14 @@ def test_reproducer_names_plugin_backends_by_spec(tiny, tmp_path):
           "--quiet", "--no-time", "--no-isolation"])
     row = json.loads((out / "results.jsonl").read_text().splitlines()[0])
     assert "--backends plugins.crashy:NaNBackend" in row["reproducer"]
+
+
+def test_summary_groups_size_reasons_by_kind():
+    from harness.cli import _reason_kind
+
+    a = _reason_kind("too large for the CPU: 0.6 GFLOP > --cpu-max-gflop 0.5 (run on a GPU)")
+    b = _reason_kind("too large for the CPU: 40.9 GFLOP > --cpu-max-gflop 0.5 (run on a GPU)")
+    c = _reason_kind("too large for the CPU: KV cache 1,300 MiB > --cpu-max-kv-mib 128 (run on a GPU)")
+    assert a == b and "--cpu-max-gflop 0.5" in a and "40.9" not in b
+    assert c != a and "MiB >" in c
+    assert _reason_kind("block_size 16 not allowed") == "block_size 16 not allowed"
