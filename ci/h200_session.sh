@@ -53,7 +53,7 @@ final-c)  # what the 2026-11-29 session could not reach (see reports/h200/2026-1
   step 90 orientation $H run ci/orientation.yaml --quiet --out $R/orientation
   step 60 direct python3 ci/direct_timing.py --harness-results $R/orientation --out $R/direct.json
   step 100 fidelity python3 ci/fidelity.py --out $R/fidelity
-  step 60 fp8-e5m2 $H run suites/conformance.yaml --backends flashinfer,flash-attn,torch-math --no-time --quiet --case 'fp8-e5m2-scaled*' --case 'features*' --out $R/conf-fp8-features
+  step 60 fp8-e5m2 $H run suites/conformance.yaml --backends flashinfer,flash-attn,torch-math --no-time --quiet --case 'fp8-e5m2-scaled*' --case 'features*' --case 'alibi*' --out $R/conf-fp8-features
   step 120 cascade-rest $H run suites/cascade.yaml --backends flash-attn,flash-attn-cascade,flashinfer,flashinfer-cascade --variant flash-attn.fa_version=3 --max-time 0.5 --quiet --case 'decode-one-block-prefix*' --case 'decode-groups*' --case 'decode-group-size*' --case 'decode[num_kv_heads=4*' --out $R/cascade-rest
   step 100 crash env PYTHONPATH=tests:$PYTHONPATH $H run ci/smoke.yaml --backends torch-math,flash-attn,plugins.crashy:DeviceAssertBackend,plugins.crashy:SegfaultBackend,plugins.crashy:HangingBackend,plugins.crashy:RaisingBackend,plugins.crashy:NaNBackend,sdpa --variant flash-attn.fa_version=3 --no-time --cell-timeout 5 --quiet --out $R/crash
   ;;
