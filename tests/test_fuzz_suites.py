@@ -129,7 +129,7 @@ def test_fuzz_mutations_in_process(tmp_path, capsys, base):
     path = tmp_path / "m.yaml"
     outcomes = {0: 0, 2: 0}
     ran = 0
-    for n in range(250 if base == "tiny" else 100):
+    for n in range(250 if base == "tiny" else 160):
         mutated = text
         for _ in range(rng.randint(1, 3)):
             mutated = _mutate(mutated, rng)
