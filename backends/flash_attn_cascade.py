@@ -16,8 +16,6 @@
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
-import importlib.util
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -33,47 +31,14 @@ from backends.base import (
     HeadSizes,
     MultipleOf,
 )
+from backends.flash_attn import availability_from, cuda_capability, detect_features
 from backends.torch_cascade import shifted_block_table
 from harness.cascade import CascadeDecision, cascade_batch_reason, decide, group_layout, merge_attn_states
 from harness.metadata import CommonAttentionMetadata
 
-MODULES = {3: "flash_attn_interface", 4: "flash_attn.cute"}
-# Distribution names that may provide each module (the first installed one gives the version).
-DISTRIBUTIONS = {3: ("tokenspeed-fa3", "flash-attn-3", "flash_attn_3"), 4: ("flash-attn-4",)}
 DEFAULT_VERSION = 3
-
-
-def _version_of(fa_version: int) -> str:
-    for dist in DISTRIBUTIONS[fa_version]:
-        try:
-            return importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return "unknown"
-
-
-def library_reason(fa_version: int) -> str | None:
-    """Why the library module of this FA version cannot be found (None when it can)."""
-    module = MODULES[fa_version]
-    try:
-        found = importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError as e:  # the parent package (flash_attn) is missing
-        return f"{module} (FA{fa_version}) is not installed ({e})"
-    except Exception as e:  # a broken parent package raises here
-        return f"{module} (FA{fa_version}) is not importable: {type(e).__name__}: {e}"
-    if not found:
-        return f"{module} (FA{fa_version}) is not installed"
-    return None
-
-
-def hardware_reason(fa_version: int, capability: tuple[int, int]) -> str | None:
-    """Why this GPU cannot run the paged calls of this FA version (None if it can)."""
-    major, minor = capability
-    if fa_version == 3 and major != 9:
-        return f"FA3 needs Hopper (sm90); this GPU is sm{major}{minor}"
-    if fa_version == 4 and major not in (9, 10, 11):
-        return f"FA4 paged KV needs sm90/sm100/sm110; this GPU is sm{major}{minor}"
-    return None
+# Library detection (import, version, GPU generation) is flash_attn.py's: one place knows the
+# FlashAttention builds and their failure modes.
 
 
 @dataclass
@@ -195,19 +160,7 @@ class FlashAttnCascadeBackend(AttentionBackend):
     @classmethod
     def availability(cls, variant=None) -> Availability:
         v = int((variant or {}).get("fa_version", DEFAULT_VERSION))
-        reason = library_reason(v)
-        if reason:
-            return Availability.no(reason)
-        if not torch.cuda.is_available():
-            return Availability.no("no CUDA device visible to torch")
-        reason = hardware_reason(v, torch.cuda.get_device_capability())
-        if reason:
-            return Availability.no(reason)
-        try:
-            importlib.import_module(MODULES[v])
-        except Exception as e:  # a broken binary (ABI, CUDA runtime) is a reason, not a crash
-            return Availability.no(f"cannot import {MODULES[v]}: {type(e).__name__}: {str(e)[:200]}")
-        return Availability.ok(**{f"fa{v}": _version_of(v)})
+        return availability_from(v, detect_features(v), cuda_capability())
 
     @classmethod
     def capabilities(cls, variant=None) -> Capabilities:
