@@ -16,7 +16,6 @@ timed path stays the public ``run``. Signatures: reports/h200/library-probe.txt 
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import time
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ from backends.base import (
     HeadSizes,
     MultipleOf,
 )
+from backends.flashinfer import FlashInferBackend
 from harness.cascade import CascadeDecision, cascade_batch_reason, decide, group_layout
 from harness.metadata import AttentionConfig, CommonAttentionMetadata
 
@@ -212,24 +212,15 @@ class FlashInferCascadeBackend(AttentionBackend):
 
     @classmethod
     def availability(cls, variant=None) -> Availability:
-        try:
-            found = importlib.util.find_spec("flashinfer") is not None
-        except Exception as e:
-            return Availability.no(f"flashinfer is not importable: {type(e).__name__}: {e}")
-        if not found:
-            return Availability.no("flashinfer is not installed (pip install flashinfer-python)")
-        if not torch.cuda.is_available():
-            return Availability.no("no CUDA device visible to torch")
-        major, minor = torch.cuda.get_device_capability()
-        if major < 8:
-            return Availability.no(f"FlashInfer needs compute capability >= 8.0; this GPU is sm{major}{minor}")
-        try:
-            import flashinfer
-        except Exception as e:  # a broken install is a reason, not a crash
-            return Availability.no(f"import flashinfer failed: {type(e).__name__}: {str(e).strip()[:200]}")
+        # The plain backend knows how FlashInfer installs fail; its "auto" prefill asks the least.
+        base = FlashInferBackend.availability({"prefill_backend": "auto"})
+        if not base.available:
+            return base
+        import flashinfer
+
         if not hasattr(flashinfer, "MultiLevelCascadeAttentionWrapper"):
-            return Availability.no("this flashinfer has no MultiLevelCascadeAttentionWrapper")
-        return Availability.ok(flashinfer=str(getattr(flashinfer, "__version__", "unknown")))
+            return Availability.no("this flashinfer has no MultiLevelCascadeAttentionWrapper", **base.versions)
+        return base
 
     @classmethod
     def capabilities(cls, variant=None) -> Capabilities:
