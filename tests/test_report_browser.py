@@ -132,3 +132,26 @@ def test_a_js_error_would_be_caught(report, driver, tmp_path):
     bad.write_text(report.read_text().replace('document.body.dataset.ready = "yes";', "undefinedFunction();"))
     driver.get(bad.as_uri())
     assert any("undefinedFunction" in m for m in _severe(driver))
+
+
+H200 = Path(__file__).resolve().parent.parent / "reports" / "h200" / "2026-11-29"
+
+
+@pytest.mark.skipif(not (H200 / "decode-1" / "results.jsonl").exists(), reason="no committed H200 results")
+def test_report_from_committed_h200_results(driver, tmp_path):
+    """The GPU-only sections fill from the committed H200 rows: FA versions, page sizes, roofline, cascade."""
+    from selenium.webdriver.common.by import By
+
+    out = tmp_path / "h200.html"
+    folders = ["decode-1", "page-sizes", "cascade-4k", "conf-fi-rest"]
+    assert main(["report", *[str(H200 / f) for f in folders], "-o", str(out)]) == 0
+    driver.get(out.as_uri())
+    assert driver.execute_script("return document.body.dataset.ready") == "yes"
+    for sid, _ in SECTIONS:
+        assert driver.find_element(By.ID, sid).is_displayed(), sid
+    for sid in ("fa-versions", "page-size", "roofline", "cascade"):
+        assert "no data in these results" not in driver.find_element(By.ID, sid).text, sid
+    # The e5m2 mismatches of the H200 run are in the matrix, with their reason on hover.
+    cells = driver.find_elements(By.CSS_SELECTOR, "#correctness td.st-mismatch")
+    assert cells and all("LSE" in c.get_attribute("title") for c in cells)
+    assert _severe(driver) == []
