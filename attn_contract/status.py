@@ -1,0 +1,37 @@
+"""Cell statuses and the groups the core, compare and report reason about.
+
+One definition, so "which statuses count as a failure" is never spelled out twice.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class Status(str, enum.Enum):
+    """Outcome of one case x backend x variant cell. The value is what results.jsonl stores."""
+
+    PASS = "pass"            # checked against the reference and within tolerance
+    MISMATCH = "mismatch"    # ran, numbers wrong
+    ERROR = "error"          # the backend raised, or its worker died
+    UNSUPPORTED = "unsupported"  # outside what the backend declares; reason names the limit
+    SKIPPED = "skipped"      # unavailable here, or too large for the device
+    TIMEOUT = "timeout"      # the cell's worker was killed at --cell-timeout
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def ran(self) -> bool:
+        """The kernel produced an output (pass or mismatch)."""
+        return self in RAN
+
+    @property
+    def failed(self) -> bool:
+        """Counts against the backend (what --strict and the gate fail on)."""
+        return self in FAILED
+
+
+RAN: frozenset[Status] = frozenset({Status.PASS, Status.MISMATCH})
+FAILED: frozenset[Status] = frozenset({Status.MISMATCH, Status.ERROR, Status.TIMEOUT})
+NOT_RUN: frozenset[Status] = frozenset({Status.UNSUPPORTED, Status.SKIPPED})
