@@ -150,6 +150,23 @@ def _short_error(e: BaseException) -> str:
     return f"{type(e).__name__}: {first}"[:500]
 
 
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bitwise equality (NaN-safe: the adversarial suites put NaN in unused cache slots)."""
+    ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+    width = ints[a.element_size()]
+    return a.shape == b.shape and torch.equal(a.view(width), b.to(a.device).view(width))
+
+
+def changed_inputs(batch: Batch, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                   kv_cache: torch.Tensor, backend: type[AttentionBackend]) -> str:
+    """Which of a cell's inputs differ from the batch they were copied from ("" when none)."""
+    names = [n for n, a, b in (("query", query, batch.query), ("key", key, batch.key), ("value", value, batch.value))
+             if not _same_bits(a, b)]
+    if not _same_bits(kv_cache, backend.materialize_kv_cache(batch.kv_cache, batch.config.kv_layout)):
+        names.append("kv_cache")
+    return ", ".join(names)
+
+
 class CaseContext:
     """Per-case data shared by the backends: the batch and its reference, made once."""
 
@@ -185,6 +202,11 @@ def run_cell(cell: Cell, ctx: CaseContext, suite: Suite, opts: RunOptions) -> Re
             return ResultRow.model_validate(row)
         stage = "kv cache"
         kv_cache = backend.materialize_kv_cache(bview.kv_cache, cfg.kv_layout)
+        # Each cell gets its own inputs: a backend that writes into them is caught below and
+        # cannot hand the next backend of the case corrupted data.
+        if kv_cache.untyped_storage().data_ptr() == bview.kv_cache.untyped_storage().data_ptr():
+            kv_cache = kv_cache.clone()
+        query, key, value = bview.query.clone(), bview.key.clone(), bview.value.clone()
         common = bview.common_metadata()
         builder = backend.get_builder_cls()(cfg, variant, device)
         impl = backend.get_impl_cls()(cfg, variant, device, bview.layer)
@@ -202,35 +224,48 @@ def run_cell(cell: Cell, ctx: CaseContext, suite: Suite, opts: RunOptions) -> Re
         lse = torch.full((bview.num_tokens, cfg.num_heads), float("nan"), device=device) if caps.returns_lse else None
         stage = "forward"
         t0 = time.perf_counter()
-        impl.forward(bview.query, bview.key, bview.value, kv_cache, metadata, out, lse)
+        impl.forward(query, key, value, kv_cache, metadata, out, lse)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         host["first_call_ms"] = (time.perf_counter() - t0) * 1e3  # includes JIT compilation
         row["call"] = impl.describe_call(metadata)
 
         status, reason = "pass", ""
-        if opts.check and ctx.ref_out is not None:
+        checking = opts.check and ctx.ref_out is not None
+        if checking:
             stage = "check"
             ref_out, ref_lse = ctx.ref_out, ctx.ref_lse
             if token_index is not None:
                 ref_out, ref_lse = ref_out[token_index], ref_lse[token_index]
+            tol = tolerance_for(cfg.dtype, cfg.kv_cache_dtype)
+            req_ids = order if token_index is not None else None
+
+            def judge(o: torch.Tensor, l: torch.Tensor | None, unwritten: torch.Tensor | None = None):
+                return check_output(o, ref_out, tol, l, ref_lse if l is not None else None, unwritten,
+                                    query_start_loc=bview.query_start_loc, kinds=bview.kinds,
+                                    seq_lens=bview.seq_lens, request_ids=req_ids)
+
             unwritten = None
             if torch.isnan(out).any():
                 # Second run with a finite sentinel tells unwritten elements from computed NaNs.
                 probe = torch.full_like(out, SENTINEL)
-                impl.forward(bview.query, bview.key, bview.value, kv_cache, metadata, probe, None)
+                impl.forward(query, key, value, kv_cache, metadata, probe, None)
                 unwritten = probe == SENTINEL
-            result = check_output(out, ref_out, tolerance_for(cfg.dtype, cfg.is_fp8_kv), lse, ref_lse, unwritten)
+            result = judge(out, lse, unwritten)
             row["check"] = result.as_dict()
             if not result.passed:
                 status, reason = "mismatch", result.message
+            touched = changed_inputs(bview, query, key, value, kv_cache, backend)
+            if touched:
+                status, reason = "mismatch", f"backend wrote into its inputs ({touched}); {reason}".rstrip("; ")
+                row["check"]["inputs_modified"] = touched
 
         if opts.time:
             stage = "timing"
             topts = opts.timing or TimingOptions.for_device(device)
 
             def call() -> None:
-                impl.forward(bview.query, bview.key, bview.value, kv_cache, metadata, out, None)
+                impl.forward(query, key, value, kv_cache, metadata, out, None)
 
             # Graph-timed only where the declared level covers this batch's shape.
             gd = graph_decision(caps.cudagraph, bview.query_lens,
@@ -247,6 +282,33 @@ def run_cell(cell: Cell, ctx: CaseContext, suite: Suite, opts: RunOptions) -> Re
             t = row["timing"]["median_us"] * 1e-6
             ceilings, why_not = get_ceilings(device) if opts.roofline else (None, "disabled")
             row["metrics"] = {**work.as_dict(), **roofline_metrics(work.flops, work.bytes, t, ceilings, why_not)}
+
+        if checking:
+            # Check what was timed: the output the timed calls (graph replays included) left, then
+            # one more call into a NaN-poisoned buffer. Catches metadata that drifts after the
+            # first call and kernels that only write part of a reused buffer.
+            stage = "re-check"
+            later = []
+            if opts.time:
+                later.append(("after timing", out.clone(), None))
+            poisoned = torch.full_like(out, float("nan"))
+            lse2 = torch.full_like(lse, float("nan")) if lse is not None else None
+            impl.forward(query, key, value, kv_cache, metadata, poisoned, lse2)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            later.append(("repeat call", poisoned, lse2))
+            rechecks = []
+            for when, o2, l2 in later:
+                r2 = judge(o2, l2)
+                rechecks.append({"when": when, "passed": r2.passed, "message": r2.message,
+                                 "rel_l2_err": r2.rel_l2_err, "num_failed_requests": r2.num_failed_requests})
+                if not r2.passed and status == "pass":
+                    status, reason = "mismatch", f"{when}: {r2.message}"
+            row["check"]["rechecks"] = rechecks
+            touched = changed_inputs(bview, query, key, value, kv_cache, backend)
+            if touched and "inputs_modified" not in row["check"]:
+                status, reason = "mismatch", f"backend wrote into its inputs ({touched}); {reason}".rstrip("; ")
+                row["check"]["inputs_modified"] = touched
         row["host"] = host
         row["status"], row["reason"] = status, reason
     except Exception as e:  # a backend that rejects or crashes costs only its own cell
