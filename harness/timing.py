@@ -27,7 +27,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from backends.base import CudaGraphSupport
+from attn_contract import CudaGraphSupport
 
 MODES = ("hot", "cold")
 FLUSH_METHODS = ("auto", "read", "write")  # auto: the method the probe verifies here (read preferred)
