@@ -100,6 +100,8 @@ def reproducer(cell: Cell, opts: RunOptions) -> str:
         parts += ["--timing-mode", opts.timing.mode]
     if opts.timing is not None and not opts.timing.cuda_graph:
         parts += ["--no-cuda-graph"]
+    if opts.timing is not None and opts.timing.stop_criterion != "noise":
+        parts += ["--stop", opts.timing.stop_criterion]
     return shlex.join(parts)
 
 
