@@ -123,7 +123,7 @@ def _timing_options(args: argparse.Namespace, device: torch.device) -> Any:
         return TimingOptions.for_device(
             device, mode=args.timing_mode, cuda_graph=False if args.no_cuda_graph else None,
             target_rel_noise=args.target_noise, max_time_s=args.max_time,
-            min_samples=args.min_samples, max_samples=args.max_samples)
+            min_samples=args.min_samples, max_samples=args.max_samples, stop_criterion=args.stop)
     except ValueError as e:
         raise UsageError(f"timing options: {e}") from None
 
@@ -350,6 +350,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--no-time", action="store_true", help="skip timing (conformance only)")
     r.add_argument("--cpu-max-gflop", type=float, default=0.5, help="on CPU, skip cases above this many GFLOP (default 0.5)")
     r.add_argument("--cpu-max-kv-mib", type=float, default=128.0, help="on CPU, skip cases whose KV cache exceeds this (default 128)")
+    from harness.timing.stopping import STOPPING_CRITERIA  # the criteria registered by name
+
     tg = r.add_argument_group("timing (docs/measurement.md)")
     tg.add_argument("--timing-mode", choices=["hot", "cold"], default="hot",
                     help="hot (default): L2 as the previous call left it; cold: L2 flushed before every sample")
@@ -361,7 +363,12 @@ def build_parser() -> argparse.ArgumentParser:
     tg.add_argument("--max-time", type=float, metavar="SECONDS",
                     help="sampling time budget per cell (default 2 on GPU, 0.5 on CPU)")
     tg.add_argument("--min-samples", type=int, help="samples before the noise target may stop (default 10 GPU, 3 CPU)")
-    tg.add_argument("--max-samples", type=int, help="sample cap per cell (default 500 GPU, 20 CPU)")
+    tg.add_argument("--max-samples", type=int,
+                    help="sample cap per cell, the exact count under --stop samples (default 500 GPU, 20 CPU)")
+    tg.add_argument("--stop", metavar="CRITERION",
+                    help="when sampling stops: " + "; ".join(f"{name}: {cls.help}" for name, cls in
+                                                             sorted(STOPPING_CRITERIA.items()))
+                         + " (default noise)")
     rb = r.add_argument_group("robustness (docs/robustness.md)")
     rb.add_argument("--resume", metavar="DIR", help="continue an interrupted run in DIR: run only the cells it lacks")
     rb.add_argument("--devices", help="one worker per entry, cases spread over them: 0,1,... (GPUs) or cpu,cpu")

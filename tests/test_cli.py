@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import subprocess_env
 from harness.cli import main
 
 TINY = """
@@ -107,10 +108,10 @@ def test_bad_input_is_one_clear_error(tmp_path, capsys, suite_text, args, messag
 def test_cli_subprocess_exit_code_and_list():
     root = Path(__file__).resolve().parent.parent
     r = subprocess.run([sys.executable, "-m", "harness.cli", "run", "suites/does-not-exist.yaml"], cwd=root,
-                       capture_output=True, text=True)
+                       capture_output=True, text=True, env=subprocess_env())
     assert r.returncode == 2 and "no such suite file" in r.stderr and "Traceback" not in r.stderr
     r = subprocess.run([sys.executable, "-m", "harness.cli", "list"], cwd=root, capture_output=True, text=True,
-                       env={"COLUMNS": "250", "PATH": "/usr/bin:/bin"})
+                       env=subprocess_env(COLUMNS="250"))
     assert r.returncode == 0
     assert "torch-math" in r.stdout and "sdpa" in r.stdout and "yes" in r.stdout
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import subprocess_env
 from harness.cli import main
 from harness.results import read_header, read_rows, repair_torn_tail
 
@@ -40,7 +41,7 @@ def _statuses(out):
 
 
 def _start(suite, out):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)])}
+    env = subprocess_env()
     return subprocess.Popen(
         [sys.executable, "-m", "harness.cli", "run", str(suite), "--device", "cpu", "--backends", BACKENDS,
          "--out", str(out), "--no-time", "--quiet"],
