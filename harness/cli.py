@@ -298,6 +298,28 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 1 if comp.regressed else 0
 
 
+def cmd_recommend(args: argparse.Namespace) -> int:
+    """Measured backend per shape bucket: markdown to stdout, policy files into --out."""
+    from harness.compare import parse_threshold
+    from harness.recommend import RecommendError, recommend, to_markdown, write_outputs, write_suggest
+
+    command = " ".join(["harness", *sys.argv[1:]]) if sys.argv[1:2] == ["recommend"] else ""
+    try:
+        tie = parse_threshold(args.tie.replace("--threshold", "--tie"))
+        rec = recommend(args.results, tie=tie)
+        md = to_markdown(rec, command)
+        n = write_suggest(rec, args.suggest) if args.suggest else None
+        paths = write_outputs(rec, args.out, command) if args.out else []
+    except ValueError as e:  # RecommendError is a ValueError; so is a bad --tie
+        raise UsageError(str(e).replace("--threshold", "--tie")) from None
+    print(md, end="")
+    for p in paths:
+        err_console.print(f"wrote {p}")
+    if args.suggest:
+        err_console.print(f"--suggest: {n} case(s) -> {args.suggest}" if n else "--suggest: every bucket is measured; nothing written")
+    return 0
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     """Load a suite with every check a run applies and print its expanded cases; runs nothing."""
     suite = load_suite(args.suite)
@@ -401,6 +423,13 @@ def build_parser() -> argparse.ArgumentParser:
                     help="accept rows that became skipped/unsupported (all, or those matching PATTERN; repeatable)")
     cp.add_argument("--markdown", metavar="FILE", help="also write the markdown summary to FILE")
     cp.set_defaults(func=cmd_compare)
+
+    rc = sub.add_parser("recommend", help="fastest passing backend+variant per shape bucket, vLLM export, policy JSON")
+    rc.add_argument("results", nargs="+", help="results folders or results.jsonl files, all from one GPU")
+    rc.add_argument("--tie", default="3%", help="margins under this are ties, e.g. 3%% (default)")
+    rc.add_argument("--out", metavar="DIR", help="write recommend.md, policy.json and vllm.json into DIR")
+    rc.add_argument("--suggest", metavar="SUITE.yaml", help="write a suite whose cases fill the unmeasured buckets")
+    rc.set_defaults(func=cmd_recommend)
 
     va = sub.add_parser("validate", help="check a suite file and print its expanded cases (runs nothing)")
     va.add_argument("suite", help="suite YAML file")
