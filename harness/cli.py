@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import argparse
 import re
+import shlex
+import signal
 import sys
+import time
+
+_PROCESS_T0 = time.perf_counter()  # before torch is imported: run.json's wall_s counts the imports
+
+if __name__ == "__main__":  # python -m harness.cli: guard Ctrl-C before torch loads (the script: harness/__main__.py)
+    from harness.startup import guard_startup
+
+    guard_startup()
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -157,7 +167,7 @@ def _prepare_out_dir(args: argparse.Namespace, suite: Any, cells: list, device: 
     from harness.executor import ResumeError, resume_plan
     from harness.runner import default_out_dir
 
-    argv = ["harness", *sys.argv[1:]]
+    argv = ["harness", *getattr(args, "argv", sys.argv[1:])]
     if args.resume:
         if args.out and Path(args.out) != Path(args.resume):
             raise UsageError("--resume DIR writes into DIR; drop --out or give the same folder")
@@ -185,6 +195,7 @@ def _prepare_out_dir(args: argparse.Namespace, suite: Any, cells: list, device: 
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    t_start = time.perf_counter()
     from harness.executor import Executor
     from harness.runner import RunOptions, plan_cells
 
@@ -213,6 +224,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not cells:
         raise UsageError("nothing to run: no case/backend/variant matches the filters")
     out_dir, cells, header = _prepare_out_dir(args, suite, cells, device, backends, xopts.devices)
+    args.started_out_dir = out_dir  # from here an interrupt can be resumed
     rows: list[ResultRow] = []
     where = ",".join(xopts.devices) if len(xopts.devices) > 1 else str(device)
     mode = "in-process" if not xopts.isolation else f"{len(xopts.devices)} worker(s)"
@@ -231,14 +243,45 @@ def cmd_run(args: argparse.Namespace) -> int:
             rows.append(row)
             progress.advance(task)
         progress.update(task, description="done")
+    this_run = rows
     if header.get("resumed"):
         rows = read_rows(out_dir)  # the summary covers the whole run, earlier rows included
+    _record_wall_time(out_dir, header, this_run, time.perf_counter() - t_start, _PROCESS_T0)
     print_summary(rows, out_dir)
     if getattr(args, "report", False):
         from harness.report import write_report
 
+        t0 = time.perf_counter()
         console.print(f"Report: {write_report([out_dir], out_dir / 'report.html')}")
-    return 1 if any(r.status in ("mismatch", "error", "timeout") for r in rows) and args.strict else 0
+        _record_wall_time(out_dir, header, this_run, time.perf_counter() - t_start, _PROCESS_T0,
+                          report_s=time.perf_counter() - t0)
+    failed = sum(r.status in ("mismatch", "error", "timeout") for r in rows)
+    if failed:
+        # Exit 0 by default: a benchmark run that found a broken cell still produced every
+        # other figure. CI gates use --strict (or `harness compare`); say so, every time.
+        note = "exit 1" if args.strict else "exit 0; --strict makes that exit 1"
+        err_console.print(f"{failed} cell(s) failed (mismatch/error/timeout): {note}", highlight=False)
+    return 1 if failed and args.strict else 0
+
+
+def _record_wall_time(out_dir: Path, header: dict, rows: list[ResultRow], run_s: float, process_t0: float,
+                      report_s: float | None = None) -> None:
+    """run.json gets this invocation's wall time (``wall_s``: process start to the last row,
+    imports and worker start-up included; ``run_s``: from the command's start) and where the
+    rows' time went, summed over rows (``time_breakdown_s``; case-level stages once per case)."""
+    from harness.runner import sum_breakdown
+
+    if report_s is None:
+        timing = {"wall_s": time.perf_counter() - process_t0, "run_s": run_s,
+                  "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                  "time_breakdown_s": sum_breakdown(rows), "rows_this_run": len(rows)}
+    else:
+        timing = {"report_s": report_s, "wall_with_report_s": time.perf_counter() - process_t0}
+    if header.get("resumed"):
+        header["resumed"][-1].update(timing)  # the original run's wall time stays as it was
+    else:
+        header.update(timing)
+    write_header(out_dir, header)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -410,17 +453,48 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def resume_command(argv: list[str], out_dir: Path) -> str:
+    """The command that continues an interrupted run: its own arguments, with --out (or an
+    earlier --resume) replaced by ``--resume DIR``."""
+    kept: list[str] = []
+    it = iter(argv)
+    for a in it:
+        if a in ("--out", "--resume"):
+            next(it, None)
+        elif not a.startswith(("--out=", "--resume=")):
+            kept.append(a)
+    return shlex.join(["harness", *kept, "--resume", str(out_dir)])
+
+
+def _interrupted(args: argparse.Namespace | None, argv: list[str]) -> int:
+    out_dir = getattr(args, "started_out_dir", None)
+    if out_dir is None:
+        err_console.print("interrupted before anything was written", highlight=False)
+    else:
+        n = len(read_rows(out_dir)) if (out_dir / RESULTS_FILE).exists() else 0
+        err_console.print(f"interrupted: {n} finished row(s) are saved in {escape(str(out_dir))}; continue with:",
+                          highlight=False)
+        err_console.print(f"  {escape(resume_command(argv, out_dir))}", highlight=False, soft_wrap=True)
+    return 130
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = None
     try:
+        # From here on Ctrl-C is a KeyboardInterrupt handled below (the startup guard exits bare).
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    except ValueError:  # not the main thread: leave signals alone
+        pass
+    try:
+        args = build_parser().parse_args(argv)
+        args.argv = argv
         return args.func(args)
     except (SpecError, UsageError) as e:
         err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
         return EXIT_USAGE
     except KeyboardInterrupt:
-        err_console.print("interrupted: rows finished so far are saved")
-        return 130
+        return _interrupted(args, argv)
 
 
 if __name__ == "__main__":
