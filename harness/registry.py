@@ -8,6 +8,7 @@ import is still listed, unavailable, with the import error as its reason.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import re
 from importlib.metadata import entry_points
@@ -56,12 +57,19 @@ def _check_class(cls: type[AttentionBackend], spec: str) -> None:
             " (required by attn_contract.AttentionBackend)")
 
 
+@functools.lru_cache(maxsize=1)
+def _plugin_entry_points() -> tuple[tuple[str, str, str], ...]:
+    # Scanning every installed distribution costs ~7 ms; rows name their backend through this,
+    # so it was paid once per row. Installed plugins do not change within a process.
+    return tuple((ep.name, ep.value, getattr(getattr(ep, "dist", None), "name", None) or "?")
+                 for ep in entry_points(group=ENTRY_POINT_GROUP))
+
+
 def _registrations() -> dict[str, list[str]]:
     """name -> every distinct ``module:Class`` registered under it, with the package that did."""
     found: dict[str, dict[str, str]] = {}
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        dist = getattr(getattr(ep, "dist", None), "name", None) or "?"
-        found.setdefault(ep.name, {}).setdefault(ep.value, dist)
+    for name, value, dist in _plugin_entry_points():
+        found.setdefault(name, {}).setdefault(value, dist)
     return {name: [f"{value} (package {dist})" for value, dist in values.items()] for name, values in found.items()}
 
 
@@ -69,8 +77,8 @@ def known_backends() -> dict[str, str]:
     """name -> ``module:Class`` for every backend in the entry-point group (built-ins and plugins).
     A name registered twice maps to its first registration here; ``resolve`` rejects it."""
     found: dict[str, str] = {}
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        found.setdefault(ep.name, ep.value)
+    for name, value, _ in _plugin_entry_points():
+        found.setdefault(name, value)
     return found
 
 

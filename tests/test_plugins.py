@@ -66,8 +66,10 @@ def plugin_dir(tmp_path, monkeypatch):
         (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.1\n")
         lines = "".join(f"{k.replace('_', '-')} = {v}\n" for k, v in eps.items())
         (info / "entry_points.txt").write_text(f"[{registry.ENTRY_POINT_GROUP}]\n{lines}")
+        registry._plugin_entry_points.cache_clear()  # the registry scans installed packages once a process
 
-    return register
+    yield register
+    registry._plugin_entry_points.cache_clear()
 
 
 def _run(tmp_path, capsys, backends):
