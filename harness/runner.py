@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from attn_contract import AttentionBackend
+from harness.cascade import decide as decide_cascade
 from harness.check import check_output, tolerance_for
 from attn_contract import decode_first_order
 from harness.metrics import attention_work
@@ -209,6 +210,9 @@ def run_cell(cell: Cell, ctx: CaseContext, suite: Suite, opts: RunOptions) -> Re
             torch.cuda.synchronize(device)
         host["first_call_ms"] = (time.perf_counter() - t0) * 1e3  # includes JIT compilation
         row["call"] = impl.describe_call(metadata)
+        if caps.cascade:
+            # What vLLM's rule would have picked for this batch, to compare with the measurement.
+            row["call"].update(decide_cascade(common, cfg, device).call_fields())
 
         status, reason = "pass", ""
         if opts.check and ctx.ref_out is not None:
@@ -256,17 +260,6 @@ def run_cell(cell: Cell, ctx: CaseContext, suite: Suite, opts: RunOptions) -> Re
         row["reason"] = f"{stage}: {_short_error(e)}"
         row["traceback"] = traceback.format_exc(limit=8)
     return ResultRow.model_validate(row)
-
-
-def iterate_suite(
-    suite: Suite,
-    backends: list[type[AttentionBackend]],
-    opts: RunOptions,
-    on_start: Callable[[Cell], None] | None = None,
-) -> Iterator[ResultRow]:
-    """Yield one row per cell, generating each case's batch and reference once."""
-    for case_cells in group_by_case(plan_cells(suite, backends, opts)):
-        yield from iterate_case(case_cells, suite, opts, on_start=on_start)
 
 
 def group_by_case(cells: list[Cell]) -> list[list[Cell]]:
