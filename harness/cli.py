@@ -314,7 +314,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_recommend(args: argparse.Namespace) -> int:
     """Measured backend per shape bucket: markdown to stdout, policy files into --out."""
     from harness.compare import parse_threshold
-    from harness.recommend import RecommendError, recommend, to_markdown, write_outputs, write_suggest
+    from harness.recommend import recommend, to_markdown, write_outputs, write_suggest
 
     command = " ".join(["harness", *sys.argv[1:]]) if sys.argv[1:2] == ["recommend"] else ""
     try:

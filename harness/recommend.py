@@ -35,6 +35,7 @@ from typing import Any, Iterable, Sequence
 
 from harness.results import read_header, read_rows
 from harness.selection_rules import (
+    VLLM_BACKENDS,
     CascadeRule,
     VllmChoice,
     fit_cascade_rule,
@@ -407,28 +408,33 @@ def vllm_setting(c: Candidate) -> dict[str, Any] | None:
     """The vLLM settings that run candidate ``c``, with what they cannot express; None when
     vLLM has no setting for it."""
     if c.backend.endswith(CASCADE_SUFFIX):
-        plain = Candidate(c.backend[: -len(CASCADE_SUFFIX)], dict(c.variant), c.variant_label, c.times)
-        if plain.backend == "flashinfer":
-            plain.variant = {"decode_tensor_cores": True, "prefill_backend": "auto"}
+        base = c.backend[: -len(CASCADE_SUFFIX)]
+        fixed = VLLM_BACKENDS[base][2] if base in VLLM_BACKENDS else {}
+        plain = Candidate(base, {**fixed, **c.variant}, c.variant_label, c.times)
         s = vllm_setting(plain)
         if s is None:
             return None
         return {**s, "exact": False,
                 "caveat": "cascade cannot be forced in vLLM: 0.2x applies its own per-batch rule (on by default), "
                           "0.33 removed cascade attention"}
-    if c.backend == "flash-attn" and c.variant.get("fa_version") is not None:
-        v = int(c.variant["fa_version"])
-        return {"attention_backend": "FLASH_ATTN", "flash_attn_version": v, "exact": True,
-                "cli": f"--attention-backend FLASH_ATTN --attention-config '{{\"flash_attn_version\": {v}}}'",
-                "env": {"VLLM_ATTENTION_BACKEND": "FLASH_ATTN", "VLLM_FLASH_ATTN_VERSION": str(v)}}
-    if c.backend == "flashinfer":
-        exact = str(c.variant.get("decode_tensor_cores", True)) == "True" and c.variant.get("prefill_backend", "auto") == "auto"
-        out = {"attention_backend": "FLASHINFER", "flash_attn_version": None, "exact": exact,
-               "cli": "--attention-backend FLASHINFER", "env": {"VLLM_ATTENTION_BACKEND": "FLASHINFER"}}
-        if not exact:
-            out["caveat"] = f"vLLM cannot select FlashInfer variant {c.variant_label} (it uses tensor-core decode, auto prefill)"
-        return out
-    return None
+    if c.backend not in VLLM_BACKENDS:
+        return None
+    vllm_name, version_axis, fixed = VLLM_BACKENDS[c.backend]
+    v = c.variant.get(version_axis) if version_axis else None
+    if version_axis and (v is None or str(v) == "auto"):
+        return None
+    v = int(v) if v is not None else None
+    exact = all(str(c.variant.get(k, want)) == str(want) for k, want in fixed.items())
+    cli = f"--attention-backend {vllm_name}" + (f" --attention-config '{{\"flash_attn_version\": {v}}}'" if v else "")
+    env = {"VLLM_ATTENTION_BACKEND": vllm_name, **({"VLLM_FLASH_ATTN_VERSION": str(v)} if v else {})}
+    out: dict[str, Any] = {"attention_backend": vllm_name, "flash_attn_version": v, "exact": exact, "cli": cli, "env": env}
+    if not exact:
+        out["caveat"] = f"vLLM cannot select {c.backend} variant {c.variant_label} (it runs {variant_label_of(fixed)})"
+    return out
+
+
+def variant_label_of(variant: dict[str, Any]) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(variant.items()))
 
 
 def _find(res: BucketResult, backend: str, want: dict[str, Any]) -> Candidate | None:
