@@ -67,6 +67,7 @@ class Capabilities:
     softcap: bool = False
     alibi: bool = False
     sinks: bool = False
+    # Runs cascade (shared-prefix) attention; the runner records vLLM's rule's verdict in its rows.
     cascade: bool = False
     gqa: bool = True
     returns_lse: bool = False
