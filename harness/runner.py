@@ -13,9 +13,10 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from backends.base import AttentionBackend
+from attn_contract import AttentionBackend
+from harness.cascade import decide as decide_cascade
 from harness.check import check_output, tolerance_for
-from harness.metadata import decode_first_order
+from attn_contract import decode_first_order
 from harness.metrics import attention_work
 from harness.reference import reference_attention
 from harness.results import ResultRow, variant_label
@@ -100,6 +101,8 @@ def reproducer(cell: Cell, opts: RunOptions) -> str:
         parts += ["--timing-mode", opts.timing.mode]
     if opts.timing is not None and not opts.timing.cuda_graph:
         parts += ["--no-cuda-graph"]
+    if opts.timing is not None and opts.timing.stop_criterion != "noise":
+        parts += ["--stop", opts.timing.stop_criterion]
     return shlex.join(parts)
 
 
@@ -167,15 +170,51 @@ def changed_inputs(batch: Batch, query: torch.Tensor, key: torch.Tensor, value: 
     return ", ".join(names)
 
 
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class Stopwatch:
+    """Milliseconds per named stage of one cell (or case); the device is synchronised at each
+    stage end so GPU work lands in the stage that queued it."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.ms: dict[str, float] = {}
+        self.start = self._last = time.perf_counter()
+
+    def lap(self, stage: str) -> float:
+        _sync(self.device)
+        now = time.perf_counter()
+        ms = (now - self._last) * 1e3
+        self.ms[stage] = self.ms.get(stage, 0.0) + ms
+        self._last = now
+        return ms
+
+    def skip(self) -> None:
+        """Start the next stage now (time since the last lap belongs to no stage: overhead)."""
+        self._last = time.perf_counter()
+
+    def total_ms(self) -> float:
+        return (time.perf_counter() - self.start) * 1e3
+
+
 class CaseContext:
     """Per-case data shared by the backends: the batch and its reference, made once."""
 
     def __init__(self, case: CaseSpec, device: torch.device, want_reference: bool):
+        sw = Stopwatch(device)
         self.batch: Batch = generate(case, device)
+        sw.lap("generate")
         self.ref_out: torch.Tensor | None = None
         self.ref_lse: torch.Tensor | None = None
         if want_reference:
             self.ref_out, self.ref_lse = reference_attention(self.batch)
+            sw.lap("reference")
+        # Case-level stages, made once and shared by the case's cells (rows say by how many).
+        self.case_ms = sw.ms
+        self.num_cells = 1
 
 
 def run_cell(cell: Cell, ctx: CaseContext, suite: Suite, opts: RunOptions) -> ResultRow:
@@ -187,6 +226,8 @@ def run_cell(cell: Cell, ctx: CaseContext, suite: Suite, opts: RunOptions) -> Re
     device = opts.device
     row["batch"] = batch.summary()
     stage = "prepare"
+    sw = Stopwatch(device)
+    host: dict[str, Any] = {}
     try:
         # Backends that want decodes first (FlashInfer) get the batch reordered, as vLLM's
         # model runner does; outputs are mapped back through token_index for the check.
@@ -208,27 +249,24 @@ def run_cell(cell: Cell, ctx: CaseContext, suite: Suite, opts: RunOptions) -> Re
             kv_cache = kv_cache.clone()
         query, key, value = bview.query.clone(), bview.key.clone(), bview.value.clone()
         common = bview.common_metadata()
+        # What vLLM's rule would pick for this batch, recorded to compare with the measurement.
+        rule = decide_cascade(common, cfg, device) if caps.cascade else None
+        sw.lap("prepare")
         builder = backend.get_builder_cls()(cfg, variant, device)
         impl = backend.get_impl_cls()(cfg, variant, device, bview.layer)
-        stage = "metadata build"
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        t0 = time.perf_counter()
-        metadata = builder.build(common)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        build_ms = (time.perf_counter() - t0) * 1e3
-        host = {"build_ms": build_ms}
-
+        sw.lap("setup")
         out = torch.full_like(bview.query, float("nan"), dtype=cfg.torch_dtype)
         lse = torch.full((bview.num_tokens, cfg.num_heads), float("nan"), device=device) if caps.returns_lse else None
+        sw.lap("prepare")
+        stage = "metadata build"
+        metadata = builder.build(common)
+        host["build_ms"] = sw.lap("build")
         stage = "forward"
-        t0 = time.perf_counter()
         impl.forward(query, key, value, kv_cache, metadata, out, lse)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        host["first_call_ms"] = (time.perf_counter() - t0) * 1e3  # includes JIT compilation
+        host["first_call_ms"] = sw.lap("first_call")  # includes JIT compilation
         row["call"] = impl.describe_call(metadata)
+        if rule is not None:
+            row["call"].update(rule.call_fields())
 
         status, reason = "pass", ""
         checking = opts.check and ctx.ref_out is not None
@@ -259,6 +297,7 @@ def run_cell(cell: Cell, ctx: CaseContext, suite: Suite, opts: RunOptions) -> Re
             if touched:
                 status, reason = "mismatch", f"backend wrote into its inputs ({touched}); {reason}".rstrip("; ")
                 row["check"]["inputs_modified"] = touched
+            sw.lap("check")
 
         if opts.time:
             stage = "timing"
@@ -272,6 +311,7 @@ def run_cell(cell: Cell, ctx: CaseContext, suite: Suite, opts: RunOptions) -> Re
                                 impl.graph_safe(metadata) if caps.cudagraph > 0 and device.type == "cuda" else None,
                                 enabled=topts.cuda_graph, device_type=device.type)
             row["timing"] = time_callable(call, device, topts, graph=gd, output=out)
+            sw.lap("timing")
             enqueue_us = row["timing"].pop("host_enqueue_us", None)
             if enqueue_us is not None:
                 host["enqueue_us"] = enqueue_us  # host cost of launching one call, kept out of median_us
@@ -282,6 +322,7 @@ def run_cell(cell: Cell, ctx: CaseContext, suite: Suite, opts: RunOptions) -> Re
             t = row["timing"]["median_us"] * 1e-6
             ceilings, why_not = get_ceilings(device) if opts.roofline else (None, "disabled")
             row["metrics"] = {**work.as_dict(), **roofline_metrics(work.flops, work.bytes, t, ceilings, why_not)}
+            sw.lap("metrics")
 
         if checking:
             # Check what was timed: the output the timed calls (graph replays included) left, then
@@ -294,8 +335,7 @@ def run_cell(cell: Cell, ctx: CaseContext, suite: Suite, opts: RunOptions) -> Re
             poisoned = torch.full_like(out, float("nan"))
             lse2 = torch.full_like(lse, float("nan")) if lse is not None else None
             impl.forward(query, key, value, kv_cache, metadata, poisoned, lse2)
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
+            _sync(device)
             later.append(("repeat call", poisoned, lse2))
             rechecks = []
             for when, o2, l2 in later:
@@ -309,24 +349,48 @@ def run_cell(cell: Cell, ctx: CaseContext, suite: Suite, opts: RunOptions) -> Re
             if touched and "inputs_modified" not in row["check"]:
                 status, reason = "mismatch", f"backend wrote into its inputs ({touched}); {reason}".rstrip("; ")
                 row["check"]["inputs_modified"] = touched
-        row["host"] = host
+            sw.lap("check")
         row["status"], row["reason"] = status, reason
     except Exception as e:  # a backend that rejects or crashes costs only its own cell
         row["status"] = "error"
         row["reason"] = f"{stage}: {_short_error(e)}"
         row["traceback"] = traceback.format_exc(limit=8)
+    row["host"] = {**host, **breakdown(sw, ctx)}
     return ResultRow.model_validate(row)
 
 
-def iterate_suite(
-    suite: Suite,
-    backends: list[type[AttentionBackend]],
-    opts: RunOptions,
-    on_start: Callable[[Cell], None] | None = None,
-) -> Iterator[ResultRow]:
-    """Yield one row per cell, generating each case's batch and reference once."""
-    for case_cells in group_by_case(plan_cells(suite, backends, opts)):
-        yield from iterate_case(case_cells, suite, opts, on_start=on_start)
+def sum_breakdown(rows: list[Any]) -> dict[str, float]:
+    """Seconds per stage summed over ``rows`` (``host.breakdown_ms``), with the case-level
+    stages (``host.case_ms``) counted once per case and the cells' own wall time."""
+    total: dict[str, float] = {}
+    seen_cases: set[str] = set()
+    for r in rows:
+        host = r.host or {}
+        for k, v in (host.get("breakdown_ms") or {}).items():
+            total[k] = total.get(k, 0.0) + v / 1e3
+        if "cell_ms" in host:
+            total["cells"] = total.get("cells", 0.0) + host["cell_ms"] / 1e3
+        if host.get("case_ms") and r.case not in seen_cases:
+            seen_cases.add(r.case)
+            for k, v in host["case_ms"].items():
+                total[k] = total.get(k, 0.0) + v / 1e3
+    return {k: round(v, 3) for k, v in total.items()}
+
+
+def breakdown(sw: Stopwatch, ctx: "CaseContext | None" = None) -> dict[str, Any]:
+    """Where a cell's wall time went (``host.breakdown_ms``: prepare = batch view, KV-cache
+    layout copy and output buffers, setup = builder/impl construction (library warm-up),
+    build = metadata/plan, first_call = first forward incl. JIT, check,
+    timing, metrics, other = the rest of run_cell), plus the case-level stages it shared
+    (``host.case_ms``: generate, reference, made once per case for ``case_cells`` cells)."""
+    ms = dict(sw.ms)
+    total = sw.total_ms()
+    ms["other"] = max(0.0, total - sum(ms.values()))
+    out: dict[str, Any] = {"breakdown_ms": ms, "cell_ms": total}
+    if ctx is not None:
+        out["case_ms"] = dict(ctx.case_ms)
+        out["case_cells"] = ctx.num_cells
+    return out
 
 
 def group_by_case(cells: list[Cell]) -> list[list[Cell]]:
@@ -356,10 +420,13 @@ def iterate_case(
     so a supervising process knows what a crash or a hang belongs to."""
     case = case_cells[0].case
     runnable: list[Cell] = []
+    precheck_ms: dict[int, float] = {}
     for cell in case_cells:
         if on_start:
             on_start(cell)
+        t0 = time.perf_counter()
         reason, status = _precheck(cell, opts)
+        precheck_ms[id(cell)] = (time.perf_counter() - t0) * 1e3
         if reason:
             yield status_row(cell, suite, opts, status, reason)
         else:
@@ -370,6 +437,7 @@ def iterate_case(
         on_event("prepare", None)
     try:
         ctx = CaseContext(case, opts.device, want_reference=opts.check)
+        ctx.num_cells = len(runnable)
     except Exception as e:
         for cell in runnable:
             yield status_row(cell, suite, opts, "error", f"generate/reference: {_short_error(e)}")
@@ -378,7 +446,11 @@ def iterate_case(
         for cell in runnable:
             if on_event:
                 on_event("cell", cell)
-            yield run_cell(cell, ctx, suite, opts)
+            row = run_cell(cell, ctx, suite, opts)
+            if row.host is not None:
+                # availability/support/memory checks, made before the case's batch existed
+                row.host["breakdown_ms"]["precheck"] = precheck_ms.get(id(cell), 0.0)
+            yield row
     finally:
         del ctx
         if opts.device.type == "cuda":
