@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from harness.registry import resolve
-from harness.runner import RunOptions, iterate_suite
+from harness.runner import RunOptions, group_by_case, iterate_case, plan_cells
 from harness.spec import load_suite
 from mutants.cpu import MUTANTS
 
@@ -23,8 +23,10 @@ def rows_by_backend():
     opts = RunOptions(device=torch.device("cpu"), time=False, suite_path=str(SUITE))
     by: dict[str, list] = {}
     # One pass: each case's batch and reference are made once for all backends.
-    for row in iterate_suite(suite, [resolve("torch-math"), resolve("sdpa"), *MUTANTS], opts):
-        by.setdefault(row.backend, []).append(row)
+    cells = plan_cells(suite, [resolve("torch-math"), resolve("sdpa"), *MUTANTS], opts)
+    for group in group_by_case(cells):
+        for row in iterate_case(group, suite, opts):
+            by.setdefault(row.backend, []).append(row)
     return by
 
 
