@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.metadata import TORCH_DTYPES, AttentionConfig
+from attn_contract import TORCH_DTYPES, AttentionConfig
 from harness.spec import CaseSpec, Explicit, Fixed, LogNormal, Normal, Uniform
 
 INDEX_BYTES = 4  # block-table entries, query_start_loc and seq_lens are int32

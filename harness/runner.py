@@ -13,9 +13,9 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from backends.base import AttentionBackend
+from attn_contract import AttentionBackend
 from harness.check import check_output, tolerance_for
-from harness.metadata import decode_first_order
+from attn_contract import decode_first_order
 from harness.layout import CaseLayout, case_layout
 from harness.metrics import layout_work
 from harness.reference import reference_attention

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import torch
 
+from attn_contract import AttentionConfig, CommonAttentionMetadata, LayerParams
 from harness.layout import CaseLayout, case_layout, draw_lengths, sample_lengths  # noqa: F401 (re-exported)
-from harness.metadata import AttentionConfig, CommonAttentionMetadata, LayerParams
 from harness.spec import CaseSpec
 
 FP8_MAX = {"fp8_e4m3": 448.0, "fp8_e5m2": 57344.0}

@@ -9,7 +9,7 @@ import torch
 
 from harness.cli import main as cli_main
 from harness.layout import case_layout, dtype_bytes, kv_element_bytes
-from harness.metadata import TORCH_DTYPES
+from attn_contract import TORCH_DTYPES
 from harness.metrics import attention_work, layout_work
 from harness.runner import RunOptions, too_large_reason
 from harness.spec import CaseSpec, parse_suite

@@ -10,7 +10,7 @@ import random
 import pytest
 import torch
 
-from backends.base import CudaGraphSupport
+from attn_contract import CudaGraphSupport
 from harness.cli import main as cli_main
 from harness.timing import (
     STOP_MAX_SAMPLES,

@@ -8,7 +8,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from backends.base import CudaGraphSupport
+from attn_contract import CudaGraphSupport
 
 
 @dataclass(frozen=True)
