@@ -7,6 +7,9 @@ import re
 import shlex
 import signal
 import sys
+import time
+
+_PROCESS_T0 = time.perf_counter()  # before torch is imported: run.json's wall_s counts the imports
 
 if __name__ == "__main__":  # python -m harness.cli: guard Ctrl-C before torch loads (the script: harness/__main__.py)
     from harness.startup import guard_startup
@@ -192,6 +195,7 @@ def _prepare_out_dir(args: argparse.Namespace, suite: Any, cells: list, device: 
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    t_start = time.perf_counter()
     from harness.executor import Executor
     from harness.runner import RunOptions, plan_cells
 
@@ -239,13 +243,18 @@ def cmd_run(args: argparse.Namespace) -> int:
             rows.append(row)
             progress.advance(task)
         progress.update(task, description="done")
+    this_run = rows
     if header.get("resumed"):
         rows = read_rows(out_dir)  # the summary covers the whole run, earlier rows included
+    _record_wall_time(out_dir, header, this_run, time.perf_counter() - t_start, _PROCESS_T0)
     print_summary(rows, out_dir)
     if getattr(args, "report", False):
         from harness.report import write_report
 
+        t0 = time.perf_counter()
         console.print(f"Report: {write_report([out_dir], out_dir / 'report.html')}")
+        _record_wall_time(out_dir, header, this_run, time.perf_counter() - t_start, _PROCESS_T0,
+                          report_s=time.perf_counter() - t0)
     failed = sum(r.status in ("mismatch", "error", "timeout") for r in rows)
     if failed:
         # Exit 0 by default: a benchmark run that found a broken cell still produced every
@@ -253,6 +262,26 @@ def cmd_run(args: argparse.Namespace) -> int:
         note = "exit 1" if args.strict else "exit 0; --strict makes that exit 1"
         err_console.print(f"{failed} cell(s) failed (mismatch/error/timeout): {note}", highlight=False)
     return 1 if failed and args.strict else 0
+
+
+def _record_wall_time(out_dir: Path, header: dict, rows: list[ResultRow], run_s: float, process_t0: float,
+                      report_s: float | None = None) -> None:
+    """run.json gets this invocation's wall time (``wall_s``: process start to the last row,
+    imports and worker start-up included; ``run_s``: from the command's start) and where the
+    rows' time went, summed over rows (``time_breakdown_s``; case-level stages once per case)."""
+    from harness.runner import sum_breakdown
+
+    if report_s is None:
+        timing = {"wall_s": time.perf_counter() - process_t0, "run_s": run_s,
+                  "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                  "time_breakdown_s": sum_breakdown(rows), "rows_this_run": len(rows)}
+    else:
+        timing = {"report_s": report_s, "wall_with_report_s": time.perf_counter() - process_t0}
+    if header.get("resumed"):
+        header["resumed"][-1].update(timing)  # the original run's wall time stays as it was
+    else:
+        header.update(timing)
+    write_header(out_dir, header)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -285,7 +314,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_recommend(args: argparse.Namespace) -> int:
     """Measured backend per shape bucket: markdown to stdout, policy files into --out."""
     from harness.compare import parse_threshold
-    from harness.recommend import RecommendError, recommend, to_markdown, write_outputs, write_suggest
+    from harness.recommend import recommend, to_markdown, write_outputs, write_suggest
 
     command = " ".join(["harness", *sys.argv[1:]]) if sys.argv[1:2] == ["recommend"] else ""
     try:

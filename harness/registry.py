@@ -8,6 +8,7 @@ import is still listed, unavailable, with the import error as its reason.
 
 from __future__ import annotations
 
+import functools
 import importlib
 from importlib.metadata import entry_points
 
@@ -34,11 +35,18 @@ def load_spec(spec: str) -> type[AttentionBackend]:
     return cls
 
 
+@functools.lru_cache(maxsize=1)
+def _plugin_entry_points() -> tuple[tuple[str, str], ...]:
+    # Scanning every installed distribution costs ~7 ms; rows name their backend through this,
+    # so it was paid once per row. Installed plugins do not change within a process.
+    return tuple((ep.name, ep.value) for ep in entry_points(group=ENTRY_POINT_GROUP))
+
+
 def known_backends() -> dict[str, str]:
     """name -> ``module:Class`` for every backend in the entry-point group (built-ins and plugins)."""
     found: dict[str, str] = {}
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        found.setdefault(ep.name, ep.value)
+    for name, value in _plugin_entry_points():
+        found.setdefault(name, value)
     return found
 
 
