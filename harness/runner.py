@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from attn_contract import AttentionBackend
+from harness.cascade import decide as decide_cascade
 from harness.check import check_output, tolerance_for
 from attn_contract import decode_first_order
 from harness.layout import CaseLayout, case_layout
@@ -226,6 +227,8 @@ def run_cell(cell: Cell, ctx: CaseContext, suite: Suite, opts: RunOptions) -> Re
         stage = "kv cache"
         kv_cache = backend.materialize_kv_cache(bview.kv_cache, cfg.kv_layout)
         common = bview.common_metadata()
+        # What vLLM's rule would pick for this batch, recorded to compare with the measurement.
+        rule = decide_cascade(common, cfg, device) if caps.cascade else None
         sw.lap("prepare")
         builder = backend.get_builder_cls()(cfg, variant, device)
         impl = backend.get_impl_cls()(cfg, variant, device, bview.layer)
@@ -240,6 +243,8 @@ def run_cell(cell: Cell, ctx: CaseContext, suite: Suite, opts: RunOptions) -> Re
         impl.forward(bview.query, bview.key, bview.value, kv_cache, metadata, out, lse)
         host["first_call_ms"] = sw.lap("first_call")  # includes JIT compilation
         row["call"] = impl.describe_call(metadata)
+        if rule is not None:
+            row["call"].update(rule.call_fields())
 
         status, reason = "pass", ""
         if opts.check and ctx.ref_out is not None:
@@ -321,17 +326,6 @@ def breakdown(sw: Stopwatch, ctx: "CaseContext | None" = None) -> dict[str, Any]
         out["case_ms"] = dict(ctx.case_ms)
         out["case_cells"] = ctx.num_cells
     return out
-
-
-def iterate_suite(
-    suite: Suite,
-    backends: list[type[AttentionBackend]],
-    opts: RunOptions,
-    on_start: Callable[[Cell], None] | None = None,
-) -> Iterator[ResultRow]:
-    """Yield one row per cell, generating each case's batch and reference once."""
-    for case_cells in group_by_case(plan_cells(suite, backends, opts)):
-        yield from iterate_case(case_cells, suite, opts, on_start=on_start)
 
 
 def group_by_case(cells: list[Cell]) -> list[list[Cell]]:
