@@ -26,7 +26,10 @@ allocates (used blocks + max(2, used // 8) spares), ``B`` = block size:
     cell       = prod(backend KV-cache shape) * c        the backend's own layout (a copy)
                + [T * (Hq + 2 * Hk) * D * e]             reordered Q/K/V (decode-first backends)
                + 2 * T * Hq * D * e + 2 * T * Hq * 4     output, NaN probe, LSE (both)
-               + workspace                               backend.workspace_bytes(cfg, variant)
+               + workspace                               backend.batch_workspace_bytes(cfg, variant,
+                                                         lens, ...) (the padded chunks of the
+                                                         torch backends), else
+                                                         backend.workspace_bytes(cfg, variant)
                                                          if declared, else 256 MiB
                + 5 * T * Hq * D * 8                      the fp64 comparison in check_output
 
@@ -80,12 +83,25 @@ class MemoryEstimate:
         return {**asdict(self), "persistent": self.persistent, "peak": self.peak}
 
 
-def backend_workspace(backend: Any, case: CaseSpec, variant: dict[str, Any]) -> int:
-    """A backend may declare ``workspace_bytes(config, variant) -> int`` (e.g. FlashInfer's
-    planner buffers); otherwise a fixed allowance covers library scratch."""
+def backend_workspace(backend: Any, case: CaseSpec, variant: dict[str, Any], shape: CaseShape | None = None,
+                      device_type: str = "cuda") -> int:
+    """A backend's scratch for this cell. It may declare
+    ``batch_workspace_bytes(config, variant, query_lens, seq_lens, cache_bytes[, device_type])``
+    (the torch backends: padded chunks, from the same chunk plan their forward uses), or
+    ``workspace_bytes(config, variant) -> int`` (e.g. FlashInfer's planner buffers);
+    otherwise a fixed allowance covers library scratch."""
+    cfg = case.attention_config()
+    fn = getattr(backend, "batch_workspace_bytes", None)
+    if callable(fn):
+        shape = shape or case_shape(case)
+        c = DTYPE_BYTES[cfg.dtype] if cfg.kv_cache_dtype == "auto" else DTYPE_BYTES[cfg.kv_cache_dtype]
+        try:
+            return int(fn(cfg, variant, shape.query_lens, shape.seq_lens, c, device_type))
+        except TypeError:  # declared without the device argument
+            return int(fn(cfg, variant, shape.query_lens, shape.seq_lens, c))
     fn = getattr(backend, "workspace_bytes", None)
     if callable(fn):
-        return int(fn(case.attention_config(), variant))
+        return int(fn(cfg, variant))
     return DEFAULT_WORKSPACE_BYTES
 
 
@@ -120,7 +136,7 @@ def estimate(case: CaseSpec, backend: Any | None = None, variant: dict[str, Any]
         cell += math.prod(backend.get_kv_cache_shape(N, bs, hk, d, cfg.kv_cache_dtype)) * c
         if backend.capabilities(variant).reorder_batch_threshold is not None:
             cell += qkv
-        cell += backend_workspace(backend, case, variant)
+        cell += backend_workspace(backend, case, variant, shape, device_type)
     else:
         cell += kv_cache + DEFAULT_WORKSPACE_BYTES
     if check:
