@@ -1,6 +1,6 @@
 """The golden result: attention per request over the logical (unpaged) K/V, in fp32 or fp64.
 
-Conventions (the ones FA2/3/4, FlashInfer and vLLM use, see docs/conventions.md):
+Conventions (the ones FA2/3/4, FlashInfer and vLLM use; each is listed here):
 - causal is bottom-right aligned: query i of a request with q queries and s keys sees key j
   iff j <= i + (s - q);
 - a sliding window W lets a query see the W most recent keys, itself included
