@@ -360,7 +360,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     for col in ("case", "heads q/kv", "head", "dtype/kv", "block", "requests", "max seq (bound)", "KV tokens (bound)"):
         t.add_column(col)
     for c in suite.cases:
-        kv_tokens = c.work_bound()[1] / (2 * c.num_kv_heads * c.head_size * 2)  # bytes bound -> tokens
+        kv_tokens = c.work_bound()[1] / (2 * c.num_kv_heads * c.head_size * c.kv_element_bytes)  # bytes -> tokens
         t.add_row(escape(c.name), f"{c.num_heads}/{c.num_kv_heads}", str(c.head_size), f"{c.dtype}/{c.kv_cache_dtype}",
                   f"{c.block_size} {c.kv_layout}", str(c.num_requests), f"{c.max_seq_len_bound():,}", f"{kv_tokens:,.0f}")
     console.print(t)
