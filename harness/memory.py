@@ -94,11 +94,11 @@ def backend_workspace(backend: Any, case: CaseSpec, variant: dict[str, Any], lay
     fn = getattr(backend, "batch_workspace_bytes", None)
     if callable(fn):
         layout = layout or case_layout(case)
-        qlens, slens, c = list(layout.query_lens), list(layout.seq_lens), layout.kv_elt_bytes
+        c = layout.kv_elt_bytes
         try:
-            return int(fn(cfg, variant, qlens, slens, c, device_type))
+            return int(fn(cfg, variant, layout.query_lens, layout.seq_lens, c, device_type))
         except TypeError:  # declared without the device argument
-            return int(fn(cfg, variant, qlens, slens, c))
+            return int(fn(cfg, variant, layout.query_lens, layout.seq_lens, c))
     fn = getattr(backend, "workspace_bytes", None)
     if callable(fn):
         return int(fn(cfg, variant))
