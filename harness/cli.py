@@ -29,6 +29,7 @@ from rich.table import Table
 from harness import registry
 from harness.results import RESULTS_FILE, ResultRow, ResultWriter, read_rows, variant_label, write_header
 from harness.spec import SpecError, load_suite
+from harness.suite_check import check_suite_backends
 
 EXIT_USAGE = 2
 
@@ -201,11 +202,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     from harness.runner import RunOptions, plan_cells
 
     suite = load_suite(args.suite)
+    check_suite_backends(suite)  # the checks `harness validate` makes, with file and field
     names = args.backends.split(",") if args.backends else (suite.backends or list(registry.known_backends()))
     try:
         backends = registry.resolve_many([n.strip() for n in names if n.strip()])
     except registry.BackendLookupError as e:
         raise UsageError(str(e)) from None
+    _check_variant_flags(_parse_variants(args.variant or []), backends)
     device = _pick_device(args.device or "auto")
     xopts = _exec_options(args, device)
     device = torch.device(xopts.devices[0])  # rows and the header name the first worker's device
@@ -335,9 +338,25 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_variant_flags(filters: dict[str, dict[str, list[str]]], backends: list) -> None:
+    """--variant names a backend of this run (or a registered one) and axis values it has."""
+    from harness.suite_check import variant_filter_problem
+
+    in_run = {b.name: b for b in backends}
+    for name, f in filters.items():
+        try:
+            cls = in_run[name] if name in in_run else registry.resolve(name)
+        except registry.BackendLookupError as e:
+            raise UsageError(f"--variant {name}: {e}") from None
+        problem = variant_filter_problem(cls, f)
+        if problem:
+            raise UsageError(f"--variant {name}: {problem}")
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     """Load a suite with every check a run applies and print its expanded cases; runs nothing."""
     suite = load_suite(args.suite)
+    check_suite_backends(suite)
     t = Table(title=f"{escape(suite.suite)}: {len(suite.cases)} cases")
     for col in ("case", "heads q/kv", "head", "dtype/kv", "block", "requests", "max seq (bound)", "KV tokens (bound)"):
         t.add_column(col)
@@ -431,7 +450,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--backends", help="comma-separated backend names or module:Class specs (default: the suite's, else all)")
     r.add_argument("--out", help="results folder (default: results/SUITE-TIMESTAMP)")
     r.add_argument("--seed", type=int, help="override every case's seed")
-    r.add_argument("--case", action="append", help="only cases with this name or glob (repeatable)")
+    r.add_argument("--case", action="append", help="only cases with this exact name, else this glob (repeatable)")
     r.add_argument("--variant", action="append", help="restrict a variant axis: BACKEND.AXIS=V[,V] (repeatable)")
     r.add_argument("--device", default=None, help="auto (default: cuda if available), cpu, cuda, cuda:N")
     r.add_argument("--no-check", action="store_true", help="skip the reference check (timing only)")

@@ -66,7 +66,11 @@ class Cell:
 def select_cases(suite: Suite, opts: RunOptions) -> list[CaseSpec]:
     cases = suite.cases
     if opts.case_patterns:
-        cases = [c for c in cases if any(c.name == p or fnmatch.fnmatchcase(c.name, p) for p in opts.case_patterns)]
+        # A pattern that is some case's exact name selects that case only, so a reproducer's
+        # --case picks one cell even when the name holds glob characters (`c*`, `llama[count=8]`).
+        names = {c.name for c in cases}
+        cases = [c for c in cases if any(c.name == p if p in names else fnmatch.fnmatchcase(c.name, p)
+                                         for p in opts.case_patterns)]
     if opts.seed is not None:
         cases = [c.model_copy(update={"seed": opts.seed}) for c in cases]
     return cases
