@@ -275,12 +275,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         def on_start(cell: Any) -> None:
             progress.update(task, description=escape(f"{cell.case.name[:40]} {cell.backend.name}"))
 
-        for row in Executor(suite, opts, xopts).run(cells, on_start=on_start):
+        executor = Executor(suite, opts, xopts)
+        for row in executor.run(cells, on_start=on_start):
             writer.write(row)
             rows.append(row)
             progress.advance(task)
         progress.update(task, description="done")
     this_run = rows
+    if executor.queue is not None and len(xopts.devices) > 1:
+        # The cost-balanced split (harness/balance.py): planned estimate per worker, cases stolen.
+        header["devices_plan"] = executor.queue.summary()
     if header.get("resumed"):
         rows = read_rows(out_dir)  # the summary covers the whole run, earlier rows included
     _record_wall_time(out_dir, header, this_run, time.perf_counter() - t_start, _PROCESS_T0)
