@@ -252,6 +252,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         variant_filters=_parse_variants(args.variant or []),
         check=not args.no_check,
         time=not args.no_time,
+        collapse_variants=not args.all_variants,
         cpu_max_gflop=args.cpu_max_gflop,
         cpu_max_kv_mib=args.cpu_max_kv_mib,
         timing=_timing_options(args, device),
@@ -495,6 +496,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--device", default=None, help="auto (default: cuda if available), cpu, cuda, cuda:N")
     r.add_argument("--no-check", action="store_true", help="skip the reference check (timing only)")
     r.add_argument("--no-time", action="store_true", help="skip timing (conformance only)")
+    r.add_argument("--all-variants", action="store_true",
+                   help="run every variant even where an axis cannot apply to the batch (default: one cell "
+                        "stands for them, its row says which axes applied; docs/measurement.md)")
     r.add_argument("--cpu-max-gflop", type=float, default=0.5, help="on CPU, skip cases above this many GFLOP (default 0.5)")
     r.add_argument("--cpu-max-kv-mib", type=float, default=128.0, help="on CPU, skip cases whose KV cache exceeds this (default 128)")
     from harness.timing.stopping import STOPPING_CRITERIA  # the criteria registered by name
