@@ -164,7 +164,8 @@ def _timing_options(args: argparse.Namespace, device: torch.device) -> Any:
         return TimingOptions.for_device(
             device, mode=args.timing_mode, cuda_graph=False if args.no_cuda_graph else None,
             target_rel_noise=args.target_noise, max_time_s=args.max_time,
-            min_samples=args.min_samples, max_samples=args.max_samples, stop_criterion=args.stop)
+            min_samples=args.min_samples, max_samples=args.max_samples, stop_criterion=args.stop,
+            energy_window_s=args.energy_window)
     except ValueError as e:
         raise UsageError(f"timing options: {e}") from None
 
@@ -517,6 +518,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "(default 0.01 on GPU, 0.05 on CPU)")
     tg.add_argument("--max-time", type=float, metavar="SECONDS",
                     help="sampling time budget per cell (default 2 on GPU, 0.5 on CPU)")
+    tg.add_argument("--energy-window", type=float, metavar="SECONDS",
+                    help="GPU: after timing, run the call back to back this long and record NVML energy "
+                         "(J/call, mean W); 0 = off (default 0.1)")
     tg.add_argument("--min-samples", type=int, help="samples before the noise target may stop (default 10 GPU, 3 CPU)")
     tg.add_argument("--max-samples", type=int,
                     help="sample cap per cell, the exact count under --stop samples (default 500 GPU, 20 CPU)")
