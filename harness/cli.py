@@ -3,8 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import json
 import re
+import shlex
+import signal
 import sys
+import time
+
+_PROCESS_T0 = time.perf_counter()  # before torch is imported: run.json's wall_s counts the imports
+
+if __name__ == "__main__":  # python -m harness.cli: guard Ctrl-C before torch loads (the script: harness/__main__.py)
+    from harness.startup import guard_startup
+
+    guard_startup()
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -16,8 +27,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from harness import registry
-from harness.results import RESULTS_FILE, ResultRow, ResultWriter, read_rows, write_header
+from harness.results import RESULTS_FILE, ResultRow, ResultWriter, read_rows, variant_label, write_header
 from harness.spec import SpecError, load_suite
+from harness.suite_check import check_suite_backends
 
 EXIT_USAGE = 2
 
@@ -69,47 +81,79 @@ def _reason_kind(reason: str) -> str:
     return _SIZE_FIGURE.sub(lambda m: f"... {m.group(2)} >", reason)
 
 
-def print_summary(rows: list[ResultRow], out_dir: Path, max_rows: int = 80) -> None:
-    counts = Counter((r.backend, r.variant_label, r.status) for r in rows)
-    keys = sorted({(b, v) for b, v, _ in counts})
-    statuses = ["pass", "mismatch", "error", "timeout", "unsupported", "skipped"]
-    t = Table(title="Summary: cells by status", show_lines=False)
-    t.add_column("backend")
-    t.add_column("variant")
-    for s in statuses:
-        t.add_column(s, justify="right", style=STATUS_STYLE[s])
-    for b, v in keys:
-        t.add_row(escape(b), escape(v or "-"), *[str(counts.get((b, v, s), 0) or "") for s in statuses])
-    console.print(t)
+def _ids(n: int) -> list[str]:
+    """Short ids A..Z, then AA, AB, ...: one per backend variant, explained in a legend."""
+    out = []
+    for i in range(n):
+        label, i = "", i + 1
+        while i:
+            i, r = divmod(i - 1, 26)
+            label = chr(65 + r) + label
+        out.append(label)
+    return out
 
-    ran = [r for r in rows if r.status in ("pass", "mismatch", "error", "timeout")]
+
+def print_summary(rows: list[ResultRow], out_dir: Path, max_rows: int = 80) -> None:
+    """The run's tables, readable at 80 columns (pipes, CI logs): backend variants get short
+    ids with a legend, long names wrap instead of being cut, numbers never wrap or shorten."""
+    statuses = ["pass", "mismatch", "error", "timeout", "unsupported", "skipped"]
+    short = {"pass": "pass", "mismatch": "mism", "error": "err", "timeout": "tmo", "unsupported": "unsup",
+             "skipped": "skip"}
+    counts = Counter((r.backend, r.variant_label, str(r.status)) for r in rows)
+    keys = sorted({(b, v) for b, v, _ in counts})
+    ids = dict(zip(keys, _ids(len(keys))))
+    t = Table(title="Summary: cells by status", show_lines=False)
+    t.add_column("id", no_wrap=True)
+    t.add_column("backend", overflow="fold")
+    for s_ in statuses:
+        t.add_column(short[s_], justify="right", style=STATUS_STYLE[s_], no_wrap=True)
+    for b, v in keys:
+        t.add_row(ids[(b, v)], escape(b), *[str(counts.get((b, v, s_), 0) or "") for s_ in statuses])
+    console.print(t)
+    # The legend: every variant's full name on its own line, never cut (the terminal may wrap it).
+    for (b, v), i in ids.items():
+        if v:
+            console.print(escape(f"  {i} = {b} {v}"), soft_wrap=True, highlight=False)
+    abbreviated = [s_ for s_ in statuses if short[s_] != s_]
+    console.print(f"  {'/'.join(short[s_] for s_ in abbreviated)} = {'/'.join(abbreviated)}",
+                  highlight=False, soft_wrap=True)
+
+    ran = [r for r in rows if str(r.status) in ("pass", "mismatch", "error", "timeout")]
     if ran:
         d = Table(title=f"Cells that ran ({len(ran)}; first {min(len(ran), max_rows)} shown)")
-        for col in ("case", "backend", "variant", "status", "median us", "TFLOP/s", "TB/s", "max abs err"):
-            d.add_column(col, justify="right" if col[0].isupper() or col.startswith(("median", "max")) else "left")
+        d.add_column("case", overflow="fold", ratio=1)  # wraps; everything else stays whole
+        d.add_column("id", no_wrap=True)
+        d.add_column("status", no_wrap=True)
+        for col in ("median us", "TFLOP/s", "TB/s", "max err"):
+            d.add_column(col, justify="right", no_wrap=True)
         for r in ran[:max_rows]:
             m, tm, ck = r.metrics or {}, r.timing or {}, r.check or {}
+            st = str(r.status)
             # Names and reasons are data, not rich markup: sweep names look like "[tags]".
-            d.add_row(escape(r.case), escape(r.backend), escape(r.variant_label or "-"), f"[{STATUS_STYLE[r.status]}]{r.status}",
+            d.add_row(escape(r.case), ids[(r.backend, r.variant_label)], f"[{STATUS_STYLE[st]}]{st}",
                       _fmt(tm.get("median_us"), ".1f"), _fmt(m.get("tflops"), ".3g"), _fmt(m.get("tbps"), ".3g"),
                       _fmt(ck.get("max_abs_err"), ".2e"))
         console.print(d)
 
     # Size-dependent reasons differ only in their numbers: group them so the table stays short.
-    not_run = Counter((r.status, r.backend, _reason_kind(r.reason)) for r in rows if r.status in ("unsupported", "skipped"))
+    not_run = Counter((str(r.status), r.backend, _reason_kind(r.reason)) for r in rows
+                      if str(r.status) in ("unsupported", "skipped"))
     if not_run:
         s = Table(title="Not run, and why")
-        for col in ("status", "backend", "cells", "reason"):
-            s.add_column(col)
+        s.add_column("status", no_wrap=True)
+        s.add_column("backend", overflow="fold")
+        s.add_column("cells", justify="right", no_wrap=True)
+        s.add_column("reason", ratio=1)
         for (st, b, reason), n in sorted(not_run.items()):
             s.add_row(f"[{STATUS_STYLE[st]}]{st}", escape(b), str(n), escape(reason))
         console.print(s)
-    bad = [r for r in rows if r.status in ("mismatch", "error", "timeout")]
+    bad = [r for r in rows if str(r.status) in ("mismatch", "error", "timeout")]
     for r in bad[:20]:
-        err_console.print(f"[{STATUS_STYLE[r.status]}]{r.status}[/] "
-                          + escape(f"{r.case} {r.backend} {r.variant_label}: {r.reason}"))
+        st = str(r.status)
+        err_console.print(f"[{STATUS_STYLE[st]}]{st}[/] " + escape(f"{r.case} {r.backend} {r.variant_label}: {r.reason}"),
+                          soft_wrap=True)
         err_console.print(f"  reproduce: {escape(r.reproducer)}", soft_wrap=True)
-    console.print(f"Results: {out_dir / RESULTS_FILE}")
+    console.print(f"Results: {out_dir / RESULTS_FILE}", soft_wrap=True)
 
 
 def _timing_options(args: argparse.Namespace, device: torch.device) -> Any:
@@ -120,7 +164,7 @@ def _timing_options(args: argparse.Namespace, device: torch.device) -> Any:
         return TimingOptions.for_device(
             device, mode=args.timing_mode, cuda_graph=False if args.no_cuda_graph else None,
             target_rel_noise=args.target_noise, max_time_s=args.max_time,
-            min_samples=args.min_samples, max_samples=args.max_samples)
+            min_samples=args.min_samples, max_samples=args.max_samples, stop_criterion=args.stop)
     except ValueError as e:
         raise UsageError(f"timing options: {e}") from None
 
@@ -157,7 +201,7 @@ def _prepare_out_dir(args: argparse.Namespace, suite: Any, cells: list, device: 
     from harness.executor import ResumeError, resume_plan
     from harness.runner import default_out_dir
 
-    argv = ["harness", *sys.argv[1:]]
+    argv = ["harness", *getattr(args, "argv", sys.argv[1:])]
     if args.resume:
         if args.out and Path(args.out) != Path(args.resume):
             raise UsageError("--resume DIR writes into DIR; drop --out or give the same folder")
@@ -185,15 +229,18 @@ def _prepare_out_dir(args: argparse.Namespace, suite: Any, cells: list, device: 
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    t_start = time.perf_counter()
     from harness.executor import Executor
     from harness.runner import RunOptions, plan_cells
 
     suite = load_suite(args.suite)
+    check_suite_backends(suite)  # the checks `harness validate` makes, with file and field
     names = args.backends.split(",") if args.backends else (suite.backends or list(registry.known_backends()))
     try:
         backends = registry.resolve_many([n.strip() for n in names if n.strip()])
     except registry.BackendLookupError as e:
         raise UsageError(str(e)) from None
+    _check_variant_flags(_parse_variants(args.variant or []), backends)
     device = _pick_device(args.device or "auto")
     xopts = _exec_options(args, device)
     device = torch.device(xopts.devices[0])  # rows and the header name the first worker's device
@@ -205,6 +252,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         variant_filters=_parse_variants(args.variant or []),
         check=not args.no_check,
         time=not args.no_time,
+        collapse_variants=not args.all_variants,
         cpu_max_gflop=args.cpu_max_gflop,
         cpu_max_kv_mib=args.cpu_max_kv_mib,
         timing=_timing_options(args, device),
@@ -213,6 +261,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not cells:
         raise UsageError("nothing to run: no case/backend/variant matches the filters")
     out_dir, cells, header = _prepare_out_dir(args, suite, cells, device, backends, xopts.devices)
+    args.started_out_dir = out_dir  # from here an interrupt can be resumed
     rows: list[ResultRow] = []
     where = ",".join(xopts.devices) if len(xopts.devices) > 1 else str(device)
     mode = "in-process" if not xopts.isolation else f"{len(xopts.devices)} worker(s)"
@@ -231,14 +280,45 @@ def cmd_run(args: argparse.Namespace) -> int:
             rows.append(row)
             progress.advance(task)
         progress.update(task, description="done")
+    this_run = rows
     if header.get("resumed"):
         rows = read_rows(out_dir)  # the summary covers the whole run, earlier rows included
+    _record_wall_time(out_dir, header, this_run, time.perf_counter() - t_start, _PROCESS_T0)
     print_summary(rows, out_dir)
     if getattr(args, "report", False):
         from harness.report import write_report
 
+        t0 = time.perf_counter()
         console.print(f"Report: {write_report([out_dir], out_dir / 'report.html')}")
-    return 1 if any(r.status in ("mismatch", "error", "timeout") for r in rows) and args.strict else 0
+        _record_wall_time(out_dir, header, this_run, time.perf_counter() - t_start, _PROCESS_T0,
+                          report_s=time.perf_counter() - t0)
+    failed = sum(r.status in ("mismatch", "error", "timeout") for r in rows)
+    if failed:
+        # Exit 0 by default: a benchmark run that found a broken cell still produced every
+        # other figure. CI gates use --strict (or `harness compare`); say so, every time.
+        note = "exit 1" if args.strict else "exit 0; --strict makes that exit 1"
+        err_console.print(f"{failed} cell(s) failed (mismatch/error/timeout): {note}", highlight=False)
+    return 1 if failed and args.strict else 0
+
+
+def _record_wall_time(out_dir: Path, header: dict, rows: list[ResultRow], run_s: float, process_t0: float,
+                      report_s: float | None = None) -> None:
+    """run.json gets this invocation's wall time (``wall_s``: process start to the last row,
+    imports and worker start-up included; ``run_s``: from the command's start) and where the
+    rows' time went, summed over rows (``time_breakdown_s``; case-level stages once per case)."""
+    from harness.runner import sum_breakdown
+
+    if report_s is None:
+        timing = {"wall_s": time.perf_counter() - process_t0, "run_s": run_s,
+                  "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                  "time_breakdown_s": sum_breakdown(rows), "rows_this_run": len(rows)}
+    else:
+        timing = {"report_s": report_s, "wall_with_report_s": time.perf_counter() - process_t0}
+    if header.get("resumed"):
+        header["resumed"][-1].update(timing)  # the original run's wall time stays as it was
+    else:
+        header.update(timing)
+    write_header(out_dir, header)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -268,14 +348,52 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 1 if comp.regressed else 0
 
 
+def cmd_recommend(args: argparse.Namespace) -> int:
+    """Measured backend per shape bucket: markdown to stdout, policy files into --out."""
+    from harness.compare import parse_threshold
+    from harness.recommend import recommend, to_markdown, write_outputs, write_suggest
+
+    command = " ".join(["harness", *sys.argv[1:]]) if sys.argv[1:2] == ["recommend"] else ""
+    try:
+        tie = parse_threshold(args.tie.replace("--threshold", "--tie"))
+        rec = recommend(args.results, tie=tie)
+        md = to_markdown(rec, command)
+        n = write_suggest(rec, args.suggest) if args.suggest else None
+        paths = write_outputs(rec, args.out, command) if args.out else []
+    except ValueError as e:  # RecommendError is a ValueError; so is a bad --tie
+        raise UsageError(str(e).replace("--threshold", "--tie")) from None
+    print(md, end="")
+    for p in paths:
+        err_console.print(f"wrote {p}")
+    if args.suggest:
+        err_console.print(f"--suggest: {n} case(s) -> {args.suggest}" if n else "--suggest: every bucket is measured; nothing written")
+    return 0
+
+
+def _check_variant_flags(filters: dict[str, dict[str, list[str]]], backends: list) -> None:
+    """--variant names a backend of this run (or a registered one) and axis values it has."""
+    from harness.suite_check import variant_filter_problem
+
+    in_run = {b.name: b for b in backends}
+    for name, f in filters.items():
+        try:
+            cls = in_run[name] if name in in_run else registry.resolve(name)
+        except registry.BackendLookupError as e:
+            raise UsageError(f"--variant {name}: {e}") from None
+        problem = variant_filter_problem(cls, f)
+        if problem:
+            raise UsageError(f"--variant {name}: {problem}")
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     """Load a suite with every check a run applies and print its expanded cases; runs nothing."""
     suite = load_suite(args.suite)
+    check_suite_backends(suite)
     t = Table(title=f"{escape(suite.suite)}: {len(suite.cases)} cases")
     for col in ("case", "heads q/kv", "head", "dtype/kv", "block", "requests", "max seq (bound)", "KV tokens (bound)"):
         t.add_column(col)
     for c in suite.cases:
-        kv_tokens = c.work_bound()[1] / (2 * c.num_kv_heads * c.head_size * 2)  # bytes bound -> tokens
+        kv_tokens = c.work_bound()[1] / (2 * c.num_kv_heads * c.head_size * c.kv_element_bytes)  # bytes -> tokens
         t.add_row(escape(c.name), f"{c.num_heads}/{c.num_kv_heads}", str(c.head_size), f"{c.dtype}/{c.kv_cache_dtype}",
                   f"{c.block_size} {c.kv_layout}", str(c.num_requests), f"{c.max_seq_len_bound():,}", f"{kv_tokens:,.0f}")
     console.print(t)
@@ -283,23 +401,74 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_list(args: argparse.Namespace) -> int:
-    t = Table(title="Backends")
-    for col in ("backend", "variant", "available", "why not / versions", "capabilities"):
-        t.add_column(col, overflow="fold")
+_NOT_INSTALLED = re.compile(r"cannot import ([\w.]+): ModuleNotFoundError: No module named '[\w.]+'")
+
+
+def _axes_label(variants: list[dict[str, Any]]) -> str:
+    """Variants as their axes' values ("fa_version=2,3"), or "-" for a backend without axes."""
+    axes: dict[str, list[str]] = {}
+    for v in variants:
+        for k, val in v.items():
+            if str(val) not in axes.setdefault(k, []):
+                axes[k].append(str(val))
+    return "\n".join(f"{k}: {', '.join(vals)}" for k, vals in axes.items()) or "-"
+
+
+def list_backends() -> list[dict[str, Any]]:
+    """Every registered backend with each variant's availability and capabilities (``list --json``)."""
+    out = []
     for name, spec in sorted(registry.known_backends().items()):
+        entry: dict[str, Any] = {"name": name, "spec": spec, "error": None, "variants": []}
         try:
-            cls = registry.load_spec(spec)
+            cls = registry.resolve(name)  # the checks a run applies (one name, no duplicates)
         except registry.BackendLookupError as e:
-            t.add_row(name, "-", "[red]no", str(e), "")
+            entry["error"] = str(e)
+            out.append(entry)
             continue
         for v in cls.variants():
             a = cls.availability(v)
-            caps = cls.capabilities(v).describe()
-            info = a.reason if not a.available else ", ".join(f"{k} {val}" for k, val in a.versions.items())
-            capstr = "; ".join(f"{k}={','.join(map(str, val)) if isinstance(val, list) else val}" for k, val in caps.items())
-            label = ",".join(f"{k}={val}" for k, val in v.items()) or "-"
-            t.add_row(name, label, "[green]yes" if a.available else "[red]no", info, capstr)
+            entry["variants"].append({"variant": v, "label": variant_label(v), "available": a.available,
+                                      "reason": a.reason, "versions": dict(a.versions),
+                                      "capabilities": cls.capabilities(v).describe()})
+        out.append(entry)
+    return out
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    backends = list_backends()
+    if args.json:
+        print(json.dumps(backends, indent=1, default=str))
+        return 0
+    t = Table(title="Backends" + (" (capabilities: harness list --verbose)" if not args.verbose else ""),
+              expand=True)
+    # Names never wrap; the reasons take what is left (80 columns in a pipe or a CI log).
+    t.add_column("backend", no_wrap=True)
+    t.add_column("variant" if args.verbose else "variants", overflow="fold", ratio=1)
+    t.add_column("ok", no_wrap=True)
+    t.add_column("why not / versions", overflow="fold", ratio=1)
+    if args.verbose:
+        t.add_column("capabilities", overflow="fold", ratio=3)
+    for b in backends:
+        if b["error"]:
+            t.add_row(escape(b["name"]), "-", "[red]no", escape(b["error"]), *([""] if args.verbose else []))
+            continue
+        if args.verbose:
+            for v in b["variants"]:
+                info = v["reason"] if not v["available"] else ", ".join(f"{k} {x}" for k, x in v["versions"].items())
+                capstr = "; ".join(f"{k}={','.join(map(str, x)) if isinstance(x, list) else x}"
+                                   for k, x in v["capabilities"].items())
+                t.add_row(escape(b["name"]), escape(v["label"] or "-"), "[green]yes" if v["available"] else "[red]no",
+                          escape(info), escape(capstr))
+            continue
+        # Compact: variants that share an answer share a row; the backend is named once.
+        groups: dict[tuple[bool, str], list[dict[str, Any]]] = {}
+        for v in b["variants"]:
+            info = v["reason"] if not v["available"] else ", ".join(f"{k} {x}" for k, x in v["versions"].items())
+            info = _NOT_INSTALLED.sub(r"\1 not installed", info)  # the full text: --verbose
+            groups.setdefault((v["available"], info), []).append(v["variant"])
+        for i, ((ok, info), vs) in enumerate(groups.items()):
+            t.add_row(escape(b["name"]) if i == 0 else "", escape(_axes_label(vs)), "[green]yes" if ok else "[red]no",
+                      escape(info))
     console.print(t)
     return 0
 
@@ -313,13 +482,18 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--backends", help="comma-separated backend names or module:Class specs (default: the suite's, else all)")
     r.add_argument("--out", help="results folder (default: results/SUITE-TIMESTAMP)")
     r.add_argument("--seed", type=int, help="override every case's seed")
-    r.add_argument("--case", action="append", help="only cases with this name or glob (repeatable)")
+    r.add_argument("--case", action="append", help="only cases with this exact name, else this glob (repeatable)")
     r.add_argument("--variant", action="append", help="restrict a variant axis: BACKEND.AXIS=V[,V] (repeatable)")
     r.add_argument("--device", default=None, help="auto (default: cuda if available), cpu, cuda, cuda:N")
     r.add_argument("--no-check", action="store_true", help="skip the reference check (timing only)")
     r.add_argument("--no-time", action="store_true", help="skip timing (conformance only)")
+    r.add_argument("--all-variants", action="store_true",
+                   help="run every variant even where an axis cannot apply to the batch (default: one cell "
+                        "stands for them, its row says which axes applied; docs/measurement.md)")
     r.add_argument("--cpu-max-gflop", type=float, default=0.5, help="on CPU, skip cases above this many GFLOP (default 0.5)")
     r.add_argument("--cpu-max-kv-mib", type=float, default=128.0, help="on CPU, skip cases whose KV cache exceeds this (default 128)")
+    from harness.timing.stopping import STOPPING_CRITERIA  # the criteria registered by name
+
     tg = r.add_argument_group("timing (docs/measurement.md)")
     tg.add_argument("--timing-mode", choices=["hot", "cold"], default="hot",
                     help="hot (default): L2 as the previous call left it; cold: L2 flushed before every sample")
@@ -331,7 +505,12 @@ def build_parser() -> argparse.ArgumentParser:
     tg.add_argument("--max-time", type=float, metavar="SECONDS",
                     help="sampling time budget per cell (default 2 on GPU, 0.5 on CPU)")
     tg.add_argument("--min-samples", type=int, help="samples before the noise target may stop (default 10 GPU, 3 CPU)")
-    tg.add_argument("--max-samples", type=int, help="sample cap per cell (default 500 GPU, 20 CPU)")
+    tg.add_argument("--max-samples", type=int,
+                    help="sample cap per cell, the exact count under --stop samples (default 500 GPU, 20 CPU)")
+    tg.add_argument("--stop", metavar="CRITERION",
+                    help="when sampling stops: " + "; ".join(f"{name}: {cls.help}" for name, cls in
+                                                             sorted(STOPPING_CRITERIA.items()))
+                         + " (default noise)")
     rb = r.add_argument_group("robustness (docs/robustness.md)")
     rb.add_argument("--resume", metavar="DIR", help="continue an interrupted run in DIR: run only the cells it lacks")
     rb.add_argument("--devices", help="one worker per entry, cases spread over them: 0,1,... (GPUs) or cpu,cpu")
@@ -365,26 +544,66 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--markdown", metavar="FILE", help="also write the markdown summary to FILE")
     cp.set_defaults(func=cmd_compare)
 
+    rc = sub.add_parser("recommend", help="fastest passing backend+variant per shape bucket, vLLM export, policy JSON")
+    rc.add_argument("results", nargs="+", help="results folders or results.jsonl files, all from one GPU")
+    rc.add_argument("--tie", default="3%", help="margins under this are ties, e.g. 3%% (default)")
+    rc.add_argument("--out", metavar="DIR", help="write recommend.md, policy.json and vllm.json into DIR")
+    rc.add_argument("--suggest", metavar="SUITE.yaml", help="write a suite whose cases fill the unmeasured buckets")
+    rc.set_defaults(func=cmd_recommend)
+
     va = sub.add_parser("validate", help="check a suite file and print its expanded cases (runs nothing)")
     va.add_argument("suite", help="suite YAML file")
     va.set_defaults(func=cmd_validate)
 
-    ls = sub.add_parser("list", help="every backend, whether it is available here and why, and its capabilities")
+    ls = sub.add_parser("list", help="every backend, whether it is available here and why (--verbose: capabilities)")
+    ls.add_argument("--verbose", "-v", action="store_true", help="one row per variant, with its declared capabilities")
+    ls.add_argument("--json", action="store_true", help="everything --verbose shows, as JSON")
     ls.set_defaults(func=cmd_list)
     return p
 
 
+def resume_command(argv: list[str], out_dir: Path) -> str:
+    """The command that continues an interrupted run: its own arguments, with --out (or an
+    earlier --resume) replaced by ``--resume DIR``."""
+    kept: list[str] = []
+    it = iter(argv)
+    for a in it:
+        if a in ("--out", "--resume"):
+            next(it, None)
+        elif not a.startswith(("--out=", "--resume=")):
+            kept.append(a)
+    return shlex.join(["harness", *kept, "--resume", str(out_dir)])
+
+
+def _interrupted(args: argparse.Namespace | None, argv: list[str]) -> int:
+    out_dir = getattr(args, "started_out_dir", None)
+    if out_dir is None:
+        err_console.print("interrupted before anything was written", highlight=False)
+    else:
+        n = len(read_rows(out_dir)) if (out_dir / RESULTS_FILE).exists() else 0
+        err_console.print(f"interrupted: {n} finished row(s) are saved in {escape(str(out_dir))}; continue with:",
+                          highlight=False)
+        err_console.print(f"  {escape(resume_command(argv, out_dir))}", highlight=False, soft_wrap=True)
+    return 130
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = None
     try:
+        # From here on Ctrl-C is a KeyboardInterrupt handled below (the startup guard exits bare).
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    except ValueError:  # not the main thread: leave signals alone
+        pass
+    try:
+        args = build_parser().parse_args(argv)
+        args.argv = argv
         return args.func(args)
     except (SpecError, UsageError) as e:
         err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
         return EXIT_USAGE
     except KeyboardInterrupt:
-        err_console.print("interrupted: rows finished so far are saved")
-        return 130
+        return _interrupted(args, argv)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from backends.base import CudaGraphSupport
+from attn_contract import CudaGraphSupport
 from backends.flashinfer import (
     ALIBI_REASON,
     CUDA_CORE_DECODE_GROUPS,
@@ -20,7 +20,7 @@ from backends.flashinfer import (
     uses_ragged_path,
 )
 from harness import registry
-from harness.metadata import AttentionConfig, decode_first_order, split_decodes_and_prefills
+from attn_contract import AttentionConfig, decode_first_order, split_decodes_and_prefills
 from harness.reference import attention_one_request
 from harness.spec import CaseSpec, load_suite
 from harness.workload import generate
@@ -197,11 +197,20 @@ def test_availability_without_library():
 
 @pytest.mark.skipif(importlib.util.find_spec("flashinfer") is not None, reason="flashinfer is installed here")
 def test_page_size_suite_cells_skip_with_reason_on_cpu():
-    from harness.runner import RunOptions, iterate_suite
+    from harness.runner import RunOptions, group_by_case, iterate_case, plan_cells
 
     suite = load_suite("suites/page_sizes.yaml")
-    rows = list(iterate_suite(suite, [FlashInferBackend], RunOptions(device=torch.device("cpu"))))
-    assert len(rows) == 2 * len(suite.cases)  # the suite narrows prefill_backend to auto
+    opts = RunOptions(device=torch.device("cpu"))
+    rows = [r for cells in group_by_case(plan_cells(suite, [FlashInferBackend], opts))
+            for r in iterate_case(cells, suite, opts)]
+    # The suite narrows prefill_backend to auto; decode_tensor_cores runs both ways where the
+    # batch has decodes and once (it cannot apply) on prefill-only batches.
+    from harness.layout import case_layout
+    from harness.runner import segment_kinds
+
+    lays = [case_layout(c) for c in suite.cases]
+    assert len(rows) == sum(1 if "decode" not in segment_kinds(lay.query_lens, lay.seq_lens) else 2 for lay in lays)
+    assert len(rows) < 2 * len(suite.cases)
     assert {r.status for r in rows} == {"skipped"}
     assert all("flashinfer is not installed" in r.reason for r in rows)
 
