@@ -153,7 +153,7 @@ DERIVED = {
     "shape": "model shape: heads / KV heads / head size / dtype / KV dtype / page size (+ layout, features)",
     "kind": "workload kind from batch.num_decode/num_extend/num_prefill and batch.prefix_groups",
     "group": "shape + kind: the unit the verdict is given for",
-    "case_group": "the suite's case name without its sweep labels (display only)",
+    "case_group": "the row's case_group; for older rows the case name without its sweep labels (display only)",
     "case_id": "short id of the case: case group and its index there",
     "workload": "batch 64 · ctx 3.1k: batch size and mean context, for axis labels",
     "bytes_eff": "metrics.bytes with a shared prefix counted once per group (what DRAM must deliver)",
@@ -335,7 +335,10 @@ def frame(loaded: Loaded) -> pd.DataFrame:
     recs2 = df.to_dict("records")
     df["shape"] = [_shape(r) for r in recs2]
     df["kind"] = [_kind(r) for r in recs2]
-    df["case_group"] = df["case"].map(lambda c: str(c).split("[", 1)[0])
+    # The row's case_group (the suite case it was expanded from); rows written before that field
+    # existed show the case name up to its sweep labels, for display only.
+    given = text(col(df, "case_group"))
+    df["case_group"] = [g if g else str(c).split("[", 1)[0] for g, c in zip(given, df["case"])]
     # Rows of a case that never got a batch (not run) borrow its shape and kind from a row that did.
     known = {c: k for c, k in zip(df["case"], df["kind"]) if k != "workload unknown"}
     df["kind"] = [known.get(c, k) for c, k in zip(df["case"], df["kind"])]
