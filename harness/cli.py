@@ -275,12 +275,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         def on_start(cell: Any) -> None:
             progress.update(task, description=escape(f"{cell.case.name[:40]} {cell.backend.name}"))
 
-        for row in Executor(suite, opts, exec_opts).run(cells, on_start=on_start):
+        executor = Executor(suite, opts, exec_opts)
+        for row in executor.run(cells, on_start=on_start):
             writer.write(row)
             rows.append(row)
             progress.advance(task)
         progress.update(task, description="done")
     this_run = rows
+    if executor.queue is not None and len(exec_opts.devices) > 1:
+        # The cost-balanced split (harness/balance.py): planned estimate per worker, cases stolen.
+        header["devices_plan"] = executor.queue.summary()
     if header.get("resumed"):
         rows = read_rows(out_dir)  # the summary covers the whole run, earlier rows included
     _record_wall_time(out_dir, header, this_run, time.perf_counter() - t_start, _PROCESS_T0)
@@ -385,18 +389,27 @@ def _check_variant_flags(filters: dict[str, dict[str, list[str]]], backends: lis
             raise UsageError(f"--variant {name}: {problem}")
 
 
+_SHORT_DTYPE = {"bfloat16": "bf16", "float16": "fp16", "fp8_e4m3": "e4m3", "fp8_e5m2": "e5m2"}
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     """Load a suite with every check a run applies and print its expanded cases; runs nothing."""
     suite = load_suite(args.suite)
     check_suite_backends(suite)
     t = Table(title=f"{escape(suite.suite)}: {len(suite.cases)} cases")
-    for col in ("case", "heads q/kv", "head", "dtype/kv", "block", "requests", "max seq (bound)", "KV tokens (bound)"):
-        t.add_column(col)
+    # 80 columns: the case name wraps, every figure stays whole (short dtype names, legend below).
+    t.add_column("case", overflow="fold", ratio=1)
+    for col in ("heads", "head", "dtype", "block", "reqs", "max seq", "KV tokens"):
+        t.add_column(col, no_wrap=True, justify="left" if col in ("dtype", "block") else "right")
     for c in suite.cases:
         kv_tokens = c.work_bound()[1] / (2 * c.num_kv_heads * c.head_size * c.kv_element_bytes)  # bytes -> tokens
-        t.add_row(escape(c.name), f"{c.num_heads}/{c.num_kv_heads}", str(c.head_size), f"{c.dtype}/{c.kv_cache_dtype}",
+        dtype = _SHORT_DTYPE[c.dtype] + ("" if c.kv_cache_dtype == "auto" else f"/{_SHORT_DTYPE[c.kv_cache_dtype]}")
+        t.add_row(escape(c.name), f"{c.num_heads}/{c.num_kv_heads}", str(c.head_size), dtype,
                   f"{c.block_size} {c.kv_layout}", str(c.num_requests), f"{c.max_seq_len_bound():,}", f"{kv_tokens:,.0f}")
     console.print(t)
+    console.print("  heads: query/KV heads; dtype: bf16 = bfloat16, fp16 = float16, /e4m3 /e5m2 = fp8 KV cache",
+                  highlight=False)
+    console.print("  reqs: requests; max seq, KV tokens: upper bounds over the length distributions", highlight=False)
     console.print(f"{args.suite}: valid, {len(suite.cases)} cases")
     return 0
 

@@ -24,7 +24,6 @@ one way, ``WorkerReady``, ``PreparingCase``, ``CellStarted``, ``RowDone``, ``Cas
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import datetime as _dt
 import multiprocessing as mp
@@ -40,6 +39,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from harness.balance import CaseQueues
 from harness.memory import make_fit_check
 from harness.results import RESULTS_FILE, ResultRow, read_header, read_rows, repair_torn_tail, variant_label
 from harness.runner import Cell, RunOptions, group_by_case, iterate_case, status_row
@@ -333,6 +333,7 @@ class Executor:
         self.mp_context = mp.get_context("spawn")
         self.slots: list[_Slot] = []
         self.restarts = 0
+        self.queue: CaseQueues | None = None
         # Standby workers (one per device, started at the first restart) so that replacing a
         # crashed worker does not wait for Python, torch and the libraries to import again.
         self.spares: dict[str, tuple[Any, Any]] = {}
@@ -446,7 +447,7 @@ class Executor:
         remaining = slot.cells
         slot.cells, slot.phase, slot.current, slot.deadline = [], SlotPhase.IDLE, None, None
         if remaining:
-            self.queue.appendleft(remaining)
+            self.queue.appendleft(remaining, slot.index)
         return rows
 
     def _restart(self, slot: _Slot, progressed: bool, why: str = "") -> None:
@@ -464,7 +465,7 @@ class Executor:
             self._restart(slot, progressed=True, why=_exit_reason(slot.proc))
             if slot.dead:
                 return
-        slot.cells = self.queue.popleft()
+        slot.cells = self.queue.popleft(slot.index)
         slot.phase, slot.current = SlotPhase.SENT, None
         slot.deadline = time.monotonic() + self.timeout if self.timeout and slot.ready else None
         try:
@@ -473,7 +474,10 @@ class Executor:
             pass  # it died just now: the sentinel wakes the loop and _drain accounts for it
 
     def _run_isolated(self, cases: list[list[Cell]], on_start: Callable[[Cell], None] | None) -> Iterator[ResultRow]:
-        self.queue: collections.deque[list[Cell]] = collections.deque(cases)
+        # Cases spread over the workers by estimated cost (harness/balance.py), largest first.
+        timing_opts = self.opts.timing
+        self.queue = CaseQueues.plan(cases, self.exec_opts.devices, self.opts.time,
+                                     timing_opts.max_time_s if timing_opts is not None else 2.0, self.opts.check)
         self.timeout = timeout = self.exec_opts.cell_timeout or None
         self.slots = [_Slot(i, d, dataclasses.replace(self.opts, device=torch.device(d)))
                       for i, d in enumerate(self.exec_opts.devices)]
@@ -581,7 +585,7 @@ class Executor:
 
     def _requeue(self, slot: _Slot) -> None:
         if slot.cells:
-            self.queue.appendleft(slot.cells)
+            self.queue.appendleft(slot.cells, slot.index)
         slot.cells, slot.phase, slot.current, slot.deadline = [], SlotPhase.IDLE, None, None
 
 
