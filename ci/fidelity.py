@@ -49,6 +49,7 @@ sys.path.insert(0, str(ROOT))
 from harness import registry  # noqa: E402
 from attn_contract import decode_first_order  # noqa: E402
 from harness.spec import SpecError, load_suite, parse_suite  # noqa: E402
+from harness.layout import case_layout  # noqa: E402
 from harness.runner import case_work  # noqa: E402
 from harness.timing import TimingOptions, graph_decision, select_flush, time_callable, verify_cold_l2  # noqa: E402
 from harness.workload import generate  # noqa: E402
@@ -186,8 +187,9 @@ def gate_row(harness_us: float, profiler_us: float, graph_used: bool, kernels_pe
 
 def torch_too_large(case: Any, max_gflop: float, max_kv_mib: float) -> str | None:
     """Eager torch backends: the reason to skip a cell above the size limits, or None."""
-    lens, work = case_work(case)
-    kv_mib = sum(lens["seq_lens"]) * 2 * case.num_kv_heads * case.head_size * 2 / 2**20
+    layout = case_layout(case)
+    _, work = case_work(case, layout)
+    kv_mib = layout.logical_kv_bytes / 2**20
     if work.flops / 1e9 > max_gflop:
         return (f"eager torch backend on a large cell: {work.flops / 1e9:.1f} GFLOP > --torch-max-gflop "
                 f"{max_gflop:g} (--include-large-torch to run it)")

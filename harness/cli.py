@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import shlex
 import signal
@@ -26,7 +27,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from harness import registry
-from harness.results import RESULTS_FILE, ResultRow, ResultWriter, read_rows, write_header
+from harness.results import RESULTS_FILE, ResultRow, ResultWriter, read_rows, variant_label, write_header
 from harness.spec import SpecError, load_suite
 
 EXIT_USAGE = 2
@@ -340,7 +341,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     for col in ("case", "heads q/kv", "head", "dtype/kv", "block", "requests", "max seq (bound)", "KV tokens (bound)"):
         t.add_column(col)
     for c in suite.cases:
-        kv_tokens = c.work_bound()[1] / (2 * c.num_kv_heads * c.head_size * 2)  # bytes bound -> tokens
+        kv_tokens = c.work_bound()[1] / (2 * c.num_kv_heads * c.head_size * c.kv_element_bytes)  # bytes -> tokens
         t.add_row(escape(c.name), f"{c.num_heads}/{c.num_kv_heads}", str(c.head_size), f"{c.dtype}/{c.kv_cache_dtype}",
                   f"{c.block_size} {c.kv_layout}", str(c.num_requests), f"{c.max_seq_len_bound():,}", f"{kv_tokens:,.0f}")
     console.print(t)
@@ -348,23 +349,74 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_list(args: argparse.Namespace) -> int:
-    t = Table(title="Backends")
-    for col in ("backend", "variant", "available", "why not / versions", "capabilities"):
-        t.add_column(col, overflow="fold")
+_NOT_INSTALLED = re.compile(r"cannot import ([\w.]+): ModuleNotFoundError: No module named '[\w.]+'")
+
+
+def _axes_label(variants: list[dict[str, Any]]) -> str:
+    """Variants as their axes' values ("fa_version=2,3"), or "-" for a backend without axes."""
+    axes: dict[str, list[str]] = {}
+    for v in variants:
+        for k, val in v.items():
+            if str(val) not in axes.setdefault(k, []):
+                axes[k].append(str(val))
+    return "\n".join(f"{k}: {', '.join(vals)}" for k, vals in axes.items()) or "-"
+
+
+def list_backends() -> list[dict[str, Any]]:
+    """Every registered backend with each variant's availability and capabilities (``list --json``)."""
+    out = []
     for name, spec in sorted(registry.known_backends().items()):
+        entry: dict[str, Any] = {"name": name, "spec": spec, "error": None, "variants": []}
         try:
-            cls = registry.load_spec(spec)
+            cls = registry.resolve(name)  # the checks a run applies (one name, no duplicates)
         except registry.BackendLookupError as e:
-            t.add_row(name, "-", "[red]no", str(e), "")
+            entry["error"] = str(e)
+            out.append(entry)
             continue
         for v in cls.variants():
             a = cls.availability(v)
-            caps = cls.capabilities(v).describe()
-            info = a.reason if not a.available else ", ".join(f"{k} {val}" for k, val in a.versions.items())
-            capstr = "; ".join(f"{k}={','.join(map(str, val)) if isinstance(val, list) else val}" for k, val in caps.items())
-            label = ",".join(f"{k}={val}" for k, val in v.items()) or "-"
-            t.add_row(name, label, "[green]yes" if a.available else "[red]no", info, capstr)
+            entry["variants"].append({"variant": v, "label": variant_label(v), "available": a.available,
+                                      "reason": a.reason, "versions": dict(a.versions),
+                                      "capabilities": cls.capabilities(v).describe()})
+        out.append(entry)
+    return out
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    backends = list_backends()
+    if args.json:
+        print(json.dumps(backends, indent=1, default=str))
+        return 0
+    t = Table(title="Backends" + (" (capabilities: harness list --verbose)" if not args.verbose else ""),
+              expand=True)
+    # Names never wrap; the reasons take what is left (80 columns in a pipe or a CI log).
+    t.add_column("backend", no_wrap=True)
+    t.add_column("variant" if args.verbose else "variants", overflow="fold", ratio=1)
+    t.add_column("ok", no_wrap=True)
+    t.add_column("why not / versions", overflow="fold", ratio=1)
+    if args.verbose:
+        t.add_column("capabilities", overflow="fold", ratio=3)
+    for b in backends:
+        if b["error"]:
+            t.add_row(escape(b["name"]), "-", "[red]no", escape(b["error"]), *([""] if args.verbose else []))
+            continue
+        if args.verbose:
+            for v in b["variants"]:
+                info = v["reason"] if not v["available"] else ", ".join(f"{k} {x}" for k, x in v["versions"].items())
+                capstr = "; ".join(f"{k}={','.join(map(str, x)) if isinstance(x, list) else x}"
+                                   for k, x in v["capabilities"].items())
+                t.add_row(escape(b["name"]), escape(v["label"] or "-"), "[green]yes" if v["available"] else "[red]no",
+                          escape(info), escape(capstr))
+            continue
+        # Compact: variants that share an answer share a row; the backend is named once.
+        groups: dict[tuple[bool, str], list[dict[str, Any]]] = {}
+        for v in b["variants"]:
+            info = v["reason"] if not v["available"] else ", ".join(f"{k} {x}" for k, x in v["versions"].items())
+            info = _NOT_INSTALLED.sub(r"\1 not installed", info)  # the full text: --verbose
+            groups.setdefault((v["available"], info), []).append(v["variant"])
+        for i, ((ok, info), vs) in enumerate(groups.items()):
+            t.add_row(escape(b["name"]) if i == 0 else "", escape(_axes_label(vs)), "[green]yes" if ok else "[red]no",
+                      escape(info))
     console.print(t)
     return 0
 
@@ -448,7 +500,9 @@ def build_parser() -> argparse.ArgumentParser:
     va.add_argument("suite", help="suite YAML file")
     va.set_defaults(func=cmd_validate)
 
-    ls = sub.add_parser("list", help="every backend, whether it is available here and why, and its capabilities")
+    ls = sub.add_parser("list", help="every backend, whether it is available here and why (--verbose: capabilities)")
+    ls.add_argument("--verbose", "-v", action="store_true", help="one row per variant, with its declared capabilities")
+    ls.add_argument("--json", action="store_true", help="everything --verbose shows, as JSON")
     ls.set_defaults(func=cmd_list)
     return p
 

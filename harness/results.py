@@ -34,6 +34,9 @@ class ResultRow(BaseModel):
     reason: str = ""
     device: str = ""
     config: dict[str, Any] = {}
+    case_group: str = ""  # the suite case this one was expanded from (rows before it: "")
+    case_params: dict[str, Any] = {}  # its swept values, e.g. {"block_size": 16, "count": 1}
+    layout: dict[str, Any] | None = None  # CaseLayout.as_dict(): block_size, blocks, KV bytes
     batch: dict[str, Any] = {}
     check: dict[str, Any] | None = None
     timing: dict[str, Any] | None = None

@@ -17,13 +17,14 @@ from attn_contract import AttentionBackend
 from harness.cascade import decide as decide_cascade
 from harness.check import check_output, tolerance_for
 from attn_contract import decode_first_order
-from harness.metrics import attention_work
+from harness.layout import CaseLayout, case_layout
+from harness.metrics import layout_work
 from harness.reference import reference_attention
 from harness.results import ResultRow, variant_label
 from harness.spec import CaseSpec, Suite
 from harness.roofline import get_ceilings, roofline_metrics
 from harness.timing import TimingOptions, graph_decision, time_callable
-from harness.workload import Batch, draw_lengths, generate
+from harness.workload import Batch, generate
 
 SENTINEL = 3.0e4  # finite, exactly representable in fp16/bf16, far outside any attention output
 
@@ -106,24 +107,19 @@ def reproducer(cell: Cell, opts: RunOptions) -> str:
     return shlex.join(parts)
 
 
-def case_work(case: CaseSpec) -> tuple[dict, Any]:
+def case_work(case: CaseSpec, layout: CaseLayout | None = None) -> tuple[dict, Any]:
     """Exact FLOPs/bytes of the batch a case generates (lengths only: no tensors)."""
-    _, qlens, clens = draw_lengths(case)
-    prefix = case.shared_prefix.length if case.shared_prefix else 0
-    seq = [prefix + c + q for c, q in zip(clens, qlens)]
-    cfg = case.attention_config()
-    work = attention_work(qlens, seq, num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads,
-                          head_size=cfg.head_size, dtype=cfg.dtype, kv_cache_dtype=cfg.kv_cache_dtype,
-                          block_size=cfg.block_size, causal=cfg.causal, sliding_window=cfg.sliding_window)
-    return {"query_lens": qlens, "seq_lens": seq}, work
+    layout = layout or case_layout(case)
+    return {"query_lens": list(layout.query_lens), "seq_lens": list(layout.seq_lens)}, layout_work(layout)
 
 
 def too_large_reason(case: CaseSpec, opts: RunOptions) -> str | None:
     """On the CPU, cases above the work/memory limits are skipped with this reason."""
     if opts.device.type != "cpu":
         return None
-    lens, work = case_work(case)
-    kv_mib = sum(lens["seq_lens"]) * 2 * case.num_kv_heads * case.head_size * 2 / 2**20
+    layout = case_layout(case)
+    _, work = case_work(case, layout)
+    kv_mib = layout.logical_kv_bytes / 2**20
     if work.flops / 1e9 > opts.cpu_max_gflop:
         return (f"too large for the CPU: {work.flops / 1e9:.1f} GFLOP > --cpu-max-gflop {opts.cpu_max_gflop:g}"
                 " (run on a GPU or raise the limit)")
@@ -143,6 +139,8 @@ def _base_row(cell: Cell, suite: Suite, opts: RunOptions) -> dict[str, Any]:
         "variant_label": variant_label(cell.variant),
         "device": str(opts.device),
         "config": {**asdict(cfg), "seed": cell.case.seed, "tags": cell.case.tags},
+        "case_group": cell.case.group or cell.case.name,
+        "case_params": dict(cell.case.params),
         "reproducer": reproducer(cell, opts),
     }
 
@@ -188,7 +186,8 @@ class CaseContext:
 
     def __init__(self, case: CaseSpec, device: torch.device, want_reference: bool):
         sw = Stopwatch(device)
-        self.batch: Batch = generate(case, device)
+        self.layout: CaseLayout = case_layout(case)
+        self.batch: Batch = generate(case, device, self.layout)
         sw.lap("generate")
         self.ref_out: torch.Tensor | None = None
         self.ref_lse: torch.Tensor | None = None
@@ -208,6 +207,7 @@ def run_cell(cell: Cell, ctx: CaseContext, suite: Suite, opts: RunOptions) -> Re
     caps = backend.capabilities(variant)
     device = opts.device
     row["batch"] = batch.summary()
+    row["layout"] = ctx.layout.as_dict()
     stage = "prepare"
     sw = Stopwatch(device)
     host: dict[str, Any] = {}
@@ -280,10 +280,7 @@ def run_cell(cell: Cell, ctx: CaseContext, suite: Suite, opts: RunOptions) -> Re
             enqueue_us = row["timing"].pop("host_enqueue_us", None)
             if enqueue_us is not None:
                 host["enqueue_us"] = enqueue_us  # host cost of launching one call, kept out of median_us
-            work = attention_work(bview.query_lens, bview.seq_lens, num_heads=cfg.num_heads,
-                                  num_kv_heads=cfg.num_kv_heads, head_size=cfg.head_size, dtype=cfg.dtype,
-                                  kv_cache_dtype=cfg.kv_cache_dtype, block_size=cfg.block_size,
-                                  causal=cfg.causal, sliding_window=cfg.sliding_window)
+            work = layout_work(ctx.layout)
             t = row["timing"]["median_us"] * 1e-6
             ceilings, why_not = get_ceilings(device) if opts.roofline else (None, "disabled")
             row["metrics"] = {**work.as_dict(), **roofline_metrics(work.flops, work.bytes, t, ceilings, why_not)}

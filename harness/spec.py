@@ -203,6 +203,10 @@ class CaseSpec(_Strict):
     shared_prefix: SharedPrefix | None = None
     seed: Annotated[int, Field(ge=0, le=MAX_SEED)] = 0
     tags: list[str] = []
+    # Set by the sweep expansion, not written in YAML: the suite case this one came from and
+    # its swept values (e.g. {"block_size": 16, "count": 1}), so rows need not parse names.
+    group: str = ""
+    params: dict[str, Any] = {}
 
     @model_validator(mode="after")
     def _shapes(self) -> "CaseSpec":
@@ -250,6 +254,13 @@ class CaseSpec(_Strict):
             scale=self.scale,
         )
 
+    @property
+    def kv_element_bytes(self) -> int:
+        """Bytes of one KV-cache element (the project's one dtype table: harness.layout)."""
+        from harness.layout import kv_element_bytes  # harness.layout imports this module
+
+        return kv_element_bytes(self.dtype, self.kv_cache_dtype)
+
     def max_seq_len_bound(self) -> int:
         prefix = self.shared_prefix.length if self.shared_prefix else 0
         return prefix + max(dist_bounds(g.context_dist)[1] + dist_bounds(g.query_dist)[1] for g in self.batch)
@@ -264,7 +275,7 @@ class CaseSpec(_Strict):
             s = prefix + dist_bounds(g.context_dist)[1] + q
             flops += g.count * 4.0 * q * s * self.num_heads * self.head_size
             tokens += g.count * s
-        kv_bytes = tokens * 2 * self.num_kv_heads * self.head_size * 2
+        kv_bytes = tokens * 2 * self.num_kv_heads * self.head_size * self.kv_element_bytes
         return flops, kv_bytes
 
 
@@ -298,7 +309,8 @@ class Suite(_Strict):
 
 # ---------------------------------------------------------------- loading and expansion
 _LIST_KEYS = {"batch", "values", "tags"}  # keys whose value is a list by type, not a sweep axis
-_CASE_KEYS = set(CaseSpec.model_fields) | {"sweep"}
+_EXPANSION_KEYS = {"group", "params"}  # filled in by expand_case
+_CASE_KEYS = (set(CaseSpec.model_fields) - _EXPANSION_KEYS) | {"sweep"}
 _SUITE_KEYS = {"suite", "description", "defaults", "cases", "backends", "variants"}
 
 
@@ -328,10 +340,16 @@ def _fmt_path(path: tuple[Any, ...]) -> str:
     return ".".join(str(p) for p in path)
 
 
-def _label(path: tuple[Any, ...], value: Any, short: bool) -> str:
+def _param(path: tuple[Any, ...], value: Any, short: bool) -> tuple[str, Any]:
+    """A swept value's key and value as the case name shows them (a distribution flattened)."""
     key = str(path[-1]) if short else _fmt_path(path)
     if isinstance(value, dict):
         value = ",".join(f"{k}={v}" for k, v in value.items() if k != "dist") or value.get("dist")
+    return key, value
+
+
+def _label(path: tuple[Any, ...], value: Any, short: bool) -> str:
+    key, value = _param(path, value, short)
     return f"{key}={value}"
 
 
@@ -342,6 +360,7 @@ def expand_case(raw: dict[str, Any]) -> list[dict[str, Any]]:
     if mode not in ("product", "zip"):
         raise SpecError(f"field sweep: must be 'product' or 'zip', not {mode!r}")
     axes = _find_axes(raw)
+    raw["group"] = raw.get("name", "case")
     if not axes:
         return [raw]
     leaves = [str(p[-1]) for p, _ in axes]
@@ -362,10 +381,14 @@ def expand_case(raw: dict[str, Any]) -> list[dict[str, Any]]:
     for combo in combos:
         case = copy.deepcopy(raw)  # plain data; 50x faster than a YAML round trip
         labels = []
+        params: dict[str, Any] = {}
         for (path, _), value in zip(axes, combo):
             _set_path(case, path, value)
             labels.append(_label(path, value, short))
+            key, shown = _param(path, value, short)
+            params[key] = shown
         case["name"] = f"{raw.get('name', 'case')}[{','.join(labels)}]"
+        case["params"] = params
         out.append(case)
     return out
 
