@@ -83,7 +83,7 @@ class MemoryEstimate:
         return {**asdict(self), "persistent": self.persistent, "peak": self.peak}
 
 
-def backend_workspace(backend: Any, case: CaseSpec, variant: dict[str, Any], shape: CaseShape | None = None,
+def backend_workspace(backend: Any, case: CaseSpec, variant: dict[str, Any], layout: CaseLayout | None = None,
                       device_type: str = "cuda") -> int:
     """A backend's scratch for this cell. It may declare
     ``batch_workspace_bytes(config, variant, query_lens, seq_lens, cache_bytes[, device_type])``
@@ -93,12 +93,12 @@ def backend_workspace(backend: Any, case: CaseSpec, variant: dict[str, Any], sha
     cfg = case.attention_config()
     fn = getattr(backend, "batch_workspace_bytes", None)
     if callable(fn):
-        shape = shape or case_shape(case)
-        c = DTYPE_BYTES[cfg.dtype] if cfg.kv_cache_dtype == "auto" else DTYPE_BYTES[cfg.kv_cache_dtype]
+        layout = layout or case_layout(case)
+        c = layout.kv_elt_bytes
         try:
-            return int(fn(cfg, variant, shape.query_lens, shape.seq_lens, c, device_type))
+            return int(fn(cfg, variant, layout.query_lens, layout.seq_lens, c, device_type))
         except TypeError:  # declared without the device argument
-            return int(fn(cfg, variant, shape.query_lens, shape.seq_lens, c))
+            return int(fn(cfg, variant, layout.query_lens, layout.seq_lens, c))
     fn = getattr(backend, "workspace_bytes", None)
     if callable(fn):
         return int(fn(cfg, variant))
@@ -136,7 +136,7 @@ def estimate(case: CaseSpec, backend: Any | None = None, variant: dict[str, Any]
         cell += math.prod(backend.get_kv_cache_shape(N, bs, hk, d, cfg.kv_cache_dtype)) * c
         if backend.capabilities(variant).reorder_batch_threshold is not None:
             cell += qkv
-        cell += backend_workspace(backend, case, variant, shape, device_type)
+        cell += backend_workspace(backend, case, variant, layout, device_type)
     else:
         cell += kv_cache + DEFAULT_WORKSPACE_BYTES
     if check:

@@ -37,7 +37,8 @@ class SpecError(Exception):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    # strict: YAML says what it means; `true`, `2.5` or `"8"` never become the integer a field wants.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
 
 
 # ---------------------------------------------------------------- length distributions
@@ -398,6 +399,8 @@ def _format_validation_error(err: ValidationError) -> str:
     for e in err.errors():
         loc = ".".join(str(x) for x in e["loc"] if not (isinstance(x, str) and x in {"fixed", "uniform", "normal", "lognormal", "list"}))
         msg = e["msg"].removeprefix("Value error, ")
+        if e["type"].endswith("_type") and not isinstance(e.get("input"), (dict, list)):
+            msg += f", got {str(repr(e.get('input')))[:40]}"  # e.g. `true` for an int: say what was read
         lines.append(f"field {loc or '(case)'}: {msg}")
     return "; ".join(lines)
 
@@ -460,9 +463,37 @@ def parse_suite(data: Any, source: str = "<suite>") -> Suite:
         raise SpecError(f"{source}: {_format_validation_error(e)}") from None
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, except that a key given twice in one mapping is an error naming
+    both lines (plain PyYAML keeps the last one silently: `num_heads: 8` then `num_heads: 16`
+    would run 16). Keys brought in by a `<<:` merge may still be overridden, as YAML intends."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        if isinstance(node, yaml.MappingNode):
+            first_line: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    earlier = first_line.get(key)
+                except TypeError:  # an unhashable key: the base class reports it
+                    continue
+                line = key_node.start_mark.line + 1
+                if earlier is not None:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key!r} at lines {earlier} and {line}", key_node.start_mark)
+                first_line[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_suite(path: str | Path) -> Suite:
     """Read and validate a suite file; every failure is a ``SpecError``."""
     p = Path(path)
+    if p.is_dir():
+        inside = sorted(str(f) for f in p.glob("*.yaml"))[:6]
+        hint = f", e.g. {', '.join(inside)}" if inside else ""
+        raise SpecError(f"{path}: is a directory, not a suite file; give one YAML file{hint}")
     if not p.is_file():
         raise SpecError(f"{path}: no such suite file")
     try:
@@ -473,7 +504,7 @@ def load_suite(path: str | Path) -> Suite:
     except (OSError, UnicodeDecodeError) as e:
         raise SpecError(f"{path}: cannot read: {e}") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
     except RecursionError:
         raise SpecError(f"{path}: malformed YAML: nested too deeply") from None
     except yaml.YAMLError as e:

@@ -135,8 +135,7 @@ def test_torch_backend_workspace_bounds_what_its_forward_allocates(spec, index, 
     with _LiveBytes() as live:
         md = builder.build(batch.common_metadata())
         impl.forward(batch.query, batch.key, batch.value, kv, md, out, None)
-    shape = memory.case_shape(case)
-    declared = memory.backend_workspace(backend, case, {}, shape, "cpu")
+    declared = memory.backend_workspace(backend, case, {}, None, "cpu")
     assert live.peak > 0 and declared >= live.peak, (declared, live.peak)
     # ...and not by a mile: the estimate stays within 6x of the measured peak.
     assert declared < 6 * live.peak, (declared, live.peak)
@@ -162,3 +161,43 @@ def test_chunk_plan_bounds_the_padded_scores():
         covered = sorted(rows[r])
         assert covered[0][0] == 0 and covered[-1][1] == q
         assert all(a[1] == b[0] for a, b in zip(covered, covered[1:]))
+
+
+# ---------------------------------------------------------------- variant axes that cannot apply
+def test_flashinfer_prefill_backend_collapses_on_decode_only_batches():
+    """FlashInfer declares decode_tensor_cores for decodes and prefill_backend for prefill/extend:
+    on a decode-only case its six variants are two cells, on a mixed case all six run."""
+    from backends.flashinfer import FlashInferBackend
+    from harness.runner import RunOptions, plan_cells, segment_kinds
+
+    assert segment_kinds([1, 1], [5, 9]) == {"decode"}
+    assert segment_kinds([1, 4, 6], [5, 9, 6]) == {"decode", "extend", "prefill"}
+    assert FlashInferBackend.applicable_axes({"decode"}) == ("decode_tensor_cores",)
+    assert FlashInferBackend.applicable_axes({"prefill"}) == ("prefill_backend",)
+    decode = parse_suite(yaml.safe_load(SMALL))
+    mixed_suite = parse_suite(yaml.safe_load(SMALL + "      - kind: prefill\n        count: 1\n        query_len: 8\n"))
+    cpu = torch.device("cpu")
+    cells = plan_cells(decode, [FlashInferBackend], RunOptions(device=cpu))
+    assert len(cells) == 2 * 2  # two cases x decode_tensor_cores
+    for c in cells:
+        assert c.axes["applied"] == ["decode_tensor_cores"] and c.axes["segment_kinds"] == ["decode"]
+        assert c.axes["not_applied"] == {"prefill_backend": ["auto", "fa2", "fa3"]}
+        assert len(c.axes["stands_for"]) == 3 and c.variant["prefill_backend"] == "auto"
+    assert len(plan_cells(decode, [FlashInferBackend], RunOptions(device=cpu, collapse_variants=False))) == 2 * 6
+    mixed_cells = plan_cells(mixed_suite, [FlashInferBackend], RunOptions(device=cpu))
+    assert len(mixed_cells) == 2 * 6 and all(c.axes is None for c in mixed_cells)
+
+
+def test_collapsed_rows_say_which_axes_applied(tmp_path):
+    suite = tmp_path / "s.yaml"
+    suite.write_text(SMALL)
+    out, out_all = tmp_path / "res", tmp_path / "all"
+    base = ["run", str(suite), "--device", "cpu", "--backends", "flashinfer", "--no-time", "--quiet", "--no-isolation"]
+    assert main([*base, "--out", str(out)]) == 0
+    assert main([*base, "--out", str(out_all), "--all-variants"]) == 0
+    rows, rows_all = read_rows(out), read_rows(out_all)
+    assert len(rows) == 4 and len(rows_all) == 12
+    for r in rows:
+        assert r.model_extra["variant_axes"]["applied"] == ["decode_tensor_cores"]
+        assert r.variant_label in r.model_extra["variant_axes"]["stands_for"]
+    assert all("variant_axes" not in (r.model_extra or {}) for r in rows_all)
