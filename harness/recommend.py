@@ -1036,6 +1036,7 @@ def write_suggest(rec: Recommendation, path: str | Path) -> int:
     import yaml
 
     from harness.spec import SpecError, parse_suite
+    from harness.suite_check import check_suite_backends
 
     data = suggest_suite(rec)
     if data is None:
@@ -1049,8 +1050,9 @@ def write_suggest(rec: Recommendation, path: str | Path) -> int:
             + yaml.safe_dump(head, sort_keys=False, width=120, default_flow_style=None) + "cases:\n"
             + "".join("- " + yaml.safe_dump(c, sort_keys=False, default_flow_style=True, width=10**6).strip() + "\n"
                       for c in data["cases"]))
-    try:  # validate exactly what is written, with the loader `harness validate` uses
+    try:  # validate exactly what is written, with the checks `harness validate` applies
         suite = parse_suite(yaml.safe_load(text), str(path))
+        check_suite_backends(suite)
     except SpecError as e:  # a bug here, not the user's: say so instead of writing a bad suite
         raise RecommendError(f"--suggest: the generated suite does not validate: {e}") from None
     _atomic_write(Path(path), text)
