@@ -22,7 +22,6 @@ parent as they arrive.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import datetime as _dt
 import multiprocessing as mp
@@ -37,6 +36,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from harness.balance import CaseQueues
 from harness.memory import make_fit_check
 from harness.results import RESULTS_FILE, ResultRow, read_header, read_rows, repair_torn_tail, variant_label
 from harness.runner import Cell, RunOptions, group_by_case, iterate_case, status_row
@@ -254,6 +254,7 @@ class Executor:
         self.ctx = mp.get_context("spawn")
         self.slots: list[_Slot] = []
         self.restarts = 0
+        self.queue: CaseQueues | None = None
         # Standby workers (one per device, started at the first restart) so that replacing a
         # crashed worker does not wait for Python, torch and the libraries to import again.
         self.spares: dict[str, tuple[Any, Any]] = {}
@@ -367,7 +368,7 @@ class Executor:
         remaining = slot.cells
         slot.cells, slot.phase, slot.current, slot.deadline = [], "idle", None, None
         if remaining:
-            self.queue.appendleft(remaining)
+            self.queue.appendleft(remaining, slot.index)
         return rows
 
     def _restart(self, slot: _Slot, progressed: bool, why: str = "") -> None:
@@ -385,7 +386,7 @@ class Executor:
             self._restart(slot, progressed=True, why=_exit_reason(slot.proc))
             if slot.dead:
                 return
-        slot.cells = self.queue.popleft()
+        slot.cells = self.queue.popleft(slot.index)
         slot.phase, slot.current = "sent", None
         slot.deadline = time.monotonic() + self.timeout if self.timeout and slot.ready else None
         try:
@@ -394,7 +395,10 @@ class Executor:
             pass  # it died just now: the sentinel wakes the loop and _drain accounts for it
 
     def _run_isolated(self, cases: list[list[Cell]], on_start: Callable[[Cell], None] | None) -> Iterator[ResultRow]:
-        self.queue: collections.deque[list[Cell]] = collections.deque(cases)
+        # Cases spread over the workers by estimated cost (harness/balance.py), largest first.
+        topts = self.opts.timing
+        self.queue = CaseQueues.plan(cases, self.xopts.devices, self.opts.time,
+                                     topts.max_time_s if topts is not None else 2.0, self.opts.check)
         self.timeout = timeout = self.xopts.cell_timeout or None
         self.slots = [_Slot(i, d, dataclasses.replace(self.opts, device=torch.device(d)))
                       for i, d in enumerate(self.xopts.devices)]
@@ -501,7 +505,7 @@ class Executor:
 
     def _requeue(self, slot: _Slot) -> None:
         if slot.cells:
-            self.queue.appendleft(slot.cells)
+            self.queue.appendleft(slot.cells, slot.index)
         slot.cells, slot.phase, slot.current, slot.deadline = [], "idle", None, None
 
 

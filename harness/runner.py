@@ -10,7 +10,7 @@ import traceback
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
@@ -48,6 +48,7 @@ class RunOptions:
     roofline: bool = True  # attach % of the measured device ceilings to each timed row
     cpu_max_gflop: float = 0.5  # the CLI defaults: keep them in step
     cpu_max_kv_mib: float = 128.0
+    collapse_variants: bool = True  # one cell where variant axes cannot apply (--all-variants: off)
     # Extra pre-run check (e.g. the memory planner of harness.memory): a reason to skip, or None.
     fit_check: Callable[["Cell"], str | None] | None = None
 
@@ -57,6 +58,9 @@ class Cell:
     case: CaseSpec
     backend: type[AttentionBackend]
     variant: dict[str, Any]
+    # Which variant axes applied to this case's batch, and the values of those that did not
+    # (the cell stands for all of them: their result cannot differ). None: nothing collapsed.
+    axes: dict[str, Any] | None = None
 
 
 def select_cases(suite: Suite, opts: RunOptions) -> list[CaseSpec]:
@@ -83,12 +87,60 @@ def select_variants(backend: type[AttentionBackend], suite: Suite, opts: RunOpti
     return out
 
 
+def segment_kinds(query_lens: Sequence[int], seq_lens: Sequence[int]) -> set[str]:
+    """Kinds of the requests in a batch, by their lengths (what a backend's split sees):
+    ``decode`` (one query token), ``prefill`` (no cached context) or ``extend``."""
+    kinds = set()
+    for q, s in zip(query_lens, seq_lens):
+        kinds.add("decode" if q == 1 else "prefill" if s == q else "extend")
+    return kinds
+
+
+def collapse_variants(backend: type[AttentionBackend], variants: list[dict[str, Any]], kinds: set[str],
+                      runnable: Callable[[dict[str, Any]], bool] | None = None,
+                      ) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
+    """One variant per group that differs only in axes that do not apply to ``kinds``
+    (``backend.applicable_axes``), with what the row records about it. The group's first
+    variant that ``runnable`` accepts represents it (else its first)."""
+    applied = backend.applicable_axes(kinds)
+    idle = [a for a in backend.variant_axes if a not in applied]
+    if not idle:
+        return [(v, None) for v in variants]
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for v in variants:
+        groups.setdefault(tuple(str(v.get(a)) for a in applied), []).append(v)
+    out = []
+    for members in groups.values():
+        rep = next((v for v in members if runnable is None or runnable(v)), members[0])
+        out.append((rep, {"applied": list(applied), "segment_kinds": sorted(kinds),
+                          "not_applied": {a: sorted({str(v.get(a)) for v in members}) for a in idle},
+                          "stands_for": [variant_label(v) for v in members]}))
+    return out
+
+
 def plan_cells(suite: Suite, backends: list[type[AttentionBackend]], opts: RunOptions) -> list[Cell]:
+    """Every case x backend x selected variant, with variants whose differences cannot apply to
+    the case's batch collapsed into one cell (``RunOptions.collapse_variants``)."""
     cells = []
     for case in select_cases(suite, opts):
+        kinds: set[str] | None = None
         for b in backends:
-            for v in select_variants(b, suite, opts):
-                cells.append(Cell(case, b, v))
+            variants = select_variants(b, suite, opts)
+            if not (opts.collapse_variants and b.variant_axis_kinds and len(variants) > 1):
+                cells += [Cell(case, b, v) for v in variants]
+                continue
+            if kinds is None:
+                lay = case_layout(case)
+                kinds = segment_kinds(lay.query_lens, lay.seq_lens)
+
+            def runnable(v: dict[str, Any], b: type[AttentionBackend] = b) -> bool:
+                try:
+                    return (b.availability(v).available
+                            and b.check_support(case.attention_config(), v, opts.device.type) is None)
+                except Exception:  # a probe that fails only loses the preference
+                    return False
+
+            cells += [Cell(case, b, v, info) for v, info in collapse_variants(b, variants, kinds, runnable)]
     return cells
 
 
@@ -152,6 +204,7 @@ def _base_row(cell: Cell, suite: Suite, opts: RunOptions) -> dict[str, Any]:
         "case_group": cell.case.group or cell.case.name,
         "case_params": dict(cell.case.params),
         "reproducer": reproducer(cell, opts),
+        **({"variant_axes": cell.axes} if cell.axes else {}),
     }
 
 

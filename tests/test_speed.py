@@ -161,3 +161,81 @@ def test_chunk_plan_bounds_the_padded_scores():
         covered = sorted(rows[r])
         assert covered[0][0] == 0 and covered[-1][1] == q
         assert all(a[1] == b[0] for a, b in zip(covered, covered[1:]))
+
+
+# ---------------------------------------------------------------- variant axes that cannot apply
+def test_flashinfer_prefill_backend_collapses_on_decode_only_batches():
+    """FlashInfer declares decode_tensor_cores for decodes and prefill_backend for prefill/extend:
+    on a decode-only case its six variants are two cells, on a mixed case all six run."""
+    from backends.flashinfer import FlashInferBackend
+    from harness.runner import RunOptions, plan_cells, segment_kinds
+
+    assert segment_kinds([1, 1], [5, 9]) == {"decode"}
+    assert segment_kinds([1, 4, 6], [5, 9, 6]) == {"decode", "extend", "prefill"}
+    assert FlashInferBackend.applicable_axes({"decode"}) == ("decode_tensor_cores",)
+    assert FlashInferBackend.applicable_axes({"prefill"}) == ("prefill_backend",)
+    decode = parse_suite(yaml.safe_load(SMALL))
+    mixed_suite = parse_suite(yaml.safe_load(SMALL + "      - kind: prefill\n        count: 1\n        query_len: 8\n"))
+    cpu = torch.device("cpu")
+    cells = plan_cells(decode, [FlashInferBackend], RunOptions(device=cpu))
+    assert len(cells) == 2 * 2  # two cases x decode_tensor_cores
+    for c in cells:
+        assert c.axes["applied"] == ["decode_tensor_cores"] and c.axes["segment_kinds"] == ["decode"]
+        assert c.axes["not_applied"] == {"prefill_backend": ["auto", "fa2", "fa3"]}
+        assert len(c.axes["stands_for"]) == 3 and c.variant["prefill_backend"] == "auto"
+    assert len(plan_cells(decode, [FlashInferBackend], RunOptions(device=cpu, collapse_variants=False))) == 2 * 6
+    mixed_cells = plan_cells(mixed_suite, [FlashInferBackend], RunOptions(device=cpu))
+    assert len(mixed_cells) == 2 * 6 and all(c.axes is None for c in mixed_cells)
+
+
+def test_collapsed_rows_say_which_axes_applied(tmp_path):
+    suite = tmp_path / "s.yaml"
+    suite.write_text(SMALL)
+    out, out_all = tmp_path / "res", tmp_path / "all"
+    base = ["run", str(suite), "--device", "cpu", "--backends", "flashinfer", "--no-time", "--quiet", "--no-isolation"]
+    assert main([*base, "--out", str(out)]) == 0
+    assert main([*base, "--out", str(out_all), "--all-variants"]) == 0
+    rows, rows_all = read_rows(out), read_rows(out_all)
+    assert len(rows) == 4 and len(rows_all) == 12
+    for r in rows:
+        assert r.model_extra["variant_axes"]["applied"] == ["decode_tensor_cores"]
+        assert r.variant_label in r.model_extra["variant_axes"]["stands_for"]
+    assert all("variant_axes" not in (r.model_extra or {}) for r in rows_all)
+
+
+# ---------------------------------------------------------------- workers balanced by cost
+def test_lpt_plan_balances_cost_not_count():
+    from harness.balance import plan_assignment
+
+    costs = [10.0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]  # by count: 6/5 cases; by cost: 10 vs 10
+    plan = plan_assignment(costs, 2)
+    loads = sorted(sum(costs[i] for i in idx) for idx in plan)
+    assert loads == [10.0, 10.0]
+    assert sorted(i for idx in plan for i in idx) == list(range(len(costs)))
+
+
+def test_two_cpu_workers_get_cases_balanced_by_estimated_cost(tmp_path):
+    """decode-like cases of very different sizes on --devices cpu,cpu: the planned loads differ
+    by at most the largest case, every case runs, and run.json records the plan."""
+    from harness.balance import case_cost_s
+    from harness.runner import RunOptions, group_by_case, plan_cells
+
+    text = SMALL.replace("count: [2, 5]", "count: [1, 2, 3, 8]").replace("high: 70", "high: 300")
+    suite = tmp_path / "s.yaml"
+    suite.write_text(text)
+    out = tmp_path / "res"
+    assert main(["run", str(suite), "--devices", "cpu,cpu", "--backends", "torch-math,sdpa", "--out", str(out),
+                 "--quiet", "--no-time"]) == 0
+    rows = read_rows(out)
+    assert len(rows) == 8 and all(r.status == "pass" for r in rows)
+    plan = json.loads((out / "run.json").read_text())["devices_plan"]
+    assert [p["device"] for p in plan] == ["cpu", "cpu"] and sum(p["cases"] for p in plan) == 4
+    from backends.sdpa import SDPABackend
+    from backends.torch_math import TorchMathBackend
+
+    cells = plan_cells(parse_suite(yaml.safe_load(text)), [TorchMathBackend, SDPABackend], RunOptions(device=torch.device("cpu")))
+    costs = [case_cost_s(c, "cpu", False, 0.5) for c in group_by_case(cells)]
+    loads = [p["est_cost_s"] for p in plan]
+    assert abs(loads[0] - loads[1]) <= max(costs) + 1e-3
+    assert math.isclose(sum(loads), sum(costs), rel_tol=1e-3)
+    assert len(set(costs)) == len(costs)  # the estimate tells the cases apart
