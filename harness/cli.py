@@ -164,7 +164,8 @@ def _timing_options(args: argparse.Namespace, device: torch.device) -> Any:
         return TimingOptions.for_device(
             device, mode=args.timing_mode, cuda_graph=False if args.no_cuda_graph else None,
             target_rel_noise=args.target_noise, max_time_s=args.max_time,
-            min_samples=args.min_samples, max_samples=args.max_samples, stop_criterion=args.stop)
+            min_samples=args.min_samples, max_samples=args.max_samples, stop_criterion=args.stop,
+            energy_window_s=args.energy_window)
     except ValueError as e:
         raise UsageError(f"timing options: {e}") from None
 
@@ -242,8 +243,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
     _check_variant_flags(_parse_variants(args.variant or []), backends)
     device = _pick_device(args.device or "auto")
-    xopts = _exec_options(args, device)
-    device = torch.device(xopts.devices[0])  # rows and the header name the first worker's device
+    exec_opts = _exec_options(args, device)
+    device = torch.device(exec_opts.devices[0])  # rows and the header name the first worker's device
     opts = RunOptions(
         device=device,
         suite_path=args.suite,
@@ -260,11 +261,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     cells = plan_cells(suite, backends, opts)
     if not cells:
         raise UsageError("nothing to run: no case/backend/variant matches the filters")
-    out_dir, cells, header = _prepare_out_dir(args, suite, cells, device, backends, xopts.devices)
+    out_dir, cells, header = _prepare_out_dir(args, suite, cells, device, backends, exec_opts.devices)
     args.started_out_dir = out_dir  # from here an interrupt can be resumed
     rows: list[ResultRow] = []
-    where = ",".join(xopts.devices) if len(xopts.devices) > 1 else str(device)
-    mode = "in-process" if not xopts.isolation else f"{len(xopts.devices)} worker(s)"
+    where = ",".join(exec_opts.devices) if len(exec_opts.devices) > 1 else str(device)
+    mode = "in-process" if not exec_opts.isolation else f"{len(exec_opts.devices)} worker(s)"
     console.print(f"[bold]{escape(suite.suite)}[/]: {len(cells)} cells on {where} ({mode}) -> {out_dir}")
     with ResultWriter(out_dir) as writer, Progress(
         TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -275,14 +276,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         def on_start(cell: Any) -> None:
             progress.update(task, description=escape(f"{cell.case.name[:40]} {cell.backend.name}"))
 
-        executor = Executor(suite, opts, xopts)
+        executor = Executor(suite, opts, exec_opts)
         for row in executor.run(cells, on_start=on_start):
             writer.write(row)
             rows.append(row)
             progress.advance(task)
         progress.update(task, description="done")
     this_run = rows
-    if executor.queue is not None and len(xopts.devices) > 1:
+    if executor.queue is not None and len(exec_opts.devices) > 1:
         # The cost-balanced split (harness/balance.py): planned estimate per worker, cases stolen.
         header["devices_plan"] = executor.queue.summary()
     if header.get("resumed"):
@@ -517,6 +518,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "(default 0.01 on GPU, 0.05 on CPU)")
     tg.add_argument("--max-time", type=float, metavar="SECONDS",
                     help="sampling time budget per cell (default 2 on GPU, 0.5 on CPU)")
+    tg.add_argument("--energy-window", type=float, metavar="SECONDS",
+                    help="GPU: after timing, run the call back to back this long and record NVML energy "
+                         "(J/call, mean W); 0 = off (default 0.1)")
     tg.add_argument("--min-samples", type=int, help="samples before the noise target may stop (default 10 GPU, 3 CPU)")
     tg.add_argument("--max-samples", type=int,
                     help="sample cap per cell, the exact count under --stop samples (default 500 GPU, 20 CPU)")

@@ -29,6 +29,7 @@ class TimingOptions:
     flush_method: str = "auto"  # cold mode: "auto" (probe both, use a verified one), "read" or "write"
     keep_raw: bool = False  # raw per-sample times in the row (off: keep rows small)
     stop_criterion: str = "noise"  # which StoppingCriterion ends sampling (harness.timing.stopping)
+    energy_window_s: float = 0.1  # NVML energy: back-to-back calls for this long after timing (0: off)
 
     @classmethod
     def for_device(cls, device: torch.device, **overrides: Any) -> "TimingOptions":
@@ -55,6 +56,8 @@ class TimingOptions:
             raise ValueError(f"flush method {self.flush_method!r}: expected one of {', '.join(FLUSH_METHODS)}")
         if not 0 < self.target_rel_noise < 1:
             raise ValueError(f"target noise {self.target_rel_noise}: expected a fraction in (0, 1), e.g. 0.01 for 1%")
+        if not self.energy_window_s >= 0:
+            raise ValueError(f"energy window {self.energy_window_s}: must be 0 (off) or positive seconds")
         if self.min_samples < 1:
             raise ValueError(f"min samples {self.min_samples}: must be at least 1")
         if self.max_samples < self.min_samples:
