@@ -15,6 +15,7 @@ from typing import Any, Iterable, Sequence
 
 import torch
 
+from attn_contract.status import Status
 from harness.metadata import AttentionConfig, CommonAttentionMetadata
 
 # ---------------------------------------------------------------- merge
@@ -276,13 +277,13 @@ def rule_agreement(rows: Iterable[Any]) -> list[dict[str, Any]]:
     for r in rows:
         call = _get(r, "call") or {}
         timing = _get(r, "timing") or {}
-        if "rule_says_cascade" not in call or _get(r, "status") != "pass" or "median_us" not in timing:
+        if "rule_says_cascade" not in call or _get(r, "status") != Status.PASS or "median_us" not in timing:
             continue
         rv = _get(r, "variant") or {}
         plain = [
             p for p in rows
             if _get(p, "case") == _get(r, "case") and _get(p, "backend") == call.get("compare_with")
-            and _get(p, "status") == "pass" and (_get(p, "timing") or {}).get("median_us") is not None
+            and _get(p, "status") == Status.PASS and (_get(p, "timing") or {}).get("median_us") is not None
         ]
         agree = [p for p in plain if all(str((_get(p, "variant") or {}).get(k, v)) == str(v) for k, v in rv.items())]
         pool = agree or plain

@@ -16,7 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from harness import registry
-from harness.results import RESULTS_FILE, ResultRow, ResultWriter, read_rows, write_header
+from harness.results import FAILED, NOT_RUN, RESULTS_FILE, ResultRow, ResultWriter, Status, read_rows, write_header
 from harness.spec import SpecError, load_suite
 
 EXIT_USAGE = 2
@@ -57,8 +57,10 @@ def _fmt(x: Any, spec: str) -> str:
     return "" if x is None else format(x, spec)
 
 
-STATUS_STYLE = {"pass": "green", "mismatch": "bold red", "error": "red", "unsupported": "yellow",
-                "skipped": "dim", "timeout": "magenta"}
+STATUS_STYLE = {Status.PASS: "green", Status.MISMATCH: "bold red", Status.ERROR: "red",
+                Status.UNSUPPORTED: "yellow", Status.SKIPPED: "dim", Status.TIMEOUT: "magenta"}
+# Table order: what ran, what failed, what did not run.
+STATUS_ORDER = (Status.PASS, Status.MISMATCH, Status.ERROR, Status.TIMEOUT, Status.UNSUPPORTED, Status.SKIPPED)
 
 
 _SIZE_FIGURE = re.compile(r"[\d,]+(\.\d+)?\s*(GFLOP|MiB)\s*>")
@@ -72,31 +74,31 @@ def _reason_kind(reason: str) -> str:
 def print_summary(rows: list[ResultRow], out_dir: Path, max_rows: int = 80) -> None:
     counts = Counter((r.backend, r.variant_label, r.status) for r in rows)
     keys = sorted({(b, v) for b, v, _ in counts})
-    statuses = ["pass", "mismatch", "error", "timeout", "unsupported", "skipped"]
+    statuses = STATUS_ORDER
     t = Table(title="Summary: cells by status", show_lines=False)
     t.add_column("backend")
     t.add_column("variant")
     for s in statuses:
-        t.add_column(s, justify="right", style=STATUS_STYLE[s])
+        t.add_column(s.value, justify="right", style=STATUS_STYLE[s])
     for b, v in keys:
         t.add_row(escape(b), escape(v or "-"), *[str(counts.get((b, v, s), 0) or "") for s in statuses])
     console.print(t)
 
-    ran = [r for r in rows if r.status in ("pass", "mismatch", "error", "timeout")]
+    ran = [r for r in rows if r.status not in NOT_RUN]  # attempted: failures included
     if ran:
         d = Table(title=f"Cells that ran ({len(ran)}; first {min(len(ran), max_rows)} shown)")
         for col in ("case", "backend", "variant", "status", "median us", "TFLOP/s", "TB/s", "max abs err"):
             d.add_column(col, justify="right" if col[0].isupper() or col.startswith(("median", "max")) else "left")
         for r in ran[:max_rows]:
-            m, tm, ck = r.metrics or {}, r.timing or {}, r.check or {}
+            m, tm, ck = r.metrics, r.timing, r.check
             # Names and reasons are data, not rich markup: sweep names look like "[tags]".
             d.add_row(escape(r.case), escape(r.backend), escape(r.variant_label or "-"), f"[{STATUS_STYLE[r.status]}]{r.status}",
-                      _fmt(tm.get("median_us"), ".1f"), _fmt(m.get("tflops"), ".3g"), _fmt(m.get("tbps"), ".3g"),
-                      _fmt(ck.get("max_abs_err"), ".2e"))
+                      _fmt(tm and tm.median_us, ".1f"), _fmt(m and m.tflops, ".3g"), _fmt(m and m.tbps, ".3g"),
+                      _fmt(ck and ck.max_abs_err, ".2e"))
         console.print(d)
 
     # Size-dependent reasons differ only in their numbers: group them so the table stays short.
-    not_run = Counter((r.status, r.backend, _reason_kind(r.reason)) for r in rows if r.status in ("unsupported", "skipped"))
+    not_run = Counter((r.status, r.backend, _reason_kind(r.reason)) for r in rows if r.status in NOT_RUN)
     if not_run:
         s = Table(title="Not run, and why")
         for col in ("status", "backend", "cells", "reason"):
@@ -104,7 +106,7 @@ def print_summary(rows: list[ResultRow], out_dir: Path, max_rows: int = 80) -> N
         for (st, b, reason), n in sorted(not_run.items()):
             s.add_row(f"[{STATUS_STYLE[st]}]{st}", escape(b), str(n), escape(reason))
         console.print(s)
-    bad = [r for r in rows if r.status in ("mismatch", "error", "timeout")]
+    bad = [r for r in rows if r.status in FAILED]
     for r in bad[:20]:
         err_console.print(f"[{STATUS_STYLE[r.status]}]{r.status}[/] "
                           + escape(f"{r.case} {r.backend} {r.variant_label}: {r.reason}"))
@@ -238,7 +240,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         from harness.report import write_report
 
         console.print(f"Report: {write_report([out_dir], out_dir / 'report.html')}")
-    return 1 if any(r.status in ("mismatch", "error", "timeout") for r in rows) and args.strict else 0
+    return 1 if any(r.status in FAILED for r in rows) and args.strict else 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -15,12 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from harness.results import ResultRow, read_header, read_rows
+from harness.results import FAILED, NOT_RUN, RAN, ResultRow, Status, read_header, read_rows
 
 Speed = Literal["faster", "slower", "same", "ambiguous", "not timed"]
-RAN = ("pass", "mismatch", "error", "timeout")
-FAILED = ("mismatch", "error", "timeout")
-NOT_RUN = ("skipped", "unsupported")
+ATTEMPTED = RAN | FAILED  # the cell was tried: it ran, or it failed trying
 
 
 @dataclass
@@ -71,13 +69,10 @@ def _matches(key: tuple[str, str, str, str], patterns: list[str]) -> str:
 
 
 def _timing(row: ResultRow) -> tuple[float, float, float] | None:
-    t = row.timing or {}
-    try:
-        med = float(t["median_us"])
-        lo = float(t.get("ci_low_us", med))
-        hi = float(t.get("ci_high_us", med))
-    except (KeyError, TypeError, ValueError):
+    t = row.timing
+    if t is None:
         return None
+    med, lo, hi = t.median_us, t.ci_low_us, t.ci_high_us
     if not med > 0:
         return None
     return med, min(lo, med), max(hi, med)
@@ -135,17 +130,17 @@ def compare_rows(
             pat = _matches(key, allow_missing)
             d.allowed, d.problem = (f"{why} (allowed by --allow-missing {pat})", "") if pat else ("", why)
             continue
-        if b.status in RAN and n.status in NOT_RUN:
+        if b.status in ATTEMPTED and n.status in NOT_RUN:
             why = f"stopped running: {b.status} -> {n.status} ({n.reason})"
             pat = _matches(key, allow_skip)
             d.allowed, d.problem = (f"{why} (allowed by --allow-skip {pat})", "") if pat else ("", why)
             continue
-        if b.status == "pass" and n.status in FAILED:
+        if b.status == Status.PASS and n.status in FAILED:
             d.problem = f"correctness: pass -> {n.status}" + (f" ({n.reason})" if n.reason else "")
             continue
         if b.status != n.status:
             d.info = f"status {b.status} -> {n.status}" + (f" ({n.reason})" if n.reason else "")
-        if b.status == "pass" and n.status == "pass" and not correctness_only:
+        if b.status == Status.PASS and n.status == Status.PASS and not correctness_only:
             d.speed, d.ratio = classify_speed(b, n, threshold)
             if d.speed == "slower":
                 d.problem = f"slower: {_pct(d.ratio)} beyond the noise ({_ci(b)} -> {_ci(n)})"

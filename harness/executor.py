@@ -38,7 +38,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from harness.memory import make_fit_check
-from harness.results import RESULTS_FILE, ResultRow, read_header, read_rows, repair_torn_tail, variant_label
+from harness.results import RESULTS_FILE, ResultRow, Status, Worker, read_header, read_rows, repair_torn_tail, variant_label
 from harness.runner import Cell, RunOptions, group_by_case, iterate_case, status_row
 from harness.spec import Suite
 
@@ -206,10 +206,9 @@ def _worker_main(conn: Any, device_name: str, suite: Suite, opts: RunOptions, bu
         try:
             for row in iterate_case(cells, suite, opts,
                                     on_event=lambda ev, cell: conn.send((ev, None if cell is None else cell_key(suite, cell)))):
-                d = row.model_dump()
-                d["worker"] = {"pid": os.getpid(), "device": device_name}
-                conn.send(("row", d))
-                if row.status == "error":
+                # The typed row itself crosses the pipe (pickled): the parent does not re-parse it.
+                conn.send(("row", row.model_copy(update={"worker": Worker(pid=os.getpid(), device=device_name)})))
+                if row.status == Status.ERROR:
                     broken = _context_broken(device, row.reason)
                     if broken:
                         break
@@ -333,13 +332,11 @@ class Executor:
                 return c
         return None
 
-    def _row(self, slot: _Slot, cell: Cell, status: str, reason: str) -> ResultRow:
+    def _row(self, slot: _Slot, cell: Cell, status: Status, reason: str) -> ResultRow:
         row = status_row(cell, self.suite, slot.opts, status, reason)
-        extra = row.model_dump()
-        extra["worker"] = {"pid": slot.pid, "device": slot.device}
-        return ResultRow.model_validate(extra)
+        return row.model_copy(update={"worker": Worker(pid=slot.pid, device=slot.device)})
 
-    def _lost(self, slot: _Slot, status: str, why: str) -> list[ResultRow]:
+    def _lost(self, slot: _Slot, status: Status, why: str) -> list[ResultRow]:
         """The worker is gone (died, killed, gave up its context): rows for what it was doing,
         and the case's remaining cells back to the front of the queue."""
         rows: list[ResultRow] = []
@@ -401,7 +398,7 @@ class Executor:
                         why = "; ".join(sorted({s.last_failure for s in self.slots if s.last_failure}))
                         for case_cells in self.queue:
                             for c in case_cells:
-                                yield self._row(self.slots[0], c, "error",
+                                yield self._row(self.slots[0], c, Status.ERROR,
                                                 f"no worker could start ({MAX_FAILED_STARTS} attempts per device): {why}")
                         self.queue.clear()
                     break
@@ -421,7 +418,7 @@ class Executor:
                         what = {"prepare": "case preparation (generate/reference)",
                                 "sent": "case start (availability/support checks)"}.get(slot.phase, "cell")
                         why = f"{what} exceeded --cell-timeout {timeout:g} s; worker killed"
-                        rows = self._lost(slot, "timeout", why)
+                        rows = self._lost(slot, Status.TIMEOUT, why)
                         yield from rows
                         self._restart(slot, progressed=True)
                     elif not slot.ready and now > slot.started_at + STARTUP_TIMEOUT_S:
@@ -462,14 +459,14 @@ class Executor:
                 if on_start and cell is not None:
                     on_start(cell)
             elif kind == "row":
-                row = ResultRow.model_validate(payload)
+                row = payload if isinstance(payload, ResultRow) else ResultRow.model_validate(payload)
                 slot.cells = [c for c in slot.cells if cell_key(self.suite, c) != row.key]
                 yield row
             elif kind == "done":
                 slot.phase, slot.current, slot.deadline, slot.cells = "idle", None, None, []
             elif kind == "case_failed":
                 for c in slot.cells:
-                    yield self._row(slot, c, "error", f"harness error in worker: {payload}")
+                    yield self._row(slot, c, Status.ERROR, f"harness error in worker: {payload}")
                 slot.phase, slot.current, slot.deadline, slot.cells = "idle", None, None, []
             elif kind == "restart":
                 gone = f"worker restarted: {payload}"
@@ -485,7 +482,7 @@ class Executor:
             self._requeue(slot)
             self._restart(slot, progressed=False, why=gone)
         else:
-            yield from self._lost(slot, "error", gone)
+            yield from self._lost(slot, Status.ERROR, gone)
             self._restart(slot, progressed=True, why=gone)
 
     def _requeue(self, slot: _Slot) -> None:

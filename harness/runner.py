@@ -18,7 +18,7 @@ from harness.check import check_output, tolerance_for
 from harness.metadata import decode_first_order
 from harness.metrics import attention_work
 from harness.reference import reference_attention
-from harness.results import ResultRow, variant_label
+from harness.results import Call, Check, Host, Metrics, ResultRow, Status, Timing, variant_label
 from harness.spec import CaseSpec, Suite
 from harness.roofline import get_ceilings, roofline_metrics
 from harness.timing import TimingOptions, graph_decision, time_callable
@@ -181,8 +181,8 @@ def run_cell(cell: Cell, ctx: CaseContext, suite: Suite, opts: RunOptions) -> Re
         # Batch-dependent limits (e.g. cascade needs a shared prefix) are a status, not an error.
         batch_reason = backend.check_batch_support(bview.common_metadata(), variant)
         if batch_reason:
-            row["status"], row["reason"] = "unsupported", batch_reason
-            return ResultRow.model_validate(row)
+            row["status"], row["reason"] = Status.UNSUPPORTED, batch_reason
+            return _validated(row, opts)
         stage = "kv cache"
         kv_cache = backend.materialize_kv_cache(bview.kv_cache, cfg.kv_layout)
         common = bview.common_metadata()
@@ -196,7 +196,7 @@ def run_cell(cell: Cell, ctx: CaseContext, suite: Suite, opts: RunOptions) -> Re
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         build_ms = (time.perf_counter() - t0) * 1e3
-        host = {"build_ms": build_ms}
+        host: dict[str, Any] = {"build_ms": build_ms}
 
         out = torch.full_like(bview.query, float("nan"), dtype=cfg.torch_dtype)
         lse = torch.full((bview.num_tokens, cfg.num_heads), float("nan"), device=device) if caps.returns_lse else None
@@ -206,9 +206,9 @@ def run_cell(cell: Cell, ctx: CaseContext, suite: Suite, opts: RunOptions) -> Re
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         host["first_call_ms"] = (time.perf_counter() - t0) * 1e3  # includes JIT compilation
-        row["call"] = impl.describe_call(metadata)
+        row["call"] = Call.model_validate(impl.describe_call(metadata) or {})
 
-        status, reason = "pass", ""
+        status, reason = Status.PASS, ""
         if opts.check and ctx.ref_out is not None:
             stage = "check"
             ref_out, ref_lse = ctx.ref_out, ctx.ref_lse
@@ -221,9 +221,9 @@ def run_cell(cell: Cell, ctx: CaseContext, suite: Suite, opts: RunOptions) -> Re
                 impl.forward(bview.query, bview.key, bview.value, kv_cache, metadata, probe, None)
                 unwritten = probe == SENTINEL
             result = check_output(out, ref_out, tolerance_for(cfg.dtype, cfg.is_fp8_kv), lse, ref_lse, unwritten)
-            row["check"] = result.as_dict()
+            row["check"] = Check.model_validate(result.as_dict())
             if not result.passed:
-                status, reason = "mismatch", result.message
+                status, reason = Status.MISMATCH, result.message
 
         if opts.time:
             stage = "timing"
@@ -236,24 +236,35 @@ def run_cell(cell: Cell, ctx: CaseContext, suite: Suite, opts: RunOptions) -> Re
             gd = graph_decision(caps.cudagraph, bview.query_lens,
                                 impl.graph_safe(metadata) if caps.cudagraph > 0 and device.type == "cuda" else None,
                                 enabled=topts.cuda_graph, device_type=device.type)
-            row["timing"] = time_callable(call, device, topts, graph=gd, output=out)
-            enqueue_us = row["timing"].pop("host_enqueue_us", None)
+            measured = time_callable(call, device, topts, graph=gd, output=out)
+            enqueue_us = measured.pop("host_enqueue_us", None)
+            timing = Timing.model_validate(measured)
             if enqueue_us is not None:
                 host["enqueue_us"] = enqueue_us  # host cost of launching one call, kept out of median_us
             work = attention_work(bview.query_lens, bview.seq_lens, num_heads=cfg.num_heads,
                                   num_kv_heads=cfg.num_kv_heads, head_size=cfg.head_size, dtype=cfg.dtype,
                                   kv_cache_dtype=cfg.kv_cache_dtype, block_size=cfg.block_size,
                                   causal=cfg.causal, sliding_window=cfg.sliding_window)
-            t = row["timing"]["median_us"] * 1e-6
+            t = timing.median_us * 1e-6
             ceilings, why_not = get_ceilings(device) if opts.roofline else (None, "disabled")
-            row["metrics"] = {**work.as_dict(), **roofline_metrics(work.flops, work.bytes, t, ceilings, why_not)}
-        row["host"] = host
+            row["metrics"] = Metrics.model_validate(
+                {**work.as_dict(), **roofline_metrics(work.flops, work.bytes, t, ceilings, why_not)})
+            row["timing"] = timing
+        row["host"] = Host.model_validate(host)
         row["status"], row["reason"] = status, reason
     except Exception as e:  # a backend that rejects or crashes costs only its own cell
-        row["status"] = "error"
+        # Diagnostics of the stages that finished (call, check) stay; no number from a failed cell.
+        row.pop("timing", None)
+        row.pop("metrics", None)
+        row["status"] = Status.ERROR
         row["reason"] = f"{stage}: {_short_error(e)}"
         row["traceback"] = traceback.format_exc(limit=8)
-    return ResultRow.model_validate(row)
+    return _validated(row, opts)
+
+
+def _validated(row: dict[str, Any], opts: RunOptions) -> ResultRow:
+    """The typed row; with checking on, a row that ran must carry its check."""
+    return ResultRow.model_validate(row, context={"checked": opts.check})
 
 
 def iterate_suite(
@@ -275,7 +286,7 @@ def group_by_case(cells: list[Cell]) -> list[list[Cell]]:
     return list(by_case.values())
 
 
-def status_row(cell: Cell, suite: Suite, opts: RunOptions, status: str, reason: str) -> ResultRow:
+def status_row(cell: Cell, suite: Suite, opts: RunOptions, status: Status, reason: str) -> ResultRow:
     """A row for a cell that did not run (or whose worker died): no measurements."""
     row = _base_row(cell, suite, opts)
     row.update(status=status, reason=reason)
@@ -298,7 +309,7 @@ def iterate_case(
         if on_start:
             on_start(cell)
         reason, status = _precheck(cell, opts)
-        if reason:
+        if reason and status is not None:
             yield status_row(cell, suite, opts, status, reason)
         else:
             runnable.append(cell)
@@ -310,7 +321,7 @@ def iterate_case(
         ctx = CaseContext(case, opts.device, want_reference=opts.check)
     except Exception as e:
         for cell in runnable:
-            yield status_row(cell, suite, opts, "error", f"generate/reference: {_short_error(e)}")
+            yield status_row(cell, suite, opts, Status.ERROR, f"generate/reference: {_short_error(e)}")
         return
     try:
         for cell in runnable:
@@ -323,22 +334,22 @@ def iterate_case(
             torch.cuda.empty_cache()
 
 
-def _precheck(cell: Cell, opts: RunOptions) -> tuple[str | None, str]:
+def _precheck(cell: Cell, opts: RunOptions) -> tuple[str | None, Status | None]:
     avail = cell.backend.availability(cell.variant)
     if not avail.available:
-        return f"backend unavailable: {avail.reason}", "skipped"
+        return f"backend unavailable: {avail.reason}", Status.SKIPPED
     cfg = cell.case.attention_config()
     reason = cell.backend.check_support(cfg, cell.variant, opts.device.type)
     if reason:
-        return reason, "unsupported"
+        return reason, Status.UNSUPPORTED
     big = too_large_reason(cell.case, opts)
     if big:
-        return big, "skipped"
+        return big, Status.SKIPPED
     if opts.fit_check is not None:
         reason = opts.fit_check(cell)
         if reason:
-            return reason, "skipped"
-    return None, ""
+            return reason, Status.SKIPPED
+    return None, None
 
 
 def default_out_dir(suite: Suite) -> Path:

@@ -11,7 +11,8 @@ import pytest
 
 from harness.cli import main
 from harness.report import SECTIONS, build_sections, frame, load, render_html, write_report
-from harness.results import ResultRow, read_rows
+from harness.results import Metrics, ResultRow, Timing, read_rows
+from typed_rows import ran_row
 
 ROOT = Path(__file__).resolve().parent.parent
 BASELINE = ROOT / "ci" / "baselines" / "cpu-smoke"
@@ -100,11 +101,11 @@ def _gpu_like(rows: list[ResultRow]) -> list[ResultRow]:
         for v, scale in ((2, 1.0), (3, 0.6), (4, 0.5)):
             t = {k: (x * scale if k.endswith("_us") else x) for k, x in r.timing.items()}
             out.append(r.model_copy(update={"backend": "flash-attn", "variant": {"fa_version": v},
-                                            "variant_label": f"fa_version={v}", "timing": t}))
+                                            "variant_label": f"fa_version={v}", "timing": Timing.model_validate(t)}))
     for r in timed[:3]:
         out.append(r.model_copy(update={"backend": "flashinfer"}))
         t = {k: (x * 0.5 if k.endswith("_us") else x) for k, x in r.timing.items()}
-        out.append(r.model_copy(update={"backend": "flashinfer-cascade", "timing": t}))
+        out.append(r.model_copy(update={"backend": "flashinfer-cascade", "timing": Timing.model_validate(t)}))
     return out
 
 
@@ -125,8 +126,9 @@ def test_fa_versions_cascade_and_ceilings_from_gpu_shaped_rows(tmp_path):
 
 def test_ceilings_measured_into_rows_are_drawn(tmp_path):
     rows = read_rows(BASELINE)
-    rows = [r.model_copy(update={"metrics": {**r.metrics, "roofline": {"ceiling_tflops": 700.0, "ceiling_tbps": 4.5,
-                                                                        "pct_of_ceiling": 12.5, "bound": "memory"}}})
+    rows = [r.model_copy(update={"metrics": Metrics.model_validate(
+                {**r.metrics.model_dump(), "roofline": {"ceiling_tflops": 700.0, "ceiling_tbps": 4.5,
+                                                        "pct_of_ceiling": 12.5, "bound": "memory"}})})
             if r.metrics else r for r in rows]
     secs = _sections(render_html(load([_write(rows, tmp_path / "r")])))
     assert "metrics.roofline" in secs["roofline"] and "700 TFLOP/s" in secs["roofline"]
@@ -136,7 +138,7 @@ def test_ceilings_measured_into_rows_are_drawn(tmp_path):
 def test_sparse_and_empty_results_still_render(tmp_path):
     # Old or partial rows: no timing, no batch, no config, no header.
     bare = [ResultRow(suite="s", case="c", backend="b", status="error", reason="forward: boom"),
-            ResultRow(suite="s", case="c", backend="d", status="pass", timing={"median_us": 3.0})]
+            ran_row(3.0, case="c", backend="d")]
     secs = _sections(render_html(load([_write(bare, tmp_path / "bare")])))
     assert "forward: boom" in secs["problems"] and "no run.json" in secs["run-header"]
     assert "no data in these results" in secs["roofline"]
