@@ -3,3 +3,40 @@
 Nothing else crosses between ``harness`` and ``backends``: capabilities, common metadata, the
 builder/impl/backend bases, cell statuses and the LSE merge op all live here.
 """
+
+from attn_contract.backend import AttentionBackend, AttentionImpl, AttentionMetadataBuilder
+from attn_contract.capabilities import Availability, Capabilities, CudaGraphSupport, HeadSizes, MultipleOf
+from attn_contract.merge import merge_attn_states
+from attn_contract.metadata import (
+    TORCH_DTYPES,
+    AttentionConfig,
+    CommonAttentionMetadata,
+    DecodePrefillSplit,
+    LayerParams,
+    decode_first_order,
+    split_decodes_and_prefills,
+)
+from attn_contract.status import FAILED, NOT_RUN, RAN, Status
+
+__all__ = [
+    "FAILED",
+    "NOT_RUN",
+    "RAN",
+    "TORCH_DTYPES",
+    "AttentionBackend",
+    "AttentionConfig",
+    "AttentionImpl",
+    "AttentionMetadataBuilder",
+    "Availability",
+    "Capabilities",
+    "CommonAttentionMetadata",
+    "CudaGraphSupport",
+    "DecodePrefillSplit",
+    "HeadSizes",
+    "LayerParams",
+    "MultipleOf",
+    "Status",
+    "decode_first_order",
+    "merge_attn_states",
+    "split_decodes_and_prefills",
+]

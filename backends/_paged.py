@@ -6,8 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from backends.base import AttentionMetadataBuilder
-from harness.metadata import CommonAttentionMetadata, LayerParams
+from attn_contract import AttentionMetadataBuilder, CommonAttentionMetadata, LayerParams
 
 
 @dataclass

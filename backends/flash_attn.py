@@ -27,17 +27,19 @@ from typing import Any, Callable
 
 import torch
 
-from backends.base import (
+from attn_contract import (
     AttentionBackend,
+    AttentionConfig,
     AttentionImpl,
     AttentionMetadataBuilder,
     Availability,
     Capabilities,
+    CommonAttentionMetadata,
     CudaGraphSupport,
     HeadSizes,
     MultipleOf,
+    split_decodes_and_prefills,
 )
-from harness.metadata import AttentionConfig, CommonAttentionMetadata, split_decodes_and_prefills
 
 VERSIONS: tuple[int, ...] = (2, 3, 4)
 MODULES: dict[int, str] = {2: "flash_attn", 3: "flash_attn_interface", 4: "flash_attn.cute"}

@@ -5,7 +5,7 @@
    group's query tokens as one sequence (several groups = a varlen batch of groups);
 2. suffix pass: one paged call over each request's own blocks (its block table after the
    prefix blocks, ``seqused_k = seq_len - prefix_len``), causal bottom-right;
-3. the exact LSE merge (harness.cascade.merge_attn_states, in torch).
+3. the exact LSE merge (attn_contract.merge_attn_states, in torch).
 
 ``fa_version=3``: ``flash_attn_interface.flash_attn_with_kvcache`` with ``page_table`` and
 ``cu_seqlens_q`` (returns 4 values; LSE ``(H, T)`` natural log). ``fa_version=4``:
@@ -21,20 +21,21 @@ from typing import Any, Callable
 
 import torch
 
-from backends.base import (
+from attn_contract import (
     AttentionBackend,
     AttentionImpl,
     AttentionMetadataBuilder,
     Availability,
     Capabilities,
+    CommonAttentionMetadata,
     CudaGraphSupport,
     HeadSizes,
     MultipleOf,
+    merge_attn_states,
 )
 from backends.flash_attn import availability_from, cuda_capability, detect_features
 from backends.torch_cascade import shifted_block_table
-from harness.cascade import CascadeDecision, cascade_batch_reason, decide, group_layout, merge_attn_states
-from harness.metadata import CommonAttentionMetadata
+from harness.cascade import CascadeDecision, cascade_batch_reason, decide, group_layout
 
 DEFAULT_VERSION = 3
 # Library detection (import, version, GPU generation) is flash_attn.py's: one place knows the

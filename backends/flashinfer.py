@@ -23,17 +23,19 @@ from typing import Any, Callable
 
 import torch
 
-from backends.base import (
+from attn_contract import (
     AttentionBackend,
+    AttentionConfig,
     AttentionImpl,
     AttentionMetadataBuilder,
     Availability,
     Capabilities,
+    CommonAttentionMetadata,
     CudaGraphSupport,
     HeadSizes,
     MultipleOf,
+    split_decodes_and_prefills,
 )
-from harness.metadata import AttentionConfig, CommonAttentionMetadata, split_decodes_and_prefills
 
 WORKSPACE_BYTES = 128 * 1024 * 1024  # FlashInfer's recommended float workspace (split-KV partials)
 LN2 = math.log(2.0)  # FlashInfer LSE is base 2: lse_e = lse_2 * ln 2

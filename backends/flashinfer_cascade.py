@@ -23,19 +23,20 @@ from typing import Any
 
 import torch
 
-from backends.base import (
+from attn_contract import (
     AttentionBackend,
+    AttentionConfig,
     AttentionImpl,
     AttentionMetadataBuilder,
     Availability,
     Capabilities,
+    CommonAttentionMetadata,
     CudaGraphSupport,
     HeadSizes,
     MultipleOf,
 )
 from backends.flashinfer import FlashInferBackend
 from harness.cascade import CascadeDecision, cascade_batch_reason, decide, group_layout
-from harness.metadata import AttentionConfig, CommonAttentionMetadata
 
 WORKSPACE_BYTES = 128 * 1024 * 1024  # FlashInfer's recommended float workspace
 LN2 = math.log(2.0)  # FlashInfer LSEs are base 2: lse_e = lse_2 * ln 2

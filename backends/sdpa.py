@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from backends._paged import HostLoopMetadata, HostLoopMetadataBuilder, dequantize, gather_request_kv
-from backends.base import (
+from attn_contract import (
     AttentionBackend,
     AttentionImpl,
     Availability,

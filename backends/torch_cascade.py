@@ -1,6 +1,6 @@
 """Cascade attention in torch (CPU and GPU): per prefix group, one non-causal pass of all the
 group's queries over the shared prefix K/V (read once through the prefix blocks), one causal
-pass of each request over its own suffix, and the exact LSE merge of harness.cascade.
+pass of each request over its own suffix, and the exact LSE merge of attn_contract.merge.
 
 It is the executable statement of the algorithm the GPU cascade backends implement, checked
 by the harness against plain attention over the full context."""
@@ -13,19 +13,20 @@ from typing import Any
 import torch
 
 from backends._paged import dequantize
-from backends.base import (
+from attn_contract import (
     AttentionBackend,
     AttentionImpl,
     AttentionMetadataBuilder,
     Availability,
     Capabilities,
+    CommonAttentionMetadata,
     CudaGraphSupport,
     HeadSizes,
     MultipleOf,
+    merge_attn_states,
 )
 from backends.torch_math import MathImpl, MathMetadata
-from harness.cascade import CascadeDecision, cascade_batch_reason, decide, group_layout, merge_attn_states
-from harness.metadata import CommonAttentionMetadata
+from harness.cascade import CascadeDecision, cascade_batch_reason, decide, group_layout
 
 _MAX_SCORE_ELEMS = 1 << 26  # scores per chunk of the prefix pass (256 MB in fp32)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from backends._paged import HostLoopMetadata, HostLoopMetadataBuilder, dequantize
-from backends.base import (
+from attn_contract import (
     AttentionBackend,
     AttentionImpl,
     Availability,

@@ -47,7 +47,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from harness import registry  # noqa: E402
-from harness.metadata import decode_first_order  # noqa: E402
+from attn_contract import decode_first_order  # noqa: E402
 from harness.spec import SpecError, load_suite, parse_suite  # noqa: E402
 from harness.runner import case_work  # noqa: E402
 from harness.timing import TimingOptions, graph_decision, select_flush, time_callable, verify_cold_l2  # noqa: E402

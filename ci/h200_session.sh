@@ -21,6 +21,9 @@ step() {  # step SECONDS NAME COMMAND...
   timeout --signal=INT --kill-after=20 "$limit" "$@" >>"$LOG" 2>&1
   echo "=== $name rc=$? in $((SECONDS - t0))s" | tee -a "$LOG"
 }
+# Built-in backends are found through the attn_harness.backends entry points (pyproject.toml),
+# which exist only once the checkout is installed; --no-deps keeps the devkit's libraries.
+python3 -m pip install -q --no-deps --no-build-isolation -e . >>"$LOG" 2>&1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv >>"$LOG" 2>&1
 $H list >>"$LOG" 2>&1
 

@@ -286,7 +286,18 @@ class Executor:
             target=_worker_main, name=f"harness-worker-{device}", daemon=True,
             args=(child_conn, device, self.suite, self.opts, self.xopts.memory_budget_mib, max(1, n_cpu), threads),
         )
-        proc.start()
+        # The worker inherits an ignored SIGINT across exec, so a Ctrl-C while it is still
+        # importing torch (before _worker_main can ignore it) prints no traceback from it; the
+        # parent is deaf only for the few ms that start() takes.
+        try:
+            previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        except ValueError:  # not the main thread
+            previous = None
+        try:
+            proc.start()
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
         child_conn.close()  # so the parent sees EOF when the worker dies
         return proc, parent_conn
 

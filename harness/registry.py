@@ -1,8 +1,9 @@
-"""Finding backends: the built-in ones, an entry-point group, and ``module:Class`` specs.
+"""Finding backends: the ``attn_harness.backends`` entry-point group, and ``module:Class`` specs.
 
-Built-ins are named by import path so that listing them never imports a GPU library until
-it is asked about; a backend whose module fails to import is still listed, unavailable, with
-the import error as its reason.
+Built-ins are declared in that group (pyproject.toml) exactly as a third-party plugin is, so
+the core holds no list of backend names. Entry points are named by import path, so listing
+them never imports a GPU library until it is asked about; a backend whose module fails to
+import is still listed, unavailable, with the import error as its reason.
 """
 
 from __future__ import annotations
@@ -10,19 +11,9 @@ from __future__ import annotations
 import importlib
 from importlib.metadata import entry_points
 
-from backends.base import AttentionBackend
+from attn_contract import AttentionBackend
 
 ENTRY_POINT_GROUP = "attn_harness.backends"
-
-BUILTIN_BACKENDS: dict[str, str] = {
-    "torch-math": "backends.torch_math:TorchMathBackend",
-    "sdpa": "backends.sdpa:SDPABackend",
-    "flash-attn": "backends.flash_attn:FlashAttentionBackend",
-    "flashinfer": "backends.flashinfer:FlashInferBackend",
-    "torch-cascade": "backends.torch_cascade:TorchCascadeBackend",
-    "flash-attn-cascade": "backends.flash_attn_cascade:FlashAttnCascadeBackend",
-    "flashinfer-cascade": "backends.flashinfer_cascade:FlashInferCascadeBackend",
-}
 
 
 class BackendLookupError(Exception):
@@ -44,8 +35,8 @@ def load_spec(spec: str) -> type[AttentionBackend]:
 
 
 def known_backends() -> dict[str, str]:
-    """name -> ``module:Class`` for built-ins and installed plugins."""
-    found = dict(BUILTIN_BACKENDS)
+    """name -> ``module:Class`` for every backend in the entry-point group (built-ins and plugins)."""
+    found: dict[str, str] = {}
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         found.setdefault(ep.name, ep.value)
     return found
@@ -58,6 +49,12 @@ def resolve(name: str) -> type[AttentionBackend]:
         return load_spec(known[name])
     if ":" in name:
         return load_spec(name)
+    if not known:
+        # The group is read from installed metadata: a bare source checkout has none.
+        raise BackendLookupError(
+            f"unknown backend {name!r}: no backend is registered in entry-point group {ENTRY_POINT_GROUP!r} "
+            "(install the project with `pip install -e .`), or give module:Class"
+        )
     raise BackendLookupError(f"unknown backend {name!r}; known: {', '.join(sorted(known))} (or give module:Class)")
 
 

@@ -38,7 +38,9 @@ class Payload(BaseModel):
     Read access by key (``row.timing["median_us"]``, ``.get``) stays for code that has not
     moved to attributes yet."""
 
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=False)
+    # extra="forbid": a new measurement field must be declared here (optional, so old rows load),
+    # never slipped in unnoticed; tests/test_results_rows.py loads every committed file.
+    model_config = ConfigDict(strict=True, extra="forbid")
     _omit_if_none: ClassVar[frozenset[str]] = frozenset()
 
     @model_serializer(mode="wrap")
@@ -113,6 +115,7 @@ class Timing(Payload):
     ci_coverage: float
     rel_ci_half_width: float
     samples: int
+    stop_criterion: str | None = None  # the stopping rule's name (harness.timing.stopping); newer rows
     stop_reason: str
     stop: str
     target_rel_noise: float
@@ -132,7 +135,7 @@ class Timing(Payload):
     breakdown: dict[str, float] | None = None
     energy: dict[str, Any] | None = None
 
-    _omit_if_none = frozenset({"launch", "raw_us", "cold_check", "cold_l2", "breakdown", "energy"})
+    _omit_if_none = frozenset({"stop_criterion", "launch", "raw_us", "cold_check", "cold_l2", "breakdown", "energy"})
 
 
 class Metrics(Payload):

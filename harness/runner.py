@@ -13,9 +13,9 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from backends.base import AttentionBackend
+from attn_contract import AttentionBackend
 from harness.check import check_output, tolerance_for
-from harness.metadata import decode_first_order
+from attn_contract import decode_first_order
 from harness.metrics import attention_work
 from harness.reference import reference_attention
 from harness.results import Call, Check, Host, Metrics, ResultRow, Status, Timing, variant_label
@@ -100,6 +100,8 @@ def reproducer(cell: Cell, opts: RunOptions) -> str:
         parts += ["--timing-mode", opts.timing.mode]
     if opts.timing is not None and not opts.timing.cuda_graph:
         parts += ["--no-cuda-graph"]
+    if opts.timing is not None and opts.timing.stop_criterion != "noise":
+        parts += ["--stop", opts.timing.stop_criterion]
     return shlex.join(parts)
 
 

@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from harness.metadata import AttentionConfig
+from attn_contract import AttentionConfig
 
 MAX_TOKENS_PER_REQUEST = 1 << 22  # 4M tokens: anything larger is a typo, not a workload
 MAX_REQUESTS = 65536

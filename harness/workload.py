@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import torch
 
-from harness.metadata import AttentionConfig, CommonAttentionMetadata, LayerParams
+from attn_contract import AttentionConfig, CommonAttentionMetadata, LayerParams
 from harness.spec import CaseSpec, Explicit, Fixed, LogNormal, Normal, Uniform
 
 FP8_MAX = {"fp8_e4m3": 448.0, "fp8_e5m2": 57344.0}

@@ -1,6 +1,16 @@
+import os
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 # tests/ holds plugin backends used through module:Class specs
 sys.path.insert(0, str(ROOT / "tests"))
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    """Environment for a ``harness`` subprocess: the caller's, with the repo and tests/ put in
+    front of the caller's PYTHONPATH, never in place of it. On machines where torch and the
+    kernel libraries come from PYTHONPATH (the H200 sessions), dropping it breaks every import."""
+    keep = os.environ.get("PYTHONPATH", "")
+    path = os.pathsep.join([str(ROOT / "tests"), str(ROOT), *([keep] if keep else [])])
+    return {**os.environ, **extra, "PYTHONPATH": path}

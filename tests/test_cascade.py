@@ -12,13 +12,8 @@ from backends.flash_attn import detect_features, hardware_reason
 from backends.flash_attn_cascade import FACascadeMetadataBuilder, FlashAttnCascadeBackend
 from backends.flashinfer_cascade import FlashInferCascadeBackend, cascade_levels
 from backends.torch_cascade import TorchCascadeBackend, shifted_block_table
-from harness.cascade import (
-    DEFAULT_NUM_SMS,
-    cascade_batch_reason,
-    merge_attn_states,
-    rule_agreement,
-    use_cascade_attention,
-)
+from attn_contract import merge_attn_states
+from harness.cascade import DEFAULT_NUM_SMS, cascade_batch_reason, rule_agreement, use_cascade_attention
 from harness.reference import attention_one_request
 from harness.runner import CaseContext, Cell, RunOptions, run_cell
 from harness.spec import CaseSpec, Suite
@@ -232,7 +227,7 @@ def test_batch_preconditions():
 
 # ---------------------------------------------------------------- GPU cascade backends, host side
 def test_gpu_cascade_capabilities_and_check_support():
-    from harness.metadata import AttentionConfig
+    from attn_contract import AttentionConfig
 
     base = AttentionConfig(num_heads=32, num_kv_heads=8, head_size=128)
     for backend in (FlashAttnCascadeBackend, FlashInferCascadeBackend):
@@ -269,7 +264,7 @@ def test_gpu_cascade_availability_without_the_libraries():
 def test_fa_cascade_metadata_on_cpu():
     b = generate(_case(groups=3, bs=4, length=12, seed=3))
     common = b.common_metadata()
-    from harness.metadata import AttentionConfig
+    from attn_contract import AttentionConfig
 
     md = FACascadeMetadataBuilder(AttentionConfig(8, 2, 32, block_size=4), {}, torch.device("cpu")).build(common)
     qsl, groups = b.query_start_loc, b.prefix_group_of_req

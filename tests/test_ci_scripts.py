@@ -94,3 +94,35 @@ def test_direct_comparison_names_the_calls_and_flags_big_differences():
     assert "same call as the adapter" in text and "+15.1%" in text and "!! > 5%" in text
     assert text.count("!!") == 2  # the legend and the one flagged paged line; the dense line is not flagged
     assert "67 MB" in text and "without the adapter's output copy" in text
+
+
+def test_gpu_pytest_script_runs_exactly_the_test_suite():
+    import subprocess
+
+    script = ROOT / "ci" / "gpu_pytest.sh"
+    assert script.is_file(), "ci/gpu_pytest.sh runs the test suite on a GPU machine"
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    text = script.read_text()
+    commands = [ln.strip() for ln in text.splitlines() if ln.strip().startswith(("python3", "if ! python3"))]
+    assert any("python3 -m pip install -q --no-deps --no-build-isolation -e ." in c for c in commands)
+    assert any(c.startswith("python3 -m pytest -q") for c in commands)
+    assert '${1:-' in text, "the log goes where the caller says"
+
+
+def test_harness_subprocesses_keep_the_callers_pythonpath(tmp_path, monkeypatch):
+    # On the H200 machine torch and the kernel libraries come from PYTHONPATH: a subprocess
+    # test whose environment drops it cannot even import torch there.
+    import subprocess
+
+    from conftest import subprocess_env
+
+    (tmp_path / "only_on_pythonpath.py").write_text("VALUE = 42\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    r = subprocess.run([sys.executable, "-c", "import only_on_pythonpath, harness.cli, plugins.crashy;"
+                        " print(only_on_pythonpath.VALUE)"], cwd=tmp_path, env=subprocess_env(),
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.strip() == "42", r.stderr
+    # and every subprocess test uses it (none builds its own environment)
+    for test in ("test_cli.py", "test_resume.py"):
+        text = (ROOT / "tests" / test).read_text()
+        assert "subprocess_env(" in text and '"PYTHONPATH":' not in text and "env={" not in text

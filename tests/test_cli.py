@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import subprocess_env
 from harness.cli import main
 
 TINY = """
@@ -107,10 +108,10 @@ def test_bad_input_is_one_clear_error(tmp_path, capsys, suite_text, args, messag
 def test_cli_subprocess_exit_code_and_list():
     root = Path(__file__).resolve().parent.parent
     r = subprocess.run([sys.executable, "-m", "harness.cli", "run", "suites/does-not-exist.yaml"], cwd=root,
-                       capture_output=True, text=True)
+                       capture_output=True, text=True, env=subprocess_env())
     assert r.returncode == 2 and "no such suite file" in r.stderr and "Traceback" not in r.stderr
     r = subprocess.run([sys.executable, "-m", "harness.cli", "list"], cwd=root, capture_output=True, text=True,
-                       env={"COLUMNS": "250", "PATH": "/usr/bin:/bin"})
+                       env=subprocess_env(COLUMNS="250"))
     assert r.returncode == 0
     assert "torch-math" in r.stdout and "sdpa" in r.stdout and "yes" in r.stdout
 
@@ -132,3 +133,24 @@ def test_summary_groups_size_reasons_by_kind():
     assert a == b and "--cpu-max-gflop 0.5" in a and "40.9" not in b
     assert c != a and "MiB >" in c
     assert _reason_kind("block_size 16 not allowed") == "block_size 16 not allowed"
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_failed_cells_end_with_a_closing_line_and_strict_sets_the_exit_code(tiny, tmp_path, capsys, strict):
+    out = tmp_path / "res"
+    rc = main(["run", str(tiny), "--backends", "torch-math,plugins.crashy:NaNBackend", "--device", "cpu",
+               "--out", str(out), "--quiet", "--no-time", "--no-isolation", *(["--strict"] if strict else [])])
+    err = " ".join(capsys.readouterr().err.split())
+    rows = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
+    failed = sum(r["status"] in ("mismatch", "error", "timeout") for r in rows)
+    assert failed == 2
+    if strict:
+        assert rc == 1 and f"{failed} cell(s) failed (mismatch/error/timeout): exit 1" in err
+    else:
+        assert rc == 0 and f"{failed} cell(s) failed (mismatch/error/timeout): exit 0; --strict makes that exit 1" in err
+
+
+def test_a_clean_run_has_no_failure_line(tiny, tmp_path, capsys):
+    rc = main(["run", str(tiny), "--backends", "torch-math", "--device", "cpu", "--out", str(tmp_path / "r"),
+               "--quiet", "--no-time", "--no-isolation"])
+    assert rc == 0 and "failed" not in capsys.readouterr().err

@@ -13,7 +13,8 @@ import pytest
 
 from harness.cli import main
 from harness.compare import classify_speed, compare_paths, compare_rows, parse_threshold, to_markdown
-from harness.results import ResultRow, read_rows
+from harness.results import ResultRow, Timing, read_rows, row_json
+from typed_rows import as_status, ran_row
 
 ROOT = Path(__file__).resolve().parent.parent
 BASELINE = ROOT / "ci" / "baselines" / "cpu-smoke"
@@ -21,13 +22,12 @@ SMOKE = ROOT / "ci" / "smoke.yaml"
 
 
 def _write(rows: list[ResultRow], path: Path) -> Path:
-    path.write_text("".join(json.dumps(r.model_dump()) + "\n" for r in rows))
+    path.write_text("".join(row_json(r) + "\n" for r in rows))
     return path
 
 
-def _row(median: float, lo: float, hi: float, status: str = "pass", **kw) -> ResultRow:
-    return ResultRow(suite="s", case=kw.pop("case", "c"), backend=kw.pop("backend", "b"), status=status,
-                     timing={"median_us": median, "ci_low_us": lo, "ci_high_us": hi, "samples": 20}, **kw)
+def _row(median: float, lo: float, hi: float, **kw) -> ResultRow:
+    return ran_row(median, lo, hi, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +66,7 @@ def test_classify_speed_uses_threshold_and_intervals(base, new, expected):
 
 
 def test_rows_without_timing_are_not_timed():
-    b = ResultRow(suite="s", case="c", backend="b", status="pass")
+    b = ran_row(None)
     assert classify_speed(b, _row(100, 99, 101), 0.05) == ("not timed", None)
 
 
@@ -93,7 +93,7 @@ def test_synthetic_slowdown_fires(real_rows, tmp_path, capsys):
             for k in ("median_us", "ci_low_us", "ci_high_us", "min_us", "mean_us"):
                 if k in t:
                     t[k] *= 1.3
-            r = r.model_copy(update={"timing": t})
+            r = r.model_copy(update={"timing": Timing.model_validate(t)})
         new.append(r)
     b, n = _write(real_rows, tmp_path / "base.jsonl"), _write(new, tmp_path / "new.jsonl")
     md = tmp_path / "summary.md"
@@ -113,7 +113,7 @@ def test_slowdown_inside_the_noise_is_ambiguous_not_a_failure(real_rows, tmp_pat
     wide = max(timed, key=lambda r: r.timing["ci_high_us"] / r.timing["ci_low_us"])
     assert wide.timing["ci_high_us"] > 1.3 * wide.timing["ci_low_us"]
     t = {**wide.timing, "median_us": wide.timing["median_us"] * 1.3}
-    new = [r.model_copy(update={"timing": t}) if r.key == wide.key else r for r in real_rows]
+    new = [r.model_copy(update={"timing": Timing.model_validate(t)}) if r.key == wide.key else r for r in real_rows]
     comp = compare_rows(real_rows, new)
     d = next(x for x in comp.diffs if x.key == wide.key)
     assert d.speed == "ambiguous" and not comp.regressed
@@ -122,8 +122,7 @@ def test_slowdown_inside_the_noise_is_ambiguous_not_a_failure(real_rows, tmp_pat
 
 def test_wrong_result_fires(real_rows, tmp_path, capsys):
     victim = next(r for r in real_rows if r.status == "pass")
-    new = [r.model_copy(update={"status": "mismatch", "reason": "max abs err 0.5 > tol"}) if r.key == victim.key else r
-           for r in real_rows]
+    new = [as_status(r, "mismatch", "max abs err 0.5 > tol") if r.key == victim.key else r for r in real_rows]
     b, n = _write(real_rows, tmp_path / "b.jsonl"), _write(new, tmp_path / "n.jsonl")
     assert main(["compare", str(b), str(n), "--correctness-only"]) == 1
     out = capsys.readouterr().out
@@ -146,8 +145,7 @@ def test_missing_row_fires_unless_allowed(real_rows, tmp_path, capsys):
 
 def test_row_that_became_skipped_fires_unless_allowed(real_rows, tmp_path, capsys):
     victim = next(r for r in real_rows if r.status == "pass")
-    new = [r.model_copy(update={"status": "skipped", "reason": "backend unavailable: x", "timing": None})
-           if r.key == victim.key else r for r in real_rows]
+    new = [as_status(r, "skipped", "backend unavailable: x") if r.key == victim.key else r for r in real_rows]
     b, n = _write(real_rows, tmp_path / "b.jsonl"), _write(new, tmp_path / "n.jsonl")
     assert main(["compare", str(b), str(n), "--correctness-only"]) == 1
     assert "stopped running: pass -> skipped" in capsys.readouterr().out
@@ -201,8 +199,8 @@ def test_gate_script_on_given_results(two_runs, tmp_path, capsys):
     rows = read_rows(b)
     broken = tmp_path / "broken"
     broken.mkdir()
-    _write([x.model_copy(update={"status": "error", "reason": "forward: boom"}) if x.status == "pass" else x
-            for x in rows], broken / "results.jsonl")
+    _write([as_status(x, "error", "forward: boom") if x.status == "pass" else x for x in rows],
+           broken / "results.jsonl")
     capsys.readouterr()
     assert gate(["--results", str(broken), "--baseline", str(a), "--correctness-only"]) == 1
     assert "pass -> error" in capsys.readouterr().out

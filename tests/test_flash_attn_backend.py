@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from backends.base import CudaGraphSupport
+from attn_contract import CudaGraphSupport
 from backends.flash_attn import (
     FlashAttentionBackend,
     FlashAttentionImpl,
@@ -23,7 +23,7 @@ from backends.flash_attn import (
     select_fa_version,
     support_reason,
 )
-from harness.metadata import AttentionConfig, decode_first_order
+from attn_contract import AttentionConfig, decode_first_order
 from harness.spec import CaseSpec, load_suite
 from harness.workload import generate
 

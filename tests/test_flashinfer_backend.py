@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from backends.base import CudaGraphSupport
+from attn_contract import CudaGraphSupport
 from backends.flashinfer import (
     ALIBI_REASON,
     CUDA_CORE_DECODE_GROUPS,
@@ -20,7 +20,7 @@ from backends.flashinfer import (
     uses_ragged_path,
 )
 from harness import registry
-from harness.metadata import AttentionConfig, decode_first_order, split_decodes_and_prefills
+from attn_contract import AttentionConfig, decode_first_order, split_decodes_and_prefills
 from harness.reference import attention_one_request
 from harness.spec import CaseSpec, load_suite
 from harness.workload import generate

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import subprocess_env
 from harness.cli import main
 from harness.results import read_header, read_rows, repair_torn_tail
 
@@ -39,10 +40,10 @@ def _statuses(out):
     return {(r.key, r.status) for r in rows}
 
 
-def _start(suite, out):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)])}
+def _start(suite, out, module="harness.cli"):
+    env = subprocess_env()
     return subprocess.Popen(
-        [sys.executable, "-m", "harness.cli", "run", str(suite), "--device", "cpu", "--backends", BACKENDS,
+        [sys.executable, "-m", module, "run", str(suite), "--device", "cpu", "--backends", BACKENDS,
          "--out", str(out), "--no-time", "--quiet"],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
@@ -131,6 +132,48 @@ def test_ctrl_c_saves_rows_and_exits_130(suite, tmp_path):
     assert _group_gone(proc.pid)
     rows = read_rows(out)
     assert rows and all(r.status == "pass" for r in rows)
+    _resume_as_told(err, suite, out)
+
+
+def _resume_as_told(err, suite, out):
+    """The interrupt message names the exact command that continues the run; it does."""
+    import shlex
+
+    expected = shlex.join(["harness", "run", str(suite), "--device", "cpu", "--backends", BACKENDS,
+                           "--no-time", "--quiet", "--resume", str(out)])
+    assert expected in " ".join(err.split()), err
+    argv = shlex.split(expected)[1:]
+    assert main(argv) == 0
+    assert len(read_rows(out)) == 6
+
+
+@pytest.mark.parametrize("module, when", [("harness.cli", 0.3), ("harness", 0.3), ("harness", 1.5),
+                                          ("harness.cli", "header")])
+def test_ctrl_c_at_any_moment_of_startup_exits_130_without_traceback(suite, tmp_path, module, when):
+    # While torch imports, while workers start, before any row: one line, never a traceback.
+    out = tmp_path / "early"
+    proc = _start(suite, out, module)
+    try:
+        if when == "header":
+            t0 = time.monotonic()
+            while not (out / "run.json").exists() and time.monotonic() - t0 < 60 and proc.poll() is None:
+                time.sleep(0.01)
+        else:
+            time.sleep(when)
+        os.killpg(proc.pid, signal.SIGINT)
+        rc = proc.wait(timeout=30)
+        err = proc.stderr.read()
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert rc == 130 and "interrupted" in err and "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert _group_gone(proc.pid)
+    if (out / "run.json").exists():
+        _resume_as_told(err, suite, out)
+    else:
+        assert "nothing was run or written" in err or "before anything was written" in err, err
 
 
 def test_resume_of_a_complete_run_runs_nothing(suite, tmp_path, capsys):

@@ -10,7 +10,7 @@ import random
 import pytest
 import torch
 
-from backends.base import CudaGraphSupport
+from attn_contract import CudaGraphSupport
 from harness.cli import main as cli_main
 from harness.timing import (
     STOP_MAX_SAMPLES,
@@ -147,6 +147,54 @@ def test_describe_stop_says_why():
     assert "target 1.00%" in describe_stop(STOP_NOISE, summarize([5.0] * 12), opts)
 
 
+def test_stopping_criteria_are_chosen_by_name_and_validated():
+    from harness.timing import STOPPING_CRITERIA, NoiseCriterion, criterion_for
+
+    assert {"noise", "samples", "time"} <= set(STOPPING_CRITERIA)
+    assert TimingOptions().stop_criterion == "noise"
+    assert isinstance(criterion_for(_opts()), NoiseCriterion)
+    with pytest.raises(ValueError, match="stopping criterion 'entropy'"):
+        _opts(stop_criterion="entropy").validate()
+
+
+def test_sample_count_criterion_ignores_noise_and_time():
+    opts = _opts(stop_criterion="samples", max_samples=30, min_samples=10, max_time_s=0.5)
+    quiet = [100.0] * 29
+    assert stop_reason(quiet, 99.0, opts) is None  # the noise rule would stop, the budget too
+    assert stop_reason(quiet + [100.0], 0.0, opts) == STOP_MAX_SAMPLES
+    text = describe_stop(STOP_MAX_SAMPLES, summarize(quiet + [100.0]), opts)
+    assert "fixed count of 30 samples" in text and "no target" in text
+
+
+def test_time_budget_criterion_samples_until_the_budget_is_spent():
+    opts = _opts(stop_criterion="time", max_samples=100, min_samples=5, max_time_s=0.5)
+    quiet = [100.0] * 20
+    assert stop_reason(quiet, 0.4, opts) is None  # the noise rule would have stopped here
+    assert stop_reason(quiet, 0.6, opts) == STOP_TIME
+    assert stop_reason(quiet[:4], 0.6, opts) is None  # below min samples
+    assert stop_reason([100.0] * 100, 0.0, opts) == STOP_MAX_SAMPLES
+    assert "time budget 0.5 s spent after 20 samples" in describe_stop(STOP_TIME, summarize(quiet), opts)
+
+
+def test_a_registered_criterion_is_selectable(monkeypatch):
+    from harness.timing import STOPPING_CRITERIA, StoppingCriterion, register_criterion
+
+    monkeypatch.setattr("harness.timing.stopping.STOPPING_CRITERIA", dict(STOPPING_CRITERIA))
+
+    @register_criterion
+    class FiveSamples(StoppingCriterion):
+        name = "five"
+        help = "five samples"
+
+        def stop_reason(self, samples, elapsed_s):
+            return STOP_MAX_SAMPLES if len(samples) >= 5 else None
+
+    t = time_callable(lambda: None, CPU, TimingOptions.for_device(CPU, stop_criterion="five"))
+    assert t["samples"] == 5 and t["stop_criterion"] == "five" and t["stop_reason"] == STOP_MAX_SAMPLES
+    with pytest.raises(ValueError, match="registered twice"):
+        register_criterion(FiveSamples)
+
+
 # ---------------------------------------------------------------- CUDA graph eligibility
 def test_required_graph_support_by_batch_shape():
     assert required_graph_support([1, 1, 1])[0] == CudaGraphSupport.UNIFORM_SINGLE_TOKEN_DECODE
@@ -229,11 +277,22 @@ def test_cli_timing_flags(tmp_path):
     t = row["timing"]
     assert t["mode"] == "cold" and t["l2"] == "n/a on CPU"
     assert t["options"]["max_samples"] == 7 and t["samples"] <= 7
+    assert t["stop_criterion"] == "noise"
     assert row["metrics"]["roofline"] == {"reason": "no ceilings on cpu"}
     assert cli_main(["run", "ci/smoke.yaml", "--device", "cpu", "--out", str(tmp_path / "x"),
                      "--target-noise", "5"]) == 2
     assert cli_main(["run", "ci/smoke.yaml", "--device", "cpu", "--out", str(tmp_path / "y"),
                      "--min-samples", "9", "--max-samples", "4"]) == 2
+    out = tmp_path / "s"
+    assert cli_main(["run", "ci/smoke.yaml", "--device", "cpu", "--backends", "torch-math", "--quiet",
+                     "--case", "decode-gqa[block_size=16,count=1]", "--out", str(out),
+                     "--stop", "samples", "--max-samples", "4"]) == 0
+    row = json.loads((out / "results.jsonl").read_text().splitlines()[0])
+    assert row["timing"]["samples"] == 4 and row["timing"]["stop_criterion"] == "samples"
+    assert row["timing"]["stop_reason"] == STOP_MAX_SAMPLES and "fixed count" in row["timing"]["stop"]
+    assert "--stop samples" in row["reproducer"]
+    assert cli_main(["run", "ci/smoke.yaml", "--device", "cpu", "--out", str(tmp_path / "z"),
+                     "--stop", "entropy"]) == 2
 
 
 def test_flush_method_options_and_cold_label():

@@ -44,3 +44,19 @@ def ran_row(median: float | None, lo: float | None = None, hi: float | None = No
     return ResultRow(suite=kw.pop("suite", "s"), case=kw.pop("case", "c"), backend=kw.pop("backend", "b"),
                      status=status, reason="" if ok else "max abs err 0.5 > tol", check=check(ok), host=host(),
                      timing=t, **kw)
+
+
+def as_status(row: ResultRow, status: Status | str, reason: str) -> ResultRow:
+    """``row`` turned into a valid row of another status (what a failing run would have written):
+    a mismatch gets a failed check, an error keeps no timing, a cell that did not run keeps
+    nothing measured."""
+    status = Status(status)
+    upd: dict[str, Any] = {"status": status, "reason": reason}
+    if status == Status.MISMATCH:
+        upd["check"] = check(False, reason)
+    elif status == Status.ERROR:
+        upd.update(timing=None, metrics=None)
+    elif status != Status.PASS:
+        upd.update(check=None, timing=None, metrics=None, host=None, call=None)
+    return ResultRow.model_validate({**row.model_dump(), **{k: (v.model_dump() if hasattr(v, "model_dump") else v)
+                                                            for k, v in upd.items()}})

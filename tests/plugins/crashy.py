@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from backends.base import AttentionImpl
+from attn_contract import AttentionImpl
 from backends.torch_math import MathImpl, TorchMathBackend
 
 

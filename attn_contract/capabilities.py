@@ -1,0 +1,156 @@
+"""What a backend declares it can do, and whether it can run here.
+
+Read by the harness before any call (a case outside the declared limits becomes an
+``unsupported`` row naming the limit) and written by every backend.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from attn_contract.metadata import AttentionConfig
+
+
+class CudaGraphSupport(enum.IntEnum):
+    """How much of a batch a backend can replay from a CUDA graph (vLLM's AttentionCGSupport)."""
+
+    NEVER = 0
+    UNIFORM_SINGLE_TOKEN_DECODE = 1
+    UNIFORM_BATCH = 2
+    ALWAYS = 3
+
+
+@dataclass(frozen=True)
+class MultipleOf:
+    """A block-size rule such as vLLM's ``MultipleOf(16)``."""
+
+    base: int
+
+    def __str__(self) -> str:
+        return f"multiple of {self.base}"
+
+
+@dataclass(frozen=True)
+class HeadSizes:
+    """Allowed head sizes: an explicit list, or a range with a step."""
+
+    values: tuple[int, ...] = ()
+    min: int = 0
+    max: int = 0
+    multiple_of: int = 1
+
+    def allows(self, head_size: int) -> bool:
+        if self.values:
+            return head_size in self.values
+        return self.min <= head_size <= self.max and head_size % self.multiple_of == 0
+
+    def __str__(self) -> str:
+        if self.values:
+            return ",".join(map(str, self.values))
+        return f"{self.min}..{self.max} (multiple of {self.multiple_of})"
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend (one variant of it) declares it supports. Checked before any call."""
+
+    dtypes: frozenset[str] = frozenset({"float16", "bfloat16"})
+    kv_cache_dtypes: frozenset[str] = frozenset({"auto"})
+    head_sizes: HeadSizes = HeadSizes(min=8, max=256, multiple_of=8)
+    block_sizes: tuple[int | MultipleOf, ...] = (MultipleOf(1),)
+    kv_layouts: frozenset[str] = frozenset({"NHD"})
+    causal: bool = True
+    non_causal: bool = True
+    sliding_window: bool = False
+    softcap: bool = False
+    alibi: bool = False
+    sinks: bool = False
+    cascade: bool = False
+    gqa: bool = True
+    returns_lse: bool = False
+    devices: frozenset[str] = frozenset({"cuda"})
+    cudagraph: CudaGraphSupport = CudaGraphSupport.NEVER
+    # Largest query length a request may have and still count as decode for this backend's
+    # batch reordering (vLLM's reorder_batch_threshold); None means "do not reorder".
+    reorder_batch_threshold: int | None = None
+    notes: tuple[str, ...] = ()
+
+    def block_size_allowed(self, block_size: int) -> bool:
+        for rule in self.block_sizes:
+            if isinstance(rule, MultipleOf):
+                if block_size % rule.base == 0:
+                    return True
+            elif block_size == rule:
+                return True
+        return False
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "dtypes": sorted(self.dtypes),
+            "kv_cache_dtypes": sorted(self.kv_cache_dtypes),
+            "head_sizes": str(self.head_sizes),
+            "block_sizes": [str(b) for b in self.block_sizes],
+            "kv_layouts": sorted(self.kv_layouts),
+            "causal": self.causal,
+            "non_causal": self.non_causal,
+            "sliding_window": self.sliding_window,
+            "softcap": self.softcap,
+            "alibi": self.alibi,
+            "sinks": self.sinks,
+            "cascade": self.cascade,
+            "gqa": self.gqa,
+            "returns_lse": self.returns_lse,
+            "devices": sorted(self.devices),
+            "cudagraph": self.cudagraph.name,
+            "reorder_batch_threshold": self.reorder_batch_threshold,
+        }
+
+    def unsupported_reason(self, config: AttentionConfig, device: str) -> str | None:
+        """The first declared limit ``config`` breaks, or None when it is within all of them."""
+        if device not in self.devices:
+            return f"runs on {'/'.join(sorted(self.devices))}, not {device}"
+        if config.dtype not in self.dtypes:
+            return f"dtype {config.dtype} not in {sorted(self.dtypes)}"
+        if config.kv_cache_dtype not in self.kv_cache_dtypes:
+            return f"kv_cache_dtype {config.kv_cache_dtype} not in {sorted(self.kv_cache_dtypes)}"
+        if not self.head_sizes.allows(config.head_size):
+            return f"head_size {config.head_size} not in {self.head_sizes}"
+        if not self.block_size_allowed(config.block_size):
+            allowed = ", ".join(str(b) for b in self.block_sizes)
+            return f"block_size {config.block_size} not allowed (supported: {allowed})"
+        if config.kv_layout not in self.kv_layouts:
+            return f"kv_layout {config.kv_layout} not in {sorted(self.kv_layouts)}"
+        if config.causal and not self.causal:
+            return "causal attention not supported"
+        if not config.causal and not self.non_causal:
+            return "non-causal attention not supported"
+        if config.sliding_window is not None and not self.sliding_window:
+            return "sliding window not supported"
+        if config.softcap and not self.softcap:
+            return "logits softcap not supported"
+        if config.alibi and not self.alibi:
+            return "ALiBi not supported"
+        if config.sinks and not self.sinks:
+            return "attention sinks not supported"
+        if config.num_heads != config.num_kv_heads and not self.gqa:
+            return "GQA/MQA (num_heads != num_kv_heads) not supported"
+        return None
+
+
+@dataclass(frozen=True)
+class Availability:
+    """Whether a backend can run here at all, and why not."""
+
+    available: bool
+    reason: str = ""
+    versions: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def ok(cls, **versions: str) -> "Availability":
+        return cls(True, "", dict(versions))
+
+    @classmethod
+    def no(cls, reason: str, **versions: str) -> "Availability":
+        return cls(False, reason, dict(versions))

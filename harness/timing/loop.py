@@ -1,0 +1,222 @@
+"""The timing loop: warm-up, calls per sample, CUDA graph or eager work, optional cold flush,
+samples until the options' stopping criterion says stop, and the row's timing record."""
+
+from __future__ import annotations
+
+import bisect
+import math
+import statistics
+import time
+from dataclasses import asdict
+from typing import Any, Callable
+
+import torch
+
+from harness.timing.cold_l2 import L2Flusher, cold_l2_label, select_flush
+from harness.timing.device import _cycles_per_us, _EventSampler, _short, sm_clock_mhz
+from harness.timing.graphs import GraphDecision, _capture_graph, _replay_matches
+from harness.timing.options import TimingOptions
+from harness.timing.stats import summarize
+from harness.timing.stopping import STOP_TIME, criterion_for
+
+
+def calls_per_sample(est_call_us: float, opts: TimingOptions) -> int:
+    """Hot mode: enough back-to-back calls that a sample lasts ``min_sample_us`` (event
+    resolution and launch gaps amortized). Cold mode: one call, right after the flush."""
+    if opts.mode == "cold":
+        return 1
+    if not est_call_us > 0:
+        return opts.max_calls_per_sample
+    return max(1, min(opts.max_calls_per_sample, math.ceil(opts.min_sample_us / est_call_us)))
+
+
+
+def time_callable(
+    fn: Callable[[], object],
+    device: torch.device,
+    opts: TimingOptions,
+    *,
+    graph: GraphDecision | None = None,
+    output: torch.Tensor | None = None,
+) -> dict[str, Any]:
+    """Time ``fn`` (which launches one forward) and return per-call statistics in microseconds
+    plus how they were measured. ``graph`` says whether a CUDA graph may be used (see
+    ``graph_decision``); ``output`` (the tensor ``fn`` writes) lets a replay be checked."""
+    opts.validate()
+    if device.type != "cuda":
+        return _time_cpu(fn, opts)
+    with torch.cuda.device(device):
+        return _time_cuda(fn, device, opts, graph or GraphDecision(False, "no graph decision given"), output)
+
+
+def _loop(take: Callable[[], float | None], opts: TimingOptions) -> tuple[list[float], str, float]:
+    criterion = criterion_for(opts)
+    samples: list[float] = []
+    sorted_s: list[float] = []
+    start = time.perf_counter()
+    while True:
+        x = take()
+        if x is None:  # sample rejected (launch not hidden yet); the clock keeps running
+            if time.perf_counter() - start > opts.max_time_s and samples:
+                return samples, STOP_TIME, time.perf_counter() - start
+            continue
+        samples.append(x)
+        bisect.insort(sorted_s, x)
+        elapsed = time.perf_counter() - start
+        reason = criterion.stop_reason(sorted_s, elapsed)
+        if reason:
+            return samples, reason, elapsed
+
+
+def _finish(samples_s: list[float], reason: str, elapsed: float, opts: TimingOptions) -> dict[str, Any]:
+    us = [x * 1e6 for x in samples_s]
+    out = summarize(us, opts.confidence)
+    out["stop_criterion"] = opts.stop_criterion
+    out["stop_reason"] = reason
+    out["stop"] = criterion_for(opts).describe(reason, out)
+    out["target_rel_noise"] = opts.target_rel_noise
+    out["sampling_s"] = elapsed
+    if opts.keep_raw:
+        out["raw_us"] = us
+    return out
+
+
+def _time_cpu(fn: Callable[[], object], opts: TimingOptions) -> dict[str, Any]:
+    for _ in range(opts.warmup):
+        fn()
+
+    def take() -> float:
+        t0 = time.perf_counter()
+        fn()
+        return time.perf_counter() - t0
+
+    samples, reason, elapsed = _loop(take, opts)
+    out = _finish(samples, reason, elapsed, opts)
+    out.update(
+        method="wall_clock",
+        mode=opts.mode,
+        l2="n/a on CPU",
+        cuda_graph={"used": False, "reason": "n/a on CPU"},
+        calls_per_sample=1,
+        sm_clock_mhz=None,
+        options=asdict(opts),
+    )
+    return out
+
+
+def _time_cuda(fn: Callable[[], object], device: torch.device, opts: TimingOptions, decision: GraphDecision,
+               output: torch.Tensor | None) -> dict[str, Any]:
+    cold = opts.mode == "cold"
+    sampler = _EventSampler(device)
+    for _ in range(opts.warmup):
+        fn()
+    torch.cuda.synchronize(device)
+
+    # Host cost of enqueueing one call (the GPU is idle, so nothing waits on it).
+    host = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        fn()
+        host.append(time.perf_counter() - t0)
+        torch.cuda.synchronize(device)
+    host_call_s = statistics.median(host)
+    cyc_per_us = _cycles_per_us(device) if (opts.hide_launch and sampler.can_hold) else 0.0
+
+    def hold_for(host_s: float) -> int:
+        us = min(opts.max_hold_ms * 1e3, 2.0 * host_s * 1e6 + 20.0)
+        return int(us * cyc_per_us)
+
+    # Rough GPU time of one call picks how many calls a sample holds.
+    est = statistics.median(sampler.sample(fn, hold_for(host_call_s))[0] for _ in range(3))
+    k = calls_per_sample(est * 1e6, opts)
+
+    graph_info: dict[str, Any] = {"used": False, "reason": decision.reason, "required": decision.required,
+                                  "declared": decision.declared}
+    work: Callable[[], None]
+    enqueue_s = host_call_s * k
+    if decision.use:
+        try:
+            g = _capture_graph(fn, k, device)
+            bad = _replay_matches(g, output, device) if output is not None else None
+            if bad:
+                graph_info["reason"] = f"{bad}: timed eagerly"
+            else:
+                graph_info.update(used=True, reason="", calls_per_replay=k)
+                work = g.replay
+                t0 = time.perf_counter()
+                g.replay()
+                enqueue_s = time.perf_counter() - t0
+                torch.cuda.synchronize(device)
+        except Exception as e:  # capture is the backend's promise; a broken one costs only the graph
+            try:
+                torch.cuda.synchronize(device)
+            except Exception:
+                pass
+            graph_info["reason"] = f"capture failed: {_short(e)}; timed eagerly"
+    if not graph_info["used"]:
+        def work() -> None:
+            for _ in range(k):
+                fn()
+
+    cold_check = select_flush(device, opts.flush_method) if cold else None
+    flusher = L2Flusher(device, cold_check["method"]) if cold_check else None
+    clock_before = sm_clock_mhz(device)
+    state = {"hold": hold_for(enqueue_s), "raises": 0, "hidden": 0, "unhidden": 0}
+    clocks: list[float] = []
+    max_hold = int(opts.max_hold_ms * 1e3 * cyc_per_us)
+
+    def take() -> float | None:
+        gpu_s, hidden, mhz, host_s = sampler.sample(work, state["hold"], flusher)
+        if mhz:
+            clocks.append(mhz)
+        if hidden is False and state["raises"] < 3 and state["hold"] < max_hold:
+            # Host enqueue outlasted the hold: lengthen it and retake the sample.
+            state["raises"] += 1
+            state["hold"] = hold_for(host_s * 2)
+            return None
+        if hidden:
+            state["hidden"] += 1
+        else:  # not held, or held too briefly (e.g. the forward waits on the GPU itself)
+            state["unhidden"] += 1
+        return gpu_s / k
+
+    samples, reason, elapsed = _loop(take, opts)
+    clock_after = sm_clock_mhz(device)
+    out = _finish(samples, reason, elapsed, opts)
+    n_hold = state["hidden"] + state["unhidden"]
+    q = max(1, len(clocks) // 4)
+    during_first = statistics.median(clocks[:q]) if clocks else None
+    during_last = statistics.median(clocks[-q:]) if clocks else None
+    throttled = None
+    if during_first and during_last:
+        throttled = during_last < 0.95 * during_first
+    elif clock_before[0] and clock_after[0]:
+        throttled = clock_after[0] < 0.95 * clock_before[0]
+    out.update(
+        method="cuda_event",
+        mode=opts.mode,
+        l2=flusher.describe() if flusher else "hot (not flushed)",
+        cuda_graph=graph_info,
+        calls_per_sample=k,
+        launch={
+            "hidden_frac": state["hidden"] / n_hold if n_hold else None,
+            "hold_us": state["hold"] / cyc_per_us if cyc_per_us else 0.0,
+            "note": "" if cyc_per_us else "no spin kernel (torch.cuda._sleep): launch not hidden",
+        },
+        host_enqueue_us=host_call_s * 1e6,
+        sm_clock_mhz={
+            "before": clock_before[0],
+            "after": clock_after[0],
+            "source": clock_before[1],
+            "during_first": during_first,
+            "during_last": during_last,
+            "throttled": throttled,
+        },
+        options=asdict(opts),
+    )
+    if flusher is not None:
+        if flusher.count < len(samples):
+            raise RuntimeError(f"cold mode: {flusher.count} flushes for {len(samples)} samples")
+        out["cold_check"] = cold_check
+        out["cold_l2"] = cold_l2_label(cold_check)  # e.g. "verified (write flush, ...)" / "not verified (...)"
+    return out
