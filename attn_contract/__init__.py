@@ -1,7 +1,8 @@
 """The attention-backend contract: the one package both the harness core and every backend import.
 
 Nothing else crosses between ``harness`` and ``backends``: capabilities, common metadata, the
-builder/impl/backend bases, cell statuses and the LSE merge op all live here.
+builder/impl/backend bases, cell statuses, the LSE merge op and the shared-prefix batch
+preconditions all live here.
 """
 
 from attn_contract.backend import AttentionBackend, AttentionImpl, AttentionMetadataBuilder
@@ -16,6 +17,7 @@ from attn_contract.metadata import (
     decode_first_order,
     split_decodes_and_prefills,
 )
+from attn_contract.shared_prefix import GroupLayout, cascade_batch_reason, group_layout
 from attn_contract.status import FAILED, NOT_RUN, RAN, Status
 
 __all__ = [
@@ -32,11 +34,14 @@ __all__ = [
     "CommonAttentionMetadata",
     "CudaGraphSupport",
     "DecodePrefillSplit",
+    "GroupLayout",
     "HeadSizes",
     "LayerParams",
     "MultipleOf",
     "Status",
+    "cascade_batch_reason",
     "decode_first_order",
+    "group_layout",
     "merge_attn_states",
     "split_decodes_and_prefills",
 ]

@@ -156,8 +156,3 @@ class AttentionBackend(ABC):
     @classmethod
     @abstractmethod
     def get_impl_cls(cls) -> type[AttentionImpl]: ...
-
-    @classmethod
-    def library_versions(cls) -> dict[str, str]:
-        """Versions of the libraries this backend wraps (for the run header)."""
-        return dict(cls.availability().versions)

@@ -67,6 +67,7 @@ class Capabilities:
     softcap: bool = False
     alibi: bool = False
     sinks: bool = False
+    # Runs cascade (shared-prefix) attention; the runner records vLLM's rule's verdict in its rows.
     cascade: bool = False
     gqa: bool = True
     returns_lse: bool = False
@@ -110,7 +111,11 @@ class Capabilities:
     def unsupported_reason(self, config: AttentionConfig, device: str) -> str | None:
         """The first declared limit ``config`` breaks, or None when it is within all of them."""
         if device not in self.devices:
-            return f"runs on {'/'.join(sorted(self.devices))}, not {device}"
+            # The default is CUDA only: a plugin that runs elsewhere must say so, and this
+            # reason is what its author sees on every cell until it does.
+            declared = "{" + ", ".join(repr(d) for d in sorted(self.devices | {device})) + "}"
+            return (f"runs on {'/'.join(sorted(self.devices))}, not {device}"
+                    f" (a backend that runs on {device} declares it: Capabilities(devices=frozenset({declared})))")
         if config.dtype not in self.dtypes:
             return f"dtype {config.dtype} not in {sorted(self.dtypes)}"
         if config.kv_cache_dtype not in self.kv_cache_dtypes:

@@ -31,11 +31,12 @@ from attn_contract import (
     CudaGraphSupport,
     HeadSizes,
     MultipleOf,
+    cascade_batch_reason,
+    group_layout,
     merge_attn_states,
 )
 from backends.flash_attn import availability_from, cuda_capability, detect_features
 from backends.torch_cascade import shifted_block_table
-from harness.cascade import CascadeDecision, cascade_batch_reason, decide, group_layout
 
 DEFAULT_VERSION = 3
 # Library detection (import, version, GPU generation) is flash_attn.py's: one place knows the
@@ -58,7 +59,6 @@ class FACascadeMetadata:
     suffix_max_k: int
     num_groups: int
     prefix_len_values: list[int]
-    decision: CascadeDecision
 
 
 class FACascadeMetadataBuilder(AttentionMetadataBuilder[FACascadeMetadata]):
@@ -94,7 +94,6 @@ class FACascadeMetadataBuilder(AttentionMetadataBuilder[FACascadeMetadata]):
             suffix_max_k=max(suffix_lens),
             num_groups=len(lay.members),
             prefix_len_values=sorted(set(lay.prefix_lens)),
-            decision=decide(common, self.config, self.device),
         )
 
 
@@ -149,7 +148,6 @@ class FACascadeImpl(AttentionImpl[FACascadeMetadata]):
             "num_groups": metadata.num_groups,
             "prefix_lens": metadata.prefix_len_values,
             "compare_with": "flash-attn",
-            **metadata.decision.call_fields(),
         }
 
 
@@ -191,13 +189,6 @@ class FlashAttnCascadeBackend(AttentionBackend):
     @classmethod
     def check_batch_support(cls, common: CommonAttentionMetadata, variant: dict[str, Any]) -> str | None:
         return cascade_batch_reason(common, need_contiguous=True)
-
-    @classmethod
-    def library_versions(cls) -> dict[str, str]:
-        out: dict[str, str] = {}
-        for v in (3, 4):
-            out.update(cls.availability({"fa_version": v}).versions)
-        return out
 
     @classmethod
     def get_builder_cls(cls):

@@ -34,9 +34,10 @@ from attn_contract import (
     CudaGraphSupport,
     HeadSizes,
     MultipleOf,
+    cascade_batch_reason,
+    group_layout,
 )
 from backends.flashinfer import FlashInferBackend
-from harness.cascade import CascadeDecision, cascade_batch_reason, decide, group_layout
 
 WORKSPACE_BYTES = 128 * 1024 * 1024  # FlashInfer's recommended float workspace
 LN2 = math.log(2.0)  # FlashInfer LSEs are base 2: lse_e = lse_2 * ln 2
@@ -88,7 +89,6 @@ class FICascadeMetadata:
     wrapper: Any  # planned flashinfer.MultiLevelCascadeAttentionWrapper
     num_groups: int
     prefix_lens: list[int]
-    decision: CascadeDecision
     plan_ms: float = 0.0
     jit_warmup_ms: float = 0.0
     resolved_backend: str | None = None
@@ -152,7 +152,6 @@ class FICascadeMetadataBuilder(AttentionMetadataBuilder[FICascadeMetadata]):
             wrapper=self.wrapper,
             num_groups=len(lay.members),
             prefix_lens=sorted(set(lay.prefix_lens)),
-            decision=decide(common, self.config, self.device),
             plan_ms=plan_ms,
             jit_warmup_ms=self.jit_warmup_ms,
             resolved_backend=_resolved_backend(self.wrapper),
@@ -203,7 +202,6 @@ class FICascadeImpl(AttentionImpl[FICascadeMetadata]):
             "plan_ms": round(md.plan_ms, 3),
             "jit_warmup_ms": round(md.jit_warmup_ms, 1),
             "compare_with": "flashinfer",
-            **md.decision.call_fields(),
         }
 
 

@@ -23,10 +23,11 @@ from attn_contract import (
     CudaGraphSupport,
     HeadSizes,
     MultipleOf,
+    cascade_batch_reason,
+    group_layout,
     merge_attn_states,
 )
 from backends.torch_math import MathImpl, MathMetadata
-from harness.cascade import CascadeDecision, cascade_batch_reason, decide, group_layout
 
 _MAX_SCORE_ELEMS = 1 << 26  # scores per chunk of the prefix pass (256 MB in fp32)
 
@@ -43,7 +44,6 @@ class TorchCascadeMetadata:
     groups: list[PrefixGroup]
     suffix: MathMetadata  # each request over its own blocks only (table shifted past the prefix)
     block_size: int
-    decision: CascadeDecision
 
 
 def shifted_block_table(block_table: torch.Tensor, skip_blocks: list[int]) -> torch.Tensor:
@@ -81,7 +81,7 @@ class TorchCascadeMetadataBuilder(AttentionMetadataBuilder[TorchCascadeMetadata]
             block_size=bs,
             causal=common.causal,
         )
-        return TorchCascadeMetadata(groups, suffix, bs, decide(common, self.config, self.device))
+        return TorchCascadeMetadata(groups, suffix, bs)
 
 
 def prefix_attention(
@@ -137,7 +137,6 @@ class TorchCascadeImpl(AttentionImpl[TorchCascadeMetadata]):
             "num_groups": len(metadata.groups),
             "prefix_lens": sorted({g.prefix_len for g in metadata.groups}),
             "compare_with": "torch-math",
-            **metadata.decision.call_fields(),
         }
 
 

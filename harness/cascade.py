@@ -1,7 +1,8 @@
 """Cascade (shared-prefix) attention: the decision rule vLLM used to pick cascade over plain
-attention (adapted to several prefix groups), the batch preconditions every cascade backend
-shares, and the rule-vs-measurement comparison. The LSE merge itself is in
-``attn_contract.merge``.
+attention (adapted to several prefix groups) and the rule-vs-measurement comparison. The
+runner applies the rule to every backend that declares ``Capabilities.cascade`` and records
+its verdict in the row's ``call``. The LSE merge and the batch preconditions cascade backends
+share are part of the contract (``attn_contract.merge``, ``attn_contract.shared_prefix``).
 
 Cascade splits each request's keys into the prefix it shares with its group and its own
 suffix. Attention over the prefix is computed once for all of a group's queries (non-causal:
@@ -41,7 +42,7 @@ class CascadeDecision:
     costs: dict[str, Any] = field(default_factory=dict)
 
     def call_fields(self) -> dict[str, Any]:
-        """The fields a cascade backend records in ``describe_call``."""
+        """The fields the runner adds to a cascade backend's ``call`` (after its ``describe_call``)."""
         return {"rule_says_cascade": self.use_cascade, "rule_reason": self.reason, "rule_costs": dict(self.costs)}
 
 
@@ -138,70 +139,6 @@ def decide(common: CommonAttentionMetadata, config: AttentionConfig, device: tor
     )
 
 
-# ---------------------------------------------------------------- batch preconditions
-
-
-@dataclass(frozen=True)
-class GroupLayout:
-    """Host-side description of the prefix groups of one batch."""
-
-    prefix_lens: list[int]  # per group, tokens
-    members: list[list[int]]  # per group, request indices in batch order
-    prefix_len_of_req: list[int]  # per request (0 when in no group)
-    contiguous: bool  # each group's requests are consecutive, groups in order
-
-
-def group_layout(common: CommonAttentionMetadata) -> GroupLayout:
-    lens = [int(x) for x in common.prefix_group_lens]
-    members: list[list[int]] = [[] for _ in lens]
-    per_req = [0] * common.num_reqs
-    for r, g in enumerate(common.prefix_group_of_req):
-        if 0 <= g < len(lens):
-            members[g].append(r)
-            per_req[r] = lens[g]
-    order = [r for m in members for r in m]
-    contiguous = order == list(range(common.num_reqs)) and all(
-        m == list(range(m[0], m[0] + len(m))) for m in members if m
-    )
-    return GroupLayout(lens, members, per_req, contiguous)
-
-
-def cascade_batch_reason(common: CommonAttentionMetadata, *, need_contiguous: bool) -> str | None:
-    """Why a cascade backend cannot run this batch (None if it can).
-
-    Checked on the host before the backend runs: a cascade over a batch that breaks these
-    would be silently wrong, not slow."""
-    if not common.prefix_group_lens:
-        return "batch has no shared prefix (set shared_prefix in the case); the plain backends cover it"
-    if len(common.prefix_group_of_req) != common.num_reqs:
-        return f"prefix_group_of_req has {len(common.prefix_group_of_req)} entries for {common.num_reqs} requests"
-    lay = group_layout(common)
-    if any(p <= 0 for p in lay.prefix_lens):
-        return "shared prefix length is 0: nothing to cascade; the plain backends cover it"
-    bad = [p for p in lay.prefix_lens if p % common.block_size]
-    if bad:
-        return f"shared prefix length {bad[0]} is not a multiple of block_size {common.block_size}"
-    if any(not 0 <= g < len(lay.prefix_lens) for g in common.prefix_group_of_req):
-        return "some requests belong to no prefix group"
-    if any(not m for m in lay.members):
-        return "a prefix group has no requests"
-    if need_contiguous and not lay.contiguous:
-        return "prefix groups are not contiguous in batch order (the prefix pass takes each group's queries as one run)"
-    ctx = common.context_lens_cpu.tolist()
-    for r, p in enumerate(lay.prefix_len_of_req):
-        if ctx[r] < p:
-            return f"request {r}: query tokens overlap the shared prefix (context {ctx[r]} < prefix {p})"
-    table = common.block_table.cpu()
-    for g, m in enumerate(lay.members):
-        nb = lay.prefix_lens[g] // common.block_size
-        if nb > table.shape[1]:
-            return f"group {g}: block table narrower than its {nb} prefix blocks"
-        rows = table[m, :nb]
-        if not bool((rows == rows[0]).all()):
-            return f"group {g}: requests do not share the prefix blocks in their block tables"
-    return None
-
-
 # ---------------------------------------------------------------- rule vs measurement
 
 
@@ -253,21 +190,10 @@ def rule_agreement(rows: Iterable[Any]) -> list[dict[str, Any]]:
     return out
 
 
-def speedup(entry: dict[str, Any]) -> float | None:
-    """plain time / cascade time for a ``rule_agreement`` entry (> 1: cascade faster)."""
-    if not entry.get("plain_us") or not entry.get("cascade_us"):
-        return None
-    return entry["plain_us"] / entry["cascade_us"]
-
-
 __all__ = [
     "CascadeDecision",
-    "GroupLayout",
-    "cascade_batch_reason",
     "decide",
     "device_num_sms",
-    "group_layout",
     "rule_agreement",
-    "speedup",
     "use_cascade_attention",
 ]

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import shlex
 import signal
 import sys
+import time
+
+_PROCESS_T0 = time.perf_counter()  # before torch is imported: run.json's wall_s counts the imports
 
 if __name__ == "__main__":  # python -m harness.cli: guard Ctrl-C before torch loads (the script: harness/__main__.py)
     from harness.startup import guard_startup
@@ -23,7 +27,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from harness import registry
-from harness.results import FAILED, NOT_RUN, RESULTS_FILE, ResultRow, ResultWriter, Status, read_rows, write_header
+from harness.results import FAILED, NOT_RUN, RESULTS_FILE, ResultRow, ResultWriter, Status, read_rows, variant_label, write_header
 from harness.spec import SpecError, load_suite
 
 EXIT_USAGE = 2
@@ -86,7 +90,7 @@ def print_summary(rows: list[ResultRow], out_dir: Path, max_rows: int = 80) -> N
     t.add_column("backend")
     t.add_column("variant")
     for s in statuses:
-        t.add_column(s.value, justify="right", style=STATUS_STYLE[s])
+        t.add_column(s, justify="right", style=STATUS_STYLE[s])
     for b, v in keys:
         t.add_row(escape(b), escape(v or "-"), *[str(counts.get((b, v, s), 0) or "") for s in statuses])
     console.print(t)
@@ -97,11 +101,11 @@ def print_summary(rows: list[ResultRow], out_dir: Path, max_rows: int = 80) -> N
         for col in ("case", "backend", "variant", "status", "median us", "TFLOP/s", "TB/s", "max abs err"):
             d.add_column(col, justify="right" if col[0].isupper() or col.startswith(("median", "max")) else "left")
         for r in ran[:max_rows]:
-            m, tm, ck = r.metrics, r.timing, r.check
+            m, tm, ck = r.metrics or {}, r.timing or {}, r.check or {}
             # Names and reasons are data, not rich markup: sweep names look like "[tags]".
             d.add_row(escape(r.case), escape(r.backend), escape(r.variant_label or "-"), f"[{STATUS_STYLE[r.status]}]{r.status}",
-                      _fmt(tm and tm.median_us, ".1f"), _fmt(m and m.tflops, ".3g"), _fmt(m and m.tbps, ".3g"),
-                      _fmt(ck and ck.max_abs_err, ".2e"))
+                      _fmt(tm.get("median_us"), ".1f"), _fmt(m.get("tflops"), ".3g"), _fmt(m.get("tbps"), ".3g"),
+                      _fmt(ck.get("max_abs_err"), ".2e"))
         console.print(d)
 
     # Size-dependent reasons differ only in their numbers: group them so the table stays short.
@@ -194,6 +198,7 @@ def _prepare_out_dir(args: argparse.Namespace, suite: Any, cells: list, device: 
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    t_start = time.perf_counter()
     from harness.executor import Executor
     from harness.runner import RunOptions, plan_cells
 
@@ -241,13 +246,18 @@ def cmd_run(args: argparse.Namespace) -> int:
             rows.append(row)
             progress.advance(task)
         progress.update(task, description="done")
+    this_run = rows
     if header.get("resumed"):
         rows = read_rows(out_dir)  # the summary covers the whole run, earlier rows included
+    _record_wall_time(out_dir, header, this_run, time.perf_counter() - t_start, _PROCESS_T0)
     print_summary(rows, out_dir)
     if getattr(args, "report", False):
         from harness.report import write_report
 
+        t0 = time.perf_counter()
         console.print(f"Report: {write_report([out_dir], out_dir / 'report.html')}")
+        _record_wall_time(out_dir, header, this_run, time.perf_counter() - t_start, _PROCESS_T0,
+                          report_s=time.perf_counter() - t0)
     failed = sum(r.status in FAILED for r in rows)
     if failed:
         # Exit 0 by default: a benchmark run that found a broken cell still produced every
@@ -255,6 +265,26 @@ def cmd_run(args: argparse.Namespace) -> int:
         note = "exit 1" if args.strict else "exit 0; --strict makes that exit 1"
         err_console.print(f"{failed} cell(s) failed (mismatch/error/timeout): {note}", highlight=False)
     return 1 if failed and args.strict else 0
+
+
+def _record_wall_time(out_dir: Path, header: dict, rows: list[ResultRow], run_s: float, process_t0: float,
+                      report_s: float | None = None) -> None:
+    """run.json gets this invocation's wall time (``wall_s``: process start to the last row,
+    imports and worker start-up included; ``run_s``: from the command's start) and where the
+    rows' time went, summed over rows (``time_breakdown_s``; case-level stages once per case)."""
+    from harness.runner import sum_breakdown
+
+    if report_s is None:
+        timing = {"wall_s": time.perf_counter() - process_t0, "run_s": run_s,
+                  "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                  "time_breakdown_s": sum_breakdown(rows), "rows_this_run": len(rows)}
+    else:
+        timing = {"report_s": report_s, "wall_with_report_s": time.perf_counter() - process_t0}
+    if header.get("resumed"):
+        header["resumed"][-1].update(timing)  # the original run's wall time stays as it was
+    else:
+        header.update(timing)
+    write_header(out_dir, header)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -287,7 +317,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_recommend(args: argparse.Namespace) -> int:
     """Measured backend per shape bucket: markdown to stdout, policy files into --out."""
     from harness.compare import parse_threshold
-    from harness.recommend import RecommendError, recommend, to_markdown, write_outputs, write_suggest
+    from harness.recommend import recommend, to_markdown, write_outputs, write_suggest
 
     command = " ".join(["harness", *sys.argv[1:]]) if sys.argv[1:2] == ["recommend"] else ""
     try:
@@ -321,23 +351,74 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_list(args: argparse.Namespace) -> int:
-    t = Table(title="Backends")
-    for col in ("backend", "variant", "available", "why not / versions", "capabilities"):
-        t.add_column(col, overflow="fold")
+_NOT_INSTALLED = re.compile(r"cannot import ([\w.]+): ModuleNotFoundError: No module named '[\w.]+'")
+
+
+def _axes_label(variants: list[dict[str, Any]]) -> str:
+    """Variants as their axes' values ("fa_version=2,3"), or "-" for a backend without axes."""
+    axes: dict[str, list[str]] = {}
+    for v in variants:
+        for k, val in v.items():
+            if str(val) not in axes.setdefault(k, []):
+                axes[k].append(str(val))
+    return "\n".join(f"{k}: {', '.join(vals)}" for k, vals in axes.items()) or "-"
+
+
+def list_backends() -> list[dict[str, Any]]:
+    """Every registered backend with each variant's availability and capabilities (``list --json``)."""
+    out = []
     for name, spec in sorted(registry.known_backends().items()):
+        entry: dict[str, Any] = {"name": name, "spec": spec, "error": None, "variants": []}
         try:
-            cls = registry.load_spec(spec)
+            cls = registry.resolve(name)  # the checks a run applies (one name, no duplicates)
         except registry.BackendLookupError as e:
-            t.add_row(name, "-", "[red]no", str(e), "")
+            entry["error"] = str(e)
+            out.append(entry)
             continue
         for v in cls.variants():
             a = cls.availability(v)
-            caps = cls.capabilities(v).describe()
-            info = a.reason if not a.available else ", ".join(f"{k} {val}" for k, val in a.versions.items())
-            capstr = "; ".join(f"{k}={','.join(map(str, val)) if isinstance(val, list) else val}" for k, val in caps.items())
-            label = ",".join(f"{k}={val}" for k, val in v.items()) or "-"
-            t.add_row(name, label, "[green]yes" if a.available else "[red]no", info, capstr)
+            entry["variants"].append({"variant": v, "label": variant_label(v), "available": a.available,
+                                      "reason": a.reason, "versions": dict(a.versions),
+                                      "capabilities": cls.capabilities(v).describe()})
+        out.append(entry)
+    return out
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    backends = list_backends()
+    if args.json:
+        print(json.dumps(backends, indent=1, default=str))
+        return 0
+    t = Table(title="Backends" + (" (capabilities: harness list --verbose)" if not args.verbose else ""),
+              expand=True)
+    # Names never wrap; the reasons take what is left (80 columns in a pipe or a CI log).
+    t.add_column("backend", no_wrap=True)
+    t.add_column("variant" if args.verbose else "variants", overflow="fold", ratio=1)
+    t.add_column("ok", no_wrap=True)
+    t.add_column("why not / versions", overflow="fold", ratio=1)
+    if args.verbose:
+        t.add_column("capabilities", overflow="fold", ratio=3)
+    for b in backends:
+        if b["error"]:
+            t.add_row(escape(b["name"]), "-", "[red]no", escape(b["error"]), *([""] if args.verbose else []))
+            continue
+        if args.verbose:
+            for v in b["variants"]:
+                info = v["reason"] if not v["available"] else ", ".join(f"{k} {x}" for k, x in v["versions"].items())
+                capstr = "; ".join(f"{k}={','.join(map(str, x)) if isinstance(x, list) else x}"
+                                   for k, x in v["capabilities"].items())
+                t.add_row(escape(b["name"]), escape(v["label"] or "-"), "[green]yes" if v["available"] else "[red]no",
+                          escape(info), escape(capstr))
+            continue
+        # Compact: variants that share an answer share a row; the backend is named once.
+        groups: dict[tuple[bool, str], list[dict[str, Any]]] = {}
+        for v in b["variants"]:
+            info = v["reason"] if not v["available"] else ", ".join(f"{k} {x}" for k, x in v["versions"].items())
+            info = _NOT_INSTALLED.sub(r"\1 not installed", info)  # the full text: --verbose
+            groups.setdefault((v["available"], info), []).append(v["variant"])
+        for i, ((ok, info), vs) in enumerate(groups.items()):
+            t.add_row(escape(b["name"]) if i == 0 else "", escape(_axes_label(vs)), "[green]yes" if ok else "[red]no",
+                      escape(info))
     console.print(t)
     return 0
 
@@ -421,7 +502,9 @@ def build_parser() -> argparse.ArgumentParser:
     va.add_argument("suite", help="suite YAML file")
     va.set_defaults(func=cmd_validate)
 
-    ls = sub.add_parser("list", help="every backend, whether it is available here and why, and its capabilities")
+    ls = sub.add_parser("list", help="every backend, whether it is available here and why (--verbose: capabilities)")
+    ls.add_argument("--verbose", "-v", action="store_true", help="one row per variant, with its declared capabilities")
+    ls.add_argument("--json", action="store_true", help="everything --verbose shows, as JSON")
     ls.set_defaults(func=cmd_list)
     return p
 

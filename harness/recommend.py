@@ -36,6 +36,7 @@ from typing import Any, Iterable, Sequence
 from attn_contract.status import FAILED, Status
 from harness.results import read_header, read_rows
 from harness.selection_rules import (
+    VLLM_BACKENDS,
     CascadeRule,
     VllmChoice,
     fit_cascade_rule,
@@ -407,28 +408,33 @@ def vllm_setting(c: Candidate) -> dict[str, Any] | None:
     """The vLLM settings that run candidate ``c``, with what they cannot express; None when
     vLLM has no setting for it."""
     if c.backend.endswith(CASCADE_SUFFIX):
-        plain = Candidate(c.backend[: -len(CASCADE_SUFFIX)], dict(c.variant), c.variant_label, c.times)
-        if plain.backend == "flashinfer":
-            plain.variant = {"decode_tensor_cores": True, "prefill_backend": "auto"}
+        base = c.backend[: -len(CASCADE_SUFFIX)]
+        fixed = VLLM_BACKENDS[base][2] if base in VLLM_BACKENDS else {}
+        plain = Candidate(base, {**fixed, **c.variant}, c.variant_label, c.times)
         s = vllm_setting(plain)
         if s is None:
             return None
         return {**s, "exact": False,
                 "caveat": "cascade cannot be forced in vLLM: 0.2x applies its own per-batch rule (on by default), "
                           "0.33 removed cascade attention"}
-    if c.backend == "flash-attn" and c.variant.get("fa_version") is not None:
-        v = int(c.variant["fa_version"])
-        return {"attention_backend": "FLASH_ATTN", "flash_attn_version": v, "exact": True,
-                "cli": f"--attention-backend FLASH_ATTN --attention-config '{{\"flash_attn_version\": {v}}}'",
-                "env": {"VLLM_ATTENTION_BACKEND": "FLASH_ATTN", "VLLM_FLASH_ATTN_VERSION": str(v)}}
-    if c.backend == "flashinfer":
-        exact = str(c.variant.get("decode_tensor_cores", True)) == "True" and c.variant.get("prefill_backend", "auto") == "auto"
-        out = {"attention_backend": "FLASHINFER", "flash_attn_version": None, "exact": exact,
-               "cli": "--attention-backend FLASHINFER", "env": {"VLLM_ATTENTION_BACKEND": "FLASHINFER"}}
-        if not exact:
-            out["caveat"] = f"vLLM cannot select FlashInfer variant {c.variant_label} (it uses tensor-core decode, auto prefill)"
-        return out
-    return None
+    if c.backend not in VLLM_BACKENDS:
+        return None
+    vllm_name, version_axis, fixed = VLLM_BACKENDS[c.backend]
+    v = c.variant.get(version_axis) if version_axis else None
+    if version_axis and (v is None or str(v) == "auto"):
+        return None
+    v = int(v) if v is not None else None
+    exact = all(str(c.variant.get(k, want)) == str(want) for k, want in fixed.items())
+    cli = f"--attention-backend {vllm_name}" + (f" --attention-config '{{\"flash_attn_version\": {v}}}'" if v else "")
+    env = {"VLLM_ATTENTION_BACKEND": vllm_name, **({"VLLM_FLASH_ATTN_VERSION": str(v)} if v else {})}
+    out: dict[str, Any] = {"attention_backend": vllm_name, "flash_attn_version": v, "exact": exact, "cli": cli, "env": env}
+    if not exact:
+        out["caveat"] = f"vLLM cannot select {c.backend} variant {c.variant_label} (it runs {variant_label_of(fixed)})"
+    return out
+
+
+def variant_label_of(variant: dict[str, Any]) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(variant.items()))
 
 
 def _find(res: BucketResult, backend: str, want: dict[str, Any]) -> Candidate | None:
@@ -471,6 +477,7 @@ class DefaultCost:
     candidate: str | None
     status: str  # 'winner' / 'tied' / 'slower' / 'not measured' / 'excluded: ...'
     cost: Ratio | None  # default / winner
+    pick: Candidate | None = None
 
 
 def default_costs(results: list[BucketResult], capability: str | None, tie: float) -> list[DefaultCost]:
@@ -492,11 +499,11 @@ def default_costs(results: list[BucketResult], capability: str | None, tie: floa
         elif pick.excluded:
             out.append(DefaultCost(b, choice, pick.name, f"excluded: {pick.excluded}", None))
         elif pick is res.winner or _same_times(pick, res.winner, res.cases):
-            out.append(DefaultCost(b, choice, pick.name, "winner", Ratio(1.0, 1.0, 1.0, len(res.cases))))
+            out.append(DefaultCost(b, choice, pick.name, "winner", Ratio(1.0, 1.0, 1.0, len(res.cases)), pick))
         else:
             r = ratio(pick, res.winner)
             status = "tied" if r is not None and tie_kind(r, tie) else "slower"
-            out.append(DefaultCost(b, choice, pick.name, status, r))
+            out.append(DefaultCost(b, choice, pick.name, status, r, pick))
     return out
 
 
@@ -668,9 +675,31 @@ def winners_table(rec: Recommendation) -> str:
     return "\n".join(lines) + "\n"
 
 
+def defaults_summary(rec: Recommendation) -> dict[str, Any]:
+    """How often vLLM's default is the winner, a tie, slower, or unmeasured, and what it costs
+    (geometric mean and worst over the buckets where it was measured)."""
+    counts: dict[str, int] = defaultdict(int)
+    logs = []
+    worst = (0.0, "")
+    for d in rec.defaults:
+        counts[d.status.split(":")[0]] += 1
+        if d.cost is not None:
+            logs.append(math.log(d.cost.point))
+            if d.cost.pct > worst[0]:
+                worst = (d.cost.pct, d.bucket.label)
+    return {"buckets": len(rec.defaults), **counts,
+            "geomean_cost_pct": (math.exp(sum(logs) / len(logs)) - 1) * 100 if logs else None,
+            "worst_cost_pct": worst[0], "worst_bucket": worst[1]}
+
+
 def defaults_table(rec: Recommendation) -> str:
     if not rec.defaults:
         return "GPU capability unknown (no run.json): vLLM's default cannot be evaluated.\n"
+    sm = defaults_summary(rec)
+    head = (f"Over {sm['buckets']} measured buckets the default is the winner in {sm.get('winner', 0)}, tied in "
+            f"{sm.get('tied', 0)}, slower in {sm.get('slower', 0)}, not measured in {sm.get('not measured', 0)}"
+            f" (excluded by the check in {sm.get('excluded', 0)}). Cost where measured: geometric mean "
+            f"{_pct(sm['geomean_cost_pct'])}, worst {_pct(sm['worst_cost_pct'])} ({sm['worst_bucket'] or '-'}).\n\n")
     lines = ["| bucket | vLLM default | measured winner | default is | cost of the default [interval] |",
              "|---|---|---|---|---|"]
     winners = {r.bucket: r.winner.name for r in rec.measured}
@@ -678,7 +707,7 @@ def defaults_table(rec: Recommendation) -> str:
         cost = _ratio_text(d.cost) if d.status in ("slower", "tied") else ("0" if d.status == "winner" else "")
         lines.append(f"| {_esc(d.bucket.label)} | {d.choice.label} = {_esc(d.candidate or '-')} | "
                      f"{_esc(winners[d.bucket])} | {_esc(d.status)} | {cost} |")
-    return "\n".join(lines) + "\n"
+    return head + "\n".join(lines) + "\n"
 
 
 def cascade_table(rec: Recommendation) -> str:
@@ -738,6 +767,9 @@ def to_markdown(rec: Recommendation, command: str = "") -> str:
         "mapped to the harness candidate that runs it. Cost: how much slower the default is than the winner.", "",
         defaults_table(rec),
         "## One setting for a whole deployment (vLLM)", "",
+        "Each setting vLLM can express exactly, against the per-bucket winner, over the buckets where it was "
+        "measured (plain attention: what vLLM 0.33 runs; vLLM 0.2x adds its cascade rule on shared-prefix "
+        "batches, which the default table above accounts for).", "",
         _single_table(rec), "", "What vLLM cannot express:", "",
         *[f"- {t}" for t in VLLM_NOT_EXPRESSIBLE], "",
         "## Cascade decision rule", "",
@@ -795,7 +827,7 @@ def policy(rec: Recommendation) -> dict[str, Any]:
         "rules": rules,
         "cascade": [{**f.rule.to_dict(), "cells": len(f.cells), "agreement": f.fitted_agree,
                      "leave_one_out": f.loo_agree, "vllm_rule_agreement": f.vllm_agree} for f in rec.cascade],
-        "unmeasured": [res.bucket.predicate() | {"bucket": res.bucket.label} for res in rec.unmeasured],
+        "unmeasured": [res.bucket.label for res in rec.unmeasured],
         "sources": rec.inputs.sources,
     }
 
@@ -810,18 +842,27 @@ def vllm_export(rec: Recommendation) -> dict[str, Any]:
         pool = [w] + [c for c in res.ranked if c.name in res.tied_with]
         d = default_of.get(res.bucket)
         choice = None
-        if d is not None and d.candidate in [c.name for c in pool]:
-            choice = next(c for c in pool if c.name == d.candidate)
+        if d is not None and d.pick is not None and d.status in ("winner", "tied"):
+            choice = d.pick  # the default is as good: no flag needed
         if choice is None:
             choice = next((c for c in pool if (vllm_setting(c) or {}).get("exact")), None)
+        fallback = choice is None
+        if fallback:  # nothing vLLM can select ties with the winner: its fastest exact setting, at a cost
+            choice = next((c for c in res.ranked if (vllm_setting(c) or {}).get("exact")), None)
         s = vllm_setting(choice) if choice else None
-        entry = {"bucket": res.bucket.label, "when": res.bucket.predicate(), "measured_winner": w.name,
+        if s is not None and choice.name_override:
+            s = {**s, "note": "with vLLM 0.2x's own per-batch cascade rule (on by default; vLLM 0.33 has no cascade)"}
+        entry = {"bucket": res.bucket.label, "measured_winner": w.name,
                  "vllm": s, "runs": choice.name if choice else None,
-                 "default": d.choice.to_dict() if d else None,
+                 "cost_vs_winner": (None if choice is None or choice is w or _same_times(choice, w, res.cases)
+                                    else _ratio_json(ratio(choice, w))),
+                 "default": {"backend": d.choice.backend, "fa_version": d.choice.fa_version,
+                             "skipped": d.choice.rejected} if d else None,
                  "default_status": d.status if d else None,
                  "default_cost": _ratio_json(d.cost) if d else None}
-        if s is None:
-            entry["not_expressible"] = f"{w.name} has no vLLM setting and nothing vLLM can select ties with it"
+        if fallback:
+            entry["not_expressible"] = (f"vLLM cannot select the winner {w.name}"
+                                        + (f"; closest setting runs {choice.name}" if choice else "; no measured setting"))
         out.append(entry)
     return {"format": "attn-harness.vllm/1", "gpu": rec.inputs.gpu, "capability": rec.inputs.capability,
             "buckets": out, "single_setting": rec.single[0] if rec.single else None,
@@ -934,15 +975,34 @@ def write_suggest(rec: Recommendation, path: str | Path) -> int:
         return 0
     if data["backends"] is None:
         del data["backends"]
-    try:
-        suite = parse_suite(data, str(path))
-    except SpecError as e:  # a bug here, not the user's: say so instead of writing a bad suite
-        raise RecommendError(f"--suggest: the generated suite does not validate: {e}") from None
+    # One case a line (flow style): a fill-in suite can hold hundreds of small cases.
+    head = {k: v for k, v in data.items() if k != "cases"}
     text = ("# Written by `harness recommend --suggest`: one case per bucket the results do not measure.\n"
             "# Lengths are rebuilt from the bucket's batch statistics (kind, size, mean/max context).\n"
-            + yaml.safe_dump(data, sort_keys=False, width=120))
+            + yaml.safe_dump(head, sort_keys=False, width=120, default_flow_style=None) + "cases:\n"
+            + "".join("- " + yaml.safe_dump(c, sort_keys=False, default_flow_style=True, width=10**6).strip() + "\n"
+                      for c in data["cases"]))
+    try:  # validate exactly what is written, with the loader `harness validate` uses
+        suite = parse_suite(yaml.safe_load(text), str(path))
+    except SpecError as e:  # a bug here, not the user's: say so instead of writing a bad suite
+        raise RecommendError(f"--suggest: the generated suite does not validate: {e}") from None
     _atomic_write(Path(path), text)
     return len(suite.cases)
+
+
+def compact_json(obj: dict[str, Any]) -> str:
+    """JSON with one top-level key a line and one list entry (a rule, a bucket) a line: small
+    enough to commit, and a diff shows which rule changed."""
+    keys = list(obj)
+    lines = ["{"]
+    for i, k in enumerate(keys):
+        v, sep = obj[k], "," if i < len(keys) - 1 else ""
+        if isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+            inner = ",\n".join("  " + json.dumps(x, allow_nan=False) for x in v)
+            lines.append(f" {json.dumps(k)}: [\n{inner}\n ]{sep}")
+        else:
+            lines.append(f" {json.dumps(k)}: {json.dumps(v, allow_nan=False)}{sep}")
+    return "\n".join(lines + ["}"]) + "\n"
 
 
 def _atomic_write(path: Path, text: str) -> None:
@@ -958,8 +1018,8 @@ def write_outputs(rec: Recommendation, out_dir: str | Path, command: str = "") -
     out = Path(out_dir)
     texts = {
         "recommend.md": to_markdown(rec, command),
-        "policy.json": json.dumps(policy(rec), indent=1, allow_nan=False) + "\n",
-        "vllm.json": json.dumps(vllm_export(rec), indent=1, allow_nan=False) + "\n",
+        "policy.json": compact_json(policy(rec)),
+        "vllm.json": compact_json(vllm_export(rec)),
     }
     paths = []
     for name, text in texts.items():

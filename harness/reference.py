@@ -1,6 +1,6 @@
 """The golden result: attention per request over the logical (unpaged) K/V, in fp32 or fp64.
 
-Conventions (the ones FA2/3/4, FlashInfer and vLLM use, see docs/conventions.md):
+Conventions (the ones FA2/3/4, FlashInfer and vLLM use; each is listed here):
 - causal is bottom-right aligned: query i of a request with q queries and s keys sees key j
   iff j <= i + (s - q);
 - a sliding window W lets a query see the W most recent keys, itself included
@@ -56,15 +56,20 @@ def attention_one_request(
     q_len, hq, d = q.shape
     s_len, hk, _ = k.shape
     group = hq // hk
+    dv = v.shape[-1]
     qh = q.to(compute_dtype).transpose(0, 1)  # [Hq, q, D]
-    kh = k.to(compute_dtype).repeat_interleave(group, dim=1).transpose(0, 1)  # [Hq, s, D]
-    vh = v.to(compute_dtype).repeat_interleave(group, dim=1).transpose(0, 1)
-    out = torch.zeros((hq, q_len, v.shape[-1]), dtype=compute_dtype, device=q.device)
+    # GQA without repeating K/V: query head h reads KV head h // group, so the group's heads
+    # stack into the rows of one matmul per KV head (the K/V copies cost more than the math).
+    kh = k.to(compute_dtype).transpose(0, 1)  # [Hk, s, D]
+    vh = v.to(compute_dtype).transpose(0, 1)
+    out = torch.zeros((hq, q_len, dv), dtype=compute_dtype, device=q.device)
     lse = torch.full((hq, q_len), float("-inf"), dtype=compute_dtype, device=q.device)
     rows = max(1, _CHUNK_ELEMS // max(1, hq * s_len))
     for lo in range(0, q_len, rows):
         hi = min(q_len, lo + rows)
-        scores = torch.matmul(qh[:, lo:hi], kh.transpose(1, 2)) * scale  # [Hq, r, s]
+        r = hi - lo
+        qg = qh[:, lo:hi].reshape(hk, group * r, d)
+        scores = (torch.matmul(qg, kh.transpose(1, 2)) * scale).view(hq, r, s_len)  # [Hq, r, s]
         if softcap:
             scores = softcap * torch.tanh(scores / softcap)
         mask = visible_mask(q_len, s_len, causal, sliding_window, q.device, lo, hi)
@@ -75,14 +80,14 @@ def attention_one_request(
             scores = scores - alibi_slopes.to(compute_dtype).view(hq, 1, 1) * dist
         scores = scores.masked_fill(~mask, float("-inf"))
         if sinks is not None:
-            sink_col = sinks.to(compute_dtype).view(hq, 1, 1).expand(hq, hi - lo, 1)
+            sink_col = sinks.to(compute_dtype).view(hq, 1, 1).expand(hq, r, 1)
             full = torch.cat([scores, sink_col], dim=-1)
         else:
             full = scores
         row_lse = torch.logsumexp(full, dim=-1)  # [Hq, r]; -inf for rows that see nothing
         safe = torch.where(torch.isfinite(row_lse), row_lse, torch.zeros_like(row_lse))
         p = torch.exp(scores - safe.unsqueeze(-1))  # masked entries give exp(-inf) = 0
-        out[:, lo:hi] = torch.matmul(p, vh)
+        out[:, lo:hi] = torch.matmul(p.reshape(hk, group * r, s_len), vh).view(hq, r, dv)
         lse[:, lo:hi] = row_lse
     return out.transpose(0, 1), lse.transpose(0, 1)
 

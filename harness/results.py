@@ -51,27 +51,31 @@ class Payload(BaseModel):
                 del d[k]
         return d
 
-    # Mapping-style reads (the report and a few scripts still read payloads as dicts).
-    def _as_dict(self) -> dict[str, Any]:
-        return self.model_dump()
+    # Mapping-style reads (the report and a few scripts still read payloads as dicts). They
+    # return the live values (a dict field read this way and changed stays changed).
+    def _present(self) -> dict[str, Any]:
+        d = {k: getattr(self, k) for k in type(self).model_fields
+             if not (k in self._omit_if_none and getattr(self, k) is None)}
+        d.update(self.__pydantic_extra__ or {})
+        return d
 
     def __getitem__(self, key: str) -> Any:
-        d = self._as_dict()
+        d = self._present()
         if key not in d:
             raise KeyError(key)
         return d[key]
 
     def get(self, key: str, default: Any = None) -> Any:
-        return self._as_dict().get(key, default)
+        return self._present().get(key, default)
 
     def __contains__(self, key: object) -> bool:
-        return key in self._as_dict()
+        return key in self._present()
 
     def keys(self) -> Any:
-        return self._as_dict().keys()
+        return self._present().keys()
 
     def items(self) -> Any:
-        return self._as_dict().items()
+        return self._present().items()
 
 
 class Check(Payload):
@@ -156,13 +160,20 @@ class Metrics(Payload):
 
 
 class Host(Payload):
-    """Host-side costs, milliseconds unless named otherwise."""
+    """Host-side costs, milliseconds unless named otherwise. The cell's own stages are in
+    ``breakdown_ms``; ``case_ms`` holds the case-level stages (generate, reference) it shared
+    with ``case_cells`` cells. build/first_call are None on an error row that stopped earlier."""
 
-    build_ms: float
-    first_call_ms: float  # includes JIT compilation
+    build_ms: float | None = None
+    first_call_ms: float | None = None  # includes JIT compilation
     enqueue_us: float | None = None  # GPU: launching one call
+    breakdown_ms: dict[str, float] | None = None
+    cell_ms: float | None = None
+    case_ms: dict[str, float] | None = None
+    case_cells: int | None = None
 
-    _omit_if_none = frozenset({"enqueue_us"})
+    _omit_if_none = frozenset({"build_ms", "first_call_ms", "enqueue_us", "breakdown_ms", "cell_ms", "case_ms",
+                               "case_cells"})
 
 
 class Call(Payload):
@@ -229,8 +240,8 @@ class ResultRow(BaseModel):
         if self.traceback is not None and st != Status.ERROR:
             raise ValueError(f"{where}: only an error row carries a traceback")
         if st in RAN:
-            if self.host is None:
-                raise ValueError(f"{where}: status {st} (the kernel ran) needs host costs")
+            if self.host is None or self.host.build_ms is None or self.host.first_call_ms is None:
+                raise ValueError(f"{where}: status {st} (the kernel ran) needs host costs (build, first call)")
             if st == Status.MISMATCH and (self.check is None or self.check.passed):
                 raise ValueError(f"{where}: status mismatch needs a failed check")
             if st == Status.PASS and self.check is not None and not self.check.passed:

@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from attn_contract import AttentionBackend
+from harness.cascade import decide as decide_cascade
 from harness.check import check_output, tolerance_for
 from attn_contract import decode_first_order
 from harness.metrics import attention_work
@@ -152,15 +153,51 @@ def _short_error(e: BaseException) -> str:
     return f"{type(e).__name__}: {first}"[:500]
 
 
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class Stopwatch:
+    """Milliseconds per named stage of one cell (or case); the device is synchronised at each
+    stage end so GPU work lands in the stage that queued it."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.ms: dict[str, float] = {}
+        self.start = self._last = time.perf_counter()
+
+    def lap(self, stage: str) -> float:
+        _sync(self.device)
+        now = time.perf_counter()
+        ms = (now - self._last) * 1e3
+        self.ms[stage] = self.ms.get(stage, 0.0) + ms
+        self._last = now
+        return ms
+
+    def skip(self) -> None:
+        """Start the next stage now (time since the last lap belongs to no stage: overhead)."""
+        self._last = time.perf_counter()
+
+    def total_ms(self) -> float:
+        return (time.perf_counter() - self.start) * 1e3
+
+
 class CaseContext:
     """Per-case data shared by the backends: the batch and its reference, made once."""
 
     def __init__(self, case: CaseSpec, device: torch.device, want_reference: bool):
+        sw = Stopwatch(device)
         self.batch: Batch = generate(case, device)
+        sw.lap("generate")
         self.ref_out: torch.Tensor | None = None
         self.ref_lse: torch.Tensor | None = None
         if want_reference:
             self.ref_out, self.ref_lse = reference_attention(self.batch)
+            sw.lap("reference")
+        # Case-level stages, made once and shared by the case's cells (rows say by how many).
+        self.case_ms = sw.ms
+        self.num_cells = 1
 
 
 def run_cell(cell: Cell, ctx: CaseContext, suite: Suite, opts: RunOptions) -> ResultRow:
@@ -172,6 +209,8 @@ def run_cell(cell: Cell, ctx: CaseContext, suite: Suite, opts: RunOptions) -> Re
     device = opts.device
     row["batch"] = batch.summary()
     stage = "prepare"
+    sw = Stopwatch(device)
+    host: dict[str, Any] = {}
     try:
         # Backends that want decodes first (FlashInfer) get the batch reordered, as vLLM's
         # model runner does; outputs are mapped back through token_index for the check.
@@ -188,27 +227,25 @@ def run_cell(cell: Cell, ctx: CaseContext, suite: Suite, opts: RunOptions) -> Re
         stage = "kv cache"
         kv_cache = backend.materialize_kv_cache(bview.kv_cache, cfg.kv_layout)
         common = bview.common_metadata()
+        # What vLLM's rule would pick for this batch, recorded to compare with the measurement.
+        rule = decide_cascade(common, cfg, device) if caps.cascade else None
+        sw.lap("prepare")
         builder = backend.get_builder_cls()(cfg, variant, device)
         impl = backend.get_impl_cls()(cfg, variant, device, bview.layer)
-        stage = "metadata build"
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        t0 = time.perf_counter()
-        metadata = builder.build(common)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        build_ms = (time.perf_counter() - t0) * 1e3
-        host: dict[str, Any] = {"build_ms": build_ms}
-
+        sw.lap("setup")
         out = torch.full_like(bview.query, float("nan"), dtype=cfg.torch_dtype)
         lse = torch.full((bview.num_tokens, cfg.num_heads), float("nan"), device=device) if caps.returns_lse else None
+        sw.lap("prepare")
+        stage = "metadata build"
+        metadata = builder.build(common)
+        host["build_ms"] = sw.lap("build")
         stage = "forward"
-        t0 = time.perf_counter()
         impl.forward(bview.query, bview.key, bview.value, kv_cache, metadata, out, lse)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        host["first_call_ms"] = (time.perf_counter() - t0) * 1e3  # includes JIT compilation
-        row["call"] = Call.model_validate(impl.describe_call(metadata) or {})
+        host["first_call_ms"] = sw.lap("first_call")  # includes JIT compilation
+        call_fields = dict(impl.describe_call(metadata) or {})
+        if rule is not None:
+            call_fields.update(rule.call_fields())
+        row["call"] = Call.model_validate(call_fields)
 
         status, reason = Status.PASS, ""
         if opts.check and ctx.ref_out is not None:
@@ -226,6 +263,7 @@ def run_cell(cell: Cell, ctx: CaseContext, suite: Suite, opts: RunOptions) -> Re
             row["check"] = Check.model_validate(result.as_dict())
             if not result.passed:
                 status, reason = Status.MISMATCH, result.message
+            sw.lap("check")
 
         if opts.time:
             stage = "timing"
@@ -239,6 +277,7 @@ def run_cell(cell: Cell, ctx: CaseContext, suite: Suite, opts: RunOptions) -> Re
                                 impl.graph_safe(metadata) if caps.cudagraph > 0 and device.type == "cuda" else None,
                                 enabled=topts.cuda_graph, device_type=device.type)
             measured = time_callable(call, device, topts, graph=gd, output=out)
+            sw.lap("timing")
             enqueue_us = measured.pop("host_enqueue_us", None)
             timing = Timing.model_validate(measured)
             if enqueue_us is not None:
@@ -252,7 +291,7 @@ def run_cell(cell: Cell, ctx: CaseContext, suite: Suite, opts: RunOptions) -> Re
             row["metrics"] = Metrics.model_validate(
                 {**work.as_dict(), **roofline_metrics(work.flops, work.bytes, t, ceilings, why_not)})
             row["timing"] = timing
-        row["host"] = Host.model_validate(host)
+            sw.lap("metrics")
         row["status"], row["reason"] = status, reason
     except Exception as e:  # a backend that rejects or crashes costs only its own cell
         # Diagnostics of the stages that finished (call, check) stay; no number from a failed cell.
@@ -261,6 +300,7 @@ def run_cell(cell: Cell, ctx: CaseContext, suite: Suite, opts: RunOptions) -> Re
         row["status"] = Status.ERROR
         row["reason"] = f"{stage}: {_short_error(e)}"
         row["traceback"] = traceback.format_exc(limit=8)
+    row["host"] = Host.model_validate({**host, **breakdown(sw, ctx)})
     return _validated(row, opts)
 
 
@@ -269,15 +309,38 @@ def _validated(row: dict[str, Any], opts: RunOptions) -> ResultRow:
     return ResultRow.model_validate(row, context={"checked": opts.check})
 
 
-def iterate_suite(
-    suite: Suite,
-    backends: list[type[AttentionBackend]],
-    opts: RunOptions,
-    on_start: Callable[[Cell], None] | None = None,
-) -> Iterator[ResultRow]:
-    """Yield one row per cell, generating each case's batch and reference once."""
-    for case_cells in group_by_case(plan_cells(suite, backends, opts)):
-        yield from iterate_case(case_cells, suite, opts, on_start=on_start)
+def sum_breakdown(rows: list[Any]) -> dict[str, float]:
+    """Seconds per stage summed over ``rows`` (``host.breakdown_ms``), with the case-level
+    stages (``host.case_ms``) counted once per case and the cells' own wall time."""
+    total: dict[str, float] = {}
+    seen_cases: set[str] = set()
+    for r in rows:
+        host = r.host or {}
+        for k, v in (host.get("breakdown_ms") or {}).items():
+            total[k] = total.get(k, 0.0) + v / 1e3
+        if "cell_ms" in host:
+            total["cells"] = total.get("cells", 0.0) + host["cell_ms"] / 1e3
+        if host.get("case_ms") and r.case not in seen_cases:
+            seen_cases.add(r.case)
+            for k, v in host["case_ms"].items():
+                total[k] = total.get(k, 0.0) + v / 1e3
+    return {k: round(v, 3) for k, v in total.items()}
+
+
+def breakdown(sw: Stopwatch, ctx: "CaseContext | None" = None) -> dict[str, Any]:
+    """Where a cell's wall time went (``host.breakdown_ms``: prepare = batch view, KV-cache
+    layout copy and output buffers, setup = builder/impl construction (library warm-up),
+    build = metadata/plan, first_call = first forward incl. JIT, check,
+    timing, metrics, other = the rest of run_cell), plus the case-level stages it shared
+    (``host.case_ms``: generate, reference, made once per case for ``case_cells`` cells)."""
+    ms = dict(sw.ms)
+    total = sw.total_ms()
+    ms["other"] = max(0.0, total - sum(ms.values()))
+    out: dict[str, Any] = {"breakdown_ms": ms, "cell_ms": total}
+    if ctx is not None:
+        out["case_ms"] = dict(ctx.case_ms)
+        out["case_cells"] = ctx.num_cells
+    return out
 
 
 def group_by_case(cells: list[Cell]) -> list[list[Cell]]:
@@ -307,10 +370,13 @@ def iterate_case(
     so a supervising process knows what a crash or a hang belongs to."""
     case = case_cells[0].case
     runnable: list[Cell] = []
+    precheck_ms: dict[int, float] = {}
     for cell in case_cells:
         if on_start:
             on_start(cell)
+        t0 = time.perf_counter()
         reason, status = _precheck(cell, opts)
+        precheck_ms[id(cell)] = (time.perf_counter() - t0) * 1e3
         if reason and status is not None:
             yield status_row(cell, suite, opts, status, reason)
         else:
@@ -321,6 +387,7 @@ def iterate_case(
         on_event("prepare", None)
     try:
         ctx = CaseContext(case, opts.device, want_reference=opts.check)
+        ctx.num_cells = len(runnable)
     except Exception as e:
         for cell in runnable:
             yield status_row(cell, suite, opts, Status.ERROR, f"generate/reference: {_short_error(e)}")
@@ -329,7 +396,11 @@ def iterate_case(
         for cell in runnable:
             if on_event:
                 on_event("cell", cell)
-            yield run_cell(cell, ctx, suite, opts)
+            row = run_cell(cell, ctx, suite, opts)
+            if row.host is not None and row.host.breakdown_ms is not None:
+                # availability/support/memory checks, made before the case's batch existed
+                row.host.breakdown_ms["precheck"] = precheck_ms.get(id(cell), 0.0)
+            yield row
     finally:
         del ctx
         if opts.device.type == "cuda":

@@ -192,16 +192,27 @@ def vllm_default(
     return VllmChoice(prio[-1], None, prio, rejected)  # unreachable: the last resorts always pass
 
 
-# How a vLLM choice reads in this harness's names (backend, variant axes it must match).
+# vLLM's backends in this harness's names: harness backend -> (vLLM name, the variant axis
+# that carries vLLM's FA version or None, the variant vLLM runs: other values have no vLLM
+# switch). FlashInfer in vLLM decodes with tensor cores and lets FlashInfer pick its prefill.
+VLLM_BACKENDS: dict[str, tuple[str, str | None, dict[str, Any]]] = {
+    "flash-attn": (FLASH_ATTN, "fa_version", {}),
+    "flashinfer": (FLASHINFER, None, {"decode_tensor_cores": True, "prefill_backend": "auto"}),
+}
+
+
 def harness_candidates(choice: VllmChoice) -> list[tuple[str, dict[str, Any]]]:
-    """The harness backend+variant that runs what vLLM would run, best match first.
-    FlashInfer in vLLM decodes with tensor cores and lets FlashInfer pick its prefill kernel."""
-    if choice.backend == FLASH_ATTN:
-        return [("flash-attn", {"fa_version": choice.fa_version})]
-    if choice.backend == FLASHINFER:
-        return [("flashinfer", {"decode_tensor_cores": True, "prefill_backend": "auto"}),
-                ("flashinfer", {"decode_tensor_cores": True})]
-    return []
+    """The harness backend+variant that runs what vLLM would run, best match first."""
+    out = []
+    for name, (vllm_name, version_axis, fixed) in VLLM_BACKENDS.items():
+        if vllm_name != choice.backend:
+            continue
+        want = {**fixed, **({version_axis: choice.fa_version} if version_axis else {})}
+        out.append((name, want))
+        if len(fixed) > 1:  # then any value of the axes after the first
+            first = next(iter(fixed))
+            out.append((name, {first: fixed[first], **({version_axis: choice.fa_version} if version_axis else {})}))
+    return out
 
 
 # ---------------------------------------------------------------- cascade: fitted rule
@@ -335,6 +346,7 @@ __all__ = [
     "CascadeRule",
     "VllmChoice",
     "fit_cascade_rule",
+    "VLLM_BACKENDS",
     "harness_candidates",
     "leave_one_out",
     "vllm_default",

@@ -12,8 +12,8 @@ from backends.flash_attn import detect_features, hardware_reason
 from backends.flash_attn_cascade import FACascadeMetadataBuilder, FlashAttnCascadeBackend
 from backends.flashinfer_cascade import FlashInferCascadeBackend, cascade_levels
 from backends.torch_cascade import TorchCascadeBackend, shifted_block_table
-from attn_contract import merge_attn_states
-from harness.cascade import DEFAULT_NUM_SMS, cascade_batch_reason, rule_agreement, use_cascade_attention
+from attn_contract import cascade_batch_reason, merge_attn_states
+from harness.cascade import DEFAULT_NUM_SMS, rule_agreement, use_cascade_attention
 from harness.reference import attention_one_request
 from harness.runner import CaseContext, Cell, RunOptions, run_cell
 from harness.spec import CaseSpec, Suite

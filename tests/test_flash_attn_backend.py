@@ -169,7 +169,7 @@ def test_common_declarations(v):
 
 def test_backend_check_support_without_a_gpu():
     # device "cpu": one clear reason, before any library is touched
-    assert FlashAttentionBackend.check_support(cfg(), {"fa_version": 3}, "cpu") == "runs on cuda, not cpu"
+    assert FlashAttentionBackend.check_support(cfg(), {"fa_version": 3}, "cpu").startswith("runs on cuda, not cpu")
     # rules that hold for every build read the same through the backend
     r = FlashAttentionBackend.check_support(cfg(kv_cache_dtype="fp8_e4m3", block_size=256), {"fa_version": 2}, "cuda")
     assert "FA2 has no fp8" in r

@@ -197,10 +197,12 @@ def test_availability_without_library():
 
 @pytest.mark.skipif(importlib.util.find_spec("flashinfer") is not None, reason="flashinfer is installed here")
 def test_page_size_suite_cells_skip_with_reason_on_cpu():
-    from harness.runner import RunOptions, iterate_suite
+    from harness.runner import RunOptions, group_by_case, iterate_case, plan_cells
 
     suite = load_suite("suites/page_sizes.yaml")
-    rows = list(iterate_suite(suite, [FlashInferBackend], RunOptions(device=torch.device("cpu"))))
+    opts = RunOptions(device=torch.device("cpu"))
+    rows = [r for cells in group_by_case(plan_cells(suite, [FlashInferBackend], opts))
+            for r in iterate_case(cells, suite, opts)]
     assert len(rows) == 2 * len(suite.cases)  # the suite narrows prefill_backend to auto
     assert {r.status for r in rows} == {"skipped"}
     assert all("flashinfer is not installed" in r.reason for r in rows)

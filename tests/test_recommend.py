@@ -229,3 +229,31 @@ def test_committed_results_give_a_default_comparison_and_vllm_export(h200):
     assert any("per batch" in t for t in exp["cannot_express"])
     for b in exp["buckets"]:
         assert b["vllm"] is None or b["vllm"]["attention_backend"] in ("FLASH_ATTN", "FLASHINFER")
+
+
+def test_vllm_export_when_vllm_cannot_select_the_winner():
+    rows = [row("flashinfer", 90.0, variant={"decode_tensor_cores": False, "prefill_backend": "auto"}),
+            row("flashinfer", 100.0, variant=FI), row("flash-attn", 120.0, variant=FA3)]
+    rec = rec_of(rows)
+    (b,) = vllm_export(rec)["buckets"]
+    assert b["measured_winner"].startswith("flashinfer [decode_tensor_cores=False")
+    assert b["vllm"]["cli"] == "--attention-backend FLASHINFER"
+    assert "cannot select the winner" in b["not_expressible"]
+    assert b["cost_vs_winner"]["pct"] == pytest.approx(100 / 90 * 100 - 100, rel=1e-3)
+    assert b["default_status"] == "slower" and b["default_cost"]["pct"] == pytest.approx(100 / 3, rel=1e-3)
+
+
+def test_default_on_shared_prefix_batches_follows_vllms_cascade_rule():
+    prefix = {"prefix_groups": 1}
+    casc = row("flash-attn-cascade", 50.0, variant=FA3, batch=prefix)
+    casc["call"] = {"rule_says_cascade": True, "compare_with": "flash-attn"}
+    rows = [row("flash-attn", 200.0, variant=FA3, batch=prefix), casc, row("flashinfer", 150.0, variant=FI, batch=prefix)]
+    rec = rec_of(rows)
+    (d,) = rec.defaults
+    assert d.status == "winner" and d.candidate == "flash-attn [fa_version=3] + vLLM cascade rule"
+    # the same rows with vLLM's rule saying plain: the default is plain FA3, 4x slower than the winner
+    casc["call"]["rule_says_cascade"] = False
+    (d,) = rec_of(rows).defaults
+    assert d.status == "slower" and d.cost.pct == pytest.approx(300.0)
+    (b,) = vllm_export(rec)["buckets"]
+    assert b["vllm"]["flash_attn_version"] == 3 and "cascade" in b["vllm"]["note"]

@@ -4,7 +4,7 @@ file, the case and the field."""
 import pytest
 import yaml
 
-from harness.spec import CaseSpec, SpecError, load_suite, parse_suite
+from harness.spec import SpecError, load_suite, parse_suite
 
 BASE = {
     "suite": "t",
@@ -109,7 +109,22 @@ def test_duplicate_names_rejected():
 def test_committed_suites_validate():
     from pathlib import Path
 
+    from harness import registry
+
+    known = registry.known_backends()
     for path in sorted(Path(__file__).resolve().parent.parent.glob("suites/*.yaml")):
         suite = load_suite(path)
         assert suite.cases, path
-        assert all(isinstance(c, CaseSpec) for c in suite.cases)
+        # Every case turns into the layer config a backend is asked about, with its own shape.
+        for c in suite.cases:
+            cfg = c.attention_config()
+            assert (cfg.num_heads, cfg.num_kv_heads, cfg.head_size) == (c.num_heads, c.num_kv_heads, c.head_size)
+        # Backends and variant axes a suite names exist: a typo would silently run nothing.
+        for name in suite.backends or []:
+            assert name in known, f"{path.name}: backend {name!r} is not registered"
+        for name, axes in suite.variants.items():
+            declared = registry.resolve(name).variant_axes
+            for axis, values in axes.items():
+                assert axis in declared, f"{path.name}: {name} has no variant axis {axis!r}"
+                allowed = {str(v) for v in declared[axis]}
+                assert {str(v) for v in values} <= allowed, f"{path.name}: {name}.{axis}={values}"
