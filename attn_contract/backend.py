@@ -8,6 +8,7 @@ kernel call. The harness core only talks to these classes; it never branches on 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
 from typing import Any, ClassVar, Generic, TypeVar
 
 import torch
@@ -76,6 +77,18 @@ class AttentionBackend(ABC):
     description: ClassVar[str] = ""
     # Each axis a backend can vary (e.g. FA version); the cartesian product gives its variants.
     variant_axes: ClassVar[dict[str, tuple[Any, ...]]] = {}
+    # Segment kinds ("decode", "extend", "prefill"; see ``applicable_axes``) for which a
+    # variant axis can change the result; an axis not listed matters for every batch. The
+    # planner runs one variant where the only differences are axes that do not apply to the
+    # case's batch (e.g. FlashInfer's prefill_backend on a decode-only batch).
+    variant_axis_kinds: ClassVar[dict[str, frozenset[str]]] = {}
+
+    @classmethod
+    def applicable_axes(cls, segment_kinds: Iterable[str]) -> tuple[str, ...]:
+        """The variant axes that can matter for a batch holding these segment kinds."""
+        kinds = set(segment_kinds)
+        return tuple(a for a in cls.variant_axes
+                     if a not in cls.variant_axis_kinds or cls.variant_axis_kinds[a] & kinds)
 
     @classmethod
     @abstractmethod

@@ -49,3 +49,96 @@ def dequantize(k: torch.Tensor, v: torch.Tensor, layer: LayerParams, out_dtype: 
     if k.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
         return (k.float() * layer.k_scale).to(out_dtype), (v.float() * layer.v_scale).to(out_dtype)
     return k.to(out_dtype), v.to(out_dtype)
+
+
+# ---------------------------------------------------------------- padded batches
+# A segment is query rows [lo, hi) of request r, which needs the request's first `keys` keys
+# (all of them, or with causal masking only those up to its last row's diagonal).
+Segment = tuple[int, int, int, int]
+
+
+def plan_chunks(query_lens: list[int], seq_lens: list[int], num_heads: int, budget_elems: int,
+                causal: bool) -> list[list[Segment]]:
+    """Requests grouped into chunks whose PADDED score matrix (chunk size x max rows x max keys
+    x heads) stays within ``budget_elems``; a request too large on its own is split by query
+    rows. The torch backends compute one chunk per call, and harness.memory estimates their
+    peak from the same plan, so the estimate and the allocation cannot drift apart."""
+    chunks: list[list[Segment]] = []
+    cur: list[Segment] = []
+    qmax = smax = 0
+    for r, (q, s) in enumerate(zip(query_lens, seq_lens)):
+        if q <= 0:
+            continue
+        rows = q if q * s * num_heads <= budget_elems else max(1, budget_elems // max(1, num_heads * s))
+        for lo in range(0, q, rows):
+            hi = min(q, lo + rows)
+            keys = min(s, s - q + hi) if causal else s
+            nq, ns = max(qmax, hi - lo), max(smax, keys)
+            if cur and (len(cur) + 1) * nq * ns * num_heads > budget_elems:
+                chunks.append(cur)
+                cur, nq, ns = [], hi - lo, keys
+            cur.append((r, lo, hi, keys))
+            qmax, smax = nq, ns
+    if cur:
+        chunks.append(cur)
+    return chunks
+
+
+def chunk_dims(chunk: list[Segment]) -> tuple[int, int, int]:
+    """(requests, padded query rows, padded keys) of a chunk."""
+    return len(chunk), max(hi - lo for _, lo, hi, _ in chunk), max(k for *_, k in chunk)
+
+
+@dataclass
+class PaddedChunk:
+    """Device index tensors that turn one chunk of the paged batch into padded tensors:
+    K/V ``[b, smax, Hk, D]`` through (blocks, offsets), Q ``[b, qmax, Hq, D]`` through ``tok``,
+    and which keys each padded query row may see (``keep`` [b, qmax, smax], ``dist`` = query
+    diagonal minus key position, for ALiBi)."""
+
+    segments: list[Segment]
+    blocks: torch.Tensor
+    offsets: torch.Tensor
+    tok: torch.Tensor
+    row_valid: torch.Tensor  # [b, qmax] padded rows that are real query tokens
+    keep: torch.Tensor
+    dist: torch.Tensor  # [b, qmax, smax] int
+    qmax: int
+    smax: int
+
+
+def padded_chunk(chunk: list[Segment], md: HostLoopMetadata, num_tokens: int, sliding_window: int | None,
+                 device: torch.device) -> PaddedChunk:
+    b, qmax, smax = chunk_dims(chunk)
+    qsl = md.query_start_loc
+    reqs = torch.tensor([r for r, *_ in chunk], device=device)
+    lo = torch.tensor([s[1] for s in chunk], device=device)
+    nrows = torch.tensor([s[2] - s[1] for s in chunk], device=device)
+    qlens = torch.tensor([qsl[r + 1] - qsl[r] for r, *_ in chunk], device=device)
+    slens = torch.tensor([md.seq_lens[r] for r, *_ in chunk], device=device)
+    starts = torch.tensor([qsl[r] for r, *_ in chunk], device=device)
+    t = torch.arange(smax, device=device)
+    table = md.block_table[reqs].long()
+    # Positions past a request's length read its last table entry (or block 0) and are masked.
+    blocks = table[:, (t // md.block_size).clamp_max(table.shape[1] - 1)]
+    offsets = (t % md.block_size).expand(b, smax).contiguous()
+    rows = torch.arange(qmax, device=device)
+    row_valid = rows.view(1, qmax) < nrows.view(b, 1)
+    tok = (starts.view(b, 1) + lo.view(b, 1) + rows).clamp_max(num_tokens - 1)
+    diag = (lo.view(b, 1) + rows.view(1, qmax) + (slens - qlens).view(b, 1)).unsqueeze(-1)  # [b, qmax, 1]
+    j = t.view(1, 1, smax)
+    keep = j < slens.view(b, 1, 1)
+    if md.causal:
+        keep = keep & (j <= diag)
+    if sliding_window is not None:
+        keep = keep & (diag - j < sliding_window)
+        if not md.causal:
+            keep = keep & (j - diag < sliding_window)
+    keep = keep & row_valid.unsqueeze(-1)
+    return PaddedChunk(chunk, blocks, offsets, tok, row_valid, keep, diag - j, qmax, smax)
+
+
+def scatter_rows(out: torch.Tensor, o: torch.Tensor, pc: PaddedChunk, md: HostLoopMetadata) -> None:
+    """Padded per-chunk output ``o [b, qmax, H, ...]`` back into token order in ``out``."""
+    sel = pc.row_valid
+    out[pc.tok[sel]] = o[sel].to(out.dtype)

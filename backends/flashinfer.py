@@ -365,6 +365,11 @@ class FlashInferBackend(AttentionBackend):
     # bf16/fp16 KV, fa2 for fp8 KV), so some rows repeat a kernel; describe_call's
     # wrappers/prefill_backend_resolved say which ran.
     variant_axes = {"decode_tensor_cores": (True, False), "prefill_backend": ("auto", "fa2", "fa3")}
+    # Decodes (query length 1, reorder_batch_threshold) go to the decode wrapper, whose kernel
+    # decode_tensor_cores picks; the rest go to the prefill wrappers prefill_backend picks. On a
+    # batch of one kind the other axis cannot change a thing: the planner runs one of its values.
+    variant_axis_kinds = {"decode_tensor_cores": frozenset({"decode"}),
+                          "prefill_backend": frozenset({"prefill", "extend"})}
 
     @classmethod
     def availability(cls, variant: dict[str, Any] | None = None) -> Availability:

@@ -1,83 +1,153 @@
-"""torch SDPA through the backend interface: reads the paged cache by block table, one
-``scaled_dot_product_attention`` call per request. Runs on CPU and GPU."""
+"""torch SDPA as a PyTorch user batches it: the requests' K/V gathered from the paged cache into
+padded ``[B, Hk, S_max, D]`` tensors and ONE ``scaled_dot_product_attention`` call per chunk
+(usually the whole batch), with an additive mask for lengths, causality and the window.
+
+GQA without copying K/V: a KV head's query heads stack into the query rows
+(``[B, Hk, group * Q_max, D]``), so the call is plain multi-head attention. The mask depends
+only on the lengths, so the builder makes it once per batch (as a model makes it once per
+step for all its layers); the gather, the call and the scatter back to token order run in
+``forward``, i.e. are timed. Masks make CUDA pick the memory-efficient kernel (FlashAttention's
+SDPA path takes no mask). Runs on CPU (fp32 compute) and GPU (model dtype).
+``sdpa-loop`` keeps the one-call-per-request version as a cross-check."""
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 
-from backends._paged import HostLoopMetadata, HostLoopMetadataBuilder, dequantize, gather_request_kv
 from attn_contract import (
     AttentionBackend,
     AttentionImpl,
     Availability,
     Capabilities,
+    CommonAttentionMetadata,
     CudaGraphSupport,
     HeadSizes,
     MultipleOf,
 )
+from backends._paged import (
+    HostLoopMetadata,
+    HostLoopMetadataBuilder,
+    PaddedChunk,
+    chunk_dims,
+    dequantize,
+    padded_chunk,
+    plan_chunks,
+    scatter_rows,
+)
+
+# Padded score elements (B x Hq x Q_max x S_max) per SDPA call: a decode batch of 256 x 32k
+# context x 32 heads is one call; long prefills split (the math fallback would materialise it).
+MAX_SCORE_ELEMS_GPU = 1 << 28
+MAX_SCORE_ELEMS_CPU = 1 << 26
+MASK_ALIGN = 16  # the memory-efficient kernel wants the mask's row stride aligned
 
 
-# The torch backends share one host-side metadata (kept under these names for importers).
-SDPAMetadata = HostLoopMetadata
-SDPAMetadataBuilder = HostLoopMetadataBuilder
+def compute_dtype(config, device_type: str) -> torch.dtype:
+    # CPU SDPA in reduced precision is slow and loose; compute in fp32 there.
+    return torch.float32 if device_type == "cpu" else config.torch_dtype
 
 
-def _sdpa_mask(q_len: int, s_len: int, causal: bool, window: int | None, alibi: torch.Tensor | None,
-               device: torch.device, dtype: torch.dtype) -> Any:
-    """None, a boolean mask, or an additive float mask [H|1, q, s] (bottom-right aligned)."""
-    if not causal and window is None and alibi is None:
-        return None
-    diag = torch.arange(q_len, device=device).unsqueeze(1) + (s_len - q_len)
-    j = torch.arange(s_len, device=device).unsqueeze(0)
-    keep = torch.ones((q_len, s_len), dtype=torch.bool, device=device)
-    if causal:
-        keep &= j <= diag
-    if window is not None:
-        keep &= (diag - j) < window
-        if not causal:
-            keep &= (j - diag) < window
-    if alibi is None:
-        return keep
-    bias = -alibi.view(-1, 1, 1).to(dtype) * (diag - j).abs().to(dtype)
-    return bias.masked_fill(~keep, float("-inf"))
+def score_budget(device_type: str) -> int:
+    return MAX_SCORE_ELEMS_CPU if device_type == "cpu" else MAX_SCORE_ELEMS_GPU
+
+
+@dataclass
+class SDPAChunk:
+    pc: PaddedChunk
+    mask: torch.Tensor  # additive, [b, 1 | Hk, group * qmax, smax]
+    empty: torch.Tensor | None  # [b, qmax] real rows that see no key (output 0), if any
+    alibi_ready: bool = False
+
+
+@dataclass
+class SDPAMetadata(HostLoopMetadata):
+    chunks: list[SDPAChunk] = field(default_factory=list)
+
+
+class SDPAMetadataBuilder(HostLoopMetadataBuilder):
+    def build(self, common: CommonAttentionMetadata) -> SDPAMetadata:
+        base = super().build(common)
+        md = SDPAMetadata(**vars(base))
+        cfg, dev = self.config, self.device
+        dtype = compute_dtype(cfg, dev.type)
+        qsl = md.query_start_loc
+        qlens = [qsl[r + 1] - qsl[r] for r in range(len(md.seq_lens))]
+        group = cfg.num_heads // cfg.num_kv_heads
+        for chunk in plan_chunks(qlens, md.seq_lens, cfg.num_heads, score_budget(dev.type), md.causal):
+            pc = padded_chunk(chunk, md, int(common.query_start_loc_cpu[-1]), cfg.sliding_window, dev)
+            b, qmax, smax = chunk_dims(chunk)
+            # Padding rows see key 0 so no row is all -inf (their output is dropped anyway).
+            j0 = torch.arange(smax, device=dev).view(1, 1, smax) == 0
+            keep = pc.keep | (~pc.row_valid.unsqueeze(-1) & j0)
+            empty = pc.row_valid & ~pc.keep.any(-1)
+            keep_rows = keep.unsqueeze(1).expand(b, group, qmax, smax).reshape(b, 1, group * qmax, smax)
+            if cfg.alibi:
+                mask = _aligned((b, cfg.num_kv_heads, group * qmax, smax), dtype, dev)
+                mask.copy_(keep_rows.to(dtype))  # placeholder: the impl writes the ALiBi bias on first use
+                pc.keep = keep_rows
+            else:
+                mask = _aligned((b, 1, group * qmax, smax), dtype, dev).zero_()
+                mask.masked_fill_(~keep_rows, float("-inf"))
+                pc.keep = pc.dist = None  # only the mask is needed from here on
+            md.chunks.append(SDPAChunk(pc, mask, empty if bool(empty.any()) else None))
+        return md
+
+
+def _aligned(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """An uninitialised tensor whose rows start at multiples of MASK_ALIGN elements (a slice
+    of a wider buffer), so SDPA's memory-efficient kernel takes the mask without a copy."""
+    spad = -(-shape[-1] // MASK_ALIGN) * MASK_ALIGN
+    return torch.empty((*shape[:-1], spad), dtype=dtype, device=device)[..., : shape[-1]]
+
+
+def _write_alibi(ch: SDPAChunk, slopes: torch.Tensor, num_kv_heads: int) -> None:
+    """The ALiBi mask (-slope_h * |diagonal - key|, -inf where not visible) from the chunk's
+    distances; slopes live on the layer, which the builder does not see."""
+    pc, mask = ch.pc, ch.mask
+    b, hk, rows, smax = mask.shape
+    group, qmax = rows // pc.qmax, pc.qmax
+    dist = pc.dist.abs().to(mask.dtype).view(b, 1, 1, qmax, smax)
+    bias = -slopes.to(mask.dtype).view(1, hk, group, 1, 1) * dist
+    mask.copy_(bias.reshape(b, hk, rows, smax))
+    mask.masked_fill_(~pc.keep, float("-inf"))
+    pc.keep = pc.dist = None
+    ch.alibi_ready = True
 
 
 class SDPAImpl(AttentionImpl[SDPAMetadata]):
     def forward(self, query, key, value, kv_cache, metadata, out, lse_out=None):
         cfg = self.config
-        # CPU SDPA in reduced precision is slow and loose; compute in fp32 there.
-        compute = torch.float32 if query.device.type == "cpu" else query.dtype
-        group = cfg.num_heads // cfg.num_kv_heads
-        qsl = metadata.query_start_loc
-        for i, s_len in enumerate(metadata.seq_lens):
-            lo, hi = qsl[i], qsl[i + 1]
-            q_len = hi - lo
-            k, v = gather_request_kv(kv_cache, metadata.block_table[i], s_len, metadata.block_size)
-            k, v = dequantize(k, v, self.layer, compute)
-            q = query[lo:hi].to(compute).transpose(0, 1).unsqueeze(0)  # [1, Hq, q, D]
-            k = k.repeat_interleave(group, dim=1).transpose(0, 1).unsqueeze(0)
-            v = v.repeat_interleave(group, dim=1).transpose(0, 1).unsqueeze(0)
-            mask = _sdpa_mask(q_len, s_len, metadata.causal, cfg.sliding_window, self.layer.alibi_slopes,
-                              query.device, compute)
-            if mask is not None and mask.dtype == torch.bool:
-                # SDPA gives NaN for rows with no visible key; FA semantics are output 0.
-                empty = ~mask.any(-1)
-            else:
-                empty = None
-            o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=cfg.softmax_scale)
-            o = o.squeeze(0).transpose(0, 1)
-            if empty is not None and empty.any():
-                o = o.masked_fill(empty.view(-1, 1, 1), 0.0)
-            out[lo:hi] = o.to(out.dtype)
+        dtype = compute_dtype(cfg, query.device.type)
+        hk, hq = cfg.num_kv_heads, cfg.num_heads
+        group = hq // hk
+        for ch in metadata.chunks:
+            if self.layer.alibi_slopes is not None and not ch.alibi_ready:
+                _write_alibi(ch, self.layer.alibi_slopes, hk)
+            pc = ch.pc
+            b, qmax, smax = len(pc.segments), pc.qmax, pc.smax
+            k, v = dequantize(kv_cache[pc.blocks, 0, pc.offsets], kv_cache[pc.blocks, 1, pc.offsets], self.layer, dtype)
+            k, v = k.transpose(1, 2), v.transpose(1, 2)  # [b, Hk, smax, D]
+            q = query[pc.tok].to(dtype).view(b, qmax, hk, group, -1).permute(0, 2, 3, 1, 4).reshape(b, hk, group * qmax, -1)
+            o = F.scaled_dot_product_attention(q, k, v, attn_mask=ch.mask, scale=cfg.softmax_scale)
+            o = o.view(b, hk, group, qmax, -1).permute(0, 3, 1, 2, 4).reshape(b, qmax, hq, -1)
+            if ch.empty is not None:  # SDPA gives NaN for rows with no visible key; FA semantics are 0
+                o = o.masked_fill(ch.empty.view(b, qmax, 1, 1), 0.0)
+            scatter_rows(out, o, pc, metadata)
         return out
+
+    def describe_call(self, metadata) -> dict:
+        dims = [chunk_dims(c.pc.segments) for c in metadata.chunks]
+        return {"sdpa_calls": len(dims), "padded_dims": [list(d) for d in dims[:4]],
+                "mask": "additive, per KV head (ALiBi)" if metadata.chunks and metadata.chunks[0].mask.shape[1] > 1
+                else "additive, broadcast over heads"}
 
 
 class SDPABackend(AttentionBackend):
     name = "sdpa"
-    description = "torch.nn.functional.scaled_dot_product_attention per request over the gathered paged KV"
+    description = "torch SDPA, one batched call over padded requests gathered from the paged KV (what a PyTorch user runs)"
 
     @classmethod
     def availability(cls, variant=None) -> Availability:
@@ -98,8 +168,39 @@ class SDPABackend(AttentionBackend):
             returns_lse=False,
             devices=frozenset({"cpu", "cuda"}),
             cudagraph=CudaGraphSupport.NEVER,
-            notes=("one SDPA call per request (host loop): a correctness baseline, not a fast path",),
+            notes=("one SDPA call per chunk of padded requests (a decode batch is one call); "
+                   "the paged-KV gather is part of the timed forward",),
         )
+
+    @classmethod
+    def batch_workspace_bytes(cls, config, variant, query_lens, seq_lens, cache_bytes: int, device_type: str = "cuda") -> int:
+        """Scratch of this batch (harness.memory), from the chunk plan: every chunk's mask
+        persists in the metadata; per call, the gathered K/V (cache dtype, then compute dtype;
+        fp8 adds an fp32 copy), padded Q (gathered, cast, permuted), output (+ permuted and
+        masked copies), index tensors, and three fp32 score-sized tensors in case SDPA falls
+        back to its math kernel (it materialises scores and probabilities)."""
+        hq, hk, d = config.num_heads, config.num_kv_heads, config.head_size
+        ec = 4 if device_type == "cpu" else (2 if config.dtype in ("float16", "bfloat16") else 4)
+        chunks = plan_chunks(list(query_lens), list(seq_lens), hq, score_budget(device_type), config.causal)
+        persistent = transient = 0
+        for c in chunks:
+            b, qmax, smax = chunk_dims(c)
+            spad = -(-smax // MASK_ALIGN) * MASK_ALIGN
+            heads = hk if config.alibi else 1
+            mask = b * heads * (hq // hk) * qmax * spad * ec
+            index = 2 * b * smax * 8 + 2 * b * qmax * 8 + b * qmax * 2
+            # keep/dist while building (kept until first use with ALiBi), the folded keep rows
+            build = b * qmax * smax * (8 + 3) + b * hq * qmax * smax // hk
+            if config.alibi:
+                index += b * qmax * smax * 8 + b * hq * qmax * smax // hk
+                build += 2 * b * hq * qmax * smax * ec
+            persistent += mask + index
+            kv = 2 * b * smax * hk * d * (cache_bytes + ec + (4 if cache_bytes == 1 else 0))
+            q = b * qmax * hq * d * (2 + 2 * ec)
+            o = 3 * b * qmax * hq * d * ec
+            fallback = 3 * b * hq * qmax * smax * 4
+            transient = max(transient, build, kv + q + o + fallback)
+        return persistent + transient
 
     @classmethod
     def get_builder_cls(cls):

@@ -9,7 +9,15 @@ from __future__ import annotations
 
 import torch
 
-from backends._paged import HostLoopMetadata, HostLoopMetadataBuilder, dequantize
+from backends._paged import (
+    HostLoopMetadata,
+    HostLoopMetadataBuilder,
+    chunk_dims,
+    dequantize,
+    padded_chunk,
+    plan_chunks,
+    scatter_rows,
+)
 from attn_contract import (
     AttentionBackend,
     AttentionImpl,
@@ -20,7 +28,7 @@ from attn_contract import (
     MultipleOf,
 )
 
-_MAX_SCORE_ELEMS = 1 << 26  # per chunk of requests
+MAX_SCORE_ELEMS = 1 << 26  # padded score elements per chunk (256 MiB in fp32)
 
 
 # The torch backends share one host-side metadata (kept under these names for importers).
@@ -29,48 +37,25 @@ MathMetadataBuilder = HostLoopMetadataBuilder
 
 
 class MathImpl(AttentionImpl[MathMetadata]):
-    def _chunk(self, query, kv_cache, md: MathMetadata, reqs: list[int], out, lse_out):
-        cfg, layer, dev = self.config, self.layer, query.device
-        qsl = md.query_start_loc
-        qlens = torch.tensor([qsl[r + 1] - qsl[r] for r in reqs], device=dev)
-        slens = torch.tensor([md.seq_lens[r] for r in reqs], device=dev)
-        qmax, smax = int(qlens.max()), int(slens.max())
-        b = len(reqs)
-        # Gather K/V padded to smax: positions past a request's length read block 0 and are masked.
-        t = torch.arange(smax, device=dev)
-        table = md.block_table[torch.tensor(reqs, device=dev)].long()
-        nblk = table.shape[1]
-        blocks = table[:, (t // md.block_size).clamp_max(nblk - 1)]  # [b, smax]
-        offs = (t % md.block_size).expand(b, smax)
-        k, v = dequantize(kv_cache[blocks, 0, offs], kv_cache[blocks, 1, offs], layer, torch.float32)
+    def _chunk(self, query, kv_cache, md: MathMetadata, pc, out, lse_out):
+        cfg, layer = self.config, self.layer
+        b, qmax, smax = len(pc.segments), pc.qmax, pc.smax
+        k, v = dequantize(kv_cache[pc.blocks, 0, pc.offsets], kv_cache[pc.blocks, 1, pc.offsets], layer, torch.float32)
         hk = cfg.num_kv_heads
         group = cfg.num_heads // hk
         k = k.permute(0, 2, 1, 3)  # [b, Hk, smax, D]
         v = v.permute(0, 2, 1, 3)
-        # Padded Q: row r of request b is its query token r (rows past q_len are junk and dropped).
-        rows = torch.arange(qmax, device=dev)
-        starts = torch.tensor([qsl[r] for r in reqs], device=dev)
-        tok = (starts.unsqueeze(1) + rows).clamp_max(query.shape[0] - 1)
         # GQA without copying K/V: a KV head's query heads and rows stack into one matmul.
-        q = query[tok].float().view(b, qmax, hk, group, -1).permute(0, 2, 3, 1, 4)  # [b, Hk, g, qmax, D]
+        q = query[pc.tok].float().view(b, qmax, hk, group, -1).permute(0, 2, 3, 1, 4)  # [b, Hk, g, qmax, D]
         q = q.reshape(b, hk, group * qmax, -1)
         scores = torch.matmul(q, k.transpose(-1, -2)) * cfg.softmax_scale  # [b, Hk, g*qmax, smax]
         scores = scores.reshape(b, cfg.num_heads, qmax, smax)
         if cfg.softcap:
             scores = cfg.softcap * torch.tanh(scores / cfg.softcap)
-        diag = rows.view(1, qmax, 1) + (slens - qlens).view(b, 1, 1)  # [b, qmax, 1]
-        j = t.view(1, 1, smax)
-        keep = j < slens.view(b, 1, 1)
-        if md.causal:
-            keep = keep & (j <= diag)
-        if cfg.sliding_window is not None:
-            keep = keep & (diag - j < cfg.sliding_window)
-            if not md.causal:
-                keep = keep & (j - diag < cfg.sliding_window)
         if layer.alibi_slopes is not None:
-            dist = (diag - j).abs().float().unsqueeze(1)  # [b, 1, qmax, smax]
+            dist = pc.dist.abs().float().unsqueeze(1)  # [b, 1, qmax, smax]
             scores = scores - layer.alibi_slopes.float().view(1, -1, 1, 1) * dist
-        scores = scores.masked_fill(~keep.unsqueeze(1), float("-inf"))
+        scores = scores.masked_fill(~pc.keep.unsqueeze(1), float("-inf"))
         if layer.sinks is not None:
             sink = layer.sinks.float().view(1, -1, 1, 1).expand(b, -1, qmax, 1)
             lse = torch.logsumexp(torch.cat([scores, sink], dim=-1), dim=-1)
@@ -79,28 +64,34 @@ class MathImpl(AttentionImpl[MathMetadata]):
         safe = torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse))
         p = torch.exp(scores - safe.unsqueeze(-1)).view(b, hk, group * qmax, smax)
         o = torch.matmul(p, v).reshape(b, cfg.num_heads, qmax, -1)  # [b, Hq, qmax, D]
-        for n, r in enumerate(reqs):
-            lo, hi = qsl[r], qsl[r + 1]
-            out[lo:hi] = o[n, :, : hi - lo].transpose(0, 1).to(out.dtype)
-            if lse_out is not None:
-                lse_out[lo:hi] = lse[n, :, : hi - lo].transpose(0, 1)
+        scatter_rows(out, o.transpose(1, 2), pc, md)
+        if lse_out is not None:
+            scatter_rows(lse_out, lse.transpose(1, 2), pc, md)
 
     def forward(self, query, key, value, kv_cache, metadata, out, lse_out=None):
         md = metadata
-        reqs: list[int] = []
         qsl = md.query_start_loc
-        budget = _MAX_SCORE_ELEMS // max(1, self.config.num_heads)
-        used = 0
-        for r in range(len(md.seq_lens)):
-            cost = (qsl[r + 1] - qsl[r]) * md.seq_lens[r]
-            if reqs and used + cost > budget:
-                self._chunk(query, kv_cache, md, reqs, out, lse_out)
-                reqs, used = [], 0
-            reqs.append(r)
-            used += cost
-        if reqs:
-            self._chunk(query, kv_cache, md, reqs, out, lse_out)
+        qlens = [qsl[r + 1] - qsl[r] for r in range(len(md.seq_lens))]
+        # Chunks bound the PADDED score matrix (harness.memory estimates the same plan).
+        for chunk in plan_chunks(qlens, md.seq_lens, self.config.num_heads, MAX_SCORE_ELEMS, md.causal):
+            pc = padded_chunk(chunk, md, query.shape[0], self.config.sliding_window, query.device)
+            self._chunk(query, kv_cache, md, pc, out, lse_out)
         return out
+
+    @staticmethod
+    def chunk_bytes(b: int, qmax: int, smax: int, cfg, cache_bytes: int) -> int:
+        """Peak bytes of one chunk: fp32 score-sized tensors alive together (scores, the masked
+        copy, exp's input and output; +1 with sinks for the cat, +1 with softcap, +1 ALiBi
+        distances), the gathered K/V (cache dtype, then fp32; fp8 adds the scaled fp32 copy),
+        the padded Q (model dtype gathered, fp32, permuted copy), output and LSE, index tensors."""
+        hq, hk, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_size
+        score = b * hq * qmax * smax * 4
+        n_scores = 4 + bool(cfg.sinks) + bool(cfg.softcap) + bool(cfg.alibi)
+        kv = 2 * b * smax * hk * d * (cache_bytes + 4 + (4 if cache_bytes == 1 else 0))
+        q = b * qmax * hq * d * (2 + 4 + 4)
+        o = 3 * b * qmax * hq * d * 4 + 3 * b * hq * qmax * 4
+        index = 4 * b * smax * 8 + 3 * b * qmax * smax + b * qmax * smax * 8  # blocks/offs, masks, dist
+        return score * n_scores + kv + q + o + index
 
 
 class TorchMathBackend(AttentionBackend):
@@ -126,8 +117,14 @@ class TorchMathBackend(AttentionBackend):
             returns_lse=True,
             devices=frozenset({"cpu", "cuda"}),
             cudagraph=CudaGraphSupport.NEVER,
-            notes=("fp32 math with padding; memory grows with max_query_len x max_seq_len per chunk",),
+            notes=("fp32 math with padding; requests chunked so each padded score matrix stays under 2**26 elements",),
         )
+
+    @classmethod
+    def batch_workspace_bytes(cls, config, variant, query_lens, seq_lens, cache_bytes: int) -> int:
+        """Peak scratch of a forward over this batch (harness.memory): the largest chunk."""
+        chunks = plan_chunks(list(query_lens), list(seq_lens), config.num_heads, MAX_SCORE_ELEMS, config.causal)
+        return max((MathImpl.chunk_bytes(*chunk_dims(c), config, cache_bytes) for c in chunks), default=0)
 
     @classmethod
     def get_builder_cls(cls):

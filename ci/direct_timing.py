@@ -205,7 +205,7 @@ def decode_inputs() -> dict[str, Any]:
     page_table = perm.view(B, pages_per_seq).contiguous()
     q = torch.randn(B, Hq, D, device="cuda", dtype=torch.bfloat16, generator=g)
     seqlens = torch.full((B,), S, device="cuda", dtype=torch.int32)
-    kv_bytes = 2.0 * B * S * Hk * D * 2
+    kv_bytes = 2.0 * B * S * Hk * D * kv.element_size()
     return {"kv": kv, "page_table": page_table, "q": q, "seqlens": seqlens, "kv_bytes": kv_bytes}
 
 

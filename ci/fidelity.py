@@ -47,10 +47,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from harness import registry  # noqa: E402
-from attn_contract import decode_first_order  # noqa: E402
 from harness.spec import SpecError, load_suite, parse_suite  # noqa: E402
-from harness.runner import case_work  # noqa: E402
-from harness.timing import TimingOptions, graph_decision, select_flush, time_callable, verify_cold_l2  # noqa: E402
+from harness.layout import case_layout  # noqa: E402
+from harness.runner import CellUnsupported, case_work, prepare_cell  # noqa: E402
+from harness.timing import TimingOptions, select_flush, time_callable, verify_cold_l2  # noqa: E402
 from harness.workload import generate  # noqa: E402
 
 GATE_MIN_US = 20.0
@@ -128,38 +128,6 @@ def profile_kernel_us(call: Any, calls: int, warmup: int = 3) -> tuple[float, fl
     return total / calls, len(evs) / calls
 
 
-class Unsupported(Exception):
-    """The backend says it cannot run this batch (check_batch_support): a skip, not an error."""
-
-
-def setup_forward(backend: type, variant: dict, batch: Any, device: torch.device,
-                  cuda_graph: bool = True) -> tuple[Any, Any, Any]:
-    """Everything run_cell builds before timing: (call, decision inputs, out). Mirrors the runner."""
-    cfg = batch.config
-    caps = backend.capabilities(variant)
-    if caps.reorder_batch_threshold is not None:
-        bview, _ = batch.reordered(decode_first_order(batch.query_lens, caps.reorder_batch_threshold))
-    else:
-        bview = batch
-    check_batch = getattr(backend, "check_batch_support", None)
-    if check_batch is not None:
-        why = check_batch(bview.common_metadata(), variant)
-        if why:
-            raise Unsupported(why)
-    kv_cache = backend.materialize_kv_cache(bview.kv_cache, cfg.kv_layout)
-    builder = backend.get_builder_cls()(cfg, variant, device)
-    impl = backend.get_impl_cls()(cfg, variant, device, bview.layer)
-    metadata = builder.build(bview.common_metadata())
-    out = torch.full_like(bview.query, float("nan"), dtype=cfg.torch_dtype)  # as the runner: unwritten stays NaN
-
-    def call() -> None:
-        impl.forward(bview.query, bview.key, bview.value, kv_cache, metadata, out, None)
-
-    safe = impl.graph_safe(metadata) if caps.cudagraph > 0 else None
-    decision = graph_decision(caps.cudagraph, bview.query_lens, safe, enabled=cuda_graph, device_type="cuda")
-    return call, decision, out
-
-
 def host_bound_reason(graph_used: bool, kernels_per_call: float, launch_hidden: float | None) -> str | None:
     """Why a row is host-bound (its diff is launch gaps, not a measurement error), or None."""
     if graph_used:
@@ -186,8 +154,9 @@ def gate_row(harness_us: float, profiler_us: float, graph_used: bool, kernels_pe
 
 def torch_too_large(case: Any, max_gflop: float, max_kv_mib: float) -> str | None:
     """Eager torch backends: the reason to skip a cell above the size limits, or None."""
-    lens, work = case_work(case)
-    kv_mib = sum(lens["seq_lens"]) * 2 * case.num_kv_heads * case.head_size * 2 / 2**20
+    layout = case_layout(case)
+    _, work = case_work(case, layout)
+    kv_mib = layout.logical_kv_bytes / 2**20
     if work.flops / 1e9 > max_gflop:
         return (f"eager torch backend on a large cell: {work.flops / 1e9:.1f} GFLOP > --torch-max-gflop "
                 f"{max_gflop:g} (--include-large-torch to run it)")
@@ -256,7 +225,7 @@ def _err(e: BaseException) -> str:
 
 
 def run_cells(cases: list, backends: list, args: Any, device: torch.device, writer: RowWriter) -> None:
-    topts = TimingOptions.for_device(device, cuda_graph=not args.no_cuda_graph, max_time_s=args.time_budget)
+    timing_opts = TimingOptions.for_device(device, cuda_graph=not args.no_cuda_graph, max_time_s=args.time_budget)
     t_start = getattr(args, "t_start", None) or time.perf_counter()
     hdr = (f"{'case':22} {'backend':28} {'graph':6} {'harness us':>11} {'profiler us':>12} {'diff %':>8} "
            f"{'kern/call':>9}  gate")
@@ -288,10 +257,12 @@ def run_cells(cases: list, backends: list, args: Any, device: torch.device, writ
                     try:
                         if batch is None:
                             batch = generate(case, device)
-                        call, decision, out = setup_forward(b, variant, batch, device,
-                                                            cuda_graph=not args.no_cuda_graph)
+                        # The runner's own preparation: the same batch view, KV layout and metadata.
+                        prepared = prepare_cell(b, variant, batch, device)
+                        call, decision, out = (prepared.timed_call, prepared.graph_decision(not args.no_cuda_graph),
+                                               prepared.out)
                         left = max(0.2, args.total_budget - (time.perf_counter() - t_start))
-                        opts = topts if left >= topts.max_time_s else TimingOptions.for_device(
+                        opts = timing_opts if left >= timing_opts.max_time_s else TimingOptions.for_device(
                             device, cuda_graph=not args.no_cuda_graph, max_time_s=left)
                         t = time_callable(call, device, opts, graph=decision, output=out)
                         h = t["median_us"]
@@ -305,7 +276,7 @@ def run_cells(cases: list, backends: list, args: Any, device: torch.device, writ
                                    launch_hidden=t["launch"]["hidden_frac"], **g)
                         print(f"{case.name[:22]:22} {label[:28]:28} {'yes' if rec['graph'] else 'no':6} {h:11.2f} "
                               f"{prof_us:12.2f} {100 * g['diff']:8.2f} {kpc:9.1f}  {g['gate']}", flush=True)
-                    except Unsupported as e:
+                    except CellUnsupported as e:
                         rec["skipped"] = f"unsupported: {e}"
                         print(f"{case.name[:22]:22} {label[:28]:28} skipped: {rec['skipped'][:120]}", flush=True)
                     except KeyboardInterrupt:

@@ -29,6 +29,7 @@ from rich.table import Table
 from harness import registry
 from harness.results import FAILED, NOT_RUN, RESULTS_FILE, ResultRow, ResultWriter, Status, read_rows, variant_label, write_header
 from harness.spec import SpecError, load_suite
+from harness.suite_check import check_suite_backends
 
 EXIT_USAGE = 2
 
@@ -70,8 +71,6 @@ def _fmt(x: Any, spec: str) -> str:
 
 STATUS_STYLE = {Status.PASS: "green", Status.MISMATCH: "bold red", Status.ERROR: "red",
                 Status.UNSUPPORTED: "yellow", Status.SKIPPED: "dim", Status.TIMEOUT: "magenta"}
-# Table order: what ran, what failed, what did not run.
-STATUS_ORDER = (Status.PASS, Status.MISMATCH, Status.ERROR, Status.TIMEOUT, Status.UNSUPPORTED, Status.SKIPPED)
 
 
 _SIZE_FIGURE = re.compile(r"[\d,]+(\.\d+)?\s*(GFLOP|MiB)\s*>")
@@ -82,47 +81,81 @@ def _reason_kind(reason: str) -> str:
     return _SIZE_FIGURE.sub(lambda m: f"... {m.group(2)} >", reason)
 
 
+def _ids(n: int) -> list[str]:
+    """Short ids A..Z, then AA, AB, ...: one per backend variant, explained in a legend."""
+    out = []
+    for i in range(n):
+        label, i = "", i + 1
+        while i:
+            i, r = divmod(i - 1, 26)
+            label = chr(65 + r) + label
+        out.append(label)
+    return out
+
+
 def print_summary(rows: list[ResultRow], out_dir: Path, max_rows: int = 80) -> None:
-    counts = Counter((r.backend, r.variant_label, r.status) for r in rows)
+    """The run's tables, readable at 80 columns (pipes, CI logs): backend variants get short
+    ids with a legend, long names wrap instead of being cut, numbers never wrap or shorten."""
+    # Table order: what ran, what failed, what did not run.
+    statuses = [str(s_) for s_ in (Status.PASS, Status.MISMATCH, Status.ERROR, Status.TIMEOUT, Status.UNSUPPORTED,
+                                   Status.SKIPPED)]
+    short = {Status.PASS: "pass", Status.MISMATCH: "mism", Status.ERROR: "err", Status.TIMEOUT: "tmo",
+             Status.UNSUPPORTED: "unsup", Status.SKIPPED: "skip"}
+    counts = Counter((r.backend, r.variant_label, str(r.status)) for r in rows)
     keys = sorted({(b, v) for b, v, _ in counts})
-    statuses = STATUS_ORDER
+    ids = dict(zip(keys, _ids(len(keys))))
     t = Table(title="Summary: cells by status", show_lines=False)
-    t.add_column("backend")
-    t.add_column("variant")
-    for s in statuses:
-        t.add_column(s, justify="right", style=STATUS_STYLE[s])
+    t.add_column("id", no_wrap=True)
+    t.add_column("backend", overflow="fold")
+    for s_ in statuses:
+        t.add_column(short[s_], justify="right", style=STATUS_STYLE[s_], no_wrap=True)
     for b, v in keys:
-        t.add_row(escape(b), escape(v or "-"), *[str(counts.get((b, v, s), 0) or "") for s in statuses])
+        t.add_row(ids[(b, v)], escape(b), *[str(counts.get((b, v, s_), 0) or "") for s_ in statuses])
     console.print(t)
+    # The legend: every variant's full name on its own line, never cut (the terminal may wrap it).
+    for (b, v), i in ids.items():
+        if v:
+            console.print(escape(f"  {i} = {b} {v}"), soft_wrap=True, highlight=False)
+    abbreviated = [s_ for s_ in statuses if short[s_] != s_]
+    console.print(f"  {'/'.join(short[s_] for s_ in abbreviated)} = {'/'.join(abbreviated)}",
+                  highlight=False, soft_wrap=True)
 
     ran = [r for r in rows if r.status not in NOT_RUN]  # attempted: failures included
     if ran:
         d = Table(title=f"Cells that ran ({len(ran)}; first {min(len(ran), max_rows)} shown)")
-        for col in ("case", "backend", "variant", "status", "median us", "TFLOP/s", "TB/s", "max abs err"):
-            d.add_column(col, justify="right" if col[0].isupper() or col.startswith(("median", "max")) else "left")
+        d.add_column("case", overflow="fold", ratio=1)  # wraps; everything else stays whole
+        d.add_column("id", no_wrap=True)
+        d.add_column("status", no_wrap=True)
+        for col in ("median us", "TFLOP/s", "TB/s", "max err"):
+            d.add_column(col, justify="right", no_wrap=True)
         for r in ran[:max_rows]:
             m, tm, ck = r.metrics or {}, r.timing or {}, r.check or {}
+            st = str(r.status)
             # Names and reasons are data, not rich markup: sweep names look like "[tags]".
-            d.add_row(escape(r.case), escape(r.backend), escape(r.variant_label or "-"), f"[{STATUS_STYLE[r.status]}]{r.status}",
+            d.add_row(escape(r.case), ids[(r.backend, r.variant_label)], f"[{STATUS_STYLE[st]}]{st}",
                       _fmt(tm.get("median_us"), ".1f"), _fmt(m.get("tflops"), ".3g"), _fmt(m.get("tbps"), ".3g"),
                       _fmt(ck.get("max_abs_err"), ".2e"))
         console.print(d)
 
     # Size-dependent reasons differ only in their numbers: group them so the table stays short.
-    not_run = Counter((r.status, r.backend, _reason_kind(r.reason)) for r in rows if r.status in NOT_RUN)
+    not_run = Counter((str(r.status), r.backend, _reason_kind(r.reason)) for r in rows
+                      if r.status in NOT_RUN)
     if not_run:
         s = Table(title="Not run, and why")
-        for col in ("status", "backend", "cells", "reason"):
-            s.add_column(col)
+        s.add_column("status", no_wrap=True)
+        s.add_column("backend", overflow="fold")
+        s.add_column("cells", justify="right", no_wrap=True)
+        s.add_column("reason", ratio=1)
         for (st, b, reason), n in sorted(not_run.items()):
             s.add_row(f"[{STATUS_STYLE[st]}]{st}", escape(b), str(n), escape(reason))
         console.print(s)
     bad = [r for r in rows if r.status in FAILED]
     for r in bad[:20]:
-        err_console.print(f"[{STATUS_STYLE[r.status]}]{r.status}[/] "
-                          + escape(f"{r.case} {r.backend} {r.variant_label}: {r.reason}"))
+        st = str(r.status)
+        err_console.print(f"[{STATUS_STYLE[st]}]{st}[/] " + escape(f"{r.case} {r.backend} {r.variant_label}: {r.reason}"),
+                          soft_wrap=True)
         err_console.print(f"  reproduce: {escape(r.reproducer)}", soft_wrap=True)
-    console.print(f"Results: {out_dir / RESULTS_FILE}")
+    console.print(f"Results: {out_dir / RESULTS_FILE}", soft_wrap=True)
 
 
 def _timing_options(args: argparse.Namespace, device: torch.device) -> Any:
@@ -203,11 +236,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     from harness.runner import RunOptions, plan_cells
 
     suite = load_suite(args.suite)
+    check_suite_backends(suite)  # the checks `harness validate` makes, with file and field
     names = args.backends.split(",") if args.backends else (suite.backends or list(registry.known_backends()))
     try:
         backends = registry.resolve_many([n.strip() for n in names if n.strip()])
     except registry.BackendLookupError as e:
         raise UsageError(str(e)) from None
+    _check_variant_flags(_parse_variants(args.variant or []), backends)
     device = _pick_device(args.device or "auto")
     xopts = _exec_options(args, device)
     device = torch.device(xopts.devices[0])  # rows and the header name the first worker's device
@@ -219,6 +254,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         variant_filters=_parse_variants(args.variant or []),
         check=not args.no_check,
         time=not args.no_time,
+        collapse_variants=not args.all_variants,
         cpu_max_gflop=args.cpu_max_gflop,
         cpu_max_kv_mib=args.cpu_max_kv_mib,
         timing=_timing_options(args, device),
@@ -336,14 +372,30 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_variant_flags(filters: dict[str, dict[str, list[str]]], backends: list) -> None:
+    """--variant names a backend of this run (or a registered one) and axis values it has."""
+    from harness.suite_check import variant_filter_problem
+
+    in_run = {b.name: b for b in backends}
+    for name, f in filters.items():
+        try:
+            cls = in_run[name] if name in in_run else registry.resolve(name)
+        except registry.BackendLookupError as e:
+            raise UsageError(f"--variant {name}: {e}") from None
+        problem = variant_filter_problem(cls, f)
+        if problem:
+            raise UsageError(f"--variant {name}: {problem}")
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     """Load a suite with every check a run applies and print its expanded cases; runs nothing."""
     suite = load_suite(args.suite)
+    check_suite_backends(suite)
     t = Table(title=f"{escape(suite.suite)}: {len(suite.cases)} cases")
     for col in ("case", "heads q/kv", "head", "dtype/kv", "block", "requests", "max seq (bound)", "KV tokens (bound)"):
         t.add_column(col)
     for c in suite.cases:
-        kv_tokens = c.work_bound()[1] / (2 * c.num_kv_heads * c.head_size * 2)  # bytes bound -> tokens
+        kv_tokens = c.work_bound()[1] / (2 * c.num_kv_heads * c.head_size * c.kv_element_bytes)  # bytes -> tokens
         t.add_row(escape(c.name), f"{c.num_heads}/{c.num_kv_heads}", str(c.head_size), f"{c.dtype}/{c.kv_cache_dtype}",
                   f"{c.block_size} {c.kv_layout}", str(c.num_requests), f"{c.max_seq_len_bound():,}", f"{kv_tokens:,.0f}")
     console.print(t)
@@ -432,11 +484,14 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--backends", help="comma-separated backend names or module:Class specs (default: the suite's, else all)")
     r.add_argument("--out", help="results folder (default: results/SUITE-TIMESTAMP)")
     r.add_argument("--seed", type=int, help="override every case's seed")
-    r.add_argument("--case", action="append", help="only cases with this name or glob (repeatable)")
+    r.add_argument("--case", action="append", help="only cases with this exact name, else this glob (repeatable)")
     r.add_argument("--variant", action="append", help="restrict a variant axis: BACKEND.AXIS=V[,V] (repeatable)")
     r.add_argument("--device", default=None, help="auto (default: cuda if available), cpu, cuda, cuda:N")
     r.add_argument("--no-check", action="store_true", help="skip the reference check (timing only)")
     r.add_argument("--no-time", action="store_true", help="skip timing (conformance only)")
+    r.add_argument("--all-variants", action="store_true",
+                   help="run every variant even where an axis cannot apply to the batch (default: one cell "
+                        "stands for them, its row says which axes applied; docs/measurement.md)")
     r.add_argument("--cpu-max-gflop", type=float, default=0.5, help="on CPU, skip cases above this many GFLOP (default 0.5)")
     r.add_argument("--cpu-max-kv-mib", type=float, default=128.0, help="on CPU, skip cases whose KV cache exceeds this (default 128)")
     from harness.timing.stopping import STOPPING_CRITERIA  # the criteria registered by name

@@ -5,7 +5,8 @@ unusable), so each cell's peak is estimated from the request lengths alone (no t
 the cell is skipped with the numbers when it cannot fit.
 
 The estimate (bytes; an upper bound by design, see docs/robustness.md). With
-``e`` = model-dtype bytes (2), ``c`` = KV-cache element bytes (2, or 1 for fp8),
+``e`` = model-dtype bytes (2), ``c`` = KV-cache element bytes (2, or 1 for fp8; both from the
+case's ``CaseLayout``),
 ``f`` = reference compute bytes (8 on CPU: fp64, 4 on GPU: fp32),
 ``T`` = query tokens, ``S`` = sum of sequence lengths, ``N`` = KV blocks the generator
 allocates (used blocks + max(2, used // 8) spares), ``B`` = block size:
@@ -25,7 +26,10 @@ allocates (used blocks + max(2, used // 8) spares), ``B`` = block size:
     cell       = prod(backend KV-cache shape) * c        the backend's own layout (a copy)
                + [T * (Hq + 2 * Hk) * D * e]             reordered Q/K/V (decode-first backends)
                + 2 * T * Hq * D * e + 2 * T * Hq * 4     output, NaN probe, LSE (both)
-               + workspace                               backend.workspace_bytes(cfg, variant)
+               + workspace                               backend.batch_workspace_bytes(cfg, variant,
+                                                         lens, ...) (the padded chunks of the
+                                                         torch backends), else
+                                                         backend.workspace_bytes(cfg, variant)
                                                          if declared, else 256 MiB
                + 5 * T * Hq * D * 8                      the fp64 comparison in check_output
 
@@ -46,39 +50,14 @@ from typing import Any, Callable
 
 import torch
 
-from harness.metrics import DTYPE_BYTES
+from harness.layout import CaseLayout, case_layout
 from harness.spec import CaseSpec
-from harness.workload import draw_lengths
 
 MiB = 1 << 20
 DEFAULT_WORKSPACE_BYTES = 256 * MiB
 GPU_MARGIN_BYTES = 512 * MiB
 REFERENCE_CHUNK_ELEMS = 1 << 26  # harness.reference._CHUNK_ELEMS
 CHECK_FP64_COPIES = 5  # out, ref, diff, where(), |ref| as float64 in check_output
-
-
-@dataclass(frozen=True)
-class CaseShape:
-    """What the estimate needs from a case: exact lengths, drawn without making tensors."""
-
-    query_lens: tuple[int, ...]
-    seq_lens: tuple[int, ...]
-    num_blocks: int
-    prefix_len: int
-    prefix_groups: int
-
-
-def case_shape(case: CaseSpec) -> CaseShape:
-    """Lengths and block count exactly as ``workload.generate`` will make them."""
-    _, qlens, clens = draw_lengths(case)
-    groups = case.shared_prefix.groups if case.shared_prefix else 0
-    prefix = case.shared_prefix.length if case.shared_prefix else 0
-    seq = [prefix * bool(groups) + c + q for c, q in zip(clens, qlens)]
-    bs = case.block_size
-    prefix_blocks = prefix // bs if groups else 0
-    own = [math.ceil((s - prefix_blocks * bs) / bs) for s in seq]
-    used = prefix_blocks * groups + sum(own)
-    return CaseShape(tuple(qlens), tuple(seq), used + max(2, used // 8), prefix, groups)
 
 
 @dataclass(frozen=True)
@@ -104,28 +83,41 @@ class MemoryEstimate:
         return {**asdict(self), "persistent": self.persistent, "peak": self.peak}
 
 
-def backend_workspace(backend: Any, case: CaseSpec, variant: dict[str, Any]) -> int:
-    """A backend may declare ``workspace_bytes(config, variant) -> int`` (e.g. FlashInfer's
-    planner buffers); otherwise a fixed allowance covers library scratch."""
+def backend_workspace(backend: Any, case: CaseSpec, variant: dict[str, Any], layout: CaseLayout | None = None,
+                      device_type: str = "cuda") -> int:
+    """A backend's scratch for this cell. It may declare
+    ``batch_workspace_bytes(config, variant, query_lens, seq_lens, cache_bytes[, device_type])``
+    (the torch backends: padded chunks, from the same chunk plan their forward uses), or
+    ``workspace_bytes(config, variant) -> int`` (e.g. FlashInfer's planner buffers);
+    otherwise a fixed allowance covers library scratch."""
+    cfg = case.attention_config()
+    fn = getattr(backend, "batch_workspace_bytes", None)
+    if callable(fn):
+        layout = layout or case_layout(case)
+        c = layout.kv_elt_bytes
+        try:
+            return int(fn(cfg, variant, layout.query_lens, layout.seq_lens, c, device_type))
+        except TypeError:  # declared without the device argument
+            return int(fn(cfg, variant, layout.query_lens, layout.seq_lens, c))
     fn = getattr(backend, "workspace_bytes", None)
     if callable(fn):
-        return int(fn(case.attention_config(), variant))
+        return int(fn(cfg, variant))
     return DEFAULT_WORKSPACE_BYTES
 
 
 def estimate(case: CaseSpec, backend: Any | None = None, variant: dict[str, Any] | None = None,
-             device_type: str = "cuda", check: bool = True, shape: CaseShape | None = None) -> MemoryEstimate:
-    """Peak bytes of one cell (see the module docstring for the formula)."""
-    shape = shape or case_shape(case)
+             device_type: str = "cuda", check: bool = True, layout: CaseLayout | None = None) -> MemoryEstimate:
+    """Peak bytes of one cell (see the module docstring for the formula). ``layout`` is the
+    case's ``case_layout`` when the caller has it already."""
+    layout = layout or case_layout(case)
     variant = variant or {}
-    cfg = case.attention_config()
-    e = DTYPE_BYTES[cfg.dtype]
-    c = e if cfg.kv_cache_dtype == "auto" else DTYPE_BYTES[cfg.kv_cache_dtype]
+    cfg = layout.config
+    e, c = layout.elt_bytes, layout.kv_elt_bytes
     f = 8 if device_type == "cpu" else 4
     hq, hk, d, bs = cfg.num_heads, cfg.num_kv_heads, cfg.head_size, cfg.block_size
-    T, S, N = sum(shape.query_lens), sum(shape.seq_lens), shape.num_blocks
-    n = len(shape.query_lens)
-    q_max, s_max = max(shape.query_lens), max(shape.seq_lens)
+    T, S, N = layout.num_tokens, layout.total_kv_tokens, layout.num_blocks
+    n = layout.num_reqs
+    q_max, s_max = layout.max_query_len, layout.max_seq_len
 
     kv_cache = N * 2 * bs * hk * d * c
     logical = 2 * S * hk * d * c
@@ -133,7 +125,7 @@ def estimate(case: CaseSpec, backend: Any | None = None, variant: dict[str, Any]
     ref = T * hq * (d + 1) * f if check else 0
     max_blocks = -(-s_max // bs)
     # block table, slot mapping, prefix K/V kept by the generator, sinks/ALiBi are small
-    metadata = n * max_blocks * 4 + T * 8 + 2 * shape.prefix_groups * shape.prefix_len * hk * d * e + 8 * hq
+    metadata = n * max_blocks * 4 + T * 8 + 2 * layout.prefix_groups * layout.prefix_len * hk * d * e + 8 * hq
     generate = max(N * 2 * bs * hk * d * 4, 2 * S * hk * d * c)
     reference = 0
     if check:
@@ -144,7 +136,7 @@ def estimate(case: CaseSpec, backend: Any | None = None, variant: dict[str, Any]
         cell += math.prod(backend.get_kv_cache_shape(N, bs, hk, d, cfg.kv_cache_dtype)) * c
         if backend.capabilities(variant).reorder_batch_threshold is not None:
             cell += qkv
-        cell += backend_workspace(backend, case, variant)
+        cell += backend_workspace(backend, case, variant, layout, device_type)
     else:
         cell += kv_cache + DEFAULT_WORKSPACE_BYTES
     if check:
@@ -185,14 +177,14 @@ def fit_reason(est: MemoryEstimate, budget: int, device: torch.device) -> str | 
 def make_fit_check(device: torch.device, check: bool, budget_mib: float | None = None,
                    cpu_share: int = 1) -> Callable[[Any], str | None]:
     """A ``RunOptions.fit_check``: estimates each cell and compares it with memory free now."""
-    shapes: dict[str, CaseShape] = {}
+    layouts: dict[str, CaseLayout] = {}
 
     def fit_check(cell: Any) -> str | None:
         case = cell.case
-        if case.name not in shapes:
-            shapes.clear()  # cells arrive case by case; keep one
-            shapes[case.name] = case_shape(case)
-        est = estimate(case, cell.backend, cell.variant, device.type, check, shapes[case.name])
+        if case.name not in layouts:
+            layouts.clear()  # cells arrive case by case; keep one
+            layouts[case.name] = case_layout(case)
+        est = estimate(case, cell.backend, cell.variant, device.type, check, layouts[case.name])
         return fit_reason(est, available_bytes(device, budget_mib, cpu_share), device)
 
     return fit_check

@@ -17,15 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
-INDEX_BYTES = 4  # block-table entries, query_start_loc and seq_lens are int32
-
-
-def _elt_bytes(dtype: str, what: str) -> int:
-    try:
-        return DTYPE_BYTES[dtype]
-    except KeyError:
-        raise ValueError(f"{what} {dtype!r}: unknown element size (known: {sorted(DTYPE_BYTES)})") from None
+from harness.layout import INDEX_BYTES, CaseLayout, dtype_bytes, kv_element_bytes
 
 
 def _row_interval(i: int, q_len: int, s_len: int, causal: bool, window: int | None) -> tuple[int, int]:
@@ -123,8 +115,8 @@ def attention_work(
         raise ValueError(f"{len(query_lens)} query lengths but {len(seq_lens)} sequence lengths")
     if block_size <= 0:
         raise ValueError(f"block_size must be positive, not {block_size}")
-    elt = _elt_bytes(dtype, "dtype")
-    kv_elt = elt if kv_cache_dtype == "auto" else _elt_bytes(kv_cache_dtype, "kv_cache_dtype")
+    elt = dtype_bytes(dtype)
+    kv_elt = kv_element_bytes(dtype, kv_cache_dtype)
     pairs = 0
     keys = 0
     blocks = 0
@@ -149,3 +141,12 @@ def attention_work(
         pairs=pairs,
         kv_tokens=keys,
     )
+
+
+def layout_work(layout: CaseLayout) -> Work:
+    """FLOPs and bytes of one forward over a case's batch (request order does not matter)."""
+    cfg = layout.config
+    return attention_work(list(layout.query_lens), list(layout.seq_lens), num_heads=cfg.num_heads,
+                          num_kv_heads=cfg.num_kv_heads, head_size=cfg.head_size, dtype=cfg.dtype,
+                          kv_cache_dtype=cfg.kv_cache_dtype, block_size=cfg.block_size, causal=cfg.causal,
+                          sliding_window=cfg.sliding_window)

@@ -114,15 +114,16 @@ class CaseRunner:
         self._rows: dict[str, Any] = {}
 
     def row(self, cell: Any) -> Any:
-        from harness.runner import group_by_case, iterate_case
+        from harness.runner import iterate_case
 
         if cell.case.name != self._case:
             self._rows.clear()
             self._case = cell.case.name
+            # The runner's own loop over the case (prechecks, one batch + reference, run_cell):
+            # the rows a `harness run` of these cells would write.
             cells = [c for c in self.plan.cells if c.case.name == cell.case.name]
-            for group in group_by_case(cells):
-                for r in iterate_case(group, self.plan.suite, self.plan.opts):
-                    self._rows[row_id(r)] = r
+            for r in iterate_case(cells, self.plan.suite, self.plan.opts):
+                self._rows[row_id(r)] = r
         return self._rows[cell_id(cell)]
 
 

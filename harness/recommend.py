@@ -79,9 +79,7 @@ class Inputs:
 def load_inputs(paths: Sequence[str | Path]) -> Inputs:
     """Rows of every results folder / .jsonl, refusing runs of different GPUs."""
     rows: list[dict[str, Any]] = []
-    gpus: dict[str, list[str]] = defaultdict(list)
-    caps: set[str] = set()
-    notes: list[str] = []
+    headers: list[tuple[str, dict[str, Any]]] = []
     for p in paths:
         p = Path(p)
         if not p.exists():
@@ -92,23 +90,68 @@ def load_inputs(paths: Sequence[str | Path]) -> Inputs:
             got = read_rows(p)
         except (ValueError, OSError, UnicodeDecodeError) as e:
             raise RecommendError(f"{p}: {e}") from None
-        header = read_header(p)
+        headers.append((str(p), read_header(p)))
+        rows.extend(r.model_dump() for r in got)
+    if not rows:
+        raise RecommendError(f"{', '.join(map(str, paths))}: no result rows")
+    return inputs_of(rows, headers)
+
+
+def inputs_of(rows: list[dict[str, Any]], headers: Sequence[tuple[str, dict[str, Any]]]) -> Inputs:
+    """Rows with the GPU their run headers name; refuses headers of different GPUs."""
+    gpus: dict[str, list[str]] = defaultdict(list)
+    caps: set[str] = set()
+    notes: list[str] = []
+    for src, header in headers:
         dev = header.get("device") or {}
         name = dev.get("name") or (dev.get("type") if dev.get("type") == "cpu" else None)
         if name:
-            gpus[str(name)].append(str(p))
+            gpus[str(name)].append(src)
         else:
-            notes.append(f"{p}: no run.json device; assumed to be the same GPU as the others")
+            notes.append(f"{src}: no run.json device; assumed to be the same GPU as the others")
         if dev.get("capability"):
             caps.add(str(dev["capability"]))
-        rows.extend(r.model_dump() for r in got)
     if len(gpus) > 1:
         detail = "; ".join(f"{g}: {', '.join(srcs)}" for g, srcs in sorted(gpus.items()))
         raise RecommendError(f"results come from different GPUs ({detail}); recommend ranks one GPU at a time")
-    if not rows:
-        raise RecommendError(f"{', '.join(map(str, paths))}: no result rows")
-    return Inputs(rows, [str(p) for p in paths], next(iter(gpus), "unknown"),
+    return Inputs(rows, [src for src, _ in headers], next(iter(gpus), "unknown"),
                   next(iter(caps)) if len(caps) == 1 else None, notes)
+
+
+_NESTED = ("config", "batch", "timing", "call", "variant", "check", "metrics", "host")
+
+
+def rows_from_frame(df: Any) -> list[dict[str, Any]]:
+    """Result rows back from a frame of rows flattened with dots (``pd.json_normalize``, the
+    report's frame): nested dicts again, missing values dropped, whole floats back to ints
+    (pandas turns an int column holding NaN into floats)."""
+
+    def clean(v: Any) -> Any:
+        if isinstance(v, float):
+            if math.isnan(v):
+                return None
+            return int(v) if v.is_integer() else v
+        return v
+
+    out = []
+    for rec in df.to_dict("records"):
+        row: dict[str, Any] = {}
+        for key, v in rec.items():
+            v = clean(v)
+            if v is None:
+                continue
+            head, dot, rest = str(key).partition(".")
+            if dot and head in _NESTED:
+                node = row.setdefault(head, {})
+                parts = rest.split(".")
+                for part in parts[:-1]:
+                    node = node.setdefault(part, {})
+                node[parts[-1]] = v
+            elif not dot and key in ("suite", "case", "backend", "variant_label", "status", "reason"):
+                row[key] = v
+        row.setdefault("variant_label", "")
+        out.append(row)
+    return out
 
 
 # ---------------------------------------------------------------- buckets
@@ -659,20 +702,34 @@ def _esc(s: str) -> str:
     return s.replace("|", "\\|")
 
 
-def winners_table(rec: Recommendation) -> str:
-    lines = ["| bucket | winner | median us | runner-up | margin [interval] | verdict | cases |",
-             "|---|---|---|---|---|---|---|"]
+def _md(records: list[dict[str, Any]]) -> str:
+    """Records (one dict a row, same keys) as a markdown table."""
+    if not records:
+        return ""
+    cols = list(records[0])
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(_esc(str(r[c])) for c in cols) + " |" for r in records]
+    return "\n".join(lines) + "\n"
+
+
+def winners_records(rec: Recommendation) -> list[dict[str, Any]]:
+    out = []
     for res in rec.measured:
         w, ru = res.winner, res.runner_up
-        med = statistics.median(t.median for t in w.times.values())
         r = res.ratios.get(ru.name) if ru else None
         verdict = ("tie (noise)" if res.tie == "noise" else f"tie (< {rec.tie * 100:g}%)" if res.tie == "band"
                    else "clear" if ru else "only candidate")
         if res.tied_with and len(res.tied_with) > 1:
             verdict += f", {len(res.tied_with)} tied"
-        lines.append(f"| {_esc(res.bucket.label)} | {_esc(w.name)} | {med:.1f} | {_esc(ru.name) if ru else '-'} | "
-                     f"{_ratio_text(r)} | {verdict} | {len(res.cases)} |")
-    return "\n".join(lines) + "\n"
+        out.append({"bucket": res.bucket.label, "winner": w.name,
+                    "median us": f"{statistics.median(t.median for t in w.times.values()):.1f}",
+                    "runner-up": ru.name if ru else "-", "margin [interval]": _ratio_text(r), "verdict": verdict,
+                    "cases": len(res.cases)})
+    return out
+
+
+def winners_table(rec: Recommendation) -> str:
+    return _md(winners_records(rec))
 
 
 def defaults_summary(rec: Recommendation) -> dict[str, Any]:
@@ -700,27 +757,37 @@ def defaults_table(rec: Recommendation) -> str:
             f"{sm.get('tied', 0)}, slower in {sm.get('slower', 0)}, not measured in {sm.get('not measured', 0)}"
             f" (excluded by the check in {sm.get('excluded', 0)}). Cost where measured: geometric mean "
             f"{_pct(sm['geomean_cost_pct'])}, worst {_pct(sm['worst_cost_pct'])} ({sm['worst_bucket'] or '-'}).\n\n")
-    lines = ["| bucket | vLLM default | measured winner | default is | cost of the default [interval] |",
-             "|---|---|---|---|---|"]
+    return head + _md(defaults_records(rec))
+
+
+def defaults_records(rec: Recommendation) -> list[dict[str, Any]]:
     winners = {r.bucket: r.winner.name for r in rec.measured}
+    out = []
     for d in rec.defaults:
         cost = _ratio_text(d.cost) if d.status in ("slower", "tied") else ("0" if d.status == "winner" else "")
-        lines.append(f"| {_esc(d.bucket.label)} | {d.choice.label} = {_esc(d.candidate or '-')} | "
-                     f"{_esc(winners[d.bucket])} | {_esc(d.status)} | {cost} |")
-    return head + "\n".join(lines) + "\n"
+        out.append({"bucket": d.bucket.label, "vLLM default": f"{d.choice.label} = {d.candidate or '-'}",
+                    "measured winner": winners[d.bucket], "default is": d.status,
+                    "cost of the default [interval]": cost})
+    return out
+
+
+def cascade_records(rec: Recommendation) -> list[dict[str, Any]]:
+    out = []
+    for f in rec.cascade:
+        n = len(f.cells)
+        out.append({"cascade backend": f.backend, "cells": n,
+                    "vLLM rule agrees": f"{f.vllm_agree}/{n} ({f.vllm_agree / n:.0%})",
+                    "time lost (vLLM rule)": f"{f.vllm_cost_pct:.1f}%", "fitted rule": f.rule.text(),
+                    "agrees": f"{f.fitted_agree}/{n} ({f.fitted_agree / n:.0%})",
+                    "leave-one-out": f"{f.loo_agree}/{n} ({f.loo_agree / n:.0%})",
+                    "time lost (fitted)": f"{f.fitted_cost_pct:.1f}%"})
+    return out
 
 
 def cascade_table(rec: Recommendation) -> str:
     if not rec.cascade:
         return "No cascade cells (rows with `call.rule_says_cascade` and a timed plain counterpart).\n"
-    lines = ["| cascade backend | cells | vLLM rule agrees | time lost (vLLM rule) | fitted rule | agrees | "
-             "leave-one-out | time lost (fitted) |", "|---|---|---|---|---|---|---|---|"]
-    for f in rec.cascade:
-        n = len(f.cells)
-        lines.append(f"| {f.backend} | {n} | {f.vllm_agree}/{n} ({f.vllm_agree / n:.0%}) | {f.vllm_cost_pct:.1f}% | "
-                     f"{_esc(f.rule.text())} | {f.fitted_agree}/{n} ({f.fitted_agree / n:.0%}) | "
-                     f"{f.loo_agree}/{n} ({f.loo_agree / n:.0%}) | {f.fitted_cost_pct:.1f}% |")
-    return "\n".join(lines) + "\n"
+    return _md(cascade_records(rec))
 
 
 def coverage_text(rec: Recommendation) -> str:

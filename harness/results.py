@@ -219,6 +219,9 @@ class ResultRow(BaseModel):
     reason: str = ""
     device: str = ""
     config: dict[str, Any] = {}
+    case_group: str = ""  # the suite case this one was expanded from (rows before it: "")
+    case_params: dict[str, Any] = {}  # its swept values, e.g. {"block_size": 16, "count": 1}
+    layout: dict[str, Any] | None = None  # CaseLayout.as_dict(): block_size, blocks, KV bytes
     batch: dict[str, Any] = {}
     check: Check | None = None
     timing: Timing | None = None
@@ -261,8 +264,10 @@ class ResultRow(BaseModel):
     def _same_keys_as_before(self, handler: Any) -> dict[str, Any]:
         d = handler(self)
         d["status"] = self.status.value
-        for k in ("worker", "traceback"):  # written only when set, as before the models
-            if d.get(k, 0) is None:
+        # Fields rows gained later are written only when set, so an old row writes back as it was.
+        for k, empty in (("worker", None), ("traceback", None), ("layout", None), ("case_group", ""),
+                         ("case_params", {})):
+            if k in d and d[k] == empty and (empty is not None or d[k] is None):
                 del d[k]
         return d
 

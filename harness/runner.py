@@ -8,22 +8,29 @@ import shlex
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
-from attn_contract import AttentionBackend
+from attn_contract import (
+    AttentionBackend,
+    AttentionConfig,
+    Capabilities,
+    CommonAttentionMetadata,
+    decode_first_order,
+)
 from harness.cascade import decide as decide_cascade
 from harness.check import check_output, tolerance_for
-from attn_contract import decode_first_order
-from harness.metrics import attention_work
+from harness.layout import CaseLayout, case_layout
+from harness.metrics import layout_work
 from harness.reference import reference_attention
 from harness.results import Call, Check, Host, Metrics, ResultRow, Status, Timing, variant_label
 from harness.spec import CaseSpec, Suite
 from harness.roofline import get_ceilings, roofline_metrics
-from harness.timing import TimingOptions, graph_decision, time_callable
-from harness.workload import Batch, draw_lengths, generate
+from harness.timing import GraphDecision, TimingOptions, graph_decision, time_callable
+from harness.workload import Batch, generate
 
 SENTINEL = 3.0e4  # finite, exactly representable in fp16/bf16, far outside any attention output
 
@@ -41,6 +48,7 @@ class RunOptions:
     roofline: bool = True  # attach % of the measured device ceilings to each timed row
     cpu_max_gflop: float = 0.5  # the CLI defaults: keep them in step
     cpu_max_kv_mib: float = 128.0
+    collapse_variants: bool = True  # one cell where variant axes cannot apply (--all-variants: off)
     # Extra pre-run check (e.g. the memory planner of harness.memory): a reason to skip, or None.
     fit_check: Callable[["Cell"], str | None] | None = None
 
@@ -50,12 +58,19 @@ class Cell:
     case: CaseSpec
     backend: type[AttentionBackend]
     variant: dict[str, Any]
+    # Which variant axes applied to this case's batch, and the values of those that did not
+    # (the cell stands for all of them: their result cannot differ). None: nothing collapsed.
+    axes: dict[str, Any] | None = None
 
 
 def select_cases(suite: Suite, opts: RunOptions) -> list[CaseSpec]:
     cases = suite.cases
     if opts.case_patterns:
-        cases = [c for c in cases if any(c.name == p or fnmatch.fnmatchcase(c.name, p) for p in opts.case_patterns)]
+        # A pattern that is some case's exact name selects that case only, so a reproducer's
+        # --case picks one cell even when the name holds glob characters (`c*`, `llama[count=8]`).
+        names = {c.name for c in cases}
+        cases = [c for c in cases if any(c.name == p if p in names else fnmatch.fnmatchcase(c.name, p)
+                                         for p in opts.case_patterns)]
     if opts.seed is not None:
         cases = [c.model_copy(update={"seed": opts.seed}) for c in cases]
     return cases
@@ -72,12 +87,60 @@ def select_variants(backend: type[AttentionBackend], suite: Suite, opts: RunOpti
     return out
 
 
+def segment_kinds(query_lens: Sequence[int], seq_lens: Sequence[int]) -> set[str]:
+    """Kinds of the requests in a batch, by their lengths (what a backend's split sees):
+    ``decode`` (one query token), ``prefill`` (no cached context) or ``extend``."""
+    kinds = set()
+    for q, s in zip(query_lens, seq_lens):
+        kinds.add("decode" if q == 1 else "prefill" if s == q else "extend")
+    return kinds
+
+
+def collapse_variants(backend: type[AttentionBackend], variants: list[dict[str, Any]], kinds: set[str],
+                      runnable: Callable[[dict[str, Any]], bool] | None = None,
+                      ) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
+    """One variant per group that differs only in axes that do not apply to ``kinds``
+    (``backend.applicable_axes``), with what the row records about it. The group's first
+    variant that ``runnable`` accepts represents it (else its first)."""
+    applied = backend.applicable_axes(kinds)
+    idle = [a for a in backend.variant_axes if a not in applied]
+    if not idle:
+        return [(v, None) for v in variants]
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for v in variants:
+        groups.setdefault(tuple(str(v.get(a)) for a in applied), []).append(v)
+    out = []
+    for members in groups.values():
+        rep = next((v for v in members if runnable is None or runnable(v)), members[0])
+        out.append((rep, {"applied": list(applied), "segment_kinds": sorted(kinds),
+                          "not_applied": {a: sorted({str(v.get(a)) for v in members}) for a in idle},
+                          "stands_for": [variant_label(v) for v in members]}))
+    return out
+
+
 def plan_cells(suite: Suite, backends: list[type[AttentionBackend]], opts: RunOptions) -> list[Cell]:
+    """Every case x backend x selected variant, with variants whose differences cannot apply to
+    the case's batch collapsed into one cell (``RunOptions.collapse_variants``)."""
     cells = []
     for case in select_cases(suite, opts):
+        kinds: set[str] | None = None
         for b in backends:
-            for v in select_variants(b, suite, opts):
-                cells.append(Cell(case, b, v))
+            variants = select_variants(b, suite, opts)
+            if not (opts.collapse_variants and b.variant_axis_kinds and len(variants) > 1):
+                cells += [Cell(case, b, v) for v in variants]
+                continue
+            if kinds is None:
+                lay = case_layout(case)
+                kinds = segment_kinds(lay.query_lens, lay.seq_lens)
+
+            def runnable(v: dict[str, Any], b: type[AttentionBackend] = b) -> bool:
+                try:
+                    return (b.availability(v).available
+                            and b.check_support(case.attention_config(), v, opts.device.type) is None)
+                except Exception:  # a probe that fails only loses the preference
+                    return False
+
+            cells += [Cell(case, b, v, info) for v, info in collapse_variants(b, variants, kinds, runnable)]
     return cells
 
 
@@ -106,24 +169,19 @@ def reproducer(cell: Cell, opts: RunOptions) -> str:
     return shlex.join(parts)
 
 
-def case_work(case: CaseSpec) -> tuple[dict, Any]:
+def case_work(case: CaseSpec, layout: CaseLayout | None = None) -> tuple[dict, Any]:
     """Exact FLOPs/bytes of the batch a case generates (lengths only: no tensors)."""
-    _, qlens, clens = draw_lengths(case)
-    prefix = case.shared_prefix.length if case.shared_prefix else 0
-    seq = [prefix + c + q for c, q in zip(clens, qlens)]
-    cfg = case.attention_config()
-    work = attention_work(qlens, seq, num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads,
-                          head_size=cfg.head_size, dtype=cfg.dtype, kv_cache_dtype=cfg.kv_cache_dtype,
-                          block_size=cfg.block_size, causal=cfg.causal, sliding_window=cfg.sliding_window)
-    return {"query_lens": qlens, "seq_lens": seq}, work
+    layout = layout or case_layout(case)
+    return {"query_lens": list(layout.query_lens), "seq_lens": list(layout.seq_lens)}, layout_work(layout)
 
 
 def too_large_reason(case: CaseSpec, opts: RunOptions) -> str | None:
     """On the CPU, cases above the work/memory limits are skipped with this reason."""
     if opts.device.type != "cpu":
         return None
-    lens, work = case_work(case)
-    kv_mib = sum(lens["seq_lens"]) * 2 * case.num_kv_heads * case.head_size * 2 / 2**20
+    layout = case_layout(case)
+    _, work = case_work(case, layout)
+    kv_mib = layout.logical_kv_bytes / 2**20
     if work.flops / 1e9 > opts.cpu_max_gflop:
         return (f"too large for the CPU: {work.flops / 1e9:.1f} GFLOP > --cpu-max-gflop {opts.cpu_max_gflop:g}"
                 " (run on a GPU or raise the limit)")
@@ -143,7 +201,10 @@ def _base_row(cell: Cell, suite: Suite, opts: RunOptions) -> dict[str, Any]:
         "variant_label": variant_label(cell.variant),
         "device": str(opts.device),
         "config": {**asdict(cfg), "seed": cell.case.seed, "tags": cell.case.tags},
+        "case_group": cell.case.group or cell.case.name,
+        "case_params": dict(cell.case.params),
         "reproducer": reproducer(cell, opts),
+        **({"variant_axes": cell.axes} if cell.axes else {}),
     }
 
 
@@ -188,7 +249,8 @@ class CaseContext:
 
     def __init__(self, case: CaseSpec, device: torch.device, want_reference: bool):
         sw = Stopwatch(device)
-        self.batch: Batch = generate(case, device)
+        self.layout: CaseLayout = case_layout(case)
+        self.batch: Batch = generate(case, device, self.layout)
         sw.lap("generate")
         self.ref_out: torch.Tensor | None = None
         self.ref_lse: torch.Tensor | None = None
@@ -200,92 +262,166 @@ class CaseContext:
         self.num_cells = 1
 
 
-def run_cell(cell: Cell, ctx: CaseContext, suite: Suite, opts: RunOptions) -> ResultRow:
+class CellStage(StrEnum):
+    """Where a cell is; an error row's reason starts with it ("metadata build: ...")."""
+
+    PREPARE = "prepare"
+    KV_CACHE = "kv cache"
+    BUILD = "metadata build"
+    FORWARD = "forward"
+    CHECK = "check"
+    TIMING = "timing"
+
+
+@dataclass
+class CellTrace:
+    """A cell's progress: the stage it is in (for the error reason), where its wall time went
+    (``stopwatch``) and the host-side figures of the row (``host``)."""
+
+    stopwatch: Stopwatch
+    stage: CellStage = CellStage.PREPARE
+    host: dict[str, Any] = field(default_factory=dict)
+
+
+class CellUnsupported(Exception):
+    """The backend cannot run this batch (``check_batch_support``): a status, not an error."""
+
+
+@dataclass
+class PreparedCell:
+    """Everything the first call, the check and the timing of one cell need, built once by
+    ``prepare_cell``: the batch as the backend sees it, its KV cache, built metadata, the impl
+    and NaN-filled output buffers."""
+
+    backend: type[AttentionBackend]
+    variant: dict[str, Any]
+    config: AttentionConfig
+    caps: Capabilities
+    device: torch.device
+    view: Batch  # the batch in the backend's order (decode-first where it asks for that)
+    token_index: torch.Tensor | None  # view token -> batch token; None when the order is the batch's
+    kv_cache: torch.Tensor  # in the backend's own layout
+    common: CommonAttentionMetadata
+    impl: Any
+    metadata: Any
+    out: torch.Tensor  # NaN-filled: elements the kernel leaves unwritten stay NaN
+    lse: torch.Tensor | None
+    cascade_rule: Any = None  # vLLM's cascade rule for this batch (cascade backends only)
+
+    def forward(self, out: torch.Tensor | None = None, lse: torch.Tensor | None = None) -> None:
+        """One forward call into ``out`` (default: the cell's output buffer)."""
+        v = self.view
+        self.impl.forward(v.query, v.key, v.value, self.kv_cache, self.metadata,
+                          self.out if out is None else out, lse)
+
+    def timed_call(self) -> None:
+        """What timing repeats: a forward into the output buffer, no LSE."""
+        self.forward()
+
+    def graph_decision(self, enabled: bool = True) -> GraphDecision:
+        """Whether timing may replay this cell from a CUDA graph: only where the backend's
+        declared level covers this batch's shape (and the impl says the call is graph-safe)."""
+        cuda = self.device.type == "cuda"
+        safe = self.impl.graph_safe(self.metadata) if self.caps.cudagraph > 0 and cuda else None
+        return graph_decision(self.caps.cudagraph, self.view.query_lens, safe, enabled=enabled,
+                              device_type=self.device.type)
+
+
+def prepare_cell(backend: type[AttentionBackend], variant: dict[str, Any], batch: Batch, device: torch.device,
+                 trace: CellTrace | None = None) -> PreparedCell:
+    """Turn a generated batch into a ready-to-call cell: reorder it if the backend asks,
+    materialize the KV cache in its layout, build the metadata (timed: ``host.build_ms``).
+    Raises ``CellUnsupported`` for a batch the backend declines; other exceptions are the
+    backend's errors, ``trace.stage`` says where."""
+    trace = trace or CellTrace(Stopwatch(device))
+    sw = trace.stopwatch
+    cfg = batch.config
+    caps = backend.capabilities(variant)
+    trace.stage = CellStage.PREPARE
+    # Backends that want decodes first (FlashInfer) get the batch reordered, as vLLM's
+    # model runner does; outputs are mapped back through token_index for the check.
+    if caps.reorder_batch_threshold is not None:
+        order = decode_first_order(batch.query_lens, caps.reorder_batch_threshold)
+        view, token_index = batch.reordered(order)
+    else:
+        view, token_index = batch, None
+    # Batch-dependent limits (e.g. cascade needs a shared prefix) are a status, not an error.
+    batch_reason = backend.check_batch_support(view.common_metadata(), variant)
+    if batch_reason:
+        raise CellUnsupported(batch_reason)
+    trace.stage = CellStage.KV_CACHE
+    kv_cache = backend.materialize_kv_cache(view.kv_cache, cfg.kv_layout)
+    common = view.common_metadata()
+    # What vLLM's rule would pick for this batch, recorded to compare with the measurement.
+    rule = decide_cascade(common, cfg, device) if caps.cascade else None
+    sw.lap("prepare")
+    builder = backend.get_builder_cls()(cfg, variant, device)
+    impl = backend.get_impl_cls()(cfg, variant, device, view.layer)
+    sw.lap("setup")
+    out = torch.full_like(view.query, float("nan"), dtype=cfg.torch_dtype)
+    lse = torch.full((view.num_tokens, cfg.num_heads), float("nan"), device=device) if caps.returns_lse else None
+    sw.lap("prepare")
+    trace.stage = CellStage.BUILD
+    metadata = builder.build(common)
+    trace.host["build_ms"] = sw.lap("build")
+    return PreparedCell(backend, variant, cfg, caps, device, view, token_index, kv_cache, common, impl, metadata,
+                        out, lse, rule)
+
+
+def run_cell(cell: Cell, case_data: CaseContext, suite: Suite, opts: RunOptions) -> ResultRow:
     """Run one backend variant on one prepared case. Backend failures become an ``error`` row."""
     row = _base_row(cell, suite, opts)
-    batch = ctx.batch
-    backend, variant, cfg = cell.backend, cell.variant, batch.config
-    caps = backend.capabilities(variant)
+    batch = case_data.batch
+    cfg = batch.config
     device = opts.device
     row["batch"] = batch.summary()
-    stage = "prepare"
-    sw = Stopwatch(device)
-    host: dict[str, Any] = {}
+    row["layout"] = case_data.layout.as_dict()
+    trace = CellTrace(Stopwatch(device))
+    sw, host = trace.stopwatch, trace.host
     try:
-        # Backends that want decodes first (FlashInfer) get the batch reordered, as vLLM's
-        # model runner does; outputs are mapped back through token_index for the check.
-        if caps.reorder_batch_threshold is not None:
-            order = decode_first_order(batch.query_lens, caps.reorder_batch_threshold)
-            bview, token_index = batch.reordered(order)
-        else:
-            bview, token_index = batch, None
-        # Batch-dependent limits (e.g. cascade needs a shared prefix) are a status, not an error.
-        batch_reason = backend.check_batch_support(bview.common_metadata(), variant)
-        if batch_reason:
-            row["status"], row["reason"] = Status.UNSUPPORTED, batch_reason
+        try:
+            prepared = prepare_cell(cell.backend, cell.variant, batch, device, trace)
+        except CellUnsupported as e:
+            row["status"], row["reason"] = Status.UNSUPPORTED, str(e)
             return _validated(row, opts)
-        stage = "kv cache"
-        kv_cache = backend.materialize_kv_cache(bview.kv_cache, cfg.kv_layout)
-        common = bview.common_metadata()
-        # What vLLM's rule would pick for this batch, recorded to compare with the measurement.
-        rule = decide_cascade(common, cfg, device) if caps.cascade else None
-        sw.lap("prepare")
-        builder = backend.get_builder_cls()(cfg, variant, device)
-        impl = backend.get_impl_cls()(cfg, variant, device, bview.layer)
-        sw.lap("setup")
-        out = torch.full_like(bview.query, float("nan"), dtype=cfg.torch_dtype)
-        lse = torch.full((bview.num_tokens, cfg.num_heads), float("nan"), device=device) if caps.returns_lse else None
-        sw.lap("prepare")
-        stage = "metadata build"
-        metadata = builder.build(common)
-        host["build_ms"] = sw.lap("build")
-        stage = "forward"
-        impl.forward(bview.query, bview.key, bview.value, kv_cache, metadata, out, lse)
+        trace.stage = CellStage.FORWARD
+        prepared.forward(lse=prepared.lse)
         host["first_call_ms"] = sw.lap("first_call")  # includes JIT compilation
-        call_fields = dict(impl.describe_call(metadata) or {})
-        if rule is not None:
-            call_fields.update(rule.call_fields())
+        call_fields = dict(prepared.impl.describe_call(prepared.metadata) or {})
+        if prepared.cascade_rule is not None:
+            call_fields.update(prepared.cascade_rule.call_fields())
         row["call"] = Call.model_validate(call_fields)
 
         status, reason = Status.PASS, ""
-        if opts.check and ctx.ref_out is not None:
-            stage = "check"
-            ref_out, ref_lse = ctx.ref_out, ctx.ref_lse
-            if token_index is not None:
-                ref_out, ref_lse = ref_out[token_index], ref_lse[token_index]
+        if opts.check and case_data.ref_out is not None:
+            trace.stage = CellStage.CHECK
+            ref_out, ref_lse = case_data.ref_out, case_data.ref_lse
+            if prepared.token_index is not None:
+                ref_out, ref_lse = ref_out[prepared.token_index], ref_lse[prepared.token_index]
             unwritten = None
-            if torch.isnan(out).any():
+            if torch.isnan(prepared.out).any():
                 # Second run with a finite sentinel tells unwritten elements from computed NaNs.
-                probe = torch.full_like(out, SENTINEL)
-                impl.forward(bview.query, bview.key, bview.value, kv_cache, metadata, probe, None)
+                probe = torch.full_like(prepared.out, SENTINEL)
+                prepared.forward(out=probe)
                 unwritten = probe == SENTINEL
-            result = check_output(out, ref_out, tolerance_for(cfg.dtype, cfg.is_fp8_kv), lse, ref_lse, unwritten)
+            result = check_output(prepared.out, ref_out, tolerance_for(cfg.dtype, cfg.is_fp8_kv), prepared.lse,
+                                  ref_lse, unwritten)
             row["check"] = Check.model_validate(result.as_dict())
             if not result.passed:
                 status, reason = Status.MISMATCH, result.message
             sw.lap("check")
 
         if opts.time:
-            stage = "timing"
-            topts = opts.timing or TimingOptions.for_device(device)
-
-            def call() -> None:
-                impl.forward(bview.query, bview.key, bview.value, kv_cache, metadata, out, None)
-
-            # Graph-timed only where the declared level covers this batch's shape.
-            gd = graph_decision(caps.cudagraph, bview.query_lens,
-                                impl.graph_safe(metadata) if caps.cudagraph > 0 and device.type == "cuda" else None,
-                                enabled=topts.cuda_graph, device_type=device.type)
-            measured = time_callable(call, device, topts, graph=gd, output=out)
+            trace.stage = CellStage.TIMING
+            timing_opts = opts.timing or TimingOptions.for_device(device)
+            graph = prepared.graph_decision(enabled=timing_opts.cuda_graph)
+            measured = time_callable(prepared.timed_call, device, timing_opts, graph=graph, output=prepared.out)
             sw.lap("timing")
             enqueue_us = measured.pop("host_enqueue_us", None)
             timing = Timing.model_validate(measured)
             if enqueue_us is not None:
                 host["enqueue_us"] = enqueue_us  # host cost of launching one call, kept out of median_us
-            work = attention_work(bview.query_lens, bview.seq_lens, num_heads=cfg.num_heads,
-                                  num_kv_heads=cfg.num_kv_heads, head_size=cfg.head_size, dtype=cfg.dtype,
-                                  kv_cache_dtype=cfg.kv_cache_dtype, block_size=cfg.block_size,
-                                  causal=cfg.causal, sliding_window=cfg.sliding_window)
+            work = layout_work(case_data.layout)
             t = timing.median_us * 1e-6
             ceilings, why_not = get_ceilings(device) if opts.roofline else (None, "disabled")
             row["metrics"] = Metrics.model_validate(
@@ -298,9 +434,9 @@ def run_cell(cell: Cell, ctx: CaseContext, suite: Suite, opts: RunOptions) -> Re
         row.pop("timing", None)
         row.pop("metrics", None)
         row["status"] = Status.ERROR
-        row["reason"] = f"{stage}: {_short_error(e)}"
+        row["reason"] = f"{trace.stage}: {_short_error(e)}"
         row["traceback"] = traceback.format_exc(limit=8)
-    row["host"] = Host.model_validate({**host, **breakdown(sw, ctx)})
+    row["host"] = Host.model_validate({**host, **breakdown(sw, case_data)})
     return _validated(row, opts)
 
 
@@ -327,7 +463,7 @@ def sum_breakdown(rows: list[Any]) -> dict[str, float]:
     return {k: round(v, 3) for k, v in total.items()}
 
 
-def breakdown(sw: Stopwatch, ctx: "CaseContext | None" = None) -> dict[str, Any]:
+def breakdown(sw: Stopwatch, case_data: "CaseContext | None" = None) -> dict[str, Any]:
     """Where a cell's wall time went (``host.breakdown_ms``: prepare = batch view, KV-cache
     layout copy and output buffers, setup = builder/impl construction (library warm-up),
     build = metadata/plan, first_call = first forward incl. JIT, check,
@@ -337,9 +473,9 @@ def breakdown(sw: Stopwatch, ctx: "CaseContext | None" = None) -> dict[str, Any]
     total = sw.total_ms()
     ms["other"] = max(0.0, total - sum(ms.values()))
     out: dict[str, Any] = {"breakdown_ms": ms, "cell_ms": total}
-    if ctx is not None:
-        out["case_ms"] = dict(ctx.case_ms)
-        out["case_cells"] = ctx.num_cells
+    if case_data is not None:
+        out["case_ms"] = dict(case_data.case_ms)
+        out["case_cells"] = case_data.num_cells
     return out
 
 
@@ -386,8 +522,8 @@ def iterate_case(
     if on_event:
         on_event("prepare", None)
     try:
-        ctx = CaseContext(case, opts.device, want_reference=opts.check)
-        ctx.num_cells = len(runnable)
+        case_data = CaseContext(case, opts.device, want_reference=opts.check)
+        case_data.num_cells = len(runnable)
     except Exception as e:
         for cell in runnable:
             yield status_row(cell, suite, opts, Status.ERROR, f"generate/reference: {_short_error(e)}")
@@ -396,13 +532,13 @@ def iterate_case(
         for cell in runnable:
             if on_event:
                 on_event("cell", cell)
-            row = run_cell(cell, ctx, suite, opts)
+            row = run_cell(cell, case_data, suite, opts)
             if row.host is not None and row.host.breakdown_ms is not None:
                 # availability/support/memory checks, made before the case's batch existed
                 row.host.breakdown_ms["precheck"] = precheck_ms.get(id(cell), 0.0)
             yield row
     finally:
-        del ctx
+        del case_data
         if opts.device.type == "cuda":
             torch.cuda.empty_cache()
 

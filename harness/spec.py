@@ -37,7 +37,8 @@ class SpecError(Exception):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    # strict: YAML says what it means; `true`, `2.5` or `"8"` never become the integer a field wants.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
 
 
 # ---------------------------------------------------------------- length distributions
@@ -203,6 +204,10 @@ class CaseSpec(_Strict):
     shared_prefix: SharedPrefix | None = None
     seed: Annotated[int, Field(ge=0, le=MAX_SEED)] = 0
     tags: list[str] = []
+    # Set by the sweep expansion, not written in YAML: the suite case this one came from and
+    # its swept values (e.g. {"block_size": 16, "count": 1}), so rows need not parse names.
+    group: str = ""
+    params: dict[str, Any] = {}
 
     @model_validator(mode="after")
     def _shapes(self) -> "CaseSpec":
@@ -250,6 +255,13 @@ class CaseSpec(_Strict):
             scale=self.scale,
         )
 
+    @property
+    def kv_element_bytes(self) -> int:
+        """Bytes of one KV-cache element (the project's one dtype table: harness.layout)."""
+        from harness.layout import kv_element_bytes  # harness.layout imports this module
+
+        return kv_element_bytes(self.dtype, self.kv_cache_dtype)
+
     def max_seq_len_bound(self) -> int:
         prefix = self.shared_prefix.length if self.shared_prefix else 0
         return prefix + max(dist_bounds(g.context_dist)[1] + dist_bounds(g.query_dist)[1] for g in self.batch)
@@ -264,7 +276,7 @@ class CaseSpec(_Strict):
             s = prefix + dist_bounds(g.context_dist)[1] + q
             flops += g.count * 4.0 * q * s * self.num_heads * self.head_size
             tokens += g.count * s
-        kv_bytes = tokens * 2 * self.num_kv_heads * self.head_size * 2
+        kv_bytes = tokens * 2 * self.num_kv_heads * self.head_size * self.kv_element_bytes
         return flops, kv_bytes
 
 
@@ -298,7 +310,8 @@ class Suite(_Strict):
 
 # ---------------------------------------------------------------- loading and expansion
 _LIST_KEYS = {"batch", "values", "tags"}  # keys whose value is a list by type, not a sweep axis
-_CASE_KEYS = set(CaseSpec.model_fields) | {"sweep"}
+_EXPANSION_KEYS = {"group", "params"}  # filled in by expand_case
+_CASE_KEYS = (set(CaseSpec.model_fields) - _EXPANSION_KEYS) | {"sweep"}
 _SUITE_KEYS = {"suite", "description", "defaults", "cases", "backends", "variants"}
 
 
@@ -328,10 +341,16 @@ def _fmt_path(path: tuple[Any, ...]) -> str:
     return ".".join(str(p) for p in path)
 
 
-def _label(path: tuple[Any, ...], value: Any, short: bool) -> str:
+def _param(path: tuple[Any, ...], value: Any, short: bool) -> tuple[str, Any]:
+    """A swept value's key and value as the case name shows them (a distribution flattened)."""
     key = str(path[-1]) if short else _fmt_path(path)
     if isinstance(value, dict):
         value = ",".join(f"{k}={v}" for k, v in value.items() if k != "dist") or value.get("dist")
+    return key, value
+
+
+def _label(path: tuple[Any, ...], value: Any, short: bool) -> str:
+    key, value = _param(path, value, short)
     return f"{key}={value}"
 
 
@@ -342,6 +361,7 @@ def expand_case(raw: dict[str, Any]) -> list[dict[str, Any]]:
     if mode not in ("product", "zip"):
         raise SpecError(f"field sweep: must be 'product' or 'zip', not {mode!r}")
     axes = _find_axes(raw)
+    raw["group"] = raw.get("name", "case")
     if not axes:
         return [raw]
     leaves = [str(p[-1]) for p, _ in axes]
@@ -362,10 +382,14 @@ def expand_case(raw: dict[str, Any]) -> list[dict[str, Any]]:
     for combo in combos:
         case = copy.deepcopy(raw)  # plain data; 50x faster than a YAML round trip
         labels = []
+        params: dict[str, Any] = {}
         for (path, _), value in zip(axes, combo):
             _set_path(case, path, value)
             labels.append(_label(path, value, short))
+            key, shown = _param(path, value, short)
+            params[key] = shown
         case["name"] = f"{raw.get('name', 'case')}[{','.join(labels)}]"
+        case["params"] = params
         out.append(case)
     return out
 
@@ -375,6 +399,8 @@ def _format_validation_error(err: ValidationError) -> str:
     for e in err.errors():
         loc = ".".join(str(x) for x in e["loc"] if not (isinstance(x, str) and x in {"fixed", "uniform", "normal", "lognormal", "list"}))
         msg = e["msg"].removeprefix("Value error, ")
+        if e["type"].endswith("_type") and not isinstance(e.get("input"), (dict, list)):
+            msg += f", got {str(repr(e.get('input')))[:40]}"  # e.g. `true` for an int: say what was read
         lines.append(f"field {loc or '(case)'}: {msg}")
     return "; ".join(lines)
 
@@ -437,9 +463,37 @@ def parse_suite(data: Any, source: str = "<suite>") -> Suite:
         raise SpecError(f"{source}: {_format_validation_error(e)}") from None
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, except that a key given twice in one mapping is an error naming
+    both lines (plain PyYAML keeps the last one silently: `num_heads: 8` then `num_heads: 16`
+    would run 16). Keys brought in by a `<<:` merge may still be overridden, as YAML intends."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        if isinstance(node, yaml.MappingNode):
+            first_line: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    earlier = first_line.get(key)
+                except TypeError:  # an unhashable key: the base class reports it
+                    continue
+                line = key_node.start_mark.line + 1
+                if earlier is not None:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key!r} at lines {earlier} and {line}", key_node.start_mark)
+                first_line[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_suite(path: str | Path) -> Suite:
     """Read and validate a suite file; every failure is a ``SpecError``."""
     p = Path(path)
+    if p.is_dir():
+        inside = sorted(str(f) for f in p.glob("*.yaml"))[:6]
+        hint = f", e.g. {', '.join(inside)}" if inside else ""
+        raise SpecError(f"{path}: is a directory, not a suite file; give one YAML file{hint}")
     if not p.is_file():
         raise SpecError(f"{path}: no such suite file")
     try:
@@ -450,7 +504,7 @@ def load_suite(path: str | Path) -> Suite:
     except (OSError, UnicodeDecodeError) as e:
         raise SpecError(f"{path}: cannot read: {e}") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
     except RecursionError:
         raise SpecError(f"{path}: malformed YAML: nested too deeply") from None
     except yaml.YAMLError as e:

@@ -15,26 +15,10 @@ import numpy as np
 import torch
 
 from attn_contract import AttentionConfig, CommonAttentionMetadata, LayerParams
-from harness.spec import CaseSpec, Explicit, Fixed, LogNormal, Normal, Uniform
+from harness.layout import CaseLayout, case_layout, draw_lengths, sample_lengths  # noqa: F401 (re-exported)
+from harness.spec import CaseSpec
 
 FP8_MAX = {"fp8_e4m3": 448.0, "fp8_e5m2": 57344.0}
-
-
-def sample_lengths(dist: object, n: int, rng: np.random.Generator) -> list[int]:
-    """Draw ``n`` integer lengths from a spec distribution."""
-    if isinstance(dist, Fixed):
-        return [dist.value] * n
-    if isinstance(dist, Uniform):
-        return rng.integers(dist.low, dist.high + 1, size=n).tolist()
-    if isinstance(dist, Normal):
-        x = rng.normal(dist.mean, dist.std, size=n)
-        return np.clip(np.rint(x), dist.min, dist.max).astype(int).tolist()
-    if isinstance(dist, LogNormal):
-        x = np.exp(rng.normal(math.log(dist.median), dist.sigma, size=n))
-        return np.clip(np.rint(x), dist.min, dist.max).astype(int).tolist()
-    if isinstance(dist, Explicit):
-        return [dist.values[i % len(dist.values)] for i in range(n)]
-    raise TypeError(f"unknown distribution {dist!r}")
 
 
 def alibi_slopes(num_heads: int) -> torch.Tensor:
@@ -71,6 +55,7 @@ class Batch:
     prefix_group_of_req: tuple[int, ...] = ()
     num_blocks_used: int = 0
     extra: dict = field(default_factory=dict)
+    layout: CaseLayout | None = None  # the case's layout the batch was built from
 
     @property
     def num_reqs(self) -> int:
@@ -172,47 +157,24 @@ def _quantize(x: torch.Tensor, scale: float, cache_dtype: torch.dtype) -> torch.
     return x.to(cache_dtype)
 
 
-def draw_lengths(case: CaseSpec) -> tuple[list[str], list[int], list[int]]:
-    """(kinds, query_lens, context_lens) of every request, in batch order. Lengths exclude
-    the shared prefix, which ``generate`` adds in front of each request's context."""
-    rng = np.random.default_rng(case.seed)
-    kinds: list[str] = []
-    qlens: list[int] = []
-    clens: list[int] = []
-    for g in case.batch:
-        kinds += [g.kind] * g.count
-        qlens += sample_lengths(g.query_dist, g.count, rng)
-        clens += sample_lengths(g.context_dist, g.count, rng)
-    return kinds, qlens, clens
-
-
-def generate(case: CaseSpec, device: torch.device | str = "cpu") -> Batch:
-    """Build the batch a case describes, deterministically from ``case.seed``."""
+def generate(case: CaseSpec, device: torch.device | str = "cpu", layout: CaseLayout | None = None) -> Batch:
+    """Build the batch a case describes, deterministically from ``case.seed``. ``layout`` is
+    the case's ``case_layout`` when the caller has it already (lengths and blocks come from it)."""
     device = torch.device(device)
-    cfg = case.attention_config()
-    kinds, qlens, clens = draw_lengths(case)
-    n = len(qlens)
+    layout = layout or case_layout(case)
+    cfg = layout.config
+    qlens, seq_lens, group_of = list(layout.query_lens), list(layout.seq_lens), list(layout.group_of_req)
+    n = layout.num_reqs
     bs = cfg.block_size
     hk, hq, d = cfg.num_kv_heads, cfg.num_heads, cfg.head_size
     model_dtype = cfg.torch_dtype
     cache_dtype = cfg.cache_torch_dtype
+    prefix_len, num_groups = layout.prefix_len, layout.prefix_groups
 
-    # Shared prefixes: requests split into contiguous groups sharing `prefix_len` tokens.
-    prefix_len = case.shared_prefix.length if case.shared_prefix else 0
-    num_groups = case.shared_prefix.groups if case.shared_prefix else 0
-    group_of: list[int] = []
-    if num_groups:
-        bounds = np.linspace(0, n, num_groups + 1).round().astype(int)
-        for g in range(num_groups):
-            group_of += [g] * int(bounds[g + 1] - bounds[g])
-    seq_lens = [prefix_len * bool(num_groups) + c + q for c, q in zip(clens, qlens)]
-
-    # Block pool: shared prefix blocks once per group, each request's own blocks after them,
-    # plus spare blocks; physical ids are a random permutation of the pool.
-    prefix_blocks = prefix_len // bs if num_groups else 0
-    own_blocks = [math.ceil((s - prefix_blocks * bs) / bs) for s in seq_lens]
-    used = prefix_blocks * num_groups + sum(own_blocks)
-    num_blocks = used + max(2, used // 8)
+    # Block pool (see CaseLayout): shared prefix blocks once per group, each request's own
+    # blocks after them, plus spare blocks; physical ids are a random permutation of the pool.
+    prefix_blocks, own_blocks = layout.prefix_blocks, layout.own_blocks
+    used, num_blocks = layout.num_blocks_used, layout.num_blocks
     gen = torch.Generator(device=device).manual_seed(case.seed)
     cpu_gen = torch.Generator().manual_seed(case.seed)
     perm = torch.randperm(num_blocks, generator=cpu_gen).tolist()
@@ -223,7 +185,7 @@ def generate(case: CaseSpec, device: torch.device | str = "cpu") -> Batch:
     for _ in range(num_groups):
         group_blocks.append(perm[cursor : cursor + prefix_blocks])
         cursor += prefix_blocks
-    max_blocks = max(prefix_blocks + b for b in own_blocks)
+    max_blocks = layout.max_blocks_per_req
     table = torch.zeros((n, max_blocks), dtype=torch.int32)
     for i in range(n):
         row = (group_blocks[group_of[i]] if num_groups else []) + perm[cursor : cursor + own_blocks[i]]
@@ -290,7 +252,7 @@ def generate(case: CaseSpec, device: torch.device | str = "cpu") -> Batch:
         case=case,
         config=cfg,
         device=device,
-        kinds=kinds,
+        kinds=list(layout.kinds),
         query_lens=qlens,
         seq_lens=seq_lens,
         query=query,
@@ -305,4 +267,5 @@ def generate(case: CaseSpec, device: torch.device | str = "cpu") -> Batch:
         prefix_group_lens=tuple([prefix_len] * num_groups),
         prefix_group_of_req=tuple(group_of),
         num_blocks_used=used,
+        layout=layout,
     )

@@ -220,7 +220,7 @@ def test_memory_budget_flag_skips_cells(tmp_path):
     suite.write_text(ONE_CASE)
     out = tmp_path / "res"
     assert main(["run", str(suite), "--device", "cpu", "--backends", "torch-math", "--out", str(out),
-                 "--quiet", "--no-isolation", "--memory-budget-mib", "0.5"]) == 0
+                 "--quiet", "--no-isolation", "--memory-budget-mib", "0.1"]) == 0
     (row,) = read_rows(out)
     assert row.status == "skipped" and "does not fit" in row.reason
     peak_mib = memory.estimate(_case(ONE_CASE), TorchMathBackend, {}, "cpu").peak / 2**20

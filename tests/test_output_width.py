@@ -64,3 +64,75 @@ def test_list_in_a_pipe_defaults_to_80_columns():
                        env=subprocess_env(COLUMNS="80", TERM="dumb"))
     assert r.returncode == 0 and "…" not in r.stdout
     assert max(len(line) for line in r.stdout.splitlines()) <= 80
+
+
+LONG = """
+suite: wide
+cases:
+  - name: a-rather-long-case-name-as-model-sweeps-make-them
+    num_heads: 8
+    num_kv_heads: 2
+    head_size: 32
+    block_size: [16, 32]
+    batch:
+      - kind: decode
+        count: [1, 3]
+        context_len: {dist: uniform, low: 10, high: 60}
+"""
+
+
+@pytest.fixture(scope="module")
+def wide_rows(tmp_path_factory):
+    """Real rows: CPU backends timed, plus GPU backends' variants (skipped here, long labels)."""
+    from harness.results import read_rows
+
+    d = tmp_path_factory.mktemp("wide")
+    (d / "wide.yaml").write_text(LONG)
+    out = d / "res"
+    assert cli.main(["run", str(d / "wide.yaml"), "--device", "cpu", "--out", str(out), "--quiet",
+                     "--backends", "torch-math,sdpa,flash-attn,flashinfer,plugins.crashy:NaNBackend",
+                     "--max-time", "0.05", "--no-isolation"]) == 0
+    return read_rows(out), out
+
+
+def _ran_cells(text: str) -> dict[str, list[str]]:
+    """case name -> the table rows' other cells, with folded case names joined back."""
+    lines = text.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.strip().startswith("Cells that ran"))
+    cells: dict[str, list[str]] = {}
+    name, rest = "", None
+    for ln in lines[start + 4:]:
+        if not ln.startswith("│"):
+            break
+        parts = [p.strip() for p in ln.split("│")[1:-1]]
+        if parts[1]:  # a new row starts where the id column is filled
+            if rest is not None:
+                cells.setdefault(name, []).append(" ".join(rest))
+            name, rest = parts[0], parts[1:]
+        else:
+            name += parts[0]
+    cells.setdefault(name, []).append(" ".join(rest))
+    return cells
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_run_summary_fits_and_keeps_every_number_and_name_whole(render, wide_rows, width):
+    rows, out = wide_rows
+    rc, text = render(width, lambda: cli.print_summary(rows, out) or 0)
+    assert "…" not in text
+    table_lines = [ln for ln in text.splitlines() if ln[:1] in "┏┃┡│└"]
+    assert max(len(ln) for ln in table_lines) <= width
+    # every variant's full name on one line of the legend
+    variants = {(r.backend, r.variant_label) for r in rows if r.variant_label}
+    assert len(variants) >= 6
+    for b, v in variants:
+        assert any(f" = {b} {v}" in ln for ln in text.splitlines()), (b, v)
+    # every ran cell: its case name whole (wrapped, not cut) and every number intact
+    cells = _ran_cells(text)
+    ran = [r for r in rows if str(r.status) in ("pass", "mismatch")]
+    assert len(ran) == 12
+    for r in ran:
+        nums = [cli._fmt(r.timing.get("median_us"), ".1f"), cli._fmt(r.metrics.get("tflops"), ".3g"),
+                cli._fmt(r.metrics.get("tbps"), ".3g"), cli._fmt(r.check.get("max_abs_err"), ".2e")]
+        assert r.case in cells, (r.case, list(cells))
+        assert any(c.endswith(" ".join(nums)) for c in cells[r.case]), (nums, cells[r.case])

@@ -257,3 +257,17 @@ def test_default_on_shared_prefix_batches_follows_vllms_cascade_rule():
     assert d.status == "slower" and d.cost.pct == pytest.approx(300.0)
     (b,) = vllm_export(rec)["buckets"]
     assert b["vllm"]["flash_attn_version"] == 3 and "cascade" in b["vllm"]["note"]
+
+
+def test_rows_survive_a_flattened_frame():
+    import pandas as pd
+
+    from harness.recommend import rows_from_frame
+
+    rows = [row("flash-attn", 100.0, variant=FA3), row("flashinfer", 110.0, variant=FI),
+            row("flash-attn", None, variant={"fa_version": 2}, status="unsupported")]
+    back = rows_from_frame(pd.json_normalize(rows))
+    a, b = rec_of(rows), rec_of(back)
+    assert [r["bucket"] for r in policy(a)["rules"]] == [r["bucket"] for r in policy(b)["rules"]]
+    assert policy(a)["rules"][0]["use"] == policy(b)["rules"][0]["use"] == {"backend": "flash-attn", "variant": FA3}
+    assert [d.status for d in a.defaults] == [d.status for d in b.defaults] == ["winner"]

@@ -48,3 +48,156 @@ def test_rows_record_where_the_time_went_and_run_json_the_wall_time(tmp_path):
     assert math.isclose(tb["generate"], sum({r.case: r.host["case_ms"]["generate"] for r in rows}.values()) / 1e3,
                         abs_tol=2e-3)
     assert tb["cells"] <= header["run_s"]
+
+
+# ---------------------------------------------------------------- memory of the torch backends
+class _LiveBytes:
+    """Peak bytes of tensors that ops create while active (a TorchDispatchMode counting each
+    output's storage until it is freed): a real measurement of a forward's allocations on CPU."""
+
+    def __enter__(self):
+        import weakref
+
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        outer = self
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                res = func(*args, **(kwargs or {}))
+                for t in (res if isinstance(res, (tuple, list)) else (res,)):
+                    if isinstance(t, torch.Tensor):
+                        st = t.untyped_storage()
+                        key = st.data_ptr()
+                        if key and key not in outer.live:
+                            outer.live[key] = st.nbytes()
+                            outer.now += st.nbytes()
+                            outer.peak = max(outer.peak, outer.now)
+                            weakref.finalize(t, outer._free, key)
+                return res
+
+        self.live, self.now, self.peak = {}, 0, 0
+        self.mode = Mode()
+        self.mode.__enter__()
+        return self
+
+    def _free(self, key):
+        self.now -= self.live.pop(key, 0)
+
+    def __exit__(self, *exc):
+        self.mode.__exit__(*exc)
+
+
+import torch  # noqa: E402
+
+MIXED = """
+suite: m
+cases:
+  - name: m
+    num_heads: 8
+    num_kv_heads: 2
+    head_size: 32
+    kv_cache_dtype: [auto, fp8_e4m3]
+    batch:
+      - kind: decode
+        count: 40
+        context_len: {dist: uniform, low: 100, high: 700}
+      - kind: extend
+        count: 2
+        query_len: 300
+        context_len: 400
+"""
+
+
+@pytest.mark.parametrize("spec", ["backends.torch_math:TorchMathBackend", "backends.sdpa:SDPABackend"])
+@pytest.mark.parametrize("index", [0, 1])
+def test_torch_backend_workspace_bounds_what_its_forward_allocates(spec, index, monkeypatch):
+    """A decode batch with two long extends: padding every request to the extend's rows made
+    torch-math's scores far larger than its old chunk budget (issue 15: an OOM instead of a
+    skip). The declared workspace must bound the forward's measured allocations, with small
+    chunk budgets so the plan really splits."""
+    from harness import memory, registry
+    from harness.runner import CaseContext
+
+    backend = registry.load_spec(spec)
+    mod = __import__(backend.__module__, fromlist=["x"])
+    for name in ("MAX_SCORE_ELEMS", "MAX_SCORE_ELEMS_CPU"):
+        if hasattr(mod, name):
+            monkeypatch.setattr(mod, name, 1 << 18)
+    case = parse_suite(yaml.safe_load(MIXED)).cases[index]
+    dev = torch.device("cpu")
+    batch = CaseContext(case, dev, want_reference=False).batch
+    cfg = batch.config
+    kv = backend.materialize_kv_cache(batch.kv_cache, cfg.kv_layout)
+    builder = backend.get_builder_cls()(cfg, {}, dev)
+    impl = backend.get_impl_cls()(cfg, {}, dev, batch.layer)
+    out = torch.empty_like(batch.query)
+    with _LiveBytes() as live:
+        md = builder.build(batch.common_metadata())
+        impl.forward(batch.query, batch.key, batch.value, kv, md, out, None)
+    declared = memory.backend_workspace(backend, case, {}, None, "cpu")
+    assert live.peak > 0 and declared >= live.peak, (declared, live.peak)
+    # ...and not by a mile: the estimate stays within 6x of the measured peak.
+    assert declared < 6 * live.peak, (declared, live.peak)
+
+
+def test_chunk_plan_bounds_the_padded_scores():
+    from backends._paged import chunk_dims, plan_chunks
+
+    qlens, slens = [1] * 64 + [900, 900], [4000] * 64 + [1000, 1000]
+    budget = 1 << 22
+    chunks = plan_chunks(qlens, slens, 8, budget, causal=True)
+    assert sorted((r, lo) for c in chunks for r, lo, _, _ in c) == sorted(
+        (r, lo) for c in chunks for r, lo, _, _ in c)  # no segment twice
+    rows = {}
+    for c in chunks:
+        b, q, s = chunk_dims(c)
+        assert b * q * s * 8 <= budget or (b == 1 and q == 1)
+        for r, lo, hi, keys in c:
+            rows.setdefault(r, []).append((lo, hi))
+            assert keys == slens[r] - qlens[r] + hi  # causal: keys up to the last row's diagonal
+    # every query row of every request is covered exactly once
+    for r, q in enumerate(qlens):
+        covered = sorted(rows[r])
+        assert covered[0][0] == 0 and covered[-1][1] == q
+        assert all(a[1] == b[0] for a, b in zip(covered, covered[1:]))
+
+
+# ---------------------------------------------------------------- variant axes that cannot apply
+def test_flashinfer_prefill_backend_collapses_on_decode_only_batches():
+    """FlashInfer declares decode_tensor_cores for decodes and prefill_backend for prefill/extend:
+    on a decode-only case its six variants are two cells, on a mixed case all six run."""
+    from backends.flashinfer import FlashInferBackend
+    from harness.runner import RunOptions, plan_cells, segment_kinds
+
+    assert segment_kinds([1, 1], [5, 9]) == {"decode"}
+    assert segment_kinds([1, 4, 6], [5, 9, 6]) == {"decode", "extend", "prefill"}
+    assert FlashInferBackend.applicable_axes({"decode"}) == ("decode_tensor_cores",)
+    assert FlashInferBackend.applicable_axes({"prefill"}) == ("prefill_backend",)
+    decode = parse_suite(yaml.safe_load(SMALL))
+    mixed_suite = parse_suite(yaml.safe_load(SMALL + "      - kind: prefill\n        count: 1\n        query_len: 8\n"))
+    cpu = torch.device("cpu")
+    cells = plan_cells(decode, [FlashInferBackend], RunOptions(device=cpu))
+    assert len(cells) == 2 * 2  # two cases x decode_tensor_cores
+    for c in cells:
+        assert c.axes["applied"] == ["decode_tensor_cores"] and c.axes["segment_kinds"] == ["decode"]
+        assert c.axes["not_applied"] == {"prefill_backend": ["auto", "fa2", "fa3"]}
+        assert len(c.axes["stands_for"]) == 3 and c.variant["prefill_backend"] == "auto"
+    assert len(plan_cells(decode, [FlashInferBackend], RunOptions(device=cpu, collapse_variants=False))) == 2 * 6
+    mixed_cells = plan_cells(mixed_suite, [FlashInferBackend], RunOptions(device=cpu))
+    assert len(mixed_cells) == 2 * 6 and all(c.axes is None for c in mixed_cells)
+
+
+def test_collapsed_rows_say_which_axes_applied(tmp_path):
+    suite = tmp_path / "s.yaml"
+    suite.write_text(SMALL)
+    out, out_all = tmp_path / "res", tmp_path / "all"
+    base = ["run", str(suite), "--device", "cpu", "--backends", "flashinfer", "--no-time", "--quiet", "--no-isolation"]
+    assert main([*base, "--out", str(out)]) == 0
+    assert main([*base, "--out", str(out_all), "--all-variants"]) == 0
+    rows, rows_all = read_rows(out), read_rows(out_all)
+    assert len(rows) == 4 and len(rows_all) == 12
+    for r in rows:
+        assert r.model_extra["variant_axes"]["applied"] == ["decode_tensor_cores"]
+        assert r.variant_label in r.model_extra["variant_axes"]["stands_for"]
+    assert all("variant_axes" not in (r.model_extra or {}) for r in rows_all)
