@@ -166,7 +166,8 @@ def _timing_options(args: argparse.Namespace, device: torch.device) -> Any:
         return TimingOptions.for_device(
             device, mode=args.timing_mode, cuda_graph=False if args.no_cuda_graph else None,
             target_rel_noise=args.target_noise, max_time_s=args.max_time,
-            min_samples=args.min_samples, max_samples=args.max_samples, stop_criterion=args.stop)
+            min_samples=args.min_samples, max_samples=args.max_samples, stop_criterion=args.stop,
+            cpu_clock=args.cpu_clock)
     except ValueError as e:
         raise UsageError(f"timing options: {e}") from None
 
@@ -513,6 +514,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="when sampling stops: " + "; ".join(f"{name}: {cls.help}" for name, cls in
                                                              sorted(STOPPING_CRITERIA.items()))
                          + " (default noise)")
+    tg.add_argument("--cpu-clock", choices=["wall", "process"],
+                    help="CPU timing clock: wall (default, elapsed time) or process (CPU time the call "
+                         "used: far steadier on a shared machine; what `harness compare` can gate on)")
     rb = r.add_argument_group("robustness (docs/robustness.md)")
     rb.add_argument("--resume", metavar="DIR", help="continue an interrupted run in DIR: run only the cells it lacks")
     rb.add_argument("--devices", help="one worker per entry, cases spread over them: 0,1,... (GPUs) or cpu,cpu")

@@ -166,6 +166,8 @@ def reproducer(cell: Cell, opts: RunOptions) -> str:
         parts += ["--no-cuda-graph"]
     if opts.timing is not None and opts.timing.stop_criterion != "noise":
         parts += ["--stop", opts.timing.stop_criterion]
+    if opts.timing is not None and opts.timing.cpu_clock != "wall" and opts.device.type == "cpu":
+        parts += ["--cpu-clock", opts.timing.cpu_clock]
     return shlex.join(parts)
 
 
