@@ -167,7 +167,7 @@ def _timing_options(args: argparse.Namespace, device: torch.device) -> Any:
             device, mode=args.timing_mode, cuda_graph=False if args.no_cuda_graph else None,
             target_rel_noise=args.target_noise, max_time_s=args.max_time,
             min_samples=args.min_samples, max_samples=args.max_samples, stop_criterion=args.stop,
-            cpu_clock=args.cpu_clock)
+            cpu_clock=args.cpu_clock, energy_window_s=args.energy_window)
     except ValueError as e:
         raise UsageError(f"timing options: {e}") from None
 
@@ -245,8 +245,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
     _check_variant_flags(_parse_variants(args.variant or []), backends)
     device = _pick_device(args.device or "auto")
-    xopts = _exec_options(args, device)
-    device = torch.device(xopts.devices[0])  # rows and the header name the first worker's device
+    exec_opts = _exec_options(args, device)
+    device = torch.device(exec_opts.devices[0])  # rows and the header name the first worker's device
     opts = RunOptions(
         device=device,
         suite_path=args.suite,
@@ -263,11 +263,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     cells = plan_cells(suite, backends, opts)
     if not cells:
         raise UsageError("nothing to run: no case/backend/variant matches the filters")
-    out_dir, cells, header = _prepare_out_dir(args, suite, cells, device, backends, xopts.devices)
+    out_dir, cells, header = _prepare_out_dir(args, suite, cells, device, backends, exec_opts.devices)
     args.started_out_dir = out_dir  # from here an interrupt can be resumed
     rows: list[ResultRow] = []
-    where = ",".join(xopts.devices) if len(xopts.devices) > 1 else str(device)
-    mode = "in-process" if not xopts.isolation else f"{len(xopts.devices)} worker(s)"
+    where = ",".join(exec_opts.devices) if len(exec_opts.devices) > 1 else str(device)
+    mode = "in-process" if not exec_opts.isolation else f"{len(exec_opts.devices)} worker(s)"
     console.print(f"[bold]{escape(suite.suite)}[/]: {len(cells)} cells on {where} ({mode}) -> {out_dir}")
     with ResultWriter(out_dir) as writer, Progress(
         TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -278,12 +278,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         def on_start(cell: Any) -> None:
             progress.update(task, description=escape(f"{cell.case.name[:40]} {cell.backend.name}"))
 
-        for row in Executor(suite, opts, xopts).run(cells, on_start=on_start):
+        executor = Executor(suite, opts, exec_opts)
+        for row in executor.run(cells, on_start=on_start):
             writer.write(row)
             rows.append(row)
             progress.advance(task)
         progress.update(task, description="done")
     this_run = rows
+    if executor.queue is not None and len(exec_opts.devices) > 1:
+        # The cost-balanced split (harness/balance.py): planned estimate per worker, cases stolen.
+        header["devices_plan"] = executor.queue.summary()
     if header.get("resumed"):
         rows = read_rows(out_dir)  # the summary covers the whole run, earlier rows included
     _record_wall_time(out_dir, header, this_run, time.perf_counter() - t_start, _PROCESS_T0)
@@ -388,18 +392,27 @@ def _check_variant_flags(filters: dict[str, dict[str, list[str]]], backends: lis
             raise UsageError(f"--variant {name}: {problem}")
 
 
+_SHORT_DTYPE = {"bfloat16": "bf16", "float16": "fp16", "fp8_e4m3": "e4m3", "fp8_e5m2": "e5m2"}
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     """Load a suite with every check a run applies and print its expanded cases; runs nothing."""
     suite = load_suite(args.suite)
     check_suite_backends(suite)
     t = Table(title=f"{escape(suite.suite)}: {len(suite.cases)} cases")
-    for col in ("case", "heads q/kv", "head", "dtype/kv", "block", "requests", "max seq (bound)", "KV tokens (bound)"):
-        t.add_column(col)
+    # 80 columns: the case name wraps, every figure stays whole (short dtype names, legend below).
+    t.add_column("case", overflow="fold", ratio=1)
+    for col in ("heads", "head", "dtype", "block", "reqs", "max seq", "KV tokens"):
+        t.add_column(col, no_wrap=True, justify="left" if col in ("dtype", "block") else "right")
     for c in suite.cases:
         kv_tokens = c.work_bound()[1] / (2 * c.num_kv_heads * c.head_size * c.kv_element_bytes)  # bytes -> tokens
-        t.add_row(escape(c.name), f"{c.num_heads}/{c.num_kv_heads}", str(c.head_size), f"{c.dtype}/{c.kv_cache_dtype}",
+        dtype = _SHORT_DTYPE[c.dtype] + ("" if c.kv_cache_dtype == "auto" else f"/{_SHORT_DTYPE[c.kv_cache_dtype]}")
+        t.add_row(escape(c.name), f"{c.num_heads}/{c.num_kv_heads}", str(c.head_size), dtype,
                   f"{c.block_size} {c.kv_layout}", str(c.num_requests), f"{c.max_seq_len_bound():,}", f"{kv_tokens:,.0f}")
     console.print(t)
+    console.print("  heads: query/KV heads; dtype: bf16 = bfloat16, fp16 = float16, /e4m3 /e5m2 = fp8 KV cache",
+                  highlight=False)
+    console.print("  reqs: requests; max seq, KV tokens: upper bounds over the length distributions", highlight=False)
     console.print(f"{args.suite}: valid, {len(suite.cases)} cases")
     return 0
 
@@ -507,6 +520,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "(default 0.01 on GPU, 0.05 on CPU)")
     tg.add_argument("--max-time", type=float, metavar="SECONDS",
                     help="sampling time budget per cell (default 2 on GPU, 0.5 on CPU)")
+    tg.add_argument("--energy-window", type=float, metavar="SECONDS",
+                    help="GPU: after timing, run the call back to back this long and record NVML energy "
+                         "(J/call, mean W); 0 = off (default 0.1)")
     tg.add_argument("--min-samples", type=int, help="samples before the noise target may stop (default 10 GPU, 3 CPU)")
     tg.add_argument("--max-samples", type=int,
                     help="sample cap per cell, the exact count under --stop samples (default 500 GPU, 20 CPU)")

@@ -201,3 +201,62 @@ def test_collapsed_rows_say_which_axes_applied(tmp_path):
         assert r.model_extra["variant_axes"]["applied"] == ["decode_tensor_cores"]
         assert r.variant_label in r.model_extra["variant_axes"]["stands_for"]
     assert all("variant_axes" not in (r.model_extra or {}) for r in rows_all)
+
+
+# ---------------------------------------------------------------- workers balanced by cost
+def test_lpt_plan_balances_cost_not_count():
+    from harness.balance import plan_assignment
+
+    costs = [10.0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]  # by count: 6/5 cases; by cost: 10 vs 10
+    plan = plan_assignment(costs, 2)
+    loads = sorted(sum(costs[i] for i in idx) for idx in plan)
+    assert loads == [10.0, 10.0]
+    assert sorted(i for idx in plan for i in idx) == list(range(len(costs)))
+
+
+def test_two_cpu_workers_get_cases_balanced_by_estimated_cost(tmp_path):
+    """decode-like cases of very different sizes on --devices cpu,cpu: the planned loads differ
+    by at most the largest case, every case runs, and run.json records the plan."""
+    from harness.balance import case_cost_s
+    from harness.runner import RunOptions, group_by_case, plan_cells
+
+    text = SMALL.replace("count: [2, 5]", "count: [1, 2, 3, 8]").replace("high: 70", "high: 300")
+    suite = tmp_path / "s.yaml"
+    suite.write_text(text)
+    out = tmp_path / "res"
+    assert main(["run", str(suite), "--devices", "cpu,cpu", "--backends", "torch-math,sdpa", "--out", str(out),
+                 "--quiet", "--no-time"]) == 0
+    rows = read_rows(out)
+    assert len(rows) == 8 and all(r.status == "pass" for r in rows)
+    plan = json.loads((out / "run.json").read_text())["devices_plan"]
+    assert [p["device"] for p in plan] == ["cpu", "cpu"] and sum(p["cases"] for p in plan) == 4
+    from backends.sdpa import SDPABackend
+    from backends.torch_math import TorchMathBackend
+
+    cells = plan_cells(parse_suite(yaml.safe_load(text)), [TorchMathBackend, SDPABackend], RunOptions(device=torch.device("cpu")))
+    costs = [case_cost_s(c, "cpu", False, 0.5) for c in group_by_case(cells)]
+    loads = [p["est_cost_s"] for p in plan]
+    assert abs(loads[0] - loads[1]) <= max(costs) + 1e-3
+    assert math.isclose(sum(loads), sum(costs), rel_tol=1e-3)
+    assert len(set(costs)) == len(costs)  # the estimate tells the cases apart
+
+
+# ---------------------------------------------------------------- energy beside the time
+def test_energy_absent_on_cpu_rows_say_why(tmp_path):
+    from harness.timing.energy import _meter, energy_meter, measure_energy
+
+    read, why = energy_meter(torch.device("cpu"))
+    assert read is None and "NVML reports GPUs only" in why
+    assert measure_energy(lambda: None, 1, 1e-3, torch.device("cpu"), 0) == {
+        "available": False, "reason": "disabled (--energy-window 0)"}
+    if not torch.cuda.is_available():
+        # No driver here: the NVML probe fails with a reason instead of raising.
+        read, why = _meter("cuda:0")
+        assert read is None and why.startswith("NVML energy counter unavailable")
+    suite = tmp_path / "s.yaml"
+    suite.write_text(SMALL)
+    out = tmp_path / "res"
+    assert main(["run", str(suite), "--device", "cpu", "--backends", "torch-math", "--out", str(out),
+                 "--quiet", "--no-isolation", "--max-time", "0.02"]) == 0
+    for r in read_rows(out):
+        assert r.timing["energy"]["available"] is False and "cpu" in r.timing["energy"]["reason"]

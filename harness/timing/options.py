@@ -33,6 +33,7 @@ class TimingOptions:
     # CPU only. "process" counts the CPU time the call used, not time spent waiting for a core:
     # on a shared machine wall-clock medians move several-fold between runs, CPU time far less.
     cpu_clock: str = "wall"
+    energy_window_s: float = 0.1  # NVML energy: back-to-back calls for this long after timing (0: off)
 
     @classmethod
     def for_device(cls, device: torch.device, **overrides: Any) -> "TimingOptions":
@@ -61,6 +62,8 @@ class TimingOptions:
             raise ValueError(f"flush method {self.flush_method!r}: expected one of {', '.join(FLUSH_METHODS)}")
         if not 0 < self.target_rel_noise < 1:
             raise ValueError(f"target noise {self.target_rel_noise}: expected a fraction in (0, 1), e.g. 0.01 for 1%")
+        if not self.energy_window_s >= 0:
+            raise ValueError(f"energy window {self.energy_window_s}: must be 0 (off) or positive seconds")
         if self.min_samples < 1:
             raise ValueError(f"min samples {self.min_samples}: must be at least 1")
         if self.max_samples < self.min_samples:

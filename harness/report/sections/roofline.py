@@ -1,0 +1,153 @@
+"""Roofline: achieved TFLOP/s against arithmetic intensity under the device's measured ceilings.
+
+Bytes: ``metrics.bytes`` counts the K/V of a shared prefix once per request that reads it
+(harness/metrics.py), which is what a plain kernel asks for but not what DRAM must deliver: the
+prefix is the same memory. Rows with a shared prefix are therefore plotted with ``bytes_eff``
+(the prefix once per group, computed by the report frame) and drawn as a separate, labelled
+series. A point still above a roof gets a number and a row in the table saying why."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+from harness.report.core import Block, Figure, Table, Text, col, num, section, timed
+from harness.report.plots import colors_of, legend_right, plt
+
+
+def _get(d: Any, *path: str) -> Any:
+    for p in path:
+        if not isinstance(d, dict):
+            return None
+        d = d.get(p)
+    return d
+
+
+def _f(x: Any) -> float | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) and v > 0 else None
+
+
+def ceilings(headers: list[dict[str, Any]], rows: pd.DataFrame) -> tuple[float | None, float | None, str]:
+    """(peak TFLOP/s, peak TB/s, where from): run header ``ceilings`` / ``device.ceilings``
+    (``peak_tflops``/``peak_tbps`` or ``tflops``/``tbps``), ``device.peak_tflops``/``peak_tbps``,
+    else the ceilings harness.roofline measured into rows (``metrics.roofline.ceiling_*``)."""
+    for h in headers:
+        for where, d, generic in (("run header: ceilings", h.get("ceilings"), True),
+                                  ("run header: device.ceilings", _get(h, "device", "ceilings"), True),
+                                  ("run header: device", h.get("device"), False)):
+            if not isinstance(d, dict):
+                continue
+            f = _f(d.get("peak_tflops", d.get("tflops") if generic else None))
+            b = _f(d.get("peak_tbps", d.get("tbps") if generic else None))
+            if f or b:
+                return f, b, where
+    f = num(rows, "metrics.roofline.ceiling_tflops").max() if len(rows) else float("nan")
+    b = num(rows, "metrics.roofline.ceiling_tbps").max() if len(rows) else float("nan")
+    f, b = _f(f), _f(b)
+    return f, b, ("measured device ceilings (metrics.roofline)" if (f or b) else "")
+
+
+def _l2_bytes(headers: list[dict[str, Any]]) -> float | None:
+    vals = [_f(_get(h, "device", "l2_bytes")) for h in headers]
+    vals = [v for v in vals if v]
+    return min(vals) if vals else None
+
+
+@section("roofline", "Roofline", order=500,
+         looked_for="timed rows with metrics.flops and metrics.bytes (achieved TFLOP/s against FLOP/byte)")
+def roofline(df: pd.DataFrame) -> list[Block]:
+    t = timed(df)
+    if t.empty:
+        return []
+    flops = num(t, "metrics.flops")
+    t = t.assign(_flops=flops, _bytes=num(t, "metrics.bytes"), _tflops=flops / (t["median"] * 1e-6) / 1e12)
+    t = t[t["_flops"].notna() & t["_bytes"].notna() & (t["_flops"] > 0) & (t["_bytes"] > 0)]
+    if t.empty:
+        return []
+    headers = [h for _, h, _ in df.attrs.get("runs", [])]
+    peak_f, peak_b, src = ceilings(headers, df)
+    l2 = _l2_bytes(headers)
+    shared = num(t, "batch.prefix_groups").fillna(0) > 0
+    eff_ok = shared & t["bytes_eff"].notna() & (t["bytes_eff"] > 0)
+    t = t.assign(_plot_bytes=t["_bytes"].where(~eff_ok, t["bytes_eff"]), _series=eff_ok)
+    t["_I"] = t["_flops"] / t["_plot_bytes"]
+
+    def roof(i: float) -> float | None:
+        caps = [c for c in ((peak_b * i) if peak_b else None, peak_f) if c]
+        return min(caps) if caps else None
+
+    above_logical = 0
+    if peak_b:
+        logical_I = t["_flops"] / t["_bytes"]
+        above_logical = int(((t["_tflops"] > 1.02 * logical_I.map(roof)) & shared).sum())
+    colors = colors_of(df)
+    pyplot = plt()
+    fig, ax = pyplot.subplots(figsize=(8.5, 5.0), layout="constrained")
+    handles: dict[str, tuple] = {}
+    for (lab, eff), g in t.groupby(["label", "_series"], sort=True):
+        h = ax.scatter(g["_I"], g["_tflops"], s=24, alpha=0.85, color=colors[lab],
+                       marker="^" if eff else "o", facecolors="none" if eff else colors[lab], linewidths=1.2)
+        name = g["short"].iloc[0] + (" · shared prefix read once (effective bytes)" if eff else "")
+        handles[f"{lab}|{eff}"] = (h, name)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    lo, hi = t["_I"].min() / 2, t["_I"].max() * 2
+    if peak_b or peak_f:
+        if peak_b and peak_f:
+            knee = peak_f / peak_b
+            xs = [min(lo, knee / 4), knee, max(hi, knee * 4)]
+        else:
+            xs = [lo, hi]
+        ys = [roof(x) for x in xs]
+        (h,) = ax.plot(xs, ys, "k--", linewidth=1)
+        handles["roof"] = (h, "measured ceilings" + (f" ({peak_b:g} TB/s, {peak_f:g} TFLOP/s)"
+                                                     if peak_b and peak_f else ""))
+    # Every point above a roof is numbered and explained in the table below the plot.
+    above = []
+    if peak_b or peak_f:
+        for _, r in t.iterrows():
+            cap = roof(r["_I"])
+            if cap and r["_tflops"] > 1.02 * cap:
+                n = len(above) + 1
+                ax.annotate(str(n), (r["_I"], r["_tflops"]), textcoords="offset points", xytext=(4, 4), fontsize=7)
+                ws = r["_plot_bytes"]
+                mode = str(col(t.loc[[r.name]], "timing.l2").iloc[0] or "")
+                if l2 and ws < l2 and "hot" in mode:
+                    why = (f"working set {ws / 2**20:.1f} MiB fits in the {l2 / 2**20:.0f} MiB L2 and timing was hot "
+                           "(L2 not flushed): served from L2, not DRAM")
+                elif l2 and ws < l2:
+                    why = f"working set {ws / 2**20:.1f} MiB fits in the {l2 / 2**20:.0f} MiB L2"
+                else:
+                    why = ("above the copy-bandwidth roof: the ceiling is a read+write copy; a read-mostly kernel "
+                           "can exceed it")
+                above.append({"#": str(n), "case": r["case_id"], "backend [variant]": r["short"],
+                              "FLOP/byte": f"{r['_I']:.3g}", "TFLOP/s": f"{r['_tflops']:.3g}",
+                              "roof TFLOP/s": f"{cap:.3g}", "why": why})
+    ax.set_xlabel("arithmetic intensity (FLOP per byte of DRAM traffic, log)", fontsize=9)
+    ax.set_ylabel("achieved TFLOP/s (log)", fontsize=9)
+    ax.grid(True, which="both", alpha=0.3)
+    legend_right(fig, [h for h, _ in handles.values()], [n for _, n in handles.values()], "backend [variant]")
+    notes = []
+    if src:
+        notes.append(f"Ceilings from {src}: " + ", ".join(x for x in (f"{peak_f:g} TFLOP/s" if peak_f else "",
+                                                                      f"{peak_b:g} TB/s" if peak_b else "") if x) + ".")
+    else:
+        notes.append("No device ceilings in these results (looked for run header ceilings / device.peak_tflops, "
+                     "device.peak_tbps and metrics.roofline.ceiling_tflops / ceiling_tbps): points only.")
+    if eff_ok.any():
+        notes.append(f"{int(eff_ok.sum())} points have a shared prefix (batch.prefix_groups > 0): they are drawn as "
+                     "hollow triangles at the bytes DRAM must deliver, the prefix read once per group "
+                     "(metrics.bytes counts it once per request"
+                     + (f"; at those logical bytes {above_logical} of them would sit above the memory roof" if above_logical
+                        else "") + ").")
+    blocks: list[Block] = [Text(" ".join(notes), cls="note"), Figure(fig, alt="roofline")]
+    if above:
+        blocks += [Text(f"{len(above)} points above a roof, numbered on the plot:", cls="note"),
+                   Table(pd.DataFrame(above), wrap=("why",))]
+    return blocks
