@@ -133,21 +133,29 @@ def device_class(row: ResultRow) -> str:
 
 
 # ---------------------------------------------------------------- the noise model
+def _shortest(xs: list[float], share: float) -> float:
+    """Length of the shortest interval holding ``share`` of the sorted values ``xs``."""
+    n = len(xs)
+    h = int(n * share) + 1
+    return min(xs[i + h - 1] - xs[i] for i in range(n - h + 1))
+
+
 def robust_sigma(log_ratios: Sequence[float]) -> float | None:
     """Robust standard deviation of ``log_ratios`` (None below MIN_ROWS_FOR_SPREAD values): the
-    smaller of the normal-consistent MAD and the shortest-half estimate (the shortest interval
-    holding half the values / 1.349). Both equal the standard deviation for normal noise; when
-    a subset of rows moved together (a real regression of one backend) the MAD widens with them
-    while the shortest half stays on the unmoved rows' spread."""
+    smallest of the normal-consistent MAD, the shortest half of the values / 1.349 and (12 values
+    or more) the shortest quarter / 0.637. All equal the standard deviation for normal noise;
+    when a subset of rows moved together (a real regression of one backend) the MAD widens with
+    them while the shortest half (a moved minority) or quarter (up to about half moved) stays on
+    the unmoved rows' spread."""
     xs = sorted(log_ratios)
     n = len(xs)
     if n < MIN_ROWS_FOR_SPREAD:
         return None
     med = statistics.median(xs)
-    mad = 1.4826 * statistics.median(abs(x - med) for x in xs)
-    h = n // 2 + 1
-    shortest = min(xs[i + h - 1] - xs[i] for i in range(n - h + 1))
-    return min(mad, shortest / 1.349)
+    estimates = [1.4826 * statistics.median(abs(x - med) for x in xs), _shortest(xs, 0.5) / 1.349]
+    if n >= 12:
+        estimates.append(_shortest(xs, 0.25) / 0.637)
+    return min(estimates)
 
 
 def estimate_noise(device_class_name: str, pairs: Sequence[tuple[ResultRow, ResultRow]], threshold: float) -> NoiseModel:
