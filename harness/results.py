@@ -97,10 +97,17 @@ class Check(Payload):
     rtol: float
     lse_atol: float
     max_mismatch_fraction: float
-    # Extension: one entry per request (its index, errors, ...), for localising a mismatch.
+    # Per request (its index, errors, verdict), for localising a mismatch; newer rows only.
+    num_requests: int | None = None
+    num_failed_requests: int | None = None
     per_request: list[dict[str, Any]] | None = None
+    worst_request: dict[str, Any] | None = None
+    per_kind: dict[str, dict[str, Any]] | None = None  # summary per segment kind (decode, prefill, ...)
+    rechecks: list[dict[str, Any]] | None = None  # the output after timing / of a repeated call
+    inputs_modified: str | None = None  # the inputs the backend wrote into (a mismatch)
 
-    _omit_if_none = frozenset({"per_request"})
+    _omit_if_none = frozenset({"num_requests", "num_failed_requests", "per_request", "worst_request", "per_kind",
+                               "rechecks", "inputs_modified"})
 
 
 class Timing(Payload):

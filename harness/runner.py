@@ -7,7 +7,7 @@ import fnmatch
 import shlex
 import time
 import traceback
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -309,6 +309,7 @@ class PreparedCell:
     out: torch.Tensor  # NaN-filled: elements the kernel leaves unwritten stay NaN
     lse: torch.Tensor | None
     cascade_rule: Any = None  # vLLM's cascade rule for this batch (cascade backends only)
+    order: list[int] | None = None  # view request -> batch request, when reordered
 
     def forward(self, out: torch.Tensor | None = None, lse: torch.Tensor | None = None) -> None:
         """One forward call into ``out`` (default: the cell's output buffer)."""
@@ -342,17 +343,23 @@ def prepare_cell(backend: type[AttentionBackend], variant: dict[str, Any], batch
     trace.stage = CellStage.PREPARE
     # Backends that want decodes first (FlashInfer) get the batch reordered, as vLLM's
     # model runner does; outputs are mapped back through token_index for the check.
+    order = None
     if caps.reorder_batch_threshold is not None:
         order = decode_first_order(batch.query_lens, caps.reorder_batch_threshold)
         view, token_index = batch.reordered(order)
     else:
         view, token_index = batch, None
+    # Each cell gets its own inputs, so a backend that writes into them is caught (see
+    # ``changed_inputs``) and cannot hand the next backend of the case corrupted data.
+    view = replace(view, query=view.query.clone(), key=view.key.clone(), value=view.value.clone())
     # Batch-dependent limits (e.g. cascade needs a shared prefix) are a status, not an error.
     batch_reason = backend.check_batch_support(view.common_metadata(), variant)
     if batch_reason:
         raise CellUnsupported(batch_reason)
     trace.stage = CellStage.KV_CACHE
     kv_cache = backend.materialize_kv_cache(view.kv_cache, cfg.kv_layout)
+    if kv_cache.untyped_storage().data_ptr() == view.kv_cache.untyped_storage().data_ptr():
+        kv_cache = kv_cache.clone()  # NHD materializes as the canonical tensor itself
     common = view.common_metadata()
     # What vLLM's rule would pick for this batch, recorded to compare with the measurement.
     rule = decide_cascade(common, cfg, device) if caps.cascade else None
@@ -367,7 +374,25 @@ def prepare_cell(backend: type[AttentionBackend], variant: dict[str, Any], batch
     metadata = builder.build(common)
     trace.host["build_ms"] = sw.lap("build")
     return PreparedCell(backend, variant, cfg, caps, device, view, token_index, kv_cache, common, impl, metadata,
-                        out, lse, rule)
+                        out, lse, rule, order)
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bitwise equality (NaN-safe: adversarial cases put NaN in unused cache slots)."""
+    ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+    width = ints[a.element_size()]
+    return a.shape == b.shape and torch.equal(a.view(width), b.to(a.device).view(width))
+
+
+def changed_inputs(prepared: PreparedCell, batch: Batch) -> str:
+    """Which of the cell's own inputs no longer match the case's originals ("" when none)."""
+    v, idx = prepared.view, prepared.token_index
+    names = [n for n, mine, orig in (("query", v.query, batch.query), ("key", v.key, batch.key),
+                                     ("value", v.value, batch.value))
+             if not _same_bits(mine, orig if idx is None else orig[idx])]
+    if not _same_bits(prepared.kv_cache, prepared.backend.materialize_kv_cache(batch.kv_cache, batch.config.kv_layout)):
+        names.append("kv_cache")
+    return ", ".join(names)
 
 
 def run_cell(cell: Cell, case_data: CaseContext, suite: Suite, opts: RunOptions) -> ResultRow:
@@ -395,22 +420,35 @@ def run_cell(cell: Cell, case_data: CaseContext, suite: Suite, opts: RunOptions)
         row["call"] = Call.model_validate(call_fields)
 
         status, reason = Status.PASS, ""
-        if opts.check and case_data.ref_out is not None:
+        checking = opts.check and case_data.ref_out is not None
+        if checking:
             trace.stage = CellStage.CHECK
             ref_out, ref_lse = case_data.ref_out, case_data.ref_lse
             if prepared.token_index is not None:
                 ref_out, ref_lse = ref_out[prepared.token_index], ref_lse[prepared.token_index]
+            tol = tolerance_for(cfg.dtype, cfg.kv_cache_dtype)
+            view = prepared.view
+
+            def judge(o: torch.Tensor, l: torch.Tensor | None, unwritten: torch.Tensor | None = None):
+                # Each request (and segment kind) judged on its own; see harness/check.py.
+                return check_output(o, ref_out, tol, l, ref_lse if l is not None else None, unwritten,
+                                    query_start_loc=view.query_start_loc, kinds=view.kinds,
+                                    seq_lens=view.seq_lens, request_ids=prepared.order)
+
             unwritten = None
             if torch.isnan(prepared.out).any():
                 # Second run with a finite sentinel tells unwritten elements from computed NaNs.
                 probe = torch.full_like(prepared.out, SENTINEL)
                 prepared.forward(out=probe)
                 unwritten = probe == SENTINEL
-            result = check_output(prepared.out, ref_out, tolerance_for(cfg.dtype, cfg.is_fp8_kv), prepared.lse,
-                                  ref_lse, unwritten)
-            row["check"] = Check.model_validate(result.as_dict())
+            result = judge(prepared.out, prepared.lse, unwritten)
+            row["check"] = result.as_dict()
             if not result.passed:
                 status, reason = Status.MISMATCH, result.message
+            touched = changed_inputs(prepared, batch)
+            if touched:
+                status, reason = Status.MISMATCH, f"backend wrote into its inputs ({touched}); {reason}".rstrip("; ")
+                row["check"]["inputs_modified"] = touched
             sw.lap("check")
 
         if opts.time:
@@ -430,6 +468,33 @@ def run_cell(cell: Cell, case_data: CaseContext, suite: Suite, opts: RunOptions)
                 {**work.as_dict(), **roofline_metrics(work.flops, work.bytes, t, ceilings, why_not)})
             row["timing"] = timing
             sw.lap("metrics")
+
+        if checking:
+            # Check what was timed: the output the timed calls (graph replays included) left,
+            # then one more call into a NaN-poisoned buffer. Catches metadata that drifts after
+            # the first call and kernels that write only part of a reused buffer.
+            trace.stage = CellStage.CHECK
+            later = []
+            if opts.time:
+                later.append(("after timing", prepared.out.clone(), None))
+            poisoned = torch.full_like(prepared.out, float("nan"))
+            lse2 = torch.full_like(prepared.lse, float("nan")) if prepared.lse is not None else None
+            prepared.forward(out=poisoned, lse=lse2)
+            _sync(device)
+            later.append(("repeat call", poisoned, lse2))
+            rechecks = []
+            for when, o2, l2 in later:
+                r2 = judge(o2, l2)
+                rechecks.append({"when": when, "passed": r2.passed, "message": r2.message,
+                                 "rel_l2_err": r2.rel_l2_err, "num_failed_requests": r2.num_failed_requests})
+                if not r2.passed and status == Status.PASS:
+                    status, reason = Status.MISMATCH, f"{when}: {r2.message}"
+            row["check"]["rechecks"] = rechecks
+            touched = changed_inputs(prepared, batch)
+            if touched and "inputs_modified" not in row["check"]:
+                status, reason = Status.MISMATCH, f"backend wrote into its inputs ({touched}); {reason}".rstrip("; ")
+                row["check"]["inputs_modified"] = touched
+            sw.lap("check")
         row["status"], row["reason"] = status, reason
     except Exception as e:  # a backend that rejects or crashes costs only its own cell
         # Diagnostics of the stages that finished (call, check) stay; no number from a failed cell.

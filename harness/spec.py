@@ -192,6 +192,10 @@ class CaseSpec(_Strict):
     dtype: Literal["float16", "bfloat16"] = "bfloat16"
     kv_cache_dtype: Literal["auto", "fp8_e4m3", "fp8_e5m2"] = "auto"
     kv_scale: Annotated[float, Field(gt=0)] | Literal["auto"] = "auto"
+    # Per-layer fp8 dequantization scales of K and V; each defaults to ``kv_scale`` (the shorthand
+    # for both). Unequal values catch a kernel that swaps them.
+    k_scale: Annotated[float, Field(gt=0)] | Literal["auto"] | None = None
+    v_scale: Annotated[float, Field(gt=0)] | Literal["auto"] | None = None
     block_size: Annotated[int, Field(ge=1, le=65536)] = 16
     kv_layout: Literal["NHD", "HND"] = "NHD"
     causal: bool = True
@@ -233,6 +237,12 @@ class CaseSpec(_Strict):
             if sp.groups > total:
                 raise ValueError(f"shared_prefix.groups ({sp.groups}) exceeds the number of requests ({total})")
         return self
+
+    @property
+    def kv_scales(self) -> tuple[float | str, float | str]:
+        """(k_scale, v_scale), each a number or "auto"; unset ones fall back to ``kv_scale``."""
+        return (self.kv_scale if self.k_scale is None else self.k_scale,
+                self.kv_scale if self.v_scale is None else self.v_scale)
 
     @property
     def num_requests(self) -> int:

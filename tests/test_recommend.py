@@ -271,3 +271,21 @@ def test_rows_survive_a_flattened_frame():
     assert [r["bucket"] for r in policy(a)["rules"]] == [r["bucket"] for r in policy(b)["rules"]]
     assert policy(a)["rules"][0]["use"] == policy(b)["rules"][0]["use"] == {"backend": "flash-attn", "variant": FA3}
     assert [d.status for d in a.defaults] == [d.status for d in b.defaults] == ["winner"]
+
+
+def test_report_has_the_recommendation_section(tmp_path):
+    from harness.report import build_sections, load
+
+    runs = [H200 / r for r in ("decode-1", "cascade-sweep")]
+    secs = {s.id: s for s in build_sections(load(runs))}
+    sec = secs["recommend"]
+    assert sec.has_data and not sec.error
+    titles = [b.get("title") for b in sec.blocks if b["kind"] == "table"]
+    assert titles[0] == "Winner per bucket" and "vLLM's default choice against the measurement" in titles
+    casc = next(b for b in sec.blocks if b["kind"] == "table" and b["title"].startswith("Cascade"))
+    assert any("flash-attn-cascade fa3" in r[0][0] for r in casc["rows"])
+    # two GPUs: the section says why, the page still renders
+    a = _run_dir(tmp_path / "a", "NVIDIA H200", [row("flash-attn", 100.0, variant=FA3)])
+    b = _run_dir(tmp_path / "b", "NVIDIA A100-SXM4-80GB", [row("flash-attn", 200.0, variant=FA3)])
+    sec = {s.id: s for s in build_sections(load([a, b]))}["recommend"]
+    assert any("different GPUs" in blk.get("text", "") for blk in sec.blocks)
