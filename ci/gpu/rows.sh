@@ -16,6 +16,6 @@ step 120 rows-slow-1.5x env PYTHONPATH=tests:${PYTHONPATH:-} ATTN_HARNESS_SLOW_R
 step 30 rows-same $H compare $R/rows-base-1 $R/rows-base-2 --markdown $R/rows-same.md
 step 30 rows-slow $H compare $R/rows-base-1 $R/rows-slow-1.5x --markdown $R/rows-slow.md
 step 150 rows-gate env PYTHONPATH=tests:${PYTHONPATH:-} ATTN_HARNESS_SLOW_REPEAT=3 python3 ci/gate.py \
-  --suite suites/decode.yaml --case 'llama3-8b*' --backends plugins.slowed:SlowedFlashAttn \
+  --device cuda --max-time 1 --suite suites/decode.yaml --case 'llama3-8b*' --backends plugins.slowed:SlowedFlashAttn \
   --variant slowed-flash-attn.fa_version=3 --baseline $R/rows-base-1 --out $R/rows-gate-new \
   --markdown $R/rows-gate.md --remeasure 1
