@@ -32,14 +32,14 @@ def summarize(folder: Path) -> dict:
     energy = [r.timing.get("energy", {}) for r in rows if r.timing]
     return {
         "folder": str(folder), "wall_s": header["wall_s"], "run_s": header.get("run_s"),
-        "rows": len(rows), "statuses": {s: sum(r.status == s for r in rows) for s in sorted({r.status for r in rows})},
+        "rows": len(rows), "statuses": {str(getattr(s, "value", s)): sum(r.status == s for r in rows) for s in sorted({r.status for r in rows})},
         "time_breakdown_s": header.get("time_breakdown_s", {}),
         "median_cell_overhead_ms": statistics.median(overhead_ms) if overhead_ms else None,
         "median_untimed_cell_ms": statistics.median(untimed) if untimed else None,
         "energy_rows": sum(bool(e.get("available")) for e in energy), "timed_rows": len(energy),
         "energy_reasons": sorted({e.get("reason", "") for e in energy if not e.get("available")})[:3],
         "devices_plan": header.get("devices_plan"),
-        "verdicts": {"|".join(r.key): r.status for r in rows},
+        "verdicts": {"|".join(r.key): str(getattr(r.status, "value", r.status)) for r in rows},
     }
 
 
