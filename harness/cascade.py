@@ -18,6 +18,7 @@ from typing import Any, Iterable, Sequence
 import torch
 
 from attn_contract import AttentionConfig, CommonAttentionMetadata
+from attn_contract.status import Status
 
 # ---------------------------------------------------------------- decision rule
 
@@ -141,7 +142,8 @@ def decide(common: CommonAttentionMetadata, config: AttentionConfig, device: tor
 # ---------------------------------------------------------------- rule vs measurement
 
 
-def _get(row: Any, key: str, default: Any = None) -> Any:
+def _field(row: Any, key: str, default: Any = None) -> Any:
+    """A row's field, whether the row is a ResultRow or its JSON dict."""
     return row.get(key, default) if isinstance(row, dict) else getattr(row, key, default)
 
 
@@ -153,21 +155,21 @@ def rule_agreement(rows: Iterable[Any]) -> list[dict[str, Any]]:
     rows = list(rows)
     out = []
     for r in rows:
-        call = _get(r, "call") or {}
-        timing = _get(r, "timing") or {}
-        if "rule_says_cascade" not in call or _get(r, "status") != "pass" or "median_us" not in timing:
+        call = _field(r, "call") or {}
+        timing = _field(r, "timing") or {}
+        if "rule_says_cascade" not in call or _field(r, "status") != Status.PASS or "median_us" not in timing:
             continue
-        rv = _get(r, "variant") or {}
+        rv = _field(r, "variant") or {}
         plain = [
             p for p in rows
-            if _get(p, "case") == _get(r, "case") and _get(p, "backend") == call.get("compare_with")
-            and _get(p, "status") == "pass" and (_get(p, "timing") or {}).get("median_us") is not None
+            if _field(p, "case") == _field(r, "case") and _field(p, "backend") == call.get("compare_with")
+            and _field(p, "status") == Status.PASS and (_field(p, "timing") or {}).get("median_us") is not None
         ]
-        agree = [p for p in plain if all(str((_get(p, "variant") or {}).get(k, v)) == str(v) for k, v in rv.items())]
+        agree = [p for p in plain if all(str((_field(p, "variant") or {}).get(k, v)) == str(v) for k, v in rv.items())]
         pool = agree or plain
         entry = {
-            "case": _get(r, "case"),
-            "backend": _get(r, "backend"),
+            "case": _field(r, "case"),
+            "backend": _field(r, "backend"),
             "variant": rv,
             "rule_says_cascade": call["rule_says_cascade"],
             "rule_reason": call.get("rule_reason", ""),
@@ -179,9 +181,9 @@ def rule_agreement(rows: Iterable[Any]) -> list[dict[str, Any]]:
             "rule_right": None,
         }
         if pool:
-            best = min(pool, key=lambda p: _get(p, "timing")["median_us"])
-            entry["plain_variant"] = _get(best, "variant")
-            entry["plain_us"] = _get(best, "timing")["median_us"]
+            best = min(pool, key=lambda p: _field(p, "timing")["median_us"])
+            entry["plain_variant"] = _field(best, "variant")
+            entry["plain_us"] = _field(best, "timing")["median_us"]
             cascade_wins = entry["cascade_us"] < entry["plain_us"]
             entry["measured_winner"] = "cascade" if cascade_wins else "plain"
             entry["rule_right"] = cascade_wins == call["rule_says_cascade"]

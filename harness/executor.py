@@ -6,7 +6,9 @@ process started with the "spawn" context (CUDA does not survive fork). The paren
 worker one case and the cells of it still to run; the worker generates the batch and the
 reference once, runs the cells and streams back an event before each phase (so the parent
 knows what is in flight) and a row after each cell. Rows are written and fsynced by the
-parent as they arrive.
+parent as they arrive. The messages are the typed dataclasses below (``RunCase``/``Shutdown``
+one way, ``WorkerReady``, ``PreparingCase``, ``CellStarted``, ``RowDone``, ``CaseDone``,
+``CaseFailed``, ``RestartMe`` the other); the parent tracks each slot's ``SlotPhase``.
 
 - The worker dies (segfault, abort, OOM-kill): the cell in flight gets ``error`` with the
   signal ("worker died: SIGSEGV"); the worker is replaced and the case's remaining cells go
@@ -30,6 +32,7 @@ import signal
 import time
 import traceback
 from dataclasses import dataclass, field
+from enum import StrEnum
 from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -38,7 +41,7 @@ import torch
 
 from harness.balance import CaseQueues
 from harness.memory import make_fit_check
-from harness.results import RESULTS_FILE, ResultRow, read_header, read_rows, repair_torn_tail, variant_label
+from harness.results import RESULTS_FILE, ResultRow, Status, Worker, read_header, read_rows, repair_torn_tail, variant_label
 from harness.runner import Cell, RunOptions, group_by_case, iterate_case, status_row
 from harness.spec import Suite
 
@@ -65,6 +68,80 @@ STICKY_CUDA_ERRORS = (
     "CUDA_ERROR_ASSERT",
     "cudaErrorIllegalAddress",
 )
+
+
+# ------------------------------------------------------------------ messages and phases
+# Parent -> worker
+@dataclass(frozen=True)
+class RunCase:
+    """Run these cells (all of one case; the worker makes its batch and reference once)."""
+
+    cells: list[Cell]
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    """Exit now (the worker is idle)."""
+
+
+# Worker -> parent
+@dataclass(frozen=True)
+class WorkerReady:
+    """The worker has imported everything and waits for a case."""
+
+    pid: int
+
+
+@dataclass(frozen=True)
+class PreparingCase:
+    """Generating the case's batch and reference (a crash or hang now is the case's)."""
+
+
+@dataclass(frozen=True)
+class CellStarted:
+    """The cell with this key (``cell_key``) is running (a crash or hang now is this cell's)."""
+
+    key: tuple[str, str, str, str]
+
+
+@dataclass(frozen=True)
+class RowDone:
+    """A finished cell's typed row, with the worker's pid and device (pickled as it is)."""
+
+    row: ResultRow
+
+
+@dataclass(frozen=True)
+class CaseDone:
+    """Every cell of the case has its row; the worker is idle again."""
+
+
+@dataclass(frozen=True)
+class CaseFailed:
+    """A harness error outside any cell; the case's remaining cells get ``error`` rows."""
+
+    error: str
+    traceback: str
+
+
+@dataclass(frozen=True)
+class RestartMe:
+    """The worker's CUDA context is no longer trustworthy (sent after the failing row); it exits."""
+
+    reason: str
+
+
+WorkerMessage = WorkerReady | PreparingCase | CellStarted | RowDone | CaseDone | CaseFailed | RestartMe
+
+
+class SlotPhase(StrEnum):
+    """What a device slot's worker is doing, as far as the parent knows."""
+
+    IDLE = "idle"  # no case
+    SENT = "sent"  # a case was sent; the worker runs its availability/support/memory checks
+    PREPARE = "prepare"  # generating the case's batch and reference
+    CELL = "cell"  # running one cell (``_Slot.current``)
+    RESTART = "restart"  # the worker asked to be replaced
 
 
 def cell_key(suite: Suite, cell: Cell) -> tuple[str, str, str, str]:
@@ -188,40 +265,40 @@ def _worker_main(conn: Any, device_name: str, suite: Suite, opts: RunOptions, bu
     device = torch.device(device_name)
     opts = dataclasses.replace(opts, device=device,
                                fit_check=make_fit_check(device, opts.check, budget_mib, cpu_share))
-    conn.send(("ready", os.getpid()))
+    conn.send(WorkerReady(os.getpid()))
     cuda_ready = False
+
+    def on_event(event: str, cell: Cell | None) -> None:
+        conn.send(PreparingCase() if event == "prepare" else CellStarted(cell_key(suite, cell)))
+
     while True:
         try:
             msg = conn.recv()
         except (EOFError, OSError):
             return
-        if msg is None:
+        if isinstance(msg, Shutdown):
             return
         if device.type == "cuda" and not cuda_ready:
             # Only now: a standby worker must not hold a CUDA context (memory) while it waits.
             torch.cuda.set_device(device.index if device.index is not None else 0)
             cuda_ready = True
-        cells: list[Cell] = msg
         broken = None
         try:
-            for row in iterate_case(cells, suite, opts,
-                                    on_event=lambda ev, cell: conn.send((ev, None if cell is None else cell_key(suite, cell)))):
-                d = row.model_dump()
-                d["worker"] = {"pid": os.getpid(), "device": device_name}
-                conn.send(("row", d))
-                if row.status == "error":
+            for row in iterate_case(msg.cells, suite, opts, on_event=on_event):
+                conn.send(RowDone(row.model_copy(update={"worker": Worker(pid=os.getpid(), device=device_name)})))
+                if row.status == Status.ERROR:
                     broken = _context_broken(device, row.reason)
                     if broken:
                         break
         except (BrokenPipeError, EOFError, ConnectionError):
             return  # the parent is gone
         except Exception as e:  # a harness bug in this case: report it, keep the worker
-            conn.send(("case_failed", f"{type(e).__name__}: {e}"[:500], traceback.format_exc(limit=6)))
+            conn.send(CaseFailed(f"{type(e).__name__}: {e}"[:500], traceback.format_exc(limit=6)))
             continue
         if broken:
-            conn.send(("restart", broken))
+            conn.send(RestartMe(broken))
             return
-        conn.send(("done", None))
+        conn.send(CaseDone())
 
 
 # ------------------------------------------------------------------ parent side
@@ -236,8 +313,8 @@ class _Slot:
     ready: bool = False
     started_at: float = 0.0
     cells: list[Cell] = field(default_factory=list)  # cells of the current case not yet reported
-    phase: str = "idle"  # idle | sent | prepare | cell
-    current: tuple | None = None
+    phase: SlotPhase = SlotPhase.IDLE
+    current: tuple | None = None  # the running cell's key (phase CELL)
     deadline: float | None = None
     failed_starts: int = 0
     last_failure: str = ""
@@ -247,11 +324,11 @@ class _Slot:
 class Executor:
     """Runs cells and yields their rows as they finish (see the module docstring)."""
 
-    def __init__(self, suite: Suite, opts: RunOptions, xopts: ExecOptions):
+    def __init__(self, suite: Suite, opts: RunOptions, exec_opts: ExecOptions):
         self.suite = suite
         self.opts = opts
-        self.xopts = xopts
-        self.ctx = mp.get_context("spawn")
+        self.exec_opts = exec_opts
+        self.mp_context = mp.get_context("spawn")
         self.slots: list[_Slot] = []
         self.restarts = 0
         self.queue: CaseQueues | None = None
@@ -261,12 +338,12 @@ class Executor:
 
     # In-process: the reference engine, with the memory planner.
     def _run_inline(self, cases: list[list[Cell]], on_start: Callable[[Cell], None] | None) -> Iterator[ResultRow]:
-        device = torch.device(self.xopts.devices[0])
+        device = torch.device(self.exec_opts.devices[0])
         if device.type == "cuda":
             # As in the worker: kernels, graph capture and streams follow the current device.
             torch.cuda.set_device(device.index if device.index is not None else 0)
         opts = dataclasses.replace(self.opts, device=device,
-                                   fit_check=make_fit_check(device, self.opts.check, self.xopts.memory_budget_mib))
+                                   fit_check=make_fit_check(device, self.opts.check, self.exec_opts.memory_budget_mib))
         for case_cells in cases:
             yield from iterate_case(case_cells, self.suite, opts, on_start=on_start)
 
@@ -274,19 +351,19 @@ class Executor:
         cases = group_by_case(cells)
         if not cases:
             return
-        if not self.xopts.isolation:
+        if not self.exec_opts.isolation:
             yield from self._run_inline(cases, on_start)
             return
         yield from self._run_isolated(cases, on_start)
 
     # ---------------------------------------------------------------- workers
     def _start_process(self, device: str) -> tuple[Any, Any]:
-        n_cpu = sum(d == "cpu" for d in self.xopts.devices)
+        n_cpu = sum(d == "cpu" for d in self.exec_opts.devices)
         threads = max(1, (os.cpu_count() or 1) // n_cpu) if device == "cpu" and n_cpu > 1 else None
-        parent_conn, child_conn = self.ctx.Pipe(duplex=True)
-        proc = self.ctx.Process(
+        parent_conn, child_conn = self.mp_context.Pipe(duplex=True)
+        proc = self.mp_context.Process(
             target=_worker_main, name=f"harness-worker-{device}", daemon=True,
-            args=(child_conn, device, self.suite, self.opts, self.xopts.memory_budget_mib, max(1, n_cpu), threads),
+            args=(child_conn, device, self.suite, self.opts, self.exec_opts.memory_budget_mib, max(1, n_cpu), threads),
         )
         # The worker inherits an ignored SIGINT across exec, so a Ctrl-C while it is still
         # importing torch (before _worker_main can ignore it) prints no traceback from it; the
@@ -326,9 +403,9 @@ class Executor:
     def _shutdown(self) -> None:
         """Idle workers are asked to exit; busy ones (an interrupted run) are killed."""
         for slot in self.slots:
-            if slot.conn is not None and slot.proc is not None and slot.proc.is_alive() and slot.phase == "idle":
+            if slot.conn is not None and slot.proc is not None and slot.proc.is_alive() and slot.phase == SlotPhase.IDLE:
                 try:
-                    slot.conn.send(None)
+                    slot.conn.send(Shutdown())
                 except (OSError, BrokenPipeError):
                     pass
                 slot.proc.join(timeout=5)
@@ -345,28 +422,26 @@ class Executor:
                 return c
         return None
 
-    def _row(self, slot: _Slot, cell: Cell, status: str, reason: str) -> ResultRow:
+    def _row(self, slot: _Slot, cell: Cell, status: Status, reason: str) -> ResultRow:
         row = status_row(cell, self.suite, slot.opts, status, reason)
-        extra = row.model_dump()
-        extra["worker"] = {"pid": slot.pid, "device": slot.device}
-        return ResultRow.model_validate(extra)
+        return row.model_copy(update={"worker": Worker(pid=slot.pid, device=slot.device)})
 
-    def _lost(self, slot: _Slot, status: str, why: str) -> list[ResultRow]:
+    def _lost(self, slot: _Slot, status: Status, why: str) -> list[ResultRow]:
         """The worker is gone (died, killed, gave up its context): rows for what it was doing,
         and the case's remaining cells back to the front of the queue."""
         rows: list[ResultRow] = []
-        if slot.phase == "cell":
+        if slot.phase == SlotPhase.CELL:
             cell = self._cell_by_key(slot, slot.current)
             if cell is not None:
                 rows.append(self._row(slot, cell, status, why))
                 slot.cells.remove(cell)
-        elif slot.phase in ("prepare", "sent"):
+        elif slot.phase in (SlotPhase.PREPARE, SlotPhase.SENT):
             # The batch/reference itself failed: every cell of the case shares that fate.
-            where = "generating the batch/reference" if slot.phase == "prepare" else "starting the case"
+            where = "generating the batch/reference" if slot.phase == SlotPhase.PREPARE else "starting the case"
             rows += [self._row(slot, c, status, f"{why} (while {where})") for c in slot.cells]
             slot.cells = []
         remaining = slot.cells
-        slot.cells, slot.phase, slot.current, slot.deadline = [], "idle", None, None
+        slot.cells, slot.phase, slot.current, slot.deadline = [], SlotPhase.IDLE, None, None
         if remaining:
             self.queue.appendleft(remaining, slot.index)
         return rows
@@ -387,36 +462,36 @@ class Executor:
             if slot.dead:
                 return
         slot.cells = self.queue.popleft(slot.index)
-        slot.phase, slot.current = "sent", None
+        slot.phase, slot.current = SlotPhase.SENT, None
         slot.deadline = time.monotonic() + self.timeout if self.timeout and slot.ready else None
         try:
-            slot.conn.send(slot.cells)
+            slot.conn.send(RunCase(slot.cells))
         except OSError:
             pass  # it died just now: the sentinel wakes the loop and _drain accounts for it
 
     def _run_isolated(self, cases: list[list[Cell]], on_start: Callable[[Cell], None] | None) -> Iterator[ResultRow]:
         # Cases spread over the workers by estimated cost (harness/balance.py), largest first.
-        topts = self.opts.timing
-        self.queue = CaseQueues.plan(cases, self.xopts.devices, self.opts.time,
-                                     topts.max_time_s if topts is not None else 2.0, self.opts.check)
-        self.timeout = timeout = self.xopts.cell_timeout or None
+        timing_opts = self.opts.timing
+        self.queue = CaseQueues.plan(cases, self.exec_opts.devices, self.opts.time,
+                                     timing_opts.max_time_s if timing_opts is not None else 2.0, self.opts.check)
+        self.timeout = timeout = self.exec_opts.cell_timeout or None
         self.slots = [_Slot(i, d, dataclasses.replace(self.opts, device=torch.device(d)))
-                      for i, d in enumerate(self.xopts.devices)]
+                      for i, d in enumerate(self.exec_opts.devices)]
         try:
             for slot in self.slots:
                 self._spawn(slot)
             while True:
                 live = [s for s in self.slots if not s.dead]
                 for slot in live:
-                    if slot.phase == "idle" and self.queue:
+                    if slot.phase == SlotPhase.IDLE and self.queue:
                         self._assign(slot)
-                busy = [s for s in live if s.phase != "idle"]
+                busy = [s for s in live if s.phase != SlotPhase.IDLE]
                 if not busy:
                     if self.queue:  # every slot gave up: nothing can run the rest
                         why = "; ".join(sorted({s.last_failure for s in self.slots if s.last_failure}))
                         for case_cells in self.queue:
                             for c in case_cells:
-                                yield self._row(self.slots[0], c, "error",
+                                yield self._row(self.slots[0], c, Status.ERROR,
                                                 f"no worker could start ({MAX_FAILED_STARTS} attempts per device): {why}")
                         self.queue.clear()
                     break
@@ -433,10 +508,10 @@ class Executor:
                     if slot.dead or slot.proc is None:
                         continue
                     if slot.deadline is not None and now > slot.deadline:
-                        what = {"prepare": "case preparation (generate/reference)",
-                                "sent": "case start (availability/support checks)"}.get(slot.phase, "cell")
+                        what = {SlotPhase.PREPARE: "case preparation (generate/reference)",
+                                SlotPhase.SENT: "case start (availability/support checks)"}.get(slot.phase, "cell")
                         why = f"{what} exceeded --cell-timeout {timeout:g} s; worker killed"
-                        rows = self._lost(slot, "timeout", why)
+                        rows = self._lost(slot, Status.TIMEOUT, why)
                         yield from rows
                         self._restart(slot, progressed=True)
                     elif not slot.ready and now > slot.started_at + STARTUP_TIMEOUT_S:
@@ -461,52 +536,53 @@ class Executor:
             except (EOFError, OSError):
                 gone = gone or _exit_reason(slot.proc)
                 break
-            kind, payload = msg[0], msg[1]
             now = time.monotonic()
-            if kind == "ready":
-                slot.ready, slot.pid = True, payload
-                if slot.phase == "sent" and timeout:
+            if isinstance(msg, WorkerReady):
+                slot.ready, slot.pid = True, msg.pid
+                if slot.phase == SlotPhase.SENT and timeout:
                     slot.deadline = now + timeout
-            elif kind == "prepare":
-                slot.phase, slot.current = "prepare", None
+            elif isinstance(msg, PreparingCase):
+                slot.phase, slot.current = SlotPhase.PREPARE, None
                 slot.deadline = now + timeout if timeout else None
-            elif kind == "cell":
-                slot.phase, slot.current = "cell", payload
+            elif isinstance(msg, CellStarted):
+                slot.phase, slot.current = SlotPhase.CELL, msg.key
                 slot.deadline = now + timeout if timeout else None
-                cell = self._cell_by_key(slot, payload)
+                cell = self._cell_by_key(slot, msg.key)
                 if on_start and cell is not None:
                     on_start(cell)
-            elif kind == "row":
-                row = ResultRow.model_validate(payload)
+            elif isinstance(msg, RowDone):
+                row = msg.row
                 slot.cells = [c for c in slot.cells if cell_key(self.suite, c) != row.key]
                 yield row
-            elif kind == "done":
-                slot.phase, slot.current, slot.deadline, slot.cells = "idle", None, None, []
-            elif kind == "case_failed":
+            elif isinstance(msg, CaseDone):
+                slot.phase, slot.current, slot.deadline, slot.cells = SlotPhase.IDLE, None, None, []
+            elif isinstance(msg, CaseFailed):
                 for c in slot.cells:
-                    yield self._row(slot, c, "error", f"harness error in worker: {payload}")
-                slot.phase, slot.current, slot.deadline, slot.cells = "idle", None, None, []
-            elif kind == "restart":
-                gone = f"worker restarted: {payload}"
-                slot.phase = "restart"
+                    yield self._row(slot, c, Status.ERROR, f"harness error in worker: {msg.error}")
+                slot.phase, slot.current, slot.deadline, slot.cells = SlotPhase.IDLE, None, None, []
+            elif isinstance(msg, RestartMe):
+                gone = f"worker restarted: {msg.reason}"
+                slot.phase = SlotPhase.RESTART
                 slot.proc.join(timeout=10)
                 break
+            else:  # a worker of another version: a harness bug, never silent
+                raise TypeError(f"unknown worker message {msg!r}")
         if gone is None:
             return
-        if slot.phase == "restart":  # the worker's own decision, after sending the failing row
+        if slot.phase == SlotPhase.RESTART:  # the worker's own decision, after sending the failing row
             self._requeue(slot)
             self._restart(slot, progressed=True)
         elif not slot.ready:  # died while starting: the case was never touched; retry it
             self._requeue(slot)
             self._restart(slot, progressed=False, why=gone)
         else:
-            yield from self._lost(slot, "error", gone)
+            yield from self._lost(slot, Status.ERROR, gone)
             self._restart(slot, progressed=True, why=gone)
 
     def _requeue(self, slot: _Slot) -> None:
         if slot.cells:
             self.queue.appendleft(slot.cells, slot.index)
-        slot.cells, slot.phase, slot.current, slot.deadline = [], "idle", None, None
+        slot.cells, slot.phase, slot.current, slot.deadline = [], SlotPhase.IDLE, None, None
 
 
 def _exit_reason(proc: Any) -> str:

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from attn_contract.status import FAILED, Status
 from harness.results import read_header, read_rows
 from harness.selection_rules import (
     VLLM_BACKENDS,
@@ -46,9 +47,8 @@ from harness.selection_rules import (
 
 POLICY_FORMAT = "attn-harness.policy/1"
 DEFAULT_TIE = 0.03
-RAN_OK = "pass"
+RAN_OK = Status.PASS
 CASCADE_SUFFIX = "-cascade"  # a cascade backend is named after its plain backend (harness/report.py too)
-FAILED = ("mismatch", "error", "timeout")
 
 BATCH_BINS: tuple[tuple[int, int | None, str], ...] = (
     (1, 1, "1"), (2, 8, "2-8"), (9, 32, "9-32"), (33, 128, "33-128"), (129, 512, "129-512"), (513, None, "513+"),
@@ -938,28 +938,6 @@ def vllm_export(rec: Recommendation) -> dict[str, Any]:
                          "measured_rule": f.rule.text()} for f in rec.cascade]}
 
 
-def report_section_html(rec: Recommendation) -> str:
-    """The recommendation as an HTML fragment for the report (tables only, no plots)."""
-    import html as _html
-
-    def table(md: str) -> str:
-        rows = [ln for ln in md.strip().splitlines() if ln.startswith("|") and not ln.startswith("|---")]
-        if not rows:
-            return f"<p>{_html.escape(md.strip())}</p>"
-        cells = [[c.strip().replace("\\|", "|") for c in ln.strip("|").split(" | ")] for ln in rows]
-        head = "".join(f"<th>{_html.escape(c)}</th>" for c in cells[0])
-        body = "".join("<tr>" + "".join(f"<td>{_html.escape(c)}</td>" for c in r) + "</tr>" for r in cells[1:])
-        return f'<table class="data sortable"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
-
-    return "".join([
-        f"<p>Tie band {rec.tie * 100:g}%; margins are runner-up / winner - 1 with an interval from the rows' "
-        "median CIs. Computed by <code>harness recommend</code> (docs/recommend.md).</p>",
-        "<h3>Winner per bucket</h3>", table(winners_table(rec)),
-        "<h3>vLLM's default against the measurement</h3>", table(defaults_table(rec)),
-        "<h3>Cascade decision rule</h3>", table(cascade_table(rec)),
-    ])
-
-
 # ---------------------------------------------------------------- --suggest
 
 
@@ -1036,6 +1014,7 @@ def write_suggest(rec: Recommendation, path: str | Path) -> int:
     import yaml
 
     from harness.spec import SpecError, parse_suite
+    from harness.suite_check import check_suite_backends
 
     data = suggest_suite(rec)
     if data is None:
@@ -1049,8 +1028,9 @@ def write_suggest(rec: Recommendation, path: str | Path) -> int:
             + yaml.safe_dump(head, sort_keys=False, width=120, default_flow_style=None) + "cases:\n"
             + "".join("- " + yaml.safe_dump(c, sort_keys=False, default_flow_style=True, width=10**6).strip() + "\n"
                       for c in data["cases"]))
-    try:  # validate exactly what is written, with the loader `harness validate` uses
+    try:  # validate exactly what is written, with the checks `harness validate` applies
         suite = parse_suite(yaml.safe_load(text), str(path))
+        check_suite_backends(suite)
     except SpecError as e:  # a bug here, not the user's: say so instead of writing a bad suite
         raise RecommendError(f"--suggest: the generated suite does not validate: {e}") from None
     _atomic_write(Path(path), text)
@@ -1104,7 +1084,6 @@ __all__ = [
     "rank",
     "recommend",
     "recommend_rows",
-    "report_section_html",
     "suggest_suite",
     "to_markdown",
     "vllm_export",

@@ -7,7 +7,7 @@ import fnmatch
 import shlex
 import time
 import traceback
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -26,7 +26,7 @@ from harness.check import check_output, tolerance_for
 from harness.layout import CaseLayout, case_layout
 from harness.metrics import layout_work
 from harness.reference import reference_attention
-from harness.results import ResultRow, variant_label
+from harness.results import Call, Check, Host, Metrics, ResultRow, Status, Timing, variant_label
 from harness.spec import CaseSpec, Suite
 from harness.roofline import get_ceilings, roofline_metrics
 from harness.timing import GraphDecision, TimingOptions, graph_decision, time_callable
@@ -166,6 +166,8 @@ def reproducer(cell: Cell, opts: RunOptions) -> str:
         parts += ["--no-cuda-graph"]
     if opts.timing is not None and opts.timing.stop_criterion != "noise":
         parts += ["--stop", opts.timing.stop_criterion]
+    if opts.timing is not None and opts.timing.cpu_clock != "wall" and opts.device.type == "cpu":
+        parts += ["--cpu-clock", opts.timing.cpu_clock]
     return shlex.join(parts)
 
 
@@ -307,6 +309,7 @@ class PreparedCell:
     out: torch.Tensor  # NaN-filled: elements the kernel leaves unwritten stay NaN
     lse: torch.Tensor | None
     cascade_rule: Any = None  # vLLM's cascade rule for this batch (cascade backends only)
+    order: list[int] | None = None  # view request -> batch request, when reordered
 
     def forward(self, out: torch.Tensor | None = None, lse: torch.Tensor | None = None) -> None:
         """One forward call into ``out`` (default: the cell's output buffer)."""
@@ -340,17 +343,23 @@ def prepare_cell(backend: type[AttentionBackend], variant: dict[str, Any], batch
     trace.stage = CellStage.PREPARE
     # Backends that want decodes first (FlashInfer) get the batch reordered, as vLLM's
     # model runner does; outputs are mapped back through token_index for the check.
+    order = None
     if caps.reorder_batch_threshold is not None:
         order = decode_first_order(batch.query_lens, caps.reorder_batch_threshold)
         view, token_index = batch.reordered(order)
     else:
         view, token_index = batch, None
+    # Each cell gets its own inputs, so a backend that writes into them is caught (see
+    # ``changed_inputs``) and cannot hand the next backend of the case corrupted data.
+    view = replace(view, query=view.query.clone(), key=view.key.clone(), value=view.value.clone())
     # Batch-dependent limits (e.g. cascade needs a shared prefix) are a status, not an error.
     batch_reason = backend.check_batch_support(view.common_metadata(), variant)
     if batch_reason:
         raise CellUnsupported(batch_reason)
     trace.stage = CellStage.KV_CACHE
     kv_cache = backend.materialize_kv_cache(view.kv_cache, cfg.kv_layout)
+    if kv_cache.untyped_storage().data_ptr() == view.kv_cache.untyped_storage().data_ptr():
+        kv_cache = kv_cache.clone()  # NHD materializes as the canonical tensor itself
     common = view.common_metadata()
     # What vLLM's rule would pick for this batch, recorded to compare with the measurement.
     rule = decide_cascade(common, cfg, device) if caps.cascade else None
@@ -365,7 +374,25 @@ def prepare_cell(backend: type[AttentionBackend], variant: dict[str, Any], batch
     metadata = builder.build(common)
     trace.host["build_ms"] = sw.lap("build")
     return PreparedCell(backend, variant, cfg, caps, device, view, token_index, kv_cache, common, impl, metadata,
-                        out, lse, rule)
+                        out, lse, rule, order)
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bitwise equality (NaN-safe: adversarial cases put NaN in unused cache slots)."""
+    ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+    width = ints[a.element_size()]
+    return a.shape == b.shape and torch.equal(a.view(width), b.to(a.device).view(width))
+
+
+def changed_inputs(prepared: PreparedCell, batch: Batch) -> str:
+    """Which of the cell's own inputs no longer match the case's originals ("" when none)."""
+    v, idx = prepared.view, prepared.token_index
+    names = [n for n, mine, orig in (("query", v.query, batch.query), ("key", v.key, batch.key),
+                                     ("value", v.value, batch.value))
+             if not _same_bits(mine, orig if idx is None else orig[idx])]
+    if not _same_bits(prepared.kv_cache, prepared.backend.materialize_kv_cache(batch.kv_cache, batch.config.kv_layout)):
+        names.append("kv_cache")
+    return ", ".join(names)
 
 
 def run_cell(cell: Cell, case_data: CaseContext, suite: Suite, opts: RunOptions) -> ResultRow:
@@ -382,55 +409,107 @@ def run_cell(cell: Cell, case_data: CaseContext, suite: Suite, opts: RunOptions)
         try:
             prepared = prepare_cell(cell.backend, cell.variant, batch, device, trace)
         except CellUnsupported as e:
-            row["status"], row["reason"] = "unsupported", str(e)
-            return ResultRow.model_validate(row)
+            row["status"], row["reason"] = Status.UNSUPPORTED, str(e)
+            return _validated(row, opts)
         trace.stage = CellStage.FORWARD
         prepared.forward(lse=prepared.lse)
         host["first_call_ms"] = sw.lap("first_call")  # includes JIT compilation
-        row["call"] = prepared.impl.describe_call(prepared.metadata)
+        call_fields = dict(prepared.impl.describe_call(prepared.metadata) or {})
         if prepared.cascade_rule is not None:
-            row["call"].update(prepared.cascade_rule.call_fields())
+            call_fields.update(prepared.cascade_rule.call_fields())
+        row["call"] = Call.model_validate(call_fields)
 
-        status, reason = "pass", ""
-        if opts.check and case_data.ref_out is not None:
+        status, reason = Status.PASS, ""
+        checking = opts.check and case_data.ref_out is not None
+        if checking:
             trace.stage = CellStage.CHECK
             ref_out, ref_lse = case_data.ref_out, case_data.ref_lse
             if prepared.token_index is not None:
                 ref_out, ref_lse = ref_out[prepared.token_index], ref_lse[prepared.token_index]
+            tol = tolerance_for(cfg.dtype, cfg.kv_cache_dtype)
+            view = prepared.view
+
+            def judge(o: torch.Tensor, l: torch.Tensor | None, unwritten: torch.Tensor | None = None):
+                # Each request (and segment kind) judged on its own; see harness/check.py.
+                return check_output(o, ref_out, tol, l, ref_lse if l is not None else None, unwritten,
+                                    query_start_loc=view.query_start_loc, kinds=view.kinds,
+                                    seq_lens=view.seq_lens, request_ids=prepared.order)
+
             unwritten = None
             if torch.isnan(prepared.out).any():
                 # Second run with a finite sentinel tells unwritten elements from computed NaNs.
                 probe = torch.full_like(prepared.out, SENTINEL)
                 prepared.forward(out=probe)
                 unwritten = probe == SENTINEL
-            result = check_output(prepared.out, ref_out, tolerance_for(cfg.dtype, cfg.is_fp8_kv), prepared.lse,
-                                  ref_lse, unwritten)
+            result = judge(prepared.out, prepared.lse, unwritten)
             row["check"] = result.as_dict()
             if not result.passed:
-                status, reason = "mismatch", result.message
+                status, reason = Status.MISMATCH, result.message
+            touched = changed_inputs(prepared, batch)
+            if touched:
+                status, reason = Status.MISMATCH, f"backend wrote into its inputs ({touched}); {reason}".rstrip("; ")
+                row["check"]["inputs_modified"] = touched
             sw.lap("check")
 
         if opts.time:
             trace.stage = CellStage.TIMING
             timing_opts = opts.timing or TimingOptions.for_device(device)
             graph = prepared.graph_decision(enabled=timing_opts.cuda_graph)
-            row["timing"] = time_callable(prepared.timed_call, device, timing_opts, graph=graph, output=prepared.out)
+            measured = time_callable(prepared.timed_call, device, timing_opts, graph=graph, output=prepared.out)
             sw.lap("timing")
-            enqueue_us = row["timing"].pop("host_enqueue_us", None)
+            enqueue_us = measured.pop("host_enqueue_us", None)
+            timing = Timing.model_validate(measured)
             if enqueue_us is not None:
                 host["enqueue_us"] = enqueue_us  # host cost of launching one call, kept out of median_us
             work = layout_work(case_data.layout)
-            t = row["timing"]["median_us"] * 1e-6
+            t = timing.median_us * 1e-6
             ceilings, why_not = get_ceilings(device) if opts.roofline else (None, "disabled")
-            row["metrics"] = {**work.as_dict(), **roofline_metrics(work.flops, work.bytes, t, ceilings, why_not)}
+            row["metrics"] = Metrics.model_validate(
+                {**work.as_dict(), **roofline_metrics(work.flops, work.bytes, t, ceilings, why_not)})
+            row["timing"] = timing
             sw.lap("metrics")
+
+        if checking:
+            # Check what was timed: the output the timed calls (graph replays included) left,
+            # then one more call into a NaN-poisoned buffer. Catches metadata that drifts after
+            # the first call and kernels that write only part of a reused buffer.
+            trace.stage = CellStage.CHECK
+            later = []
+            if opts.time:
+                later.append(("after timing", prepared.out.clone(), None))
+            poisoned = torch.full_like(prepared.out, float("nan"))
+            lse2 = torch.full_like(prepared.lse, float("nan")) if prepared.lse is not None else None
+            prepared.forward(out=poisoned, lse=lse2)
+            _sync(device)
+            later.append(("repeat call", poisoned, lse2))
+            rechecks = []
+            for when, o2, l2 in later:
+                r2 = judge(o2, l2)
+                rechecks.append({"when": when, "passed": r2.passed, "message": r2.message,
+                                 "rel_l2_err": r2.rel_l2_err, "num_failed_requests": r2.num_failed_requests})
+                if not r2.passed and status == Status.PASS:
+                    status, reason = Status.MISMATCH, f"{when}: {r2.message}"
+            row["check"]["rechecks"] = rechecks
+            touched = changed_inputs(prepared, batch)
+            if touched and "inputs_modified" not in row["check"]:
+                status, reason = Status.MISMATCH, f"backend wrote into its inputs ({touched}); {reason}".rstrip("; ")
+                row["check"]["inputs_modified"] = touched
+            sw.lap("check")
         row["status"], row["reason"] = status, reason
     except Exception as e:  # a backend that rejects or crashes costs only its own cell
-        row["status"] = "error"
+        # Diagnostics of the stages that finished (call, check) stay; no number from a failed cell.
+        row.pop("timing", None)
+        row.pop("metrics", None)
+        row["status"] = Status.ERROR
         row["reason"] = f"{trace.stage}: {_short_error(e)}"
         row["traceback"] = traceback.format_exc(limit=8)
-    row["host"] = {**host, **breakdown(sw, case_data)}
-    return ResultRow.model_validate(row)
+    row["host"] = Host.model_validate({**host, **breakdown(sw, case_data)})
+    return _validated(row, opts)
+
+
+def _validated(row: dict[str, Any], opts: RunOptions) -> ResultRow:
+    """The typed row; with checking on, a row that ran must carry its check."""
+    return ResultRow.model_validate(row, context={"checked": opts.check})
 
 
 def sum_breakdown(rows: list[Any]) -> dict[str, float]:
@@ -475,7 +554,7 @@ def group_by_case(cells: list[Cell]) -> list[list[Cell]]:
     return list(by_case.values())
 
 
-def status_row(cell: Cell, suite: Suite, opts: RunOptions, status: str, reason: str) -> ResultRow:
+def status_row(cell: Cell, suite: Suite, opts: RunOptions, status: Status, reason: str) -> ResultRow:
     """A row for a cell that did not run (or whose worker died): no measurements."""
     row = _base_row(cell, suite, opts)
     row.update(status=status, reason=reason)
@@ -501,7 +580,7 @@ def iterate_case(
         t0 = time.perf_counter()
         reason, status = _precheck(cell, opts)
         precheck_ms[id(cell)] = (time.perf_counter() - t0) * 1e3
-        if reason:
+        if reason and status is not None:
             yield status_row(cell, suite, opts, status, reason)
         else:
             runnable.append(cell)
@@ -514,16 +593,16 @@ def iterate_case(
         case_data.num_cells = len(runnable)
     except Exception as e:
         for cell in runnable:
-            yield status_row(cell, suite, opts, "error", f"generate/reference: {_short_error(e)}")
+            yield status_row(cell, suite, opts, Status.ERROR, f"generate/reference: {_short_error(e)}")
         return
     try:
         for cell in runnable:
             if on_event:
                 on_event("cell", cell)
             row = run_cell(cell, case_data, suite, opts)
-            if row.host is not None:
+            if row.host is not None and row.host.breakdown_ms is not None:
                 # availability/support/memory checks, made before the case's batch existed
-                row.host["breakdown_ms"]["precheck"] = precheck_ms.get(id(cell), 0.0)
+                row.host.breakdown_ms["precheck"] = precheck_ms.get(id(cell), 0.0)
             yield row
     finally:
         del case_data
@@ -531,22 +610,22 @@ def iterate_case(
             torch.cuda.empty_cache()
 
 
-def _precheck(cell: Cell, opts: RunOptions) -> tuple[str | None, str]:
+def _precheck(cell: Cell, opts: RunOptions) -> tuple[str | None, Status | None]:
     avail = cell.backend.availability(cell.variant)
     if not avail.available:
-        return f"backend unavailable: {avail.reason}", "skipped"
+        return f"backend unavailable: {avail.reason}", Status.SKIPPED
     cfg = cell.case.attention_config()
     reason = cell.backend.check_support(cfg, cell.variant, opts.device.type)
     if reason:
-        return reason, "unsupported"
+        return reason, Status.UNSUPPORTED
     big = too_large_reason(cell.case, opts)
     if big:
-        return big, "skipped"
+        return big, Status.SKIPPED
     if opts.fit_check is not None:
         reason = opts.fit_check(cell)
         if reason:
-            return reason, "skipped"
-    return None, ""
+            return reason, Status.SKIPPED
+    return None, None
 
 
 def default_out_dir(suite: Suite) -> Path:

@@ -196,13 +196,11 @@ def generate(case: CaseSpec, device: torch.device | str = "cpu", layout: CaseLay
     kv_scale_k = kv_scale_v = 1.0
     amax_guess = 5.5  # |N(0,1)| over millions of draws stays under this; exact value only sets range use
     if cfg.is_fp8_kv:
-        if case.kv_scale == "auto":
-            kv_scale_k = kv_scale_v = amax_guess / FP8_MAX[cfg.kv_cache_dtype]
-        else:
-            kv_scale_k = kv_scale_v = float(case.kv_scale)
+        kv_scale_k, kv_scale_v = (amax_guess / FP8_MAX[cfg.kv_cache_dtype] if s == "auto" else float(s)
+                                  for s in case.kv_scales)
 
     # Spare (unused) blocks keep finite random data: a kernel that reads them shows up as a mismatch.
-    kv_cache = _quantize(_randn((num_blocks, 2, bs, hk, d), gen, device, model_dtype), kv_scale_k, cache_dtype)
+    kv_cache = _quantize(_randn((num_blocks, 2, bs, hk, d), gen, device, model_dtype), kv_scale_k, cache_dtype)  # spare blocks
 
     k_logical: list[torch.Tensor] = []
     v_logical: list[torch.Tensor] = []

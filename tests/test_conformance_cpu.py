@@ -91,3 +91,52 @@ def test_check_catches_wrong_and_unwritten_outputs():
     bad_lse[0, 0] += 1.0
     r = check_output(good, ref, tol, bad_lse, lse)
     assert not r.passed and "LSE" in r.message
+
+
+def test_per_request_verdict_catches_wrong_decodes_next_to_a_long_prefill():
+    """Blind spot 1: one long prefill plus two decodes whose outputs are entirely wrong. The
+    batch-wide statistics stay within fp8 tolerances; the per-request verdict does not."""
+    case = CaseSpec.model_validate(dict(
+        name="bs1", num_heads=8, num_kv_heads=2, head_size=64, dtype="bfloat16", kv_cache_dtype="fp8_e4m3",
+        seed=3, batch=[{"kind": "prefill", "count": 1, "query_len": 1024},
+                       {"kind": "decode", "count": 2, "context_len": 700}]))
+    b = generate(case)
+    ref, lse = reference_attention(b)
+    bad = ref.to(torch.bfloat16).clone()
+    bad[-2:] = bad[-2:].flip(0) * -1.0  # both decodes wrong
+    tol = tolerance_for("bfloat16", "fp8_e4m3")
+    whole = check_output(bad, ref, tol)  # one "request": the old batch-wide judgement
+    assert whole.mismatch_fraction <= tol.max_mismatch_fraction and whole.rel_l2_err < 0.1
+    r = check_output(bad, ref, tol, query_start_loc=b.query_start_loc, kinds=b.kinds, seq_lens=b.seq_lens)
+    assert not r.passed and r.num_failed_requests == 2
+    assert r.per_kind["decode"]["failed"] == 2 and r.per_kind["prefill"]["failed"] == 0
+    assert r.worst_request["kind"] == "decode" and r.worst_request["rel_l2_err"] > 1.0
+    assert "decode 2/2" in r.message
+
+
+def test_rel_l2_gate_catches_small_signal_errors_below_atol():
+    """Blind spot 2: a decode output at a 3k context is ~0.03; an error the size of atol is
+    then ~50% relative. The elementwise gate alone lets it through, the rel-L2 gate does not."""
+    case = CaseSpec.model_validate(dict(name="bs2", num_heads=4, num_kv_heads=4, head_size=64, dtype="bfloat16",
+                                        seed=4, batch=[{"kind": "decode", "count": 2, "context_len": 3000}]))
+    b = generate(case)
+    ref, _ = reference_attention(b)
+    assert ref.abs().mean() < 0.05
+    off = (ref + 0.3 * ref.abs().mean() * (2 * torch.rand_like(ref) - 1)).to(torch.bfloat16)
+    tol = tolerance_for("bfloat16", "auto")
+    r = check_output(off, ref, tol, query_start_loc=b.query_start_loc, kinds=b.kinds, seq_lens=b.seq_lens)
+    assert r.mismatch_fraction == 0.0  # every element within atol + rtol|ref|
+    assert not r.passed and "rel L2" in r.message
+    assert check_output(ref.to(torch.bfloat16), ref, tol, query_start_loc=b.query_start_loc, kinds=b.kinds,
+                        seq_lens=b.seq_lens).passed
+
+
+def test_k_and_v_scales_are_separate():
+    base = dict(name="s", num_heads=4, num_kv_heads=2, head_size=32, dtype="bfloat16", kv_cache_dtype="fp8_e4m3",
+                batch=[{"kind": "decode", "count": 2, "context_len": 20}])
+    b = generate(CaseSpec.model_validate({**base, "k_scale": 0.02, "v_scale": 0.01}))
+    assert (b.layer.k_scale, b.layer.v_scale) == (0.02, 0.01)
+    b = generate(CaseSpec.model_validate({**base, "kv_scale": 0.03, "v_scale": 0.01}))
+    assert (b.layer.k_scale, b.layer.v_scale) == (0.03, 0.01)  # kv_scale is the shorthand for both
+    b = generate(CaseSpec.model_validate({**base, "kv_scale": 0.03}))
+    assert b.layer.k_scale == b.layer.v_scale == 0.03

@@ -226,3 +226,42 @@ def test_memory_budget_flag_skips_cells(tmp_path):
     peak_mib = memory.estimate(_case(ONE_CASE), TorchMathBackend, {}, "cpu").peak / 2**20
     assert math.isclose(float(row.reason.split("estimated peak ")[1].split(" MiB")[0].replace(",", "")),
                         peak_mib, abs_tol=1)
+
+
+def test_worker_protocol_is_typed_messages_in_phase_order():
+    """A real spawned worker, driven by hand: the messages it sends for one case, in order."""
+    import multiprocessing as mp
+
+    from harness.executor import (CaseDone, CellStarted, PreparingCase, RowDone, RunCase, Shutdown, WorkerReady,
+                                  _worker_main, cell_key)
+    from harness.runner import RunOptions
+
+    suite = parse_suite(yaml.safe_load(ONE_CASE))
+    case = suite.cases[0]
+    opts = RunOptions(device=torch.device("cpu"), time=False)
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe(duplex=True)
+    proc = ctx.Process(target=_worker_main, args=(child, "cpu", suite, opts, None, 1, None), daemon=True)
+    proc.start()
+    child.close()
+    try:
+        assert parent.poll(120), "worker did not start"
+        ready = parent.recv()
+        assert isinstance(ready, WorkerReady) and ready.pid == proc.pid
+        cell = Cell(case, TorchMathBackend, {})
+        parent.send(RunCase([cell]))
+        msgs = [parent.recv()]
+        while not isinstance(msgs[-1], CaseDone):
+            assert parent.poll(120)
+            msgs.append(parent.recv())
+        assert [type(m) for m in msgs] == [PreparingCase, CellStarted, RowDone, CaseDone]
+        assert msgs[1].key == cell_key(suite, cell)
+        assert msgs[2].row["status"] == "pass" and msgs[2].row["worker"]["pid"] == proc.pid
+        parent.send(Shutdown())
+        proc.join(timeout=30)
+        assert proc.exitcode == 0
+    finally:
+        if proc.is_alive():
+            proc.kill()
+            proc.join(timeout=10)
+        parent.close()

@@ -239,3 +239,24 @@ def test_two_cpu_workers_get_cases_balanced_by_estimated_cost(tmp_path):
     assert abs(loads[0] - loads[1]) <= max(costs) + 1e-3
     assert math.isclose(sum(loads), sum(costs), rel_tol=1e-3)
     assert len(set(costs)) == len(costs)  # the estimate tells the cases apart
+
+
+# ---------------------------------------------------------------- energy beside the time
+def test_energy_absent_on_cpu_rows_say_why(tmp_path):
+    from harness.timing.energy import _meter, energy_meter, measure_energy
+
+    read, why = energy_meter(torch.device("cpu"))
+    assert read is None and "NVML reports GPUs only" in why
+    assert measure_energy(lambda: None, 1, 1e-3, torch.device("cpu"), 0) == {
+        "available": False, "reason": "disabled (--energy-window 0)"}
+    if not torch.cuda.is_available():
+        # No driver here: the NVML probe fails with a reason instead of raising.
+        read, why = _meter("cuda:0")
+        assert read is None and why.startswith("NVML energy counter unavailable")
+    suite = tmp_path / "s.yaml"
+    suite.write_text(SMALL)
+    out = tmp_path / "res"
+    assert main(["run", str(suite), "--device", "cpu", "--backends", "torch-math", "--out", str(out),
+                 "--quiet", "--no-isolation", "--max-time", "0.02"]) == 0
+    for r in read_rows(out):
+        assert r.timing["energy"]["available"] is False and "cpu" in r.timing["energy"]["reason"]

@@ -15,6 +15,7 @@ import torch
 from harness.timing.cold_l2 import L2Flusher, cold_l2_label, select_flush
 from harness.timing.device import _cycles_per_us, _EventSampler, _short, sm_clock_mhz
 from harness.timing.graphs import GraphDecision, _capture_graph, _replay_matches
+from harness.timing.energy import measure_energy
 from harness.timing.options import TimingOptions
 from harness.timing.stats import summarize
 from harness.timing.stopping import STOP_TIME, criterion_for
@@ -85,20 +86,23 @@ def _time_cpu(fn: Callable[[], object], opts: TimingOptions) -> dict[str, Any]:
     for _ in range(opts.warmup):
         fn()
 
+    clock = time.process_time if opts.cpu_clock == "process" else time.perf_counter
+
     def take() -> float:
-        t0 = time.perf_counter()
+        t0 = clock()
         fn()
-        return time.perf_counter() - t0
+        return clock() - t0
 
     samples, reason, elapsed = _loop(take, opts)
     out = _finish(samples, reason, elapsed, opts)
     out.update(
-        method="wall_clock",
+        method="process_time" if opts.cpu_clock == "process" else "wall_clock",
         mode=opts.mode,
         l2="n/a on CPU",
         cuda_graph={"used": False, "reason": "n/a on CPU"},
         calls_per_sample=1,
         sm_clock_mhz=None,
+        energy={"available": False, "reason": "no energy counter on cpu (NVML reports GPUs only)"},
         options=asdict(opts),
     )
     return out
@@ -219,4 +223,6 @@ def _time_cuda(fn: Callable[[], object], device: torch.device, opts: TimingOptio
             raise RuntimeError(f"cold mode: {flusher.count} flushes for {len(samples)} samples")
         out["cold_check"] = cold_check
         out["cold_l2"] = cold_l2_label(cold_check)  # e.g. "verified (write flush, ...)" / "not verified (...)"
+    # Energy beside the time: the same work back to back, outside the timed samples.
+    out["energy"] = measure_energy(work, k, out["median_us"] * 1e-6, device, opts.energy_window_s)
     return out

@@ -1,0 +1,58 @@
+"""Recommendation: the measured winner per shape bucket, vLLM's default choice against it, and
+the cascade decision rules (``harness recommend``, docs/recommend.md), from the same rows."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from harness.recommend import (
+    RecommendError,
+    cascade_records,
+    defaults_records,
+    defaults_summary,
+    inputs_of,
+    recommend_rows,
+    rows_from_frame,
+    winners_records,
+)
+from harness.report.core import Block, Table, Text, section
+
+
+@section("recommend", "Recommendation: measured selection against vLLM's default", order=40,
+         looked_for="timed passing rows of two or more backends/variants on one shape bucket, or cascade rows with "
+                    "call.rule_says_cascade and a timed plain counterpart")
+def recommend(df: pd.DataFrame) -> list[Block]:
+    if df.empty:
+        return []
+    headers = [(str(src), h or {}) for src, h, _n in df.attrs.get("runs", [])]
+    try:
+        rec = recommend_rows(inputs_of(rows_from_frame(df), headers))
+    except RecommendError as e:  # e.g. runs of two GPUs: the rest of the report still renders
+        return [Text(f"No recommendation: {e}", cls="warn")]
+    win, casc = winners_records(rec), cascade_records(rec)
+    if not win and not casc:
+        return []
+    out: list[Block] = [Text(
+        f"{len(rec.measured)} of {len(rec.buckets)} shape buckets measured on {rec.inputs.gpu}. Ranked: candidates that "
+        f"passed the check on every case of the bucket, by the geometric mean of their medians. Margin: runner-up / "
+        f"winner - 1, interval from the rows' median CIs; tie when it reaches 0 or is under {rec.tie * 100:g}%. "
+        "Same numbers as `harness recommend` (policy.json, vllm.json).", cls="note")]
+    if win:
+        out.append(Table(pd.DataFrame(win), title="Winner per bucket", wrap=("bucket",)))
+    defaults = defaults_records(rec)
+    if defaults:
+        sm = defaults_summary(rec)
+        cost = "" if sm["geomean_cost_pct"] is None else (
+            f" Its cost where measured: {sm['geomean_cost_pct']:+.1f}% geometric mean, worst "
+            f"{sm['worst_cost_pct']:+.1f}%.")
+        out.append(Table(pd.DataFrame(defaults), title="vLLM's default choice against the measurement",
+                         note=f"The default is the winner in {sm.get('winner', 0)} of {sm['buckets']} buckets, tied in "
+                              f"{sm.get('tied', 0)}, slower in {sm.get('slower', 0)}, not measured in "
+                              f"{sm.get('not measured', 0)}.{cost}", wrap=("bucket",)))
+    elif win:
+        out.append(Text("GPU capability unknown (no run.json): vLLM's default is not evaluated.", cls="note"))
+    if casc:
+        out.append(Table(pd.DataFrame(casc), title="Cascade decision rule: vLLM's and the one fitted to these cells",
+                         note="Agreement: the rule picks the measured faster path. Leave-one-out: each cell predicted "
+                              "by the rule fitted on the others.", wrap=("fitted rule",)))
+    return out

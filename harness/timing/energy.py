@@ -1,0 +1,119 @@
+"""Energy per call from the GPU's own counter (NVML ``nvmlDeviceGetTotalEnergyConsumption``:
+millijoules since the driver loaded, Volta and newer).
+
+After a cell's timing, the timed work (graph replay or the eager calls of one sample) runs
+back to back for at least ``TimingOptions.energy_window_s``; the counter read before and after
+(device synchronised) gives J/call = dE / calls and the mean power dE / window. The window is
+hot-L2 steady state whatever the timing mode. nvidia-ml-py (``pynvml``) is used when installed,
+else the driver's ``libnvidia-ml.so.1`` through ctypes; without either, or on the CPU, the row
+says why there is no figure.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import math
+import time
+from typing import Any, Callable
+
+import torch
+
+NVML_SUCCESS = 0
+
+
+class _Nvml:
+    """The three NVML calls we need, through pynvml or ctypes."""
+
+    def __init__(self) -> None:
+        try:
+            import pynvml  # type: ignore[import-not-found]
+
+            pynvml.nvmlInit()
+            self._py = pynvml
+            self.source = "pynvml"
+            return
+        except Exception:
+            self._py = None
+        self._lib = ctypes.CDLL("libnvidia-ml.so.1")
+        rc = self._lib.nvmlInit_v2()
+        if rc != NVML_SUCCESS:
+            raise OSError(f"nvmlInit_v2 returned {rc}")
+        self.source = "libnvidia-ml.so.1 (ctypes)"
+
+    def handle(self, device: torch.device) -> Any:
+        """The NVML handle of a torch device, matched by UUID (torch and NVML may order devices
+        differently, e.g. under CUDA_VISIBLE_DEVICES), else by PCI bus id."""
+        props = torch.cuda.get_device_properties(device)
+        uuid = str(getattr(props, "uuid", "") or "")
+        keys = []
+        if uuid:
+            keys.append(("uuid", uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"))
+        if hasattr(props, "pci_bus_id"):
+            keys.append(("pci", f"{getattr(props, 'pci_domain_id', 0):08X}:{props.pci_bus_id:02X}:"
+                                f"{getattr(props, 'pci_device_id', 0):02X}.0"))
+        for kind, key in keys:
+            try:
+                if self._py is not None:
+                    fn = self._py.nvmlDeviceGetHandleByUUID if kind == "uuid" else self._py.nvmlDeviceGetHandleByPciBusId
+                    return fn(key)
+                h = ctypes.c_void_p()
+                fn = self._lib.nvmlDeviceGetHandleByUUID if kind == "uuid" else self._lib.nvmlDeviceGetHandleByPciBusId_v2
+                if fn(key.encode(), ctypes.byref(h)) == NVML_SUCCESS:
+                    return h
+            except Exception:
+                continue
+        raise LookupError(f"no NVML device with UUID/PCI id of {device} ({', '.join(k for _, k in keys) or 'no ids'})")
+
+    def energy_mj(self, handle: Any) -> int:
+        if self._py is not None:
+            return int(self._py.nvmlDeviceGetTotalEnergyConsumption(handle))
+        e = ctypes.c_ulonglong()
+        rc = self._lib.nvmlDeviceGetTotalEnergyConsumption(handle, ctypes.byref(e))
+        if rc != NVML_SUCCESS:
+            raise OSError(f"nvmlDeviceGetTotalEnergyConsumption returned {rc} (not supported on this GPU?)")
+        return int(e.value)
+
+
+@functools.lru_cache(maxsize=None)
+def _meter(device_key: str) -> tuple[Callable[[], int] | None, str]:
+    """(read millijoules, source) for a CUDA device, or (None, why not); probed once."""
+    device = torch.device(device_key)
+    try:
+        nvml = _Nvml()
+        handle = nvml.handle(device)
+        nvml.energy_mj(handle)
+    except Exception as e:  # no NVML, an old GPU, a container without the library: say so
+        return None, f"NVML energy counter unavailable: {type(e).__name__}: {str(e)[:200]}"
+    return (lambda: nvml.energy_mj(handle)), nvml.source
+
+
+def energy_meter(device: torch.device) -> tuple[Callable[[], int] | None, str]:
+    if device.type != "cuda":
+        return None, f"no energy counter on {device.type} (NVML reports GPUs only)"
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return _meter(f"cuda:{index}")
+
+
+def measure_energy(work: Callable[[], None], calls_per_work: int, call_s: float, device: torch.device,
+                   window_s: float) -> dict[str, Any]:
+    """Run ``work`` (``calls_per_work`` forwards, ~``call_s`` each) back to back for at least
+    ``window_s`` and report energy per call and mean power, or why not."""
+    if window_s <= 0:
+        return {"available": False, "reason": "disabled (--energy-window 0)"}
+    read, source = energy_meter(device)
+    if read is None:
+        return {"available": False, "reason": source}
+    reps = max(1, math.ceil(window_s / max(call_s * calls_per_work, 1e-7)))
+    torch.cuda.synchronize(device)
+    e0, t0 = read(), time.perf_counter()
+    for _ in range(reps):
+        work()
+    torch.cuda.synchronize(device)
+    e1, t1 = read(), time.perf_counter()
+    calls, window, joules = reps * calls_per_work, t1 - t0, (e1 - e0) / 1e3
+    out = {"available": True, "source": source, "calls": calls, "window_s": window, "energy_j": joules,
+           "j_per_call": joules / calls, "mean_w": joules / window if window > 0 else None}
+    if e1 <= e0:
+        out.update(available=False, reason=f"the counter did not advance in {window * 1e3:.0f} ms")
+    return out

@@ -1,0 +1,1 @@
+"""Deliberately broken backends (one bug each) for the project's mutation test."""
