@@ -150,7 +150,13 @@ class Timing(Payload):
 
 
 class Metrics(Payload):
-    """Work of the call (harness.metrics) and what the measured time achieves (harness.roofline)."""
+    """Work of the call (harness.metrics) and what the measured time achieves (harness.roofline).
+
+    Further fields are allowed but must be numbers (or null): a new quantity added to
+    ``harness.metrics.Work`` lands here without touching this model."""
+
+    model_config = ConfigDict(strict=True, extra="allow")
+    __pydantic_extra__: dict[str, int | float | None] = Field(init=False)  # type: ignore[assignment]
 
     flops: float
     bytes: float

@@ -77,6 +77,16 @@ def test_strict_types_do_not_coerce():
         ResultRow(suite="s", case="c", backend="b", status="passed")
 
 
+def test_a_new_metric_needs_no_model_change_but_must_be_a_number():
+    row = ran_row(10.0)
+    m = {"flops": 1.0, "bytes": 1.0, "bytes_q": 0.0, "bytes_kv": 0.0, "bytes_o": 0.0, "bytes_meta": 0.0,
+         "visible_pairs": 1, "kv_tokens_read": 1, "intensity": 1.0, "tflops": None, "tbps": None, "roofline": {}}
+    back = ResultRow.model_validate({**json.loads(row_json(row)), "metrics": {**m, "new_quantity": 2.5}})
+    assert back.metrics["new_quantity"] == 2.5 and rows_frame([back])["metrics.new_quantity"][0] == 2.5
+    with pytest.raises(ValidationError, match="new_quantity"):
+        ResultRow.model_validate({**json.loads(row_json(row)), "metrics": {**m, "new_quantity": "2.5"}})
+
+
 def test_extension_fields_are_written_only_when_set():
     plain = json.loads(row_json(ran_row(10.0)))
     assert "breakdown" not in plain["timing"] and "energy" not in plain["timing"]
