@@ -17,7 +17,8 @@ import pytest
 from harness.cli import main
 from harness.report import REGISTRY, SECTIONS, build_frame, build_sections, load, render_html, section, write_report
 from harness.report.core import Table, Text
-from harness.results import ResultRow, read_rows
+from harness.results import Call, ResultRow, Timing, read_rows
+from typed_rows import as_status, ran_row
 
 ROOT = Path(__file__).resolve().parent.parent
 BASELINE = ROOT / "ci" / "baselines" / "cpu-smoke"
@@ -148,8 +149,8 @@ def test_only_rows_that_passed_count_for_speed(cpu_run, tmp_path):
     rows = read_rows(cpu_run)
     case = next(r.case for r in rows if r.status == "pass" and r.timing and r.backend == "sdpa")
     # Make the sdpa row of one case absurdly fast but failing its check: it must not win.
-    bad = [r.model_copy(update={"status": "mismatch", "reason": "max abs err 9", "timing": {
-        **r.timing, "median_us": 1e-3, "ci_low_us": 1e-3, "ci_high_us": 1e-3}})
+    bad = [as_status(r, "mismatch", "max abs err 9").model_copy(update={"timing": Timing.model_validate({
+        **r.timing.model_dump(), "median_us": 1e-3, "ci_low_us": 1e-3, "ci_high_us": 1e-3})})
         if (r.case == case and r.backend == "sdpa") else r for r in rows]
     secs = {s.id: s for s in build_sections(load([_write(bad, tmp_path / "bad")]))}
     table = next(b for b in secs["verdict"].blocks if b["kind"] == "table" and any(
@@ -207,7 +208,7 @@ def test_cascade_pairs_through_compare_with_not_a_name_suffix(cpu_run, tmp_path)
     pairs = {(r[cols.index("cascade")][0], r[cols.index("plain")][0]) for r in t["rows"]}
     assert pairs == {("two-level", "torch-math")}
     # A backend merely named '*-cascade' without compare_with is not a cascade row.
-    fake = [r.model_copy(update={"backend": "sdpa-cascade", "call": {}}) if r.backend == "sdpa" else r
+    fake = [r.model_copy(update={"backend": "sdpa-cascade", "call": Call()}) if r.backend == "sdpa" else r
             for r in rows if r.backend != "torch-cascade"]
     p2 = {s.id: s for s in build_sections(load([_write(fake, tmp_path / "f")]))}["cascade"]
     assert not p2.has_data
@@ -343,7 +344,7 @@ def test_h200_heatmap_and_fastest_correct(h200_sections, h200_built):
 def test_sparse_and_empty_results_still_render(tmp_path):
     # Old or partial rows: no timing, no batch, no config, no header.
     bare = [ResultRow(suite="s", case="c", backend="b", status="error", reason="forward: boom"),
-            ResultRow(suite="s", case="c", backend="d", status="pass", timing={"median_us": 3.0})]
+            ran_row(3.0, case="c", backend="d")]
     secs = _sections(render_html(load([_write(bare, tmp_path / "bare")])))
     assert "forward: boom" in secs["problems"] and "no run.json" in secs["run-header"]
     assert "no data in these results" in secs["roofline"]
