@@ -208,7 +208,8 @@ def test_cascade_pairs_through_compare_with_not_a_name_suffix(cpu_run, tmp_path)
     pairs = {(r[cols.index("cascade")][0], r[cols.index("plain")][0]) for r in t["rows"]}
     assert pairs == {("two-level", "torch-math")}
     # A backend merely named '*-cascade' without compare_with is not a cascade row.
-    fake = [r.model_copy(update={"backend": "sdpa-cascade", "call": Call()}) if r.backend == "sdpa" else r
+    fake = [r.model_copy(update={"backend": "sdpa-cascade", "call": Call() if r.call is not None else None})
+            if r.backend == "sdpa" else r
             for r in rows if r.backend != "torch-cascade"]
     p2 = {s.id: s for s in build_sections(load([_write(fake, tmp_path / "f")]))}["cascade"]
     assert not p2.has_data
