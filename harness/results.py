@@ -261,8 +261,12 @@ class ResultRow(BaseModel):
         if st in RAN:
             if self.host is None or self.host.build_ms is None or self.host.first_call_ms is None:
                 raise ValueError(f"{where}: status {st} (the kernel ran) needs host costs (build, first call)")
-            if st == Status.MISMATCH and (self.check is None or self.check.passed):
-                raise ValueError(f"{where}: status mismatch needs a failed check")
+            if st == Status.MISMATCH:
+                c = self.check
+                later = c is not None and any(not r.get("passed", True) for r in c.rechecks or [])
+                if c is None or (c.passed and not c.inputs_modified and not later):
+                    raise ValueError(f"{where}: status mismatch needs a failed check (or a failed recheck, "
+                                     "or inputs the backend modified)")
             if st == Status.PASS and self.check is not None and not self.check.passed:
                 raise ValueError(f"{where}: status pass with a failed check")
             if self.check is None and (info.context or {}).get("checked"):

@@ -49,6 +49,10 @@ def test_statuses_carry_the_payloads_they_should():
         ResultRow(**base, status=Status.SKIPPED, reason="x", traceback="tb")
     with pytest.raises(ValidationError, match="mismatch needs a failed check"):
         ResultRow(**base, status=Status.MISMATCH, reason="bad", check=check(True), host=host())
+    wrote = check(True).model_copy(update={"inputs_modified": "key"})  # a correct output, inputs overwritten
+    ResultRow(**base, status=Status.MISMATCH, reason="backend wrote into its inputs (key)", check=wrote, host=host())
+    later = check(True).model_copy(update={"rechecks": [{"when": "repeat call", "passed": False}]})
+    ResultRow(**base, status=Status.MISMATCH, reason="repeat call: wrong", check=later, host=host())
     with pytest.raises(ValidationError, match="pass with a failed check"):
         ResultRow(**base, status=Status.PASS, check=check(False), host=host())
     with pytest.raises(ValidationError, match="needs host costs"):
