@@ -105,9 +105,10 @@ class Check(Payload):
     per_kind: dict[str, dict[str, Any]] | None = None  # summary per segment kind (decode, prefill, ...)
     rechecks: list[dict[str, Any]] | None = None  # the output after timing / of a repeated call
     inputs_modified: str | None = None  # the inputs the backend wrote into (a mismatch)
+    invariants: list[dict[str, Any]] | None = None  # --invariants: harness/invariants.py, each with a status
 
     _omit_if_none = frozenset({"num_requests", "num_failed_requests", "per_request", "worst_request", "per_kind",
-                               "rechecks", "inputs_modified"})
+                               "rechecks", "inputs_modified", "invariants"})
 
 
 class Timing(Payload):

@@ -41,6 +41,7 @@ class RunOptions:
     suite_path: str = ""
     seed: int | None = None
     adversarial: bool = False  # --adversarial: NaN in every KV slot no request owns
+    invariants: bool = False  # --invariants: metamorphic checks per cell (harness/invariants.py)
     case_patterns: list[str] = field(default_factory=list)
     variant_filters: dict[str, dict[str, list[str]]] = field(default_factory=dict)
     check: bool = True
@@ -495,6 +496,13 @@ def run_cell(cell: Cell, case_data: CaseContext, suite: Suite, opts: RunOptions)
                 if not r2.passed and status == Status.PASS:
                     status, reason = Status.MISMATCH, f"{when}: {r2.message}"
             row["check"]["rechecks"] = rechecks
+            if opts.invariants:
+                from harness.invariants import check_invariants  # imports this module
+
+                row["check"]["invariants"] = inv = check_invariants(cell.backend, cell.variant, batch, device)
+                broken = [r for r in inv if r["status"] in ("mismatch", "error")]
+                if broken and status == "pass":
+                    status, reason = "mismatch", f"invariant {broken[0]['invariant']}: {broken[0]['detail']}"
             touched = changed_inputs(prepared, batch)
             if touched and "inputs_modified" not in row["check"]:
                 status, reason = Status.MISMATCH, f"backend wrote into its inputs ({touched}); {reason}".rstrip("; ")

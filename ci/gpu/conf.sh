@@ -1,4 +1,4 @@
-# ci/gpu/conf.sh (issue 12): conformance you can trust, on the H200. ~6-8 min in total.
+# ci/gpu/conf.sh (issue 12): conformance you can trust, on the H200. ~10 min in total (adversarial + invariants last).
 # Proves: (1) the real GPU backends (FA2/3/4, FlashInfer) pass the conformance grid under the
 # per-request rel-L2 gate, incl. the new features-bite / fp8-kv-scales / flashinfer-workspace
 # cases (zero false mismatches except the documented FlashInfer e5m2 mask-fill bug);
@@ -18,3 +18,8 @@ step 60 conf12-real $H run suites/conformance-gpu-mutants.yaml --backends flash-
 step 200 conf12-mutants $H run suites/conformance-gpu-mutants.yaml --backends "$(python3 tests/mutants/gpu.py)" \
   --no-time --quiet --out $R/conf12-mutants
 step 20 conf12-verdict sh -c "python3 tests/mutants/verdict.py $R/conf12-real $R/conf12-mutants $R/conf12-fa $R/conf12-fi $R/conf12-fi-ws > $R/conf12-verdict.txt 2>&1; cat $R/conf12-verdict.txt"
+step 150 conf12-adv $H run suites/conformance-adversarial.yaml --backends flash-attn,flashinfer,torch-math \
+  --variant flashinfer.prefill_backend=fa2 --no-time --quiet --out $R/conf12-adv
+step 120 conf12-inv $H run suites/conformance-gpu-mutants.yaml --backends flash-attn,flashinfer --variant flash-attn.fa_version=3 \
+  --variant flashinfer.prefill_backend=fa2 --no-time --invariants --quiet --case 'mixed' --case 'fp8*' --out $R/conf12-inv
+step 20 conf12-verdict2 sh -c "python3 tests/mutants/verdict.py $R/conf12-adv $R/conf12-inv >> $R/conf12-verdict.txt 2>&1; tail -5 $R/conf12-verdict.txt"
