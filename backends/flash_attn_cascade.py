@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -35,12 +34,12 @@ from attn_contract import (
     group_layout,
     merge_attn_states,
 )
-from backends.flash_attn import availability_from, cuda_capability, detect_features
+from backends.flash_attn import GENERATIONS, availability_from, cuda_capability, detect_features
 from backends.torch_cascade import shifted_block_table
 
 DEFAULT_VERSION = 3
-# Library detection (import, version, GPU generation) is flash_attn.py's: one place knows the
-# FlashAttention builds and their failure modes.
+# Library detection (import, version, GPU generation) and entry points are the flash_attn
+# package's generation classes: one place knows the FlashAttention builds and their failure modes.
 
 
 @dataclass
@@ -97,7 +96,9 @@ class FACascadeMetadataBuilder(AttentionMetadataBuilder[FACascadeMetadata]):
         )
 
 
-def _fa3_pass(fn: Callable[..., Any]) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+def _fa3_pass(fns: dict[str, Callable[..., Any]]) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+    fn = fns["kvcache"]
+
     def run(q, k_cache, v_cache, cu_q, max_q, table, seqused, max_k, scale, causal):
         # with return_softmax_lse=True FA3 returns (out, lse, out_accum, lse_accum).
         o, lse, *_ = fn(q, k_cache, v_cache, cache_seqlens=seqused, page_table=table, cu_seqlens_q=cu_q,
@@ -107,7 +108,9 @@ def _fa3_pass(fn: Callable[..., Any]) -> Callable[..., tuple[torch.Tensor, torch
     return run
 
 
-def _fa4_pass(fn: Callable[..., Any]) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+def _fa4_pass(fns: dict[str, Callable[..., Any]]) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+    fn = fns["varlen"]
+
     def run(q, k_cache, v_cache, cu_q, max_q, table, seqused, max_k, scale, causal):
         # page_table needs seqused_k and no cu_seqlens_k; num_splits stays 1 (sm90 has no split-KV).
         o, lse = fn(q, k_cache, v_cache, cu_seqlens_q=cu_q, max_seqlen_q=max_q, max_seqlen_k=max_k,
@@ -117,15 +120,17 @@ def _fa4_pass(fn: Callable[..., Any]) -> Callable[..., tuple[torch.Tensor, torch
     return run
 
 
+# fa_version -> (the paged pass, the entry point named in describe_call)
+PASSES = {3: (_fa3_pass, "flash_attn_with_kvcache"), 4: (_fa4_pass, "flash_attn.cute.flash_attn_varlen_func")}
+
+
 class FACascadeImpl(AttentionImpl[FACascadeMetadata]):
     def __init__(self, config, variant, device, layer):
         super().__init__(config, variant, device, layer)
         self.fa_version = int((variant or {}).get("fa_version", DEFAULT_VERSION))
         # Resolved once here (lazily: only a GPU run with the library constructs the impl).
-        if self.fa_version == 3:
-            self._pass = _fa3_pass(importlib.import_module("flash_attn_interface").flash_attn_with_kvcache)
-        else:
-            self._pass = _fa4_pass(importlib.import_module("flash_attn.cute").flash_attn_varlen_func)
+        make_pass, self.api = PASSES[self.fa_version]
+        self._pass = make_pass(GENERATIONS[self.fa_version].load_entry_points())
 
     def forward(self, query, key, value, kv_cache, metadata, out, lse_out=None):
         md, scale = metadata, self.config.softmax_scale
@@ -140,9 +145,8 @@ class FACascadeImpl(AttentionImpl[FACascadeMetadata]):
         return out
 
     def describe_call(self, metadata: FACascadeMetadata) -> dict[str, Any]:
-        api = "flash_attn_with_kvcache" if self.fa_version == 3 else "flash_attn.cute.flash_attn_varlen_func"
         return {
-            "path": f"FA{self.fa_version} {api}: paged prefix pass (non-causal, one sequence per group) "
+            "path": f"FA{self.fa_version} {self.api}: paged prefix pass (non-causal, one sequence per group) "
                     "+ paged suffix pass (causal) + torch LSE merge",
             "fa_version": self.fa_version,
             "num_groups": metadata.num_groups,

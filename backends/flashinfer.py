@@ -37,7 +37,13 @@ from attn_contract import (
     split_decodes_and_prefills,
 )
 
-WORKSPACE_BYTES = 128 * 1024 * 1024  # FlashInfer's recommended float workspace (split-KV partials)
+MiB = 1 << 20
+# Float workspace (split-KV partial outputs). 128 MB, FlashInfer's own example size, overflows in
+# plan() on ordinary batches ("Buffer overflow when allocating memory for batch_prefill_tmp_v":
+# a 6-request mixed batch, 16/2 heads, head 128); vLLM v1 allocates 256 MB. The builder starts
+# at the larger of that and ``float_workspace_bound`` and grows (x2) and re-plans on overflow.
+WORKSPACE_BYTES = 256 * MiB
+MAX_WORKSPACE_BYTES = 4096 * MiB
 LN2 = math.log(2.0)  # FlashInfer LSE is base 2: lse_e = lse_2 * ln 2
 # The CUDA-core decode kernel instantiates these GQA group sizes only (DISPATCH_GQA_GROUP_SIZE in
 # include/flashinfer/utils.cuh); anything else raises "Unsupported group_size" at run time.
@@ -67,6 +73,26 @@ FA3_FP8_REASON = (
 
 
 # ---------------------------------------------------------------- host-side pure functions
+def float_workspace_bound(num_qo_heads: int, num_kv_heads: int, head_dim: int, num_sms: int,
+                          blocks_per_sm: int = 2, cta_tile_q: int = 128) -> int:
+    """Upper bound of the float workspace FlashInfer 0.6's split-KV plans allocate.
+
+    ``PrefillPlan`` (include/flashinfer/attention/scheduler.cuh) takes, when it splits KV,
+    ``tmp_v = num_qo_heads * padded_batch_size * cta_tile_q * head_dim * 4`` bytes plus
+    ``tmp_s = num_qo_heads * padded_batch_size * cta_tile_q * 4``, where the split batch is at
+    most ``max_grid_size / num_kv_heads`` work tiles (max_grid_size = blocks per SM x SMs).
+    The tensor-core decode path plans through the same code; the CUDA-core decode needs less
+    (cta_tile_q = 1). 16/2 heads, head 128 on 132 SMs: 138 MB, past the old 128 MB."""
+    tiles = max(1, (num_sms * blocks_per_sm) // max(1, num_kv_heads))
+    per_tile = num_qo_heads * cta_tile_q * (head_dim + 1) * 4
+    return tiles * per_tile + 16 * MiB  # + alignment and the merge buffers
+
+
+def is_workspace_overflow(exc: BaseException) -> bool:
+    """Whether ``exc`` is FlashInfer's AlignedAllocator running out of (float) workspace."""
+    return "Buffer overflow when allocating memory" in str(exc)
+
+
 @dataclass(frozen=True)
 class PagedKVCSR:
     """FlashInfer's page metadata for a run of requests.
@@ -170,6 +196,8 @@ class FlashInferMetadata:
     jit_warmup_ms: float = 0.0
     decode_kernel: str | None = None
     prefill_backend: str | None = None  # resolved by plan(): fa2 / fa3
+    workspace_bytes: int = 0  # float workspace the plans fit in
+    workspace_grows: int = 0  # times plan() overflowed it and it was doubled
 
 
 def _resolved_backend(wrapper: Any) -> str | None:
@@ -182,15 +210,32 @@ def _resolved_backend(wrapper: Any) -> str | None:
     return None
 
 
+def workspace_size(config: AttentionConfig, device: torch.device | None = None) -> int:
+    """Initial float workspace for a layer: vLLM's 256 MB or the split-KV bound, if larger."""
+    sms = 132  # H100/H200; the real count when a CUDA device is at hand
+    if device is not None and device.type == "cuda":
+        sms = torch.cuda.get_device_properties(device).multi_processor_count
+    bound = float_workspace_bound(config.num_heads, config.num_kv_heads, config.head_size, sms)
+    return max(WORKSPACE_BYTES, -(-bound // MiB) * MiB)
+
+
 class FlashInferMetadataBuilder(AttentionMetadataBuilder[FlashInferMetadata]):
     """One workspace and one set of wrappers per builder; ``build`` plans them per batch."""
 
     def __init__(self, config: AttentionConfig, variant: dict[str, Any], device: torch.device):
         variant = {**DEFAULT_VARIANT, **(variant or {})}
         super().__init__(config, variant, device)
+        self.workspace_grows = 0
+        self._make_wrappers(workspace_size(config, device))
+        self.jit_warmup_ms = self._warm_up()
+
+    def _make_wrappers(self, nbytes: int) -> None:
+        """(Re)create the wrappers on a fresh zeroed float workspace of ``nbytes``."""
         import flashinfer  # lazy: only a GPU run with the library reaches this
 
-        self.workspace = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=device)  # must start zeroed
+        config, variant = self.config, self.variant
+        self.workspace = None  # let the old buffer go before allocating the new one
+        self.workspace = torch.zeros(nbytes, dtype=torch.uint8, device=self.device)  # must start zeroed
         backend = variant["prefill_backend"]
         self.decode_wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
             self.workspace, kv_layout=config.kv_layout, use_tensor_cores=bool(variant["decode_tensor_cores"])
@@ -204,7 +249,6 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder[FlashInferMetadata]):
             if not config.causal and not config.is_fp8_kv
             else None
         )
-        self.jit_warmup_ms = self._warm_up()
 
     # plan() arguments shared by the wrappers. q_data_type must be given: it defaults to fp16.
     def _common_plan_kwargs(self) -> dict[str, Any]:
@@ -256,6 +300,22 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder[FlashInferMetadata]):
         return (time.perf_counter() - t0) * 1e3
 
     def build(self, common: CommonAttentionMetadata) -> FlashInferMetadata:
+        # A plan that overflows the float workspace is retried on a doubled one (all wrappers
+        # re-planned: they share the buffer), never reported as an error of a supported batch.
+        while True:
+            try:
+                md = self._build(common)
+                md.workspace_bytes = int(self.workspace.numel())
+                md.workspace_grows = self.workspace_grows
+                return md
+            except RuntimeError as e:
+                size = int(self.workspace.numel())
+                if not is_workspace_overflow(e) or size * 2 > MAX_WORKSPACE_BYTES:
+                    raise
+                self._make_wrappers(size * 2)
+                self.workspace_grows += 1
+
+    def _build(self, common: CommonAttentionMetadata) -> FlashInferMetadata:
         cfg = self.config
         split = split_decodes_and_prefills(common, decode_threshold=1)
         md = FlashInferMetadata(
@@ -353,6 +413,8 @@ class FlashInferImpl(AttentionImpl[FlashInferMetadata]):
             "prefill_backend_resolved": md.prefill_backend,
             "plan_ms": {k: round(v, 3) for k, v in md.plan_ms.items()},
             "jit_warmup_ms": round(md.jit_warmup_ms, 1),
+            "workspace_mib": md.workspace_bytes // MiB,
+            "workspace_grows": md.workspace_grows,
         }
 
 
@@ -440,6 +502,11 @@ class FlashInferBackend(AttentionBackend):
         if v["prefill_backend"] == "fa3" and config.is_fp8_kv:
             return FA3_FP8_REASON
         return None
+
+    @classmethod
+    def workspace_bytes(cls, config: AttentionConfig, variant: dict[str, Any]) -> int:
+        """Device scratch of one builder, for the memory planner (harness/memory.py)."""
+        return workspace_size(config) + 8 * MiB  # + FlashInfer's int workspace per wrapper
 
     @classmethod
     def get_builder_cls(cls) -> type[FlashInferMetadataBuilder]:

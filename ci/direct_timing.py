@@ -9,7 +9,7 @@ Cells (ci/orientation.yaml names the same shapes for the harness):
   ``flash_attn.cute.flash_attn_varlen_func`` on dense (non-paged) K/V; reports TFLOP/s
   (orientation: 394 / 744 / 749). NOT the harness's call: the harness always reads a paged KV
   cache (page 256 for this case), so these lines are orientation figures only.
-- paged-prefill: the same shape through the SAME paged calls backends/flash_attn.py makes:
+- paged-prefill: the same shape through the SAME paged calls backends/flash_attn/ makes:
   FA2 ``flash_attn_varlen_func(..., block_table=)``, FA3 ``flash_attn_with_kvcache(...,
   page_table=, cu_seqlens_q=, cache_seqlens=, scheduler_metadata=)``, FA4
   ``flash_attn.cute.flash_attn_varlen_func(..., page_table=, seqused_k=)``; page 256, a shuffled
@@ -149,7 +149,7 @@ def paged_prefill_inputs() -> dict[str, Any]:
 
 
 def paged_prefill_calls(x: dict[str, Any]) -> list[tuple[str, str, Callable[[], Callable[[], Any]]]]:
-    """The adapter's prefill-segment calls (backends/flash_attn.py _fa2/_fa3/_fa4), argument for argument."""
+    """The adapter's prefill-segment calls (FA2.call / FA3.call / FA4.call in backends/flash_attn/), argument for argument."""
     kv, pt, q, cu, seqlens, L = x["kv"], x["page_table"], x["q"], x["cu"], x["seqlens"], x["L"]
     B, H, D, P = (PAGED_PREFILL[k] for k in ("batch", "heads", "head", "page"))
     kc, vc = kv.unbind(1)  # as the adapter: (num_blocks, page, Hk, D) each, strided

@@ -18,6 +18,7 @@ from typing import Any, Iterable, Sequence
 import torch
 
 from attn_contract import AttentionConfig, CommonAttentionMetadata
+from attn_contract.status import Status
 
 # ---------------------------------------------------------------- decision rule
 
@@ -156,13 +157,13 @@ def rule_agreement(rows: Iterable[Any]) -> list[dict[str, Any]]:
     for r in rows:
         call = _field(r, "call") or {}
         timing = _field(r, "timing") or {}
-        if "rule_says_cascade" not in call or _field(r, "status") != "pass" or "median_us" not in timing:
+        if "rule_says_cascade" not in call or _field(r, "status") != Status.PASS or "median_us" not in timing:
             continue
         rv = _field(r, "variant") or {}
         plain = [
             p for p in rows
             if _field(p, "case") == _field(r, "case") and _field(p, "backend") == call.get("compare_with")
-            and _field(p, "status") == "pass" and (_field(p, "timing") or {}).get("median_us") is not None
+            and _field(p, "status") == Status.PASS and (_field(p, "timing") or {}).get("median_us") is not None
         ]
         agree = [p for p in plain if all(str((_field(p, "variant") or {}).get(k, v)) == str(v) for k, v in rv.items())]
         pool = agree or plain

@@ -27,7 +27,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from harness import registry
-from harness.results import RESULTS_FILE, ResultRow, ResultWriter, read_rows, variant_label, write_header
+from harness.results import FAILED, NOT_RUN, RESULTS_FILE, ResultRow, ResultWriter, Status, read_rows, variant_label, write_header
 from harness.spec import SpecError, load_suite
 from harness.suite_check import check_suite_backends
 
@@ -69,8 +69,8 @@ def _fmt(x: Any, spec: str) -> str:
     return "" if x is None else format(x, spec)
 
 
-STATUS_STYLE = {"pass": "green", "mismatch": "bold red", "error": "red", "unsupported": "yellow",
-                "skipped": "dim", "timeout": "magenta"}
+STATUS_STYLE = {Status.PASS: "green", Status.MISMATCH: "bold red", Status.ERROR: "red",
+                Status.UNSUPPORTED: "yellow", Status.SKIPPED: "dim", Status.TIMEOUT: "magenta"}
 
 
 _SIZE_FIGURE = re.compile(r"[\d,]+(\.\d+)?\s*(GFLOP|MiB)\s*>")
@@ -96,9 +96,11 @@ def _ids(n: int) -> list[str]:
 def print_summary(rows: list[ResultRow], out_dir: Path, max_rows: int = 80) -> None:
     """The run's tables, readable at 80 columns (pipes, CI logs): backend variants get short
     ids with a legend, long names wrap instead of being cut, numbers never wrap or shorten."""
-    statuses = ["pass", "mismatch", "error", "timeout", "unsupported", "skipped"]
-    short = {"pass": "pass", "mismatch": "mism", "error": "err", "timeout": "tmo", "unsupported": "unsup",
-             "skipped": "skip"}
+    # Table order: what ran, what failed, what did not run.
+    statuses = [str(s_) for s_ in (Status.PASS, Status.MISMATCH, Status.ERROR, Status.TIMEOUT, Status.UNSUPPORTED,
+                                   Status.SKIPPED)]
+    short = {Status.PASS: "pass", Status.MISMATCH: "mism", Status.ERROR: "err", Status.TIMEOUT: "tmo",
+             Status.UNSUPPORTED: "unsup", Status.SKIPPED: "skip"}
     counts = Counter((r.backend, r.variant_label, str(r.status)) for r in rows)
     keys = sorted({(b, v) for b, v, _ in counts})
     ids = dict(zip(keys, _ids(len(keys))))
@@ -118,7 +120,7 @@ def print_summary(rows: list[ResultRow], out_dir: Path, max_rows: int = 80) -> N
     console.print(f"  {'/'.join(short[s_] for s_ in abbreviated)} = {'/'.join(abbreviated)}",
                   highlight=False, soft_wrap=True)
 
-    ran = [r for r in rows if str(r.status) in ("pass", "mismatch", "error", "timeout")]
+    ran = [r for r in rows if r.status not in NOT_RUN]  # attempted: failures included
     if ran:
         d = Table(title=f"Cells that ran ({len(ran)}; first {min(len(ran), max_rows)} shown)")
         d.add_column("case", overflow="fold", ratio=1)  # wraps; everything else stays whole
@@ -137,7 +139,7 @@ def print_summary(rows: list[ResultRow], out_dir: Path, max_rows: int = 80) -> N
 
     # Size-dependent reasons differ only in their numbers: group them so the table stays short.
     not_run = Counter((str(r.status), r.backend, _reason_kind(r.reason)) for r in rows
-                      if str(r.status) in ("unsupported", "skipped"))
+                      if r.status in NOT_RUN)
     if not_run:
         s = Table(title="Not run, and why")
         s.add_column("status", no_wrap=True)
@@ -147,7 +149,7 @@ def print_summary(rows: list[ResultRow], out_dir: Path, max_rows: int = 80) -> N
         for (st, b, reason), n in sorted(not_run.items()):
             s.add_row(f"[{STATUS_STYLE[st]}]{st}", escape(b), str(n), escape(reason))
         console.print(s)
-    bad = [r for r in rows if str(r.status) in ("mismatch", "error", "timeout")]
+    bad = [r for r in rows if r.status in FAILED]
     for r in bad[:20]:
         st = str(r.status)
         err_console.print(f"[{STATUS_STYLE[st]}]{st}[/] " + escape(f"{r.case} {r.backend} {r.variant_label}: {r.reason}"),
@@ -165,7 +167,7 @@ def _timing_options(args: argparse.Namespace, device: torch.device) -> Any:
             device, mode=args.timing_mode, cuda_graph=False if args.no_cuda_graph else None,
             target_rel_noise=args.target_noise, max_time_s=args.max_time,
             min_samples=args.min_samples, max_samples=args.max_samples, stop_criterion=args.stop,
-            energy_window_s=args.energy_window)
+            cpu_clock=args.cpu_clock, energy_window_s=args.energy_window)
     except ValueError as e:
         raise UsageError(f"timing options: {e}") from None
 
@@ -297,7 +299,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         console.print(f"Report: {write_report([out_dir], out_dir / 'report.html')}")
         _record_wall_time(out_dir, header, this_run, time.perf_counter() - t_start, _PROCESS_T0,
                           report_s=time.perf_counter() - t0)
-    failed = sum(r.status in ("mismatch", "error", "timeout") for r in rows)
+    failed = sum(r.status in FAILED for r in rows)
     if failed:
         # Exit 0 by default: a benchmark run that found a broken cell still produced every
         # other figure. CI gates use --strict (or `harness compare`); say so, every time.
@@ -528,6 +530,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="when sampling stops: " + "; ".join(f"{name}: {cls.help}" for name, cls in
                                                              sorted(STOPPING_CRITERIA.items()))
                          + " (default noise)")
+    tg.add_argument("--cpu-clock", choices=["wall", "process"],
+                    help="CPU timing clock: wall (default, elapsed time) or process (CPU time the call "
+                         "used: far steadier on a shared machine; what `harness compare` can gate on)")
     rb = r.add_argument_group("robustness (docs/robustness.md)")
     rb.add_argument("--resume", metavar="DIR", help="continue an interrupted run in DIR: run only the cells it lacks")
     rb.add_argument("--devices", help="one worker per entry, cases spread over them: 0,1,... (GPUs) or cpu,cpu")

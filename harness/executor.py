@@ -41,7 +41,7 @@ import torch
 
 from harness.balance import CaseQueues
 from harness.memory import make_fit_check
-from harness.results import RESULTS_FILE, ResultRow, read_header, read_rows, repair_torn_tail, variant_label
+from harness.results import RESULTS_FILE, ResultRow, Status, Worker, read_header, read_rows, repair_torn_tail, variant_label
 from harness.runner import Cell, RunOptions, group_by_case, iterate_case, status_row
 from harness.spec import Suite
 
@@ -106,9 +106,9 @@ class CellStarted:
 
 @dataclass(frozen=True)
 class RowDone:
-    """A finished cell's row (``ResultRow.model_dump()`` plus the worker's pid and device)."""
+    """A finished cell's typed row, with the worker's pid and device (pickled as it is)."""
 
-    row: dict[str, Any]
+    row: ResultRow
 
 
 @dataclass(frozen=True)
@@ -285,10 +285,8 @@ def _worker_main(conn: Any, device_name: str, suite: Suite, opts: RunOptions, bu
         broken = None
         try:
             for row in iterate_case(msg.cells, suite, opts, on_event=on_event):
-                d = row.model_dump()
-                d["worker"] = {"pid": os.getpid(), "device": device_name}
-                conn.send(RowDone(d))
-                if row.status == "error":
+                conn.send(RowDone(row.model_copy(update={"worker": Worker(pid=os.getpid(), device=device_name)})))
+                if row.status == Status.ERROR:
                     broken = _context_broken(device, row.reason)
                     if broken:
                         break
@@ -424,13 +422,11 @@ class Executor:
                 return c
         return None
 
-    def _row(self, slot: _Slot, cell: Cell, status: str, reason: str) -> ResultRow:
+    def _row(self, slot: _Slot, cell: Cell, status: Status, reason: str) -> ResultRow:
         row = status_row(cell, self.suite, slot.opts, status, reason)
-        extra = row.model_dump()
-        extra["worker"] = {"pid": slot.pid, "device": slot.device}
-        return ResultRow.model_validate(extra)
+        return row.model_copy(update={"worker": Worker(pid=slot.pid, device=slot.device)})
 
-    def _lost(self, slot: _Slot, status: str, why: str) -> list[ResultRow]:
+    def _lost(self, slot: _Slot, status: Status, why: str) -> list[ResultRow]:
         """The worker is gone (died, killed, gave up its context): rows for what it was doing,
         and the case's remaining cells back to the front of the queue."""
         rows: list[ResultRow] = []
@@ -495,7 +491,7 @@ class Executor:
                         why = "; ".join(sorted({s.last_failure for s in self.slots if s.last_failure}))
                         for case_cells in self.queue:
                             for c in case_cells:
-                                yield self._row(self.slots[0], c, "error",
+                                yield self._row(self.slots[0], c, Status.ERROR,
                                                 f"no worker could start ({MAX_FAILED_STARTS} attempts per device): {why}")
                         self.queue.clear()
                     break
@@ -515,7 +511,7 @@ class Executor:
                         what = {SlotPhase.PREPARE: "case preparation (generate/reference)",
                                 SlotPhase.SENT: "case start (availability/support checks)"}.get(slot.phase, "cell")
                         why = f"{what} exceeded --cell-timeout {timeout:g} s; worker killed"
-                        rows = self._lost(slot, "timeout", why)
+                        rows = self._lost(slot, Status.TIMEOUT, why)
                         yield from rows
                         self._restart(slot, progressed=True)
                     elif not slot.ready and now > slot.started_at + STARTUP_TIMEOUT_S:
@@ -555,14 +551,14 @@ class Executor:
                 if on_start and cell is not None:
                     on_start(cell)
             elif isinstance(msg, RowDone):
-                row = ResultRow.model_validate(msg.row)
+                row = msg.row
                 slot.cells = [c for c in slot.cells if cell_key(self.suite, c) != row.key]
                 yield row
             elif isinstance(msg, CaseDone):
                 slot.phase, slot.current, slot.deadline, slot.cells = SlotPhase.IDLE, None, None, []
             elif isinstance(msg, CaseFailed):
                 for c in slot.cells:
-                    yield self._row(slot, c, "error", f"harness error in worker: {msg.error}")
+                    yield self._row(slot, c, Status.ERROR, f"harness error in worker: {msg.error}")
                 slot.phase, slot.current, slot.deadline, slot.cells = SlotPhase.IDLE, None, None, []
             elif isinstance(msg, RestartMe):
                 gone = f"worker restarted: {msg.reason}"
@@ -580,7 +576,7 @@ class Executor:
             self._requeue(slot)
             self._restart(slot, progressed=False, why=gone)
         else:
-            yield from self._lost(slot, "error", gone)
+            yield from self._lost(slot, Status.ERROR, gone)
             self._restart(slot, progressed=True, why=gone)
 
     def _requeue(self, slot: _Slot) -> None:

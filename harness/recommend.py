@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from attn_contract.status import FAILED, Status
 from harness.results import read_header, read_rows
 from harness.selection_rules import (
     VLLM_BACKENDS,
@@ -46,9 +47,8 @@ from harness.selection_rules import (
 
 POLICY_FORMAT = "attn-harness.policy/1"
 DEFAULT_TIE = 0.03
-RAN_OK = "pass"
+RAN_OK = Status.PASS
 CASCADE_SUFFIX = "-cascade"  # a cascade backend is named after its plain backend (harness/report.py too)
-FAILED = ("mismatch", "error", "timeout")
 
 BATCH_BINS: tuple[tuple[int, int | None, str], ...] = (
     (1, 1, "1"), (2, 8, "2-8"), (9, 32, "9-32"), (33, 128, "33-128"), (129, 512, "129-512"), (513, None, "513+"),

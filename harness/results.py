@@ -11,26 +11,218 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Iterable, Iterator
 
-from pydantic import BaseModel, ConfigDict
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_serializer, model_validator
 
-Status = Literal["pass", "mismatch", "error", "unsupported", "skipped", "timeout"]
-STATUSES: tuple[str, ...] = ("pass", "mismatch", "error", "unsupported", "skipped", "timeout")
+from attn_contract.status import FAILED, NOT_RUN, RAN, Status
+
+__all__ = ["Status", "RAN", "FAILED", "NOT_RUN", "STATUSES", "Check", "Timing", "Metrics", "Host", "Call",
+           "Worker", "ResultRow", "Environment", "RunHeader", "rows_frame", "read_rows", "read_header",
+           "read_run_header", "write_header", "ResultWriter", "variant_label"]
+
+# Kept for readers written before the enum: the values in the order tables show them.
+STATUSES: tuple[str, ...] = tuple(s.value for s in Status)
 
 RESULTS_FILE = "results.jsonl"
 HEADER_FILE = "run.json"
 
 
+# ---------------------------------------------------------------- payloads
+class Payload(BaseModel):
+    """A typed part of a row. Strict: a bool is not an int, a string is not a number.
+
+    ``_omit_if_none`` names optional fields that did not exist in older files; they are left out
+    of the JSON while unset, so rows written now have the same keys as rows written before.
+    Read access by key (``row.timing["median_us"]``, ``.get``) stays for code that has not
+    moved to attributes yet."""
+
+    # extra="forbid": a new measurement field must be declared here (optional, so old rows load),
+    # never slipped in unnoticed; tests/test_results_rows.py loads every committed file.
+    model_config = ConfigDict(strict=True, extra="forbid")
+    _omit_if_none: ClassVar[frozenset[str]] = frozenset()
+
+    @model_serializer(mode="wrap")
+    def _drop_unset_extensions(self, handler: Any) -> dict[str, Any]:
+        d = handler(self)
+        for k in self._omit_if_none:
+            if d.get(k, 0) is None:
+                del d[k]
+        return d
+
+    # Mapping-style reads (the report and a few scripts still read payloads as dicts). They
+    # return the live values (a dict field read this way and changed stays changed).
+    def _present(self) -> dict[str, Any]:
+        d = {k: getattr(self, k) for k in type(self).model_fields
+             if not (k in self._omit_if_none and getattr(self, k) is None)}
+        d.update(self.__pydantic_extra__ or {})
+        return d
+
+    def __getitem__(self, key: str) -> Any:
+        d = self._present()
+        if key not in d:
+            raise KeyError(key)
+        return d[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._present().get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._present()
+
+    def keys(self) -> Any:
+        return self._present().keys()
+
+    def items(self) -> Any:
+        return self._present().items()
+
+
+class Check(Payload):
+    """The output (and LSE) against the reference (harness.check.CheckResult). Error figures are
+    None where they were not finite (a NaN/Inf output): JSON has no infinity."""
+
+    passed: bool
+    message: str
+    max_abs_err: float | None
+    max_rel_err: float | None
+    rel_l2_err: float | None
+    mismatch_fraction: float
+    num_nan: int
+    num_inf: int
+    num_unwritten: int
+    lse_checked: bool
+    lse_max_abs_err: float | None
+    atol: float
+    rtol: float
+    lse_atol: float
+    max_mismatch_fraction: float
+    # Per request (its index, errors, verdict), for localising a mismatch; newer rows only.
+    num_requests: int | None = None
+    num_failed_requests: int | None = None
+    per_request: list[dict[str, Any]] | None = None
+    worst_request: dict[str, Any] | None = None
+    per_kind: dict[str, dict[str, Any]] | None = None  # summary per segment kind (decode, prefill, ...)
+    rechecks: list[dict[str, Any]] | None = None  # the output after timing / of a repeated call
+    inputs_modified: str | None = None  # the inputs the backend wrote into (a mismatch)
+
+    _omit_if_none = frozenset({"num_requests", "num_failed_requests", "per_request", "worst_request", "per_kind",
+                               "rechecks", "inputs_modified"})
+
+
+class Timing(Payload):
+    """Per-call time in microseconds and how it was measured (harness.timing.time_callable)."""
+
+    median_us: float
+    min_us: float
+    max_us: float
+    mean_us: float
+    stdev_us: float
+    q1_us: float
+    q3_us: float
+    iqr_us: float
+    ci_low_us: float
+    ci_high_us: float
+    ci_coverage: float
+    rel_ci_half_width: float
+    samples: int
+    stop_criterion: str | None = None  # the stopping rule's name (harness.timing.stopping); newer rows
+    stop_reason: str
+    stop: str
+    target_rel_noise: float
+    sampling_s: float
+    method: str  # wall_clock (CPU) | cuda_event
+    mode: str  # hot | cold
+    l2: str
+    cuda_graph: dict[str, Any]
+    calls_per_sample: int
+    sm_clock_mhz: dict[str, Any] | None  # GPU clocks around the sampling; None on the CPU
+    options: dict[str, Any]
+    launch: dict[str, Any] | None = None  # GPU: launch hiding
+    raw_us: list[float] | None = None  # every sample, with TimingOptions.keep_raw
+    cold_check: dict[str, Any] | None = None  # cold mode: how L2 flushing was verified
+    cold_l2: str | None = None
+    # Extensions: time per phase (e.g. {"plan": .., "kernel": ..}, microseconds) and energy.
+    breakdown: dict[str, float] | None = None
+    energy: dict[str, Any] | None = None
+
+    _omit_if_none = frozenset({"stop_criterion", "launch", "raw_us", "cold_check", "cold_l2", "breakdown", "energy"})
+
+
+class Metrics(Payload):
+    """Work of the call (harness.metrics) and what the measured time achieves (harness.roofline)."""
+
+    flops: float
+    bytes: float
+    bytes_q: float
+    bytes_kv: float
+    bytes_o: float
+    bytes_meta: float
+    visible_pairs: int
+    kv_tokens_read: int
+    intensity: float | None
+    tflops: float | None
+    tbps: float | None
+    roofline: dict[str, Any]
+
+
+class Host(Payload):
+    """Host-side costs, milliseconds unless named otherwise. The cell's own stages are in
+    ``breakdown_ms``; ``case_ms`` holds the case-level stages (generate, reference) it shared
+    with ``case_cells`` cells. build/first_call are None on an error row that stopped earlier."""
+
+    build_ms: float | None = None
+    first_call_ms: float | None = None  # includes JIT compilation
+    enqueue_us: float | None = None  # GPU: launching one call
+    breakdown_ms: dict[str, float] | None = None
+    cell_ms: float | None = None
+    case_ms: dict[str, float] | None = None
+    case_cells: int | None = None
+
+    _omit_if_none = frozenset({"build_ms", "first_call_ms", "enqueue_us", "breakdown_ms", "cell_ms", "case_ms",
+                               "case_cells"})
+
+
+class Call(Payload):
+    """What the backend says it called (``describe_call``): its own keys, so extra fields are
+    allowed; the ones the core reads are typed."""
+
+    model_config = ConfigDict(strict=True, extra="allow")
+    compare_with: str | None = None  # cascade backends: the plain backend to compare against
+
+    _omit_if_none = frozenset({"compare_with"})
+
+
+class Worker(Payload):
+    """The worker process that produced the row (isolated runs only)."""
+
+    pid: int | None
+    device: str
+
+
+# What each status may carry (derived from harness.runner and harness.executor):
+# - pass/mismatch: the kernel ran: host costs; a check unless the run was --no-check (a mismatch
+#   always has one, failed); timing + metrics unless --no-time.
+# - error: the stage it failed in as reason; check/call/host of the stages that finished may stay
+#   as diagnostics, but never a timing (a number from a failed cell is not a result).
+# - unsupported/skipped/timeout: a reason and nothing measured.
+_NOTHING_MEASURED = ("check", "timing", "metrics", "host", "call")
+
+
 class ResultRow(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    """One case x backend x variant cell.
+
+    Validate with ``context={"checked": True}`` (the runner does) to also require a check on
+    every row that ran; files do not record --no-check, so reading them cannot."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
 
     suite: str
     case: str
     backend: str
     variant: dict[str, Any] = {}
     variant_label: str = ""
-    status: Status
+    status: Status = Field(strict=False)  # the JSON string ("pass") is the enum's value
     reason: str = ""
     device: str = ""
     config: dict[str, Any] = {}
@@ -38,17 +230,128 @@ class ResultRow(BaseModel):
     case_params: dict[str, Any] = {}  # its swept values, e.g. {"block_size": 16, "count": 1}
     layout: dict[str, Any] | None = None  # CaseLayout.as_dict(): block_size, blocks, KV bytes
     batch: dict[str, Any] = {}
-    check: dict[str, Any] | None = None
-    timing: dict[str, Any] | None = None
-    metrics: dict[str, Any] | None = None
-    host: dict[str, Any] | None = None
-    call: dict[str, Any] | None = None
+    check: Check | None = None
+    timing: Timing | None = None
+    metrics: Metrics | None = None
+    host: Host | None = None
+    call: Call | None = None
     reproducer: str = ""
+    worker: Worker | None = None
+    traceback: str | None = None
+
+    @model_validator(mode="after")
+    def _payload_fits_status(self, info: ValidationInfo) -> "ResultRow":
+        st = self.status
+        where = f"row {self.case!r} / {self.backend!r}" + (f" [{self.variant_label}]" if self.variant_label else "")
+        if st != Status.PASS and not self.reason:
+            raise ValueError(f"{where}: status {st} needs a reason")
+        if self.metrics is not None and self.timing is None:
+            raise ValueError(f"{where}: metrics without timing")
+        if self.traceback is not None and st != Status.ERROR:
+            raise ValueError(f"{where}: only an error row carries a traceback")
+        if st in RAN:
+            if self.host is None or self.host.build_ms is None or self.host.first_call_ms is None:
+                raise ValueError(f"{where}: status {st} (the kernel ran) needs host costs (build, first call)")
+            if st == Status.MISMATCH and (self.check is None or self.check.passed):
+                raise ValueError(f"{where}: status mismatch needs a failed check")
+            if st == Status.PASS and self.check is not None and not self.check.passed:
+                raise ValueError(f"{where}: status pass with a failed check")
+            if self.check is None and (info.context or {}).get("checked"):
+                raise ValueError(f"{where}: status {st} without a check in a checked run")
+        elif st == Status.ERROR:
+            if self.timing is not None:
+                raise ValueError(f"{where}: an error row carries no timing")
+        else:
+            carried = [k for k in _NOTHING_MEASURED if getattr(self, k) is not None]
+            if carried:
+                raise ValueError(f"{where}: status {st} carries no measurement, got {', '.join(carried)}")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _same_keys_as_before(self, handler: Any) -> dict[str, Any]:
+        d = handler(self)
+        d["status"] = self.status.value
+        # Fields rows gained later are written only when set, so an old row writes back as it was.
+        for k, empty in (("worker", None), ("traceback", None), ("layout", None), ("case_group", ""),
+                         ("case_params", {})):
+            if k in d and d[k] == empty and (empty is not None or d[k] is None):
+                del d[k]
+        return d
 
     @property
     def key(self) -> tuple[str, str, str, str]:
         """Identity used to match rows across runs."""
         return (self.suite, self.case, self.backend, self.variant_label)
+
+
+# ---------------------------------------------------------------- run header
+class Environment(BaseModel):
+    """Where a run happened: the fingerprint harness.env writes into run.json."""
+
+    model_config = ConfigDict(extra="allow")  # device probes add keys per device type
+    tool: str = "attn-harness"
+    time_utc: str = ""
+    command: str = ""
+    git_sha: str = ""
+    python: str = ""
+    platform: str = ""
+    torch: str = ""
+    device: dict[str, Any] = {}
+    backends: dict[str, dict[str, Any]] = {}
+
+
+class RunHeader(Environment):
+    """run.json: the environment plus what was run. Every field optional: old headers load."""
+
+    suite: str | None = None
+    suite_file: str | None = None
+    cells: int | None = None
+    seed: int | None = None
+    devices: list[str] | None = None
+    resumed: list[dict[str, Any]] | None = None
+
+    @property
+    def device_name(self) -> str | None:
+        return self.device.get("name")
+
+
+# ---------------------------------------------------------------- frames
+def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
+    if isinstance(value, dict) and value:
+        for k, v in value.items():
+            _flatten(f"{prefix}.{k}" if prefix else str(k), v, out)
+    else:
+        out[prefix] = value
+
+
+def rows_frame(rows: Iterable[ResultRow]) -> pd.DataFrame:
+    """One flat record per row: top-level fields as they are (``status`` as its string),
+    payloads flattened with dots (``check.rel_l2_err``, ``timing.median_us``,
+    ``metrics.roofline.pct_of_bw``, ``variant.fa_version``, ``config.block_size``), plus
+    ``case_id``: a short id per (suite, case), ``c1``, ``c2``, ... in first-seen order over the
+    rows given (pass every run at once for ids shared across runs; ``df.attrs["case_legend"]``
+    maps them back) and ``label`` (backend [variant])."""
+    recs = []
+    ids: dict[tuple[str, str], str] = {}
+    for r in rows:
+        d = r.model_dump()
+        rec: dict[str, Any] = {}
+        for k, v in d.items():
+            if k in ("variant", "config", "batch", "check", "timing", "metrics", "host", "call", "worker"):
+                _flatten(k, v, rec)
+                if v is None or v == {}:
+                    rec.pop(k, None)
+            else:
+                rec[k] = v
+        cid = ids.setdefault((r.suite, r.case), f"c{len(ids) + 1}")
+        rec["case_id"] = cid
+        rec["label"] = f"{r.backend} [{r.variant_label}]" if r.variant_label else r.backend
+        recs.append(rec)
+    base = ["suite", "case", "case_id", "backend", "variant_label", "label", "status", "reason", "device"]
+    df = pd.DataFrame.from_records(recs) if recs else pd.DataFrame(columns=base)
+    df = df[[c for c in base if c in df.columns] + sorted(c for c in df.columns if c not in base)]
+    df.attrs["case_legend"] = {cid: case for (_, case), cid in ids.items()}
+    return df
 
 
 def variant_label(variant: dict[str, Any]) -> str:
@@ -69,6 +372,11 @@ def dumps(obj: Any) -> str:
     return json.dumps(_clean(obj), allow_nan=False, sort_keys=False)
 
 
+def row_json(row: ResultRow) -> str:
+    """One results.jsonl line (no newline)."""
+    return dumps(row.model_dump())
+
+
 class ResultWriter:
     """Appends rows to ``results.jsonl``, one flushed and fsynced line at a time."""
 
@@ -78,7 +386,7 @@ class ResultWriter:
         self._fh = open(self.path, "a", encoding="utf-8")
 
     def write(self, row: ResultRow) -> None:
-        self._fh.write(dumps(row.model_dump()) + "\n")
+        self._fh.write(row_json(row) + "\n")
         self._fh.flush()
         os.fsync(self._fh.fileno())
 
@@ -102,7 +410,8 @@ def write_header(out_dir: Path, header: dict[str, Any]) -> None:
 
 
 def read_rows(path: str | Path) -> list[ResultRow]:
-    """Rows from a results folder or a .jsonl file; a torn last line (a killed run) is ignored."""
+    """Rows from a results folder or a .jsonl file; a torn last line (a killed run) is ignored.
+    A line that is JSON but not a valid row raises ValueError naming the file, line and field."""
     p = Path(path)
     if p.is_dir():
         p = p / RESULTS_FILE
@@ -112,12 +421,25 @@ def read_rows(path: str | Path) -> list[ResultRow]:
         if not line.strip():
             continue
         try:
-            rows.append(ResultRow.model_validate(json.loads(line)))
-        except (json.JSONDecodeError, ValueError):
+            data = json.loads(line)
+        except json.JSONDecodeError:
             if n == len(lines) - 1:
                 break  # interrupted mid-write
-            raise ValueError(f"{p}: line {n + 1} is not a result row") from None
+            raise ValueError(f"{p}: line {n + 1} is not JSON") from None
+        try:
+            rows.append(ResultRow.model_validate(data))
+        except ValueError as e:
+            raise ValueError(f"{p}: line {n + 1} is not a valid result row: {_first_error(e)}") from None
     return rows
+
+
+def _first_error(e: ValueError) -> str:
+    errors = getattr(e, "errors", None)
+    if callable(errors):
+        first = errors()[0]
+        loc = ".".join(str(x) for x in first.get("loc", ()))
+        return f"{loc}: {first.get('msg', '')}" if loc else str(first.get("msg", ""))
+    return str(e)
 
 
 def repair_torn_tail(path: str | Path) -> int:
@@ -154,8 +476,14 @@ def repair_torn_tail(path: str | Path) -> int:
 
 
 def read_header(path: str | Path) -> dict[str, Any]:
+    """run.json as a plain dict ({} when there is none)."""
     p = Path(path)
     if p.is_file():
         p = p.parent
     f = p / HEADER_FILE
     return json.loads(f.read_text(encoding="utf-8")) if f.exists() else {}
+
+
+def read_run_header(path: str | Path) -> RunHeader:
+    """run.json as a ``RunHeader`` (all fields empty when there is none)."""
+    return RunHeader.model_validate(read_header(path))

@@ -26,7 +26,7 @@ from harness.check import check_output, tolerance_for
 from harness.layout import CaseLayout, case_layout
 from harness.metrics import layout_work
 from harness.reference import reference_attention
-from harness.results import ResultRow, variant_label
+from harness.results import Call, Check, Host, Metrics, ResultRow, Status, Timing, variant_label
 from harness.spec import CaseSpec, Suite
 from harness.roofline import get_ceilings, roofline_metrics
 from harness.timing import GraphDecision, TimingOptions, graph_decision, time_callable
@@ -166,6 +166,8 @@ def reproducer(cell: Cell, opts: RunOptions) -> str:
         parts += ["--no-cuda-graph"]
     if opts.timing is not None and opts.timing.stop_criterion != "noise":
         parts += ["--stop", opts.timing.stop_criterion]
+    if opts.timing is not None and opts.timing.cpu_clock != "wall" and opts.device.type == "cpu":
+        parts += ["--cpu-clock", opts.timing.cpu_clock]
     return shlex.join(parts)
 
 
@@ -407,16 +409,17 @@ def run_cell(cell: Cell, case_data: CaseContext, suite: Suite, opts: RunOptions)
         try:
             prepared = prepare_cell(cell.backend, cell.variant, batch, device, trace)
         except CellUnsupported as e:
-            row["status"], row["reason"] = "unsupported", str(e)
-            return ResultRow.model_validate(row)
+            row["status"], row["reason"] = Status.UNSUPPORTED, str(e)
+            return _validated(row, opts)
         trace.stage = CellStage.FORWARD
         prepared.forward(lse=prepared.lse)
         host["first_call_ms"] = sw.lap("first_call")  # includes JIT compilation
-        row["call"] = prepared.impl.describe_call(prepared.metadata)
+        call_fields = dict(prepared.impl.describe_call(prepared.metadata) or {})
         if prepared.cascade_rule is not None:
-            row["call"].update(prepared.cascade_rule.call_fields())
+            call_fields.update(prepared.cascade_rule.call_fields())
+        row["call"] = Call.model_validate(call_fields)
 
-        status, reason = "pass", ""
+        status, reason = Status.PASS, ""
         checking = opts.check and case_data.ref_out is not None
         if checking:
             trace.stage = CellStage.CHECK
@@ -441,10 +444,10 @@ def run_cell(cell: Cell, case_data: CaseContext, suite: Suite, opts: RunOptions)
             result = judge(prepared.out, prepared.lse, unwritten)
             row["check"] = result.as_dict()
             if not result.passed:
-                status, reason = "mismatch", result.message
+                status, reason = Status.MISMATCH, result.message
             touched = changed_inputs(prepared, batch)
             if touched:
-                status, reason = "mismatch", f"backend wrote into its inputs ({touched}); {reason}".rstrip("; ")
+                status, reason = Status.MISMATCH, f"backend wrote into its inputs ({touched}); {reason}".rstrip("; ")
                 row["check"]["inputs_modified"] = touched
             sw.lap("check")
 
@@ -452,15 +455,18 @@ def run_cell(cell: Cell, case_data: CaseContext, suite: Suite, opts: RunOptions)
             trace.stage = CellStage.TIMING
             timing_opts = opts.timing or TimingOptions.for_device(device)
             graph = prepared.graph_decision(enabled=timing_opts.cuda_graph)
-            row["timing"] = time_callable(prepared.timed_call, device, timing_opts, graph=graph, output=prepared.out)
+            measured = time_callable(prepared.timed_call, device, timing_opts, graph=graph, output=prepared.out)
             sw.lap("timing")
-            enqueue_us = row["timing"].pop("host_enqueue_us", None)
+            enqueue_us = measured.pop("host_enqueue_us", None)
+            timing = Timing.model_validate(measured)
             if enqueue_us is not None:
                 host["enqueue_us"] = enqueue_us  # host cost of launching one call, kept out of median_us
             work = layout_work(case_data.layout)
-            t = row["timing"]["median_us"] * 1e-6
+            t = timing.median_us * 1e-6
             ceilings, why_not = get_ceilings(device) if opts.roofline else (None, "disabled")
-            row["metrics"] = {**work.as_dict(), **roofline_metrics(work.flops, work.bytes, t, ceilings, why_not)}
+            row["metrics"] = Metrics.model_validate(
+                {**work.as_dict(), **roofline_metrics(work.flops, work.bytes, t, ceilings, why_not)})
+            row["timing"] = timing
             sw.lap("metrics")
 
         if checking:
@@ -481,21 +487,29 @@ def run_cell(cell: Cell, case_data: CaseContext, suite: Suite, opts: RunOptions)
                 r2 = judge(o2, l2)
                 rechecks.append({"when": when, "passed": r2.passed, "message": r2.message,
                                  "rel_l2_err": r2.rel_l2_err, "num_failed_requests": r2.num_failed_requests})
-                if not r2.passed and status == "pass":
-                    status, reason = "mismatch", f"{when}: {r2.message}"
+                if not r2.passed and status == Status.PASS:
+                    status, reason = Status.MISMATCH, f"{when}: {r2.message}"
             row["check"]["rechecks"] = rechecks
             touched = changed_inputs(prepared, batch)
             if touched and "inputs_modified" not in row["check"]:
-                status, reason = "mismatch", f"backend wrote into its inputs ({touched}); {reason}".rstrip("; ")
+                status, reason = Status.MISMATCH, f"backend wrote into its inputs ({touched}); {reason}".rstrip("; ")
                 row["check"]["inputs_modified"] = touched
             sw.lap("check")
         row["status"], row["reason"] = status, reason
     except Exception as e:  # a backend that rejects or crashes costs only its own cell
-        row["status"] = "error"
+        # Diagnostics of the stages that finished (call, check) stay; no number from a failed cell.
+        row.pop("timing", None)
+        row.pop("metrics", None)
+        row["status"] = Status.ERROR
         row["reason"] = f"{trace.stage}: {_short_error(e)}"
         row["traceback"] = traceback.format_exc(limit=8)
-    row["host"] = {**host, **breakdown(sw, case_data)}
-    return ResultRow.model_validate(row)
+    row["host"] = Host.model_validate({**host, **breakdown(sw, case_data)})
+    return _validated(row, opts)
+
+
+def _validated(row: dict[str, Any], opts: RunOptions) -> ResultRow:
+    """The typed row; with checking on, a row that ran must carry its check."""
+    return ResultRow.model_validate(row, context={"checked": opts.check})
 
 
 def sum_breakdown(rows: list[Any]) -> dict[str, float]:
@@ -540,7 +554,7 @@ def group_by_case(cells: list[Cell]) -> list[list[Cell]]:
     return list(by_case.values())
 
 
-def status_row(cell: Cell, suite: Suite, opts: RunOptions, status: str, reason: str) -> ResultRow:
+def status_row(cell: Cell, suite: Suite, opts: RunOptions, status: Status, reason: str) -> ResultRow:
     """A row for a cell that did not run (or whose worker died): no measurements."""
     row = _base_row(cell, suite, opts)
     row.update(status=status, reason=reason)
@@ -566,7 +580,7 @@ def iterate_case(
         t0 = time.perf_counter()
         reason, status = _precheck(cell, opts)
         precheck_ms[id(cell)] = (time.perf_counter() - t0) * 1e3
-        if reason:
+        if reason and status is not None:
             yield status_row(cell, suite, opts, status, reason)
         else:
             runnable.append(cell)
@@ -579,16 +593,16 @@ def iterate_case(
         case_data.num_cells = len(runnable)
     except Exception as e:
         for cell in runnable:
-            yield status_row(cell, suite, opts, "error", f"generate/reference: {_short_error(e)}")
+            yield status_row(cell, suite, opts, Status.ERROR, f"generate/reference: {_short_error(e)}")
         return
     try:
         for cell in runnable:
             if on_event:
                 on_event("cell", cell)
             row = run_cell(cell, case_data, suite, opts)
-            if row.host is not None:
+            if row.host is not None and row.host.breakdown_ms is not None:
                 # availability/support/memory checks, made before the case's batch existed
-                row.host["breakdown_ms"]["precheck"] = precheck_ms.get(id(cell), 0.0)
+                row.host.breakdown_ms["precheck"] = precheck_ms.get(id(cell), 0.0)
             yield row
     finally:
         del case_data
@@ -596,22 +610,22 @@ def iterate_case(
             torch.cuda.empty_cache()
 
 
-def _precheck(cell: Cell, opts: RunOptions) -> tuple[str | None, str]:
+def _precheck(cell: Cell, opts: RunOptions) -> tuple[str | None, Status | None]:
     avail = cell.backend.availability(cell.variant)
     if not avail.available:
-        return f"backend unavailable: {avail.reason}", "skipped"
+        return f"backend unavailable: {avail.reason}", Status.SKIPPED
     cfg = cell.case.attention_config()
     reason = cell.backend.check_support(cfg, cell.variant, opts.device.type)
     if reason:
-        return reason, "unsupported"
+        return reason, Status.UNSUPPORTED
     big = too_large_reason(cell.case, opts)
     if big:
-        return big, "skipped"
+        return big, Status.SKIPPED
     if opts.fit_check is not None:
         reason = opts.fit_check(cell)
         if reason:
-            return reason, "skipped"
-    return None, ""
+            return reason, Status.SKIPPED
+    return None, None
 
 
 def default_out_dir(suite: Suite) -> Path:

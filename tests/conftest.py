@@ -12,5 +12,6 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     front of the caller's PYTHONPATH, never in place of it. On machines where torch and the
     kernel libraries come from PYTHONPATH (the H200 sessions), dropping it breaks every import."""
     keep = os.environ.get("PYTHONPATH", "")
-    path = os.pathsep.join([str(ROOT / "tests"), str(ROOT), *([keep] if keep else [])])
+    first = extra.pop("PYTHONPATH", "")  # a caller's own entries (e.g. a plugin's folder) come first
+    path = os.pathsep.join([*([first] if first else []), str(ROOT / "tests"), str(ROOT), *([keep] if keep else [])])
     return {**os.environ, **extra, "PYTHONPATH": path}

@@ -9,8 +9,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from attn_contract import CudaGraphSupport
+from attn_contract import AttentionConfig, CudaGraphSupport, LayerParams, MultipleOf, decode_first_order
 from backends.flash_attn import (
+    FA2,
+    FA3,
+    FA4,
+    GENERATIONS,
+    MODULES,
     FlashAttentionBackend,
     FlashAttentionImpl,
     FlashAttentionMetadataBuilder,
@@ -23,7 +28,6 @@ from backends.flash_attn import (
     select_fa_version,
     support_reason,
 )
-from attn_contract import AttentionConfig, decode_first_order
 from harness.spec import CaseSpec, load_suite
 from harness.workload import generate
 
@@ -314,3 +318,114 @@ def test_suites_load_and_give_every_version_cells(name):
         assert any(reason(v, c) is None for c in configs), f"no {name} cell FA{v} can run"
     if name == "fp8":
         assert {c.kv_cache_dtype for c in configs} == {"auto", "fp8_e4m3", "fp8_e5m2"}
+
+
+# ------------------------------------------------------------------ one class per generation
+def test_generations_are_registered_by_version():
+    assert GENERATIONS == {2: FA2, 3: FA3, 4: FA4}
+    assert MODULES == {2: "flash_attn", 3: "flash_attn_interface", 4: "flash_attn.cute"}
+    for v, gen in GENERATIONS.items():
+        assert gen.documented(True).version == v
+        assert set(gen.kernels) == {"decode", "prefill"}
+        assert all(k.startswith(gen.module + ".") for k in gen.kernels.values())
+
+
+@pytest.mark.parametrize("gen,cc,blocks,kv,heads_ok,heads_bad,cudagraph", [
+    (FA2, H100, (MultipleOf(256),), {"auto"}, [8, 128, 256], [4, 100, 264], CudaGraphSupport.UNIFORM_BATCH),
+    (FA2, A100, (MultipleOf(256),), {"auto"}, [64, 256], [512], CudaGraphSupport.UNIFORM_BATCH),
+    (FA3, H100, (MultipleOf(1),), {"auto", "fp8_e4m3"}, [64, 80, 256], [264, 512], CudaGraphSupport.ALWAYS),
+    (FA3, B200, (MultipleOf(1),), {"auto"}, [128], [512], CudaGraphSupport.ALWAYS),  # fp8 is Hopper-only
+    (FA4, H100, (MultipleOf(1),), {"auto"}, [8, 192, 256], [264], CudaGraphSupport.UNIFORM_BATCH),
+    (FA4, B200, (MultipleOf(1),), {"auto"}, [64, 128, 256], [136, 192, 264], CudaGraphSupport.UNIFORM_BATCH),
+])
+def test_generation_capability_tables(gen, cc, blocks, kv, heads_ok, heads_bad, cudagraph):
+    caps = gen.capabilities(cc, gen.documented(True))
+    assert caps.block_sizes == blocks and caps.kv_cache_dtypes == frozenset(kv) and caps.cudagraph == cudagraph
+    assert all(caps.head_sizes.allows(h) for h in heads_ok)
+    assert not any(caps.head_sizes.allows(h) for h in heads_bad)
+    assert caps.alibi == (gen is FA2) and caps.sinks == (gen is not FA2)
+    assert caps.softcap == (gen is not FA3)  # the tokenspeed FA3 build compiles softcap out
+    assert "limits documented (library not importable here)" in caps.notes
+
+
+def test_generation_table_follows_the_library_features():
+    from dataclasses import replace
+
+    feats = replace(FA3.documented(True), detected=True, head_buckets=(64, 128), fp8=False, softcap=True)
+    caps = FA3.capabilities(H100, feats)
+    assert caps.head_sizes.max == 128 and caps.kv_cache_dtypes == frozenset({"auto"}) and caps.softcap
+    assert "limits detected from the installed library" in caps.notes
+    assert not FA2.capabilities(H100, replace(FA2.documented(True), alibi=False)).alibi
+
+
+# ------------------------------------------------------------------ the auto selector
+@pytest.mark.parametrize("config,cc,expected,why", [
+    (cfg(head_size=192), H100, 3, "Hopper"),  # FA3 has a 192 kernel in the documented build
+    (cfg(kv_cache_dtype="fp8_e4m3"), H100, 3, "Hopper"),
+    (cfg(kv_cache_dtype="fp8_e4m3", dtype="float16"), H100, None, "bf16 output"),  # no one else has fp8
+    (cfg(kv_cache_dtype="fp8_e5m2"), H100, None, "e5m2"),
+    (cfg(kv_cache_dtype="fp8_e4m3"), B200, None, "FA4 has no public fp8"),
+    (cfg(head_size=256, softcap=30.0), H100, 4, "FA3 rejected"),
+    (cfg(alibi=True, block_size=256), B200, 2, "ALiBi"),
+    (cfg(block_size=256, head_size=64), RTX5090, 2, "sm120: FA2"),
+    (cfg(block_size=16), RTX5090, None, "FA2 rejected"),
+])
+def test_selector_by_head_size_alibi_gpu_and_fp8(config, cc, expected, why):
+    v, reason = select_fa_version(config, cc)
+    assert v == expected and why in reason, reason
+
+
+def test_selector_head_size_falls_through_to_the_next_generation():
+    from dataclasses import replace
+
+    no192 = replace(FA3.documented(True), head_buckets=(64, 128))  # HDIM192/256 compiled out
+
+    def usable(v):
+        return support_reason(v, cfg(head_size=192), H100, no192 if v == 3 else documented_features(v, True))
+
+    v, why = select_fa_version(cfg(head_size=192), H100, usable)
+    assert v == 4 and "FA3 rejected" in why and "head_size 192" in why
+
+
+# ------------------------------------------------------------------ per-generation call state (CPU)
+def _layer(heads: int) -> LayerParams:
+    g = torch.Generator().manual_seed(0)
+    return LayerParams(sinks=torch.randn(heads, generator=g), alibi_slopes=torch.rand(heads, generator=g))
+
+
+def test_generation_call_state():
+    c = cfg(sinks=True, sliding_window=64)
+    cpu = torch.device("cpu")
+    assert FA3(c, _layer(32), cpu, H100).sinks.dtype == torch.bfloat16  # tokenspeed FA3 wants bf16
+    assert FA4(c, _layer(32), cpu, H100).sinks.dtype == torch.float32
+    assert FA2(c, _layer(32), cpu, A100).sinks.dtype == torch.float32
+    assert FA4(c, _layer(32), cpu, H100).num_splits == 1 and FA4(c, _layer(32), cpu, None).num_splits == 1
+    assert FA4(c, _layer(32), cpu, B200).num_splits == 0
+    assert FA4(c, _layer(32), cpu, B200).window == (63, 0) and FA2(c, _layer(32), cpu, A100).window == (63, 0)
+    assert FA2(cfg(alibi=True), _layer(32), cpu, A100).alibi.dtype == torch.float32
+    assert not FA3(c, _layer(32), cpu, H100).fn  # entry points are loaded on CUDA only
+
+
+def test_fa3_fp8_query_quantization():
+    q = torch.randn(10, 32, 128, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
+    cpu = torch.device("cpu")
+    same, scale = FA3(cfg(), _layer(32), cpu, H100).prepare_query(q)
+    assert same is q and scale is None  # only with an fp8 KV cache
+    q8, scale = FA3(cfg(kv_cache_dtype="fp8_e4m3"), _layer(32), cpu, H100).prepare_query(q)
+    assert q8.dtype == torch.float8_e4m3fn and scale.shape == (1, 1)
+    assert float(q8.float().abs().max()) == 448.0  # the per-tensor scale maps the largest |q| to e4m3's max
+    back = q8.float() * scale
+    assert torch.allclose(back, q.float(), rtol=0.07, atol=float(scale) * 2)
+
+
+def test_no_version_branches_outside_the_generation_classes():
+    """backend.py never compares an FA version with a number: the generation classes own that."""
+    import ast
+
+    src = (ROOT / "backends" / "flash_attn" / "backend.py").read_text()
+    for node in ast.walk(ast.parse(src)):
+        if isinstance(node, ast.Compare):
+            names = [n.attr if isinstance(n, ast.Attribute) else getattr(n, "id", "") for n in [node.left, *node.comparators]]
+            consts = [n.value for n in [node.left, *node.comparators] if isinstance(n, ast.Constant)]
+            assert not ("fa_version" in names and any(c in (2, 3, 4) for c in consts)), ast.unparse(node)
+    assert "getattr(self, f" not in src  # no method names built as strings

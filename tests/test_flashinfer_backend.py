@@ -251,3 +251,21 @@ def test_run_into_converts_base2_lse_and_fills_noncontiguous_outputs():
     _run_into(base2_attention, out_t, lse_t)
     torch.testing.assert_close(lse_t.double(), ref_lse, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(out_t.double(), ref_o, atol=1e-5, rtol=1e-5)
+
+
+def test_workspace_is_sized_from_the_layer_past_the_overflowing_128mb():
+    """Issue 12: 16/2 heads, head 128 overflowed FlashInfer's 128 MB float workspace in plan()
+    (batch_prefill_tmp_v). The split-KV bound of FlashInfer 0.6's PrefillPlan is above that."""
+    from attn_contract import AttentionConfig
+    from backends.flashinfer import (MAX_WORKSPACE_BYTES, MiB, FlashInferBackend, float_workspace_bound,
+                                     is_workspace_overflow, workspace_size)
+
+    assert float_workspace_bound(16, 2, 128, num_sms=132) > 128 * MiB
+    cfg = AttentionConfig(num_heads=16, num_kv_heads=2, head_size=128)
+    assert workspace_size(cfg) >= float_workspace_bound(16, 2, 128, num_sms=132)
+    big = AttentionConfig(num_heads=64, num_kv_heads=4, head_size=256)
+    assert workspace_size(big) > workspace_size(cfg) and workspace_size(big) < MAX_WORKSPACE_BYTES
+    assert FlashInferBackend.workspace_bytes(cfg, {}) >= workspace_size(cfg)  # what the memory planner sees
+    msg = ("Buffer overflow when allocating memory for batch_prefill_tmp_v with size 138412032 and alignment 16, "
+           "but only 134217728 bytes available in AlignedAllocator")
+    assert is_workspace_overflow(RuntimeError(msg)) and not is_workspace_overflow(RuntimeError("CUDA out of memory"))

@@ -12,6 +12,7 @@ from harness.registry import resolve
 from harness.runner import RunOptions, group_by_case, iterate_case, plan_cells
 from harness.spec import load_suite
 from mutants.cpu import MUTANTS
+from mutants.gpu import BUGS, MATH_MUTANTS
 
 ROOT = Path(__file__).resolve().parent.parent
 SUITE = ROOT / "suites" / "conformance-cpu.yaml"
@@ -23,7 +24,7 @@ def rows_by_backend():
     opts = RunOptions(device=torch.device("cpu"), time=False, suite_path=str(SUITE))
     by: dict[str, list] = {}
     # One pass: each case's batch and reference are made once for all backends.
-    cells = plan_cells(suite, [resolve("torch-math"), resolve("sdpa"), *MUTANTS], opts)
+    cells = plan_cells(suite, [resolve("torch-math"), resolve("sdpa"), *MUTANTS, *MATH_MUTANTS], opts)
     for group in group_by_case(cells):
         for row in iterate_case(group, suite, opts):
             by.setdefault(row.backend, []).append(row)
@@ -44,7 +45,7 @@ def test_real_cpu_backends_pass_everything(rows_by_backend, backend):
     assert sum(r.status == "pass" for r in rows) >= 6
 
 
-@pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)
+@pytest.mark.parametrize("mutant", MUTANTS + MATH_MUTANTS, ids=lambda m: m.name)
 def test_every_mutant_is_flagged(rows_by_backend, mutant):
     rows = rows_by_backend[mutant.name]
     assert not [r for r in rows if r.status == "error"], [r.reason for r in rows if r.status == "error"]
@@ -59,3 +60,14 @@ def test_every_mutant_is_flagged(rows_by_backend, mutant):
 def test_mutant_loads_through_the_plugin_api():
     cls = resolve("mutants.cpu:TopLeftCausal")
     assert cls.name == "mutant-TopLeftCausal"
+
+
+def test_gpu_mutant_wrappers_cover_the_bug_classes():
+    """tests/mutants/gpu.py wraps any backend (FA, FlashInfer on the H200; torch-math here)."""
+    import mutants.gpu as gpu
+
+    assert len(BUGS) >= 12
+    assert len(gpu.FA_MUTANTS) == len(gpu.FI_MUTANTS) == len(BUGS)
+    for spec in gpu.SPECS[:2] + gpu.SPECS[-2:]:
+        cls = resolve(spec)
+        assert cls.name.startswith("mutant-") and cls.default_variants()

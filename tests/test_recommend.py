@@ -12,6 +12,7 @@ from harness import cli
 from harness.recommend import Inputs, RecommendError, load_inputs, policy, recommend_rows, vllm_export
 from harness.results import ResultRow, ResultWriter, write_header
 from harness.selection_rules import vllm_default, vllm_flash_attn_version
+from typed_rows import check, host, timing
 
 ROOT = Path(__file__).resolve().parents[1]
 H200 = ROOT / "reports" / "h200" / "2026-11-29"
@@ -26,11 +27,14 @@ BATCH = {"num_reqs": 64, "num_tokens": 64, "num_decode": 64, "num_prefill": 0, "
 def row(backend: str, median: float | None, *, variant: dict | None = None, case: str = "c1", half: float = 0.5,
         status: str = "pass", cfg: dict | None = None, batch: dict | None = None) -> dict:
     variant = variant or {}
-    timing = None if median is None else {"median_us": median, "ci_low_us": median - half, "ci_high_us": median + half}
+    ran = status in ("pass", "mismatch")
+    t = None if median is None or not ran else timing(median, median - half, median + half)
     return ResultRow(suite="s", case=case, backend=backend, variant=variant,
                      variant_label=",".join(f"{k}={v}" for k, v in sorted(variant.items())), status=status,
+                     reason="" if status == "pass" else f"test: {status}",
                      config={**CFG, **(cfg or {})}, batch={} if status == "unsupported" else {**BATCH, **(batch or {})},
-                     timing=timing).model_dump()
+                     check=check(status == "pass") if ran else None, host=host() if ran else None,
+                     timing=t).model_dump()
 
 
 def rec_of(rows: list[dict], tie: float = 0.03, capability: str | None = "9.0"):

@@ -193,7 +193,7 @@ def test_resume_of_a_complete_run_runs_nothing(suite, tmp_path, capsys):
 @pytest.mark.parametrize("setup, message", [
     (lambda out: (out / "run.json").write_text(json.dumps({"suite": "other"})), "holds suite 'other'"),
     (lambda out: (out / "run.json").write_text(json.dumps({"suite": "resume", "seed": 7})), "same seed"),
-    (lambda out: (out / "results.jsonl").write_text('garbage\n{"a": 1}\n'), "line 1 is not a result row"),
+    (lambda out: (out / "results.jsonl").write_text('garbage\n{"a": 1}\n'), "line 1 is not JSON"),
 ])
 def test_resume_refuses_a_folder_it_cannot_continue(suite, tmp_path, capsys, setup, message):
     out = tmp_path / "bad"

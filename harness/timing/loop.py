@@ -86,15 +86,17 @@ def _time_cpu(fn: Callable[[], object], opts: TimingOptions) -> dict[str, Any]:
     for _ in range(opts.warmup):
         fn()
 
+    clock = time.process_time if opts.cpu_clock == "process" else time.perf_counter
+
     def take() -> float:
-        t0 = time.perf_counter()
+        t0 = clock()
         fn()
-        return time.perf_counter() - t0
+        return clock() - t0
 
     samples, reason, elapsed = _loop(take, opts)
     out = _finish(samples, reason, elapsed, opts)
     out.update(
-        method="wall_clock",
+        method="process_time" if opts.cpu_clock == "process" else "wall_clock",
         mode=opts.mode,
         l2="n/a on CPU",
         cuda_graph={"used": False, "reason": "n/a on CPU"},

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 MODES = ("hot", "cold")
+CPU_CLOCKS = ("wall", "process")  # CPU timing: elapsed time, or CPU time of this process (all threads)
 FLUSH_METHODS = ("auto", "read", "write")  # auto: the method the probe verifies here (read preferred)
 
 
@@ -29,6 +30,9 @@ class TimingOptions:
     flush_method: str = "auto"  # cold mode: "auto" (probe both, use a verified one), "read" or "write"
     keep_raw: bool = False  # raw per-sample times in the row (off: keep rows small)
     stop_criterion: str = "noise"  # which StoppingCriterion ends sampling (harness.timing.stopping)
+    # CPU only. "process" counts the CPU time the call used, not time spent waiting for a core:
+    # on a shared machine wall-clock medians move several-fold between runs, CPU time far less.
+    cpu_clock: str = "wall"
     energy_window_s: float = 0.1  # NVML energy: back-to-back calls for this long after timing (0: off)
 
     @classmethod
@@ -52,6 +56,8 @@ class TimingOptions:
         """Raise ValueError with one clear message for settings that cannot work."""
         if self.mode not in MODES:
             raise ValueError(f"timing mode {self.mode!r}: expected one of {', '.join(MODES)}")
+        if self.cpu_clock not in CPU_CLOCKS:
+            raise ValueError(f"CPU clock {self.cpu_clock!r}: expected one of {', '.join(CPU_CLOCKS)}")
         if self.flush_method not in FLUSH_METHODS:
             raise ValueError(f"flush method {self.flush_method!r}: expected one of {', '.join(FLUSH_METHODS)}")
         if not 0 < self.target_rel_noise < 1:

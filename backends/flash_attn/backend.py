@@ -1,0 +1,197 @@
+"""FlashAttention 2, 3 and 4 behind one adapter, the way vLLM's FlashAttentionBackend wraps them.
+
+One backend, one variant axis ``fa_version`` (``auto``, 2, 3, 4). Each generation's library,
+limits, extra metadata and call live in its own class (fa2.py, fa3.py, fa4.py); ``auto``
+resolves per case in selector.py like vLLM's ``get_flash_attn_version``.
+
+The batch arrives decode-first (``reorder_batch_threshold=1``); the builder splits it into a
+decode and a prefill segment with device tensors built once, and ``forward`` makes one kernel
+call per non-empty segment into slices of ``out``. Libraries are imported lazily, so this
+module imports (and ``harness list`` works) without any of them.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from attn_contract import (
+    AttentionBackend,
+    AttentionConfig,
+    AttentionImpl,
+    AttentionMetadataBuilder,
+    Availability,
+    Capabilities,
+    CommonAttentionMetadata,
+    split_decodes_and_prefills,
+)
+from backends.flash_attn.common import DOCUMENTED_CC, FASegment, FlashAttentionMetadata, cuda_capability
+from backends.flash_attn.selector import (
+    GENERATIONS,
+    VERSIONS,
+    availability_from,
+    capabilities_for,
+    detect_features,
+    hardware_reason,
+    resolve_version,
+    support_reason,
+    union_caps,
+)
+
+
+# ------------------------------------------------------------------ metadata
+class FlashAttentionMetadataBuilder(AttentionMetadataBuilder[FlashAttentionMetadata]):
+    """Splits the decode-first batch into segments; builds every device tensor the calls need."""
+
+    def __init__(self, config: AttentionConfig, variant: dict[str, Any], device: torch.device):
+        super().__init__(config, variant, device)
+        version, why = resolve_version(variant, config, device=torch.device(device).type)
+        if version is None:
+            raise ValueError(f"flash-attn {variant}: {why}")
+        self.fa_version, self.version_reason = version, why
+        self.generation = GENERATIONS[version]
+
+    def build(self, common: CommonAttentionMetadata) -> FlashAttentionMetadata:
+        dev = torch.device(self.device)
+        split = split_decodes_and_prefills(common, decode_threshold=1)
+        qsl = common.query_start_loc_cpu.tolist()
+        seq = common.seq_lens_cpu.tolist()
+        bs = common.block_size
+        bounds = [("decode", 0, split.num_decodes), ("prefill", split.num_decodes, common.num_reqs)]
+        segments: list[FASegment] = []
+        notes: list[str] = []  # what each generation added to its segments (FA3: scheduler metadata)
+        for kind, lo, hi in bounds:
+            if hi <= lo:
+                continue
+            seg_qsl = [q - qsl[lo] for q in qsl[lo : hi + 1]]
+            seg_seq = seq[lo:hi]
+            max_seq = max(seg_seq)
+            nblk = max(1, math.ceil(max_seq / bs))
+            table = common.block_table[lo:hi, :nblk].to(device=dev, dtype=torch.int32).contiguous()
+            seg = FASegment(
+                kind=kind, req_start=lo, req_end=hi, token_start=qsl[lo], token_end=qsl[hi],
+                query_start_loc=torch.tensor(seg_qsl, dtype=torch.int32, device=dev),
+                seq_lens=torch.tensor(seg_seq, dtype=torch.int32, device=dev),
+                block_table=table,
+                max_query_len=max(b - a for a, b in zip(seg_qsl[:-1], seg_qsl[1:])),
+                max_seq_len=max_seq,
+            )
+            segments.append(seg)
+            notes.append(self.generation.prepare_segment(seg, seg_seq, self.config, dev))
+        note = notes[0] if notes else ""
+        qlens = common.query_lens_cpu.tolist()
+        return FlashAttentionMetadata(
+            fa_version=self.fa_version, version_reason=self.version_reason, segments=segments,
+            causal=common.causal, block_size=bs, num_actual_tokens=common.num_actual_tokens,
+            num_decodes=split.num_decodes, num_prefills=split.num_prefills,
+            uniform_batch=len(set(qlens)) <= 1, scheduler_metadata_note=note,
+        )
+
+
+# ------------------------------------------------------------------ the kernel calls
+class FlashAttentionImpl(AttentionImpl[FlashAttentionMetadata]):
+    def __init__(self, config: AttentionConfig, variant: dict[str, Any], device: torch.device, layer: Any):
+        super().__init__(config, variant, device, layer)
+        version, why = resolve_version(variant, config, device=torch.device(device).type)
+        if version is None:
+            raise ValueError(f"flash-attn {variant}: {why}")
+        self.fa_version = version
+        # The generation holds the layer's converted tensors and, on CUDA, its entry points.
+        self.generation = GENERATIONS[version](config, layer, device, cuda_capability())
+
+    def forward(self, query, key, value, kv_cache, metadata: FlashAttentionMetadata, out, lse_out=None):
+        gen = self.generation
+        if not gen.fn:
+            raise RuntimeError(f"FA{self.fa_version} runs on CUDA only; tensors are on {query.device}")
+        key_cache, value_cache = kv_cache.unbind(1)  # each (num_blocks, block_size, Hk, D), strided
+        q_all, q_scale = gen.prepare_query(query)
+        want_lse = lse_out is not None
+        for seg in metadata.segments:
+            q = q_all[seg.token_start : seg.token_end]
+            o, lse = gen.call(q, key_cache, value_cache, seg, metadata, want_lse, q_scale)
+            # The public entry points have no out=: one copy into the caller's buffer.
+            out[seg.token_start : seg.token_end].copy_(o)
+            if want_lse:
+                lse_out[seg.token_start : seg.token_end].copy_(lse)
+        return out
+
+    def graph_safe(self, metadata: FlashAttentionMetadata) -> str | None:
+        gen = GENERATIONS[metadata.fa_version]
+        if gen.graph_safe_always(metadata) or metadata.uniform_batch:
+            return None
+        return f"FA{metadata.fa_version} ({gen.graph_unsafe_why}): a batch with mixed query lengths is not graph-safe"
+
+    def describe_call(self, metadata: FlashAttentionMetadata) -> dict[str, Any]:
+        entry = GENERATIONS[metadata.fa_version].kernels
+        d: dict[str, Any] = {
+            "fa_version": metadata.fa_version,
+            "fa_version_requested": str(self.variant.get("fa_version", "auto")),
+            "version_reason": metadata.version_reason,
+            "segments": [{"kind": s.kind, "num_reqs": s.num_reqs, "num_tokens": s.num_tokens,
+                          "max_query_len": s.max_query_len, "max_seq_len": s.max_seq_len,
+                          "kernel": entry[s.kind]} for s in metadata.segments],
+            "window_size": list(self.generation.window),
+            "output_copy": True,
+            "graph_safe": self.graph_safe(metadata) or "yes",
+        }
+        d.update(self.generation.describe(metadata))
+        return d
+
+
+# ------------------------------------------------------------------ the backend
+class FlashAttentionBackend(AttentionBackend):
+    name = "flash-attn"
+    description = "FlashAttention 2/3/4 (flash_attn, flash_attn_interface, flash_attn.cute) over vLLM's paged KV cache"
+    variant_axes = {"fa_version": ("auto", 2, 3, 4)}
+
+    @classmethod
+    def default_variants(cls) -> list[dict[str, Any]]:
+        # auto aliases one of these; it runs only when asked for
+        return [{"fa_version": v} for v in VERSIONS]
+
+    @classmethod
+    def availability(cls, variant: dict[str, Any] | None = None) -> Availability:
+        v = (variant or {}).get("fa_version", "auto")
+        cc = cuda_capability()
+        if str(v) == "auto":
+            per = {n: availability_from(n, detect_features(n), cc) for n in VERSIONS}
+            versions = {k: s for a in per.values() for k, s in a.versions.items()}
+            if any(a.available for a in per.values()):
+                return Availability.ok(**versions)
+            return Availability.no("; ".join(f"FA{n}: {a.reason}" for n, a in per.items()), **versions)
+        n, why = resolve_version(variant)
+        if n is None:
+            return Availability.no(why)
+        return availability_from(n, detect_features(n), cc)
+
+    @classmethod
+    def capabilities(cls, variant: dict[str, Any] | None = None) -> Capabilities:
+        cc = cuda_capability()
+        v = (variant or {}).get("fa_version", "auto")
+        if str(v) == "auto":
+            caps = [capabilities_for(n, cc, detect_features(n)) for n in VERSIONS if hardware_reason(n, cc or DOCUMENTED_CC) is None]
+            return union_caps(caps, "auto: union of the versions this GPU runs; resolved per case (see describe_call)")
+        n, why = resolve_version(variant)
+        if n is None:
+            raise ValueError(why)
+        return capabilities_for(n, cc, detect_features(n))
+
+    @classmethod
+    def check_support(cls, config: AttentionConfig, variant: dict[str, Any], device: str) -> str | None:
+        if device != "cuda":
+            return f"runs on cuda, not {device}"
+        cc = cuda_capability()
+        n, why = resolve_version(variant, config, cc, device)
+        if n is None:
+            return f"auto: {why}" if str(variant.get("fa_version", "auto")) == "auto" else why
+        return support_reason(n, config, cc, detect_features(n), device)
+
+    @classmethod
+    def get_builder_cls(cls) -> type[AttentionMetadataBuilder]:
+        return FlashAttentionMetadataBuilder
+
+    @classmethod
+    def get_impl_cls(cls) -> type[AttentionImpl]:
+        return FlashAttentionImpl

@@ -1,0 +1,91 @@
+"""FA2 (``flash_attn``): paged prefill through ``flash_attn_varlen_func(block_table=...)``, paged
+decode through ``flash_attn_with_kvcache`` (its split-KV "flash-decoding" path)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Callable
+
+import torch
+
+from attn_contract import AttentionConfig, Capabilities, CudaGraphSupport, HeadSizes, MultipleOf
+from backends.flash_attn.common import FAGeneration, FASegment, FlashAttentionMetadata, LibFeatures, params
+
+
+class FA2(FAGeneration):
+    version = 2
+    module = "flash_attn"
+    kernels = {"decode": "flash_attn.flash_attn_with_kvcache", "prefill": "flash_attn.flash_attn_varlen_func"}
+    no_fp8 = "FA2 has no fp8 path"
+
+    @classmethod
+    def documented(cls, installed: bool = False, error: str = "") -> LibFeatures:
+        return LibFeatures(2, installed, error, softcap=True, alibi=True, sinks=False)
+
+    @classmethod
+    def read_features(cls, mod: Any, base: LibFeatures) -> LibFeatures:
+        varlen, kvc = getattr(mod, "flash_attn_varlen_func", None), getattr(mod, "flash_attn_with_kvcache", None)
+        if varlen is None or kvc is None:
+            return replace(base, installed=False, error="flash_attn has no flash_attn_varlen_func/flash_attn_with_kvcache")
+        p = params(varlen)
+        return replace(
+            base, detected=True, lib_version=f"flash_attn {getattr(mod, '__version__', '?')}",
+            softcap="softcap" in p, alibi="alibi_slopes" in p, sliding_window="window_size" in p,
+            paged="block_table" in p,
+        )
+
+    @classmethod
+    def load_entry_points(cls) -> dict[str, Callable[..., Any]]:
+        import flash_attn
+
+        return {"varlen": flash_attn.flash_attn_varlen_func, "kvcache": flash_attn.flash_attn_with_kvcache}
+
+    @classmethod
+    def gpu_reason(cls, cc: tuple[int, int], sm: str) -> str | None:
+        return f"FA2 needs sm80 or newer, this GPU is {sm}" if cc[0] < 8 else None
+
+    @classmethod
+    def capabilities(cls, cc: tuple[int, int] | None, feats: LibFeatures) -> Capabilities:
+        layouts, notes = cls.common_notes(feats)
+        notes += ["paged KV needs block_size % 256 == 0 (upstream FA2; vLLM's fork allows 16)",
+                  "decode segment: flash_attn_with_kvcache (split-KV); prefill: varlen + block_table"]
+        return Capabilities(
+            dtypes=frozenset({"float16", "bfloat16"}), kv_cache_dtypes=frozenset({"auto"}),
+            head_sizes=HeadSizes(min=8, max=256, multiple_of=8), block_sizes=(MultipleOf(256),),
+            kv_layouts=layouts, sliding_window=feats.sliding_window, softcap=feats.softcap,
+            alibi=feats.alibi, sinks=False, returns_lse=True,
+            cudagraph=CudaGraphSupport.UNIFORM_BATCH, reorder_batch_threshold=1, notes=tuple(notes),
+        )
+
+    @classmethod
+    def prepare_segment(cls, seg: FASegment, seq_lens: list[int], config: AttentionConfig,
+                        device: torch.device) -> str:
+        if seg.kind == "prefill":  # the varlen call takes K offsets; decode goes through with_kvcache
+            cu_k = [0]
+            for s in seq_lens:
+                cu_k.append(cu_k[-1] + s)
+            seg.cu_seqlens_k = torch.tensor(cu_k, dtype=torch.int32, device=device)
+        return ""
+
+    def call(self, q, kc, vc, seg: FASegment, md: FlashAttentionMetadata, want_lse, q_scale):
+        cfg = self.config
+        common = dict(softmax_scale=cfg.softmax_scale, causal=md.causal, window_size=self.window,
+                      softcap=self.softcap, alibi_slopes=self.alibi)
+        if seg.kind == "decode":
+            # q_len 1 per request: the with_kvcache path splits the KV (flash-decoding).
+            res = self.fn["kvcache"](q.unsqueeze(1), kc, vc, cache_seqlens=seg.seq_lens, block_table=seg.block_table,
+                                     num_splits=0, return_softmax_lse=want_lse, **common)
+            if want_lse:
+                o, lse = res
+                return o.squeeze(1), lse.squeeze(-1)  # lse (B, H, 1) -> (T, H)
+            return res.squeeze(1), None
+        res = self.fn["varlen"](q, kc, vc, cu_seqlens_q=seg.query_start_loc, cu_seqlens_k=seg.cu_seqlens_k,
+                                max_seqlen_q=seg.max_query_len, max_seqlen_k=seg.max_seq_len, dropout_p=0.0,
+                                block_table=seg.block_table, return_attn_probs=want_lse, **common)
+        if want_lse:
+            o, lse, _ = res
+            return o, lse.transpose(0, 1)  # (H, T) -> (T, H)
+        return res, None
+
+    def describe(self, metadata: FlashAttentionMetadata) -> dict[str, Any]:
+        return {"decode_num_splits": "0 (heuristic)"}

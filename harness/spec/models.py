@@ -1,0 +1,310 @@
+"""The pydantic models of a suite: length distributions, request groups, a shared prefix, one
+fully expanded case (``CaseSpec``) and the suite. Strict: YAML says what it means."""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from attn_contract import AttentionConfig
+from harness.spec.limits import (
+    _NAME_RE,
+    MAX_KV_TOKENS_PER_CASE,
+    MAX_REQUESTS,
+    MAX_SEED,
+    MAX_TOKENS_PER_REQUEST,
+)
+
+
+class _Strict(BaseModel):
+    # strict: YAML says what it means; `true`, `2.5` or `"8"` never become the integer a field wants.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
+
+
+# ---------------------------------------------------------------- length distributions
+class Fixed(_Strict):
+    dist: Literal["fixed"] = "fixed"
+    value: Annotated[int, Field(ge=0, le=MAX_TOKENS_PER_REQUEST)]
+
+
+class Uniform(_Strict):
+    """Integers drawn uniformly from [low, high], both inclusive."""
+
+    dist: Literal["uniform"]
+    low: Annotated[int, Field(ge=0, le=MAX_TOKENS_PER_REQUEST)]
+    high: Annotated[int, Field(ge=0, le=MAX_TOKENS_PER_REQUEST)]
+
+    @model_validator(mode="after")
+    def _order(self) -> "Uniform":
+        if self.low > self.high:
+            raise ValueError(f"low ({self.low}) must not exceed high ({self.high})")
+        return self
+
+
+class Normal(_Strict):
+    """Normal(mean, std), rounded and clipped to [min, max]."""
+
+    dist: Literal["normal"]
+    mean: Annotated[float, Field(ge=0, le=MAX_TOKENS_PER_REQUEST)]
+    std: Annotated[float, Field(ge=0, le=MAX_TOKENS_PER_REQUEST)]
+    min: Annotated[int, Field(ge=0, le=MAX_TOKENS_PER_REQUEST)] = 1
+    max: Annotated[int, Field(ge=0, le=MAX_TOKENS_PER_REQUEST)]
+
+    @model_validator(mode="after")
+    def _order(self) -> "Normal":
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) must not exceed max ({self.max})")
+        return self
+
+
+class LogNormal(_Strict):
+    """exp(Normal(log(median), sigma)), rounded and clipped to [min, max]: long-tailed lengths."""
+
+    dist: Literal["lognormal"]
+    median: Annotated[float, Field(gt=0, le=MAX_TOKENS_PER_REQUEST)]
+    sigma: Annotated[float, Field(ge=0, le=10)]
+    min: Annotated[int, Field(ge=0, le=MAX_TOKENS_PER_REQUEST)] = 1
+    max: Annotated[int, Field(ge=0, le=MAX_TOKENS_PER_REQUEST)]
+
+    @model_validator(mode="after")
+    def _order(self) -> "LogNormal":
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) must not exceed max ({self.max})")
+        return self
+
+
+class Explicit(_Strict):
+    """Lengths given one per request, in order (cycled when there are more requests)."""
+
+    dist: Literal["list"]
+    values: Annotated[list[Annotated[int, Field(ge=0, le=MAX_TOKENS_PER_REQUEST)]], Field(min_length=1)]
+
+
+Dist = Annotated[Union[Fixed, Uniform, Normal, LogNormal, Explicit], Field(discriminator="dist")]
+
+
+def _coerce_dist(value: Any) -> Any:
+    """A bare integer means a fixed length."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return {"dist": "fixed", "value": value}
+    return value
+
+
+def dist_bounds(d: Any) -> tuple[int, int]:
+    """Smallest and largest value a distribution can produce."""
+    if isinstance(d, Fixed):
+        return d.value, d.value
+    if isinstance(d, Uniform):
+        return d.low, d.high
+    if isinstance(d, (Normal, LogNormal)):
+        return d.min, d.max
+    if isinstance(d, Explicit):
+        return min(d.values), max(d.values)
+    raise TypeError(d)
+
+
+# ---------------------------------------------------------------- requests and cases
+class RequestGroup(_Strict):
+    """``count`` requests of one kind.
+
+    - ``decode``: one new token (or ``query_len`` for speculative decode) over ``context_len``
+      cached tokens.
+    - ``prefill``: ``query_len`` new tokens, nothing cached.
+    - ``extend``: chunked prefill, ``query_len`` new tokens on top of ``context_len`` cached ones.
+    """
+
+    kind: Literal["decode", "prefill", "extend"]
+    count: Annotated[int, Field(ge=1, le=MAX_REQUESTS)] = 1
+    query_len: Dist | None = None
+    context_len: Dist | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _ints_are_fixed(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            data = dict(data)
+            for key in ("query_len", "context_len"):
+                if key in data:
+                    data[key] = _coerce_dist(data[key])
+        return data
+
+    @model_validator(mode="after")
+    def _kind_rules(self) -> "RequestGroup":
+        if self.kind == "prefill":
+            if self.context_len is not None and dist_bounds(self.context_len)[1] != 0:
+                raise ValueError("a prefill request has no cached context; use kind: extend")
+            if self.query_len is None:
+                raise ValueError("prefill needs query_len")
+        if self.kind == "extend" and (self.query_len is None or self.context_len is None):
+            raise ValueError("extend needs query_len and context_len")
+        if self.kind == "decode" and self.context_len is None:
+            raise ValueError("decode needs context_len")
+        if self.query_len is not None and dist_bounds(self.query_len)[0] < 1:
+            raise ValueError("query_len must be at least 1")
+        return self
+
+    @property
+    def query_dist(self) -> Any:
+        return self.query_len if self.query_len is not None else Fixed(value=1)
+
+    @property
+    def context_dist(self) -> Any:
+        return self.context_len if self.context_len is not None else Fixed(value=0)
+
+
+class SharedPrefix(_Strict):
+    """Requests split into ``groups`` contiguous groups; each group's requests share the first
+    ``length`` tokens of their context, stored once in the paged cache (prefix caching)."""
+
+    length: Annotated[int, Field(ge=0, le=MAX_TOKENS_PER_REQUEST)]
+    groups: Annotated[int, Field(ge=1, le=MAX_REQUESTS)] = 1
+
+
+class CaseSpec(_Strict):
+    """One fully expanded workload cell: an attention layer plus a batch of requests."""
+
+    name: str
+    num_heads: Annotated[int, Field(ge=1, le=1024)]
+    num_kv_heads: Annotated[int, Field(ge=1, le=1024)]
+    head_size: Annotated[int, Field(ge=1, le=1024)]
+    dtype: Literal["float16", "bfloat16"] = "bfloat16"
+    kv_cache_dtype: Literal["auto", "fp8_e4m3", "fp8_e5m2"] = "auto"
+    kv_scale: Annotated[float, Field(gt=0)] | Literal["auto"] = "auto"
+    # Per-layer fp8 dequantization scales of K and V; each defaults to ``kv_scale`` (the shorthand
+    # for both). Unequal values catch a kernel that swaps them.
+    k_scale: Annotated[float, Field(gt=0)] | Literal["auto"] | None = None
+    v_scale: Annotated[float, Field(gt=0)] | Literal["auto"] | None = None
+    block_size: Annotated[int, Field(ge=1, le=65536)] = 16
+    kv_layout: Literal["NHD", "HND"] = "NHD"
+    causal: bool = True
+    sliding_window: Annotated[int, Field(ge=1, le=2**31 - 1)] | None = None
+    softcap: Annotated[float, Field(ge=0)] = 0.0
+    alibi: bool = False
+    sinks: bool = False
+    scale: Annotated[float, Field(gt=0)] | None = None
+    batch: Annotated[list[RequestGroup], Field(min_length=1)]
+    shared_prefix: SharedPrefix | None = None
+    seed: Annotated[int, Field(ge=0, le=MAX_SEED)] = 0
+    tags: list[str] = []
+    # Set by the sweep expansion, not written in YAML: the suite case this one came from and
+    # its swept values (e.g. {"block_size": 16, "count": 1}), so rows need not parse names.
+    group: str = ""
+    params: dict[str, Any] = {}
+
+    @model_validator(mode="after")
+    def _shapes(self) -> "CaseSpec":
+        if self.num_heads % self.num_kv_heads != 0:
+            raise ValueError(
+                f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})"
+            )
+        total = sum(g.count for g in self.batch)
+        if total > MAX_REQUESTS:
+            raise ValueError(f"batch has {total} requests; at most {MAX_REQUESTS}")
+        prefix = self.shared_prefix.length if self.shared_prefix else 0
+        kv_tokens = sum(g.count * (prefix + dist_bounds(g.context_dist)[1] + dist_bounds(g.query_dist)[1])
+                        for g in self.batch)
+        if kv_tokens > MAX_KV_TOKENS_PER_CASE:
+            raise ValueError(f"batch may hold up to {kv_tokens:,} KV tokens; at most {MAX_KV_TOKENS_PER_CASE:,} per case")
+        if self.shared_prefix is not None:
+            sp = self.shared_prefix
+            if sp.length % self.block_size != 0:
+                raise ValueError(
+                    f"shared_prefix.length ({sp.length}) must be a multiple of block_size ({self.block_size}):"
+                    " prefix caching shares whole blocks"
+                )
+            if sp.groups > total:
+                raise ValueError(f"shared_prefix.groups ({sp.groups}) exceeds the number of requests ({total})")
+        return self
+
+    @property
+    def kv_scales(self) -> tuple[float | str, float | str]:
+        """(k_scale, v_scale), each a number or "auto"; unset ones fall back to ``kv_scale``."""
+        return (self.kv_scale if self.k_scale is None else self.k_scale,
+                self.kv_scale if self.v_scale is None else self.v_scale)
+
+    @property
+    def num_requests(self) -> int:
+        return sum(g.count for g in self.batch)
+
+    def attention_config(self) -> AttentionConfig:
+        return AttentionConfig(
+            num_heads=self.num_heads,
+            num_kv_heads=self.num_kv_heads,
+            head_size=self.head_size,
+            dtype=self.dtype,
+            kv_cache_dtype=self.kv_cache_dtype,
+            block_size=self.block_size,
+            kv_layout=self.kv_layout,
+            causal=self.causal,
+            sliding_window=self.sliding_window,
+            softcap=self.softcap,
+            alibi=self.alibi,
+            sinks=self.sinks,
+            scale=self.scale,
+        )
+
+    @property
+    def kv_element_bytes(self) -> int:
+        """Bytes of one KV-cache element (the project's one dtype table: harness.layout)."""
+        from harness.layout import kv_element_bytes  # harness.layout imports this module
+
+        return kv_element_bytes(self.dtype, self.kv_cache_dtype)
+
+    def max_seq_len_bound(self) -> int:
+        prefix = self.shared_prefix.length if self.shared_prefix else 0
+        return prefix + max(dist_bounds(g.context_dist)[1] + dist_bounds(g.query_dist)[1] for g in self.batch)
+
+    def work_bound(self) -> tuple[float, float]:
+        """Upper bounds of (FLOPs, KV-cache bytes) for sizing decisions before generation."""
+        prefix = self.shared_prefix.length if self.shared_prefix else 0
+        flops = 0.0
+        tokens = 0.0
+        for g in self.batch:
+            q = dist_bounds(g.query_dist)[1]
+            s = prefix + dist_bounds(g.context_dist)[1] + q
+            flops += g.count * 4.0 * q * s * self.num_heads * self.head_size
+            tokens += g.count * s
+        kv_bytes = tokens * 2 * self.num_kv_heads * self.head_size * self.kv_element_bytes
+        return flops, kv_bytes
+
+
+class Suite(_Strict):
+    suite: str
+    description: str = ""
+    backends: list[str] | None = None
+    variants: dict[str, dict[str, list[Any]]] = {}
+    cases: list[CaseSpec]
+    source: str = ""
+
+    @field_validator("suite")
+    @classmethod
+    def _safe_name(cls, v: str) -> str:
+        # The suite name becomes part of the default results folder: no path separators.
+        if not _NAME_RE.fullmatch(v):
+            raise ValueError(f"{v[:60]!r} must be 1-128 letters, digits, '.', '_' or '-' (it names the results folder)")
+        return v
+
+    @field_validator("backends")
+    @classmethod
+    def _registered_names(cls, v: list[str] | None) -> list[str] | None:
+        # A suite file must not make the harness import arbitrary modules: module:Class specs
+        # are accepted on the command line only.
+        for name in v or []:
+            if not _NAME_RE.fullmatch(name):
+                raise ValueError(f"{name[:60]!r} is not a registered backend name"
+                                 " (module:Class specs go on the command line, --backends)")
+        return v
+
+
+def estimated_requests_tokens(case: CaseSpec) -> float:
+    """Rough expected total KV tokens, for progress estimates."""
+    total = 0.0
+    for g in case.batch:
+        lo, hi = dist_bounds(g.context_dist)
+        qlo, qhi = dist_bounds(g.query_dist)
+        total += g.count * ((lo + hi) / 2 + (qlo + qhi) / 2)
+    return total if math.isfinite(total) else 0.0
