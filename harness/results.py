@@ -238,6 +238,9 @@ class ResultRow(BaseModel):
     reproducer: str = ""
     worker: Worker | None = None
     traceback: str | None = None
+    # Variant axes that applied to the batch, and the variants this row stands for where the
+    # others could not change the result (runner.collapse_variants); absent: nothing collapsed.
+    variant_axes: dict[str, Any] | None = None
 
     @model_validator(mode="after")
     def _payload_fits_status(self, info: ValidationInfo) -> "ResultRow":
@@ -273,7 +276,7 @@ class ResultRow(BaseModel):
         d["status"] = self.status.value
         # Fields rows gained later are written only when set, so an old row writes back as it was.
         for k, empty in (("worker", None), ("traceback", None), ("layout", None), ("case_group", ""),
-                         ("case_params", {})):
+                         ("case_params", {}), ("variant_axes", None)):
             if k in d and d[k] == empty and (empty is not None or d[k] is None):
                 del d[k]
         return d

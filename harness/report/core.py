@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable
 import pandas as pd
 
 from attn_contract.status import FAILED, Status
-from harness.results import read_header, read_rows
+from harness.results import read_header, read_rows, rows_frame
 
 # ---------------------------------------------------------------- what a section returns
 
@@ -310,15 +310,15 @@ def _effective_bytes(df: pd.DataFrame) -> pd.Series:
 def frame(loaded: Loaded) -> pd.DataFrame:
     """One row per result: every JSON field flattened with dots, plus the ``DERIVED`` columns.
     Run headers and sources go in ``attrs`` (``runs``: list of (source, header, row count))."""
-    recs = [r.model_dump(mode="json") if hasattr(r, "model_dump") else dict(r) for r in loaded.rows]
     runs = [(s, h, sum(1 for r in loaded.run_of_row if r == i))
             for i, (s, h) in enumerate(zip(loaded.sources, loaded.headers))]
-    if not recs:
+    if not loaded.rows:
         df = pd.DataFrame({c: pd.Series([], dtype=object) for c in
                            ["suite", "case", "backend", "status", "variant_label", "reason", "reproducer", *DERIVED]})
         df.attrs["runs"] = runs
         return df
-    df = pd.json_normalize(recs)
+    df = rows_frame(loaded.rows).reset_index(drop=True)
+    df.attrs.pop("case_legend", None)  # the report numbers cases per case group (case_id below)
     for c in ("suite", "case", "backend", "status", "variant_label", "reason", "reproducer"):
         if c not in df.columns:
             df[c] = ""

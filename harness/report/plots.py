@@ -79,8 +79,10 @@ def log2_tokens_axis(ax: Any, axis: str = "x") -> None:
 
 def us_axis(ax: Any) -> None:
     """Log latency axis in microseconds with plain numbers."""
-    from matplotlib.ticker import FuncFormatter
+    from matplotlib.ticker import FuncFormatter, LogFormatter
 
     ax.set_yscale("log")
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    # Minor ticks labelled (plainly) only when the axis spans less than about one decade.
+    ax.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(1, 0.4)))
     ax.set_ylabel("median latency (us, log)")

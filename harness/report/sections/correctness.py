@@ -25,7 +25,10 @@ def correctness(df: pd.DataFrame) -> list[Block]:
         return []
     labels = sorted(df["label"].unique())
     short = df.drop_duplicates("label").set_index("label")["short"]
-    cases = df.drop_duplicates("case")[["case", "case_id", "shape", "workload"]].reset_index(drop=True)
+    # A case's workload from a row that got a batch (rows not run have none).
+    ran = df[df["workload"] != ""].drop_duplicates("case").set_index("case")["workload"]
+    cases = df.drop_duplicates("case")[["case", "case_id", "shape"]].reset_index(drop=True)
+    cases["workload"] = [ran.get(c, "") for c in cases["case"]]
     errs = df["check.max_abs_err"] if "check.max_abs_err" in df.columns else pd.Series([None] * len(df), index=df.index)
     by_cell: dict[tuple[str, str], list[tuple[str, str]]] = {}
     for c, lab, st, reason, e in zip(df["case"], df["label"], df["status"], df["reason"], errs):

@@ -7,13 +7,14 @@ import pandas as pd
 from harness.report.core import Block, Figure, Table, Text, col, fmt_tokens, section, text, timed
 from harness.report.plots import colors_of, legend_right, log2_tokens_axis, markers, plt, us_axis
 
-_SIG = ["batch.num_reqs", "batch.num_tokens", "batch.total_kv_tokens", "batch.max_seq_len"]
+_SIG = ["batch.num_reqs", "batch.num_tokens", "batch.total_kv_tokens", "batch.max_seq_len", "config.kv_layout"]
+_NOT_LAYER = ("config.block_size", "config.kv_layout", "config.tags", "config.name")
 
 
 def _keys(t: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
-    """(layer key without the page size, workload key): rows of one sweep share both."""
-    cfg = sorted(c for c in t.columns if c.startswith("config.") and c not in ("config.block_size", "config.tags",
-                                                                                "config.name"))
+    """(layer key without the page size and KV layout, workload key): rows of one sweep share
+    both; the layouts of one layer become panels of one figure."""
+    cfg = sorted(c for c in t.columns if c.startswith("config.") and c not in _NOT_LAYER)
     layer = pd.concat([text(t[c]) for c in cfg], axis=1).agg("|".join, axis=1) if cfg else pd.Series("", index=t.index)
     work = pd.concat([text(col(t, c)) for c in _SIG], axis=1).agg("|".join, axis=1)
     return layer, work

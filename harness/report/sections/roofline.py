@@ -106,37 +106,47 @@ def roofline(df: pd.DataFrame) -> list[Block]:
             xs = [lo, hi]
         ys = [roof(x) for x in xs]
         (h,) = ax.plot(xs, ys, "k--", linewidth=1)
-        handles["roof"] = (h, "measured ceilings" + (f" ({peak_b:g} TB/s, {peak_f:g} TFLOP/s)"
+        handles["roof"] = (h, "measured ceilings" + (f" ({peak_b:.3g} TB/s, {peak_f:.3g} TFLOP/s)"
                                                      if peak_b and peak_f else ""))
-    # Every point above a roof is numbered and explained in the table below the plot.
+    # Every point above a roof is ringed and lettered by its reason; the table below says why.
     above = []
+    reasons: dict[str, str] = {}
     if peak_b or peak_f:
-        for _, r in t.iterrows():
-            cap = roof(r["_I"])
-            if cap and r["_tflops"] > 1.02 * cap:
-                n = len(above) + 1
-                ax.annotate(str(n), (r["_I"], r["_tflops"]), textcoords="offset points", xytext=(4, 4), fontsize=7)
-                ws = r["_plot_bytes"]
-                mode = str(col(t.loc[[r.name]], "timing.l2").iloc[0] or "")
-                if l2 and ws < l2 and "hot" in mode:
-                    why = (f"working set {ws / 2**20:.1f} MiB fits in the {l2 / 2**20:.0f} MiB L2 and timing was hot "
-                           "(L2 not flushed): served from L2, not DRAM")
-                elif l2 and ws < l2:
-                    why = f"working set {ws / 2**20:.1f} MiB fits in the {l2 / 2**20:.0f} MiB L2"
-                else:
-                    why = ("above the copy-bandwidth roof: the ceiling is a read+write copy; a read-mostly kernel "
-                           "can exceed it")
-                above.append({"#": str(n), "case": r["case_id"], "backend [variant]": r["short"],
-                              "FLOP/byte": f"{r['_I']:.3g}", "TFLOP/s": f"{r['_tflops']:.3g}",
-                              "roof TFLOP/s": f"{cap:.3g}", "why": why})
+        cells = t.groupby(["suite", "case", "label", "_series"], sort=False).agg(
+            I=("_I", "first"), tf=("_tflops", "max"), ws=("_plot_bytes", "first"), case_id=("case_id", "first"),
+            short=("short", "first"), mode=("timing.l2", "first") if "timing.l2" in t.columns else ("case", "first"),
+            runs=("median", "size")).reset_index()
+        if "timing.l2" not in t.columns:
+            cells["mode"] = ""
+        for r in cells.itertuples():
+            cap = roof(r.I)
+            if not cap or r.tf <= 1.02 * cap:
+                continue
+            mode = str(r.mode or "")
+            if l2 and r.ws < l2:
+                why = (f"working set fits in the {l2 / 2**20:.0f} MiB L2" +
+                       (" and timing was hot (L2 not flushed): served from L2, not DRAM" if "hot" in mode else ""))
+            else:
+                why = ("the memory roof is the measured device copy (read + write); a read-mostly kernel "
+                       "streams a few percent faster than a copy")
+            letter = reasons.setdefault(why, "ABCDEFGH"[len(reasons) % 8])
+            ax.scatter([r.I], [r.tf], s=90, facecolors="none", edgecolors="k", linewidths=0.9, zorder=4)
+            above.append({"reason": letter, "case": r.case_id, "backend [variant]": r.short, "FLOP/byte": f"{r.I:.3g}",
+                          "TFLOP/s": f"{r.tf:.3g}", "roof TFLOP/s": f"{cap:.3g}",
+                          "above by": f"{(r.tf / cap - 1) * 100:.1f}%", "why": why})
+        for why, letter in reasons.items():
+            first = next(a for a in above if a["reason"] == letter)
+            ax.annotate(f"{letter}: above the roof (table below)", (float(first["FLOP/byte"]), float(first["TFLOP/s"])),
+                        textcoords="offset points", xytext=(-150, 14 + 12 * "ABCDEFGH".index(letter)), fontsize=7,
+                        arrowprops={"arrowstyle": "-", "linewidth": 0.6})
     ax.set_xlabel("arithmetic intensity (FLOP per byte of DRAM traffic, log)", fontsize=9)
     ax.set_ylabel("achieved TFLOP/s (log)", fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
     legend_right(fig, [h for h, _ in handles.values()], [n for _, n in handles.values()], "backend [variant]")
     notes = []
     if src:
-        notes.append(f"Ceilings from {src}: " + ", ".join(x for x in (f"{peak_f:g} TFLOP/s" if peak_f else "",
-                                                                      f"{peak_b:g} TB/s" if peak_b else "") if x) + ".")
+        notes.append(f"Ceilings from {src}: " + ", ".join(x for x in (f"{peak_f:.3g} TFLOP/s" if peak_f else "",
+                                                                      f"{peak_b:.3g} TB/s" if peak_b else "") if x) + ".")
     else:
         notes.append("No device ceilings in these results (looked for run header ceilings / device.peak_tflops, "
                      "device.peak_tbps and metrics.roofline.ceiling_tflops / ceiling_tbps): points only.")
@@ -148,6 +158,6 @@ def roofline(df: pd.DataFrame) -> list[Block]:
                         else "") + ").")
     blocks: list[Block] = [Text(" ".join(notes), cls="note"), Figure(fig, alt="roofline")]
     if above:
-        blocks += [Text(f"{len(above)} points above a roof, numbered on the plot:", cls="note"),
-                   Table(pd.DataFrame(above), wrap=("why",))]
+        blocks += [Text(f"{len(above)} cells above a roof (ringed on the plot, several runs of a cell merged), "
+                        "and why:", cls="note"), Table(pd.DataFrame(above), wrap=("why",))]
     return blocks

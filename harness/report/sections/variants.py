@@ -83,8 +83,12 @@ def variant_axes(df: pd.DataFrame) -> list[Block]:
             h = ax.scatter(idx, ys, color=colors[lab], marker=marks[lab], s=26, zorder=3)
             handles[lab] = (h, short)
         ax.axhline(1.0, color="k", linewidth=0.8)
+        ax.set_yscale("log", base=2)
+        from matplotlib.ticker import FuncFormatter
+
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
         ax.set_xticks(x, [f"{info.loc[c, 'case_id']}" for _, c, _ in pv.index], rotation=60, ha="right", fontsize=7)
-        ax.set_ylabel(f"median / fastest {name}\n(1 = fastest)", fontsize=8)
+        ax.set_ylabel(f"median / fastest {name}\n(1x = fastest, log2)", fontsize=8)
         ax.set_xlabel("case (parameters in the table below)", fontsize=8)
         ax.grid(True, axis="y", alpha=0.3)
         ax.set_title(f"{backend}: {name}", fontsize=9, loc="left")
