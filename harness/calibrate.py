@@ -40,9 +40,9 @@ def measure(backends: list[str], lengths: tuple[int, ...] = LENGTHS) -> list[dic
                     if kind == "prefill" and length > 1024:
                         continue  # the fp64 reference of a 4k prefill is slow on 2 cores
                     case = _case(dtype, kvd, length, kind, seed=length)
-                    ctx = CaseContext(case, opts.device, True)
+                    case_data = CaseContext(case, opts.device, True)
                     for b in backends:
-                        row = run_cell(Cell(case, resolve(b), {}), ctx, Suite(suite="cal", cases=[case]), opts)
+                        row = run_cell(Cell(case, resolve(b), {}), case_data, Suite(suite="cal", cases=[case]), opts)
                         errs = [p["rel_l2_err"] for p in row.check["per_request"]]
                         rows.append(dict(dtype=dtype, kv=kvd, kind=kind, length=length, backend=b,
                                          max_rel_l2=max(errs), limit=rel_l2_limit(dtype, kvd, length),

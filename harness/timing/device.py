@@ -32,8 +32,14 @@ def sm_clock_mhz(device: torch.device) -> tuple[float | None, str]:
     """Current SM clock in MHz and where it came from (NVML via torch, else nvidia-smi)."""
     try:
         return float(torch.cuda.clock_rate(device)), "nvml"
-    except Exception:
+    except Exception:  # torch reads it through pynvml, which may not be installed
         pass
+    # The driver's NVML directly: nvidia-smi below costs a process start, twice per timed cell.
+    from harness.timing.energy import nvml_sm_clock_mhz
+
+    mhz = nvml_sm_clock_mhz(device)
+    if mhz is not None:
+        return mhz, "nvml (libnvidia-ml)"
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm", "--format=csv,noheader,nounits",
                               f"--id={_nvidia_smi_id(device)}"], capture_output=True, text=True, timeout=10)

@@ -20,6 +20,7 @@ from typing import Any, Callable
 import torch
 
 NVML_SUCCESS = 0
+NVML_CLOCK_SM = 1
 
 
 class _Nvml:
@@ -65,6 +66,15 @@ class _Nvml:
                 continue
         raise LookupError(f"no NVML device with UUID/PCI id of {device} ({', '.join(k for _, k in keys) or 'no ids'})")
 
+    def sm_clock_mhz(self, handle: Any) -> int:
+        if self._py is not None:
+            return int(self._py.nvmlDeviceGetClockInfo(handle, NVML_CLOCK_SM))
+        c = ctypes.c_uint()
+        rc = self._lib.nvmlDeviceGetClockInfo(handle, NVML_CLOCK_SM, ctypes.byref(c))
+        if rc != NVML_SUCCESS:
+            raise OSError(f"nvmlDeviceGetClockInfo returned {rc}")
+        return int(c.value)
+
     def energy_mj(self, handle: Any) -> int:
         if self._py is not None:
             return int(self._py.nvmlDeviceGetTotalEnergyConsumption(handle))
@@ -76,14 +86,36 @@ class _Nvml:
 
 
 @functools.lru_cache(maxsize=None)
-def _meter(device_key: str) -> tuple[Callable[[], int] | None, str]:
-    """(read millijoules, source) for a CUDA device, or (None, why not); probed once."""
-    device = torch.device(device_key)
+def _nvml_handle(device_key: str) -> tuple[Any, Any] | tuple[None, str]:
+    """(NVML session, handle) of a CUDA device, or (None, why not); probed once per device."""
     try:
         nvml = _Nvml()
-        handle = nvml.handle(device)
+        return nvml, nvml.handle(torch.device(device_key))
+    except Exception as e:  # no NVML, a container without the library: say so
+        return None, f"{type(e).__name__}: {str(e)[:200]}"
+
+
+def nvml_sm_clock_mhz(device: torch.device) -> float | None:
+    """The SM clock through NVML (no nvidia-smi process per call), or None."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    nvml, handle = _nvml_handle(f"cuda:{index}")
+    if nvml is None:
+        return None
+    try:
+        return float(nvml.sm_clock_mhz(handle))
+    except Exception:
+        return None
+
+
+@functools.lru_cache(maxsize=None)
+def _meter(device_key: str) -> tuple[Callable[[], int] | None, str]:
+    """(read millijoules, source) for a CUDA device, or (None, why not); probed once."""
+    nvml, handle = _nvml_handle(device_key)
+    if nvml is None:
+        return None, f"NVML energy counter unavailable: {handle}"
+    try:
         nvml.energy_mj(handle)
-    except Exception as e:  # no NVML, an old GPU, a container without the library: say so
+    except Exception as e:  # an old GPU or a driver without the counter: say so
         return None, f"NVML energy counter unavailable: {type(e).__name__}: {str(e)[:200]}"
     return (lambda: nvml.energy_mj(handle)), nvml.source
 
