@@ -251,6 +251,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         device=device,
         suite_path=args.suite,
         seed=args.seed,
+        adversarial=args.adversarial,
         case_patterns=args.case or [],
         variant_filters=_parse_variants(args.variant or []),
         check=not args.no_check,
@@ -502,6 +503,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--variant", action="append", help="restrict a variant axis: BACKEND.AXIS=V[,V] (repeatable)")
     r.add_argument("--device", default=None, help="auto (default: cuda if available), cpu, cuda, cuda:N")
     r.add_argument("--no-check", action="store_true", help="skip the reference check (timing only)")
+    r.add_argument("--adversarial", action="store_true",
+                   help="fill every KV-cache slot no request owns (spare pages, last-page tails) with NaN;"
+                        " a correct kernel never reads them (docs/conformance.md)")
     r.add_argument("--no-time", action="store_true", help="skip timing (conformance only)")
     r.add_argument("--all-variants", action="store_true",
                    help="run every variant even where an axis cannot apply to the batch (default: one cell "
@@ -553,10 +557,14 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--title", help="page title")
     rp.set_defaults(func=cmd_report)
 
-    cp = sub.add_parser("compare", help="compare NEW against BASELINE; exit 1 on a speed or correctness regression")
+    cp = sub.add_parser("compare", help="compare NEW against BASELINE; exit 1 on a correctness regression, a missing "
+                                        "row, or a slowdown beyond the threshold and the run-to-run noise "
+                                        "(noise-dominated timings, e.g. CPU wall clock, are reported, not gated)")
     cp.add_argument("baseline", help="baseline results folder or .jsonl")
     cp.add_argument("new", help="new results folder or .jsonl")
-    cp.add_argument("--threshold", default="5%", help="smallest median change that counts, e.g. 5%% (default)")
+    cp.add_argument("--threshold", default="5%",
+                    help="smallest median change that counts, e.g. 5%% (default); a class of timings whose "
+                         "run-to-run spread is wider is noise-dominated (docs/reports.md)")
     cp.add_argument("--correctness-only", action="store_true", help="ignore timing: statuses and missing rows only")
     cp.add_argument("--allow-missing", action="append", metavar="PATTERN",
                     help="accept rows missing from NEW: a case, backend or variant name, or a glob over "

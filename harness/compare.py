@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
-from harness.results import FAILED, NOT_RUN, RAN, ResultRow, Status, read_header, read_rows
+from harness.results import FAILED, NOT_RUN, RAN, ResultRow, Status, read_rows, read_run_header
 
 Speed = Literal["faster", "slower", "same", "ambiguous", "noisy", "not timed"]
 ATTEMPTED = RAN | FAILED  # the cell was tried: it ran, or it failed trying
@@ -330,8 +330,7 @@ def compare_paths(baseline: str | Path, new: str | Path, **kw: Any) -> Compariso
         if Path(p).is_dir() and not (Path(p) / "results.jsonl").exists():
             raise FileNotFoundError(f"{p}: folder holds no results.jsonl")
     comp = compare_rows(read_rows(baseline), read_rows(new), **kw)
-    hb, hn = read_header(baseline), read_header(new)
-    db, dn = (hb.get("device") or {}).get("name"), (hn.get("device") or {}).get("name")
+    db, dn = read_run_header(baseline).device_name, read_run_header(new).device_name
     if db and dn and db != dn and not kw.get("correctness_only"):
         comp.warnings.append(f"baseline device {db!r} differs from new device {dn!r}")
     return comp

@@ -150,7 +150,13 @@ class Timing(Payload):
 
 
 class Metrics(Payload):
-    """Work of the call (harness.metrics) and what the measured time achieves (harness.roofline)."""
+    """Work of the call (harness.metrics) and what the measured time achieves (harness.roofline).
+
+    Further fields are allowed but must be numbers (or null): a new quantity added to
+    ``harness.metrics.Work`` lands here without touching this model."""
+
+    model_config = ConfigDict(strict=True, extra="allow")
+    __pydantic_extra__: dict[str, int | float | None] = Field(init=False)  # type: ignore[assignment]
 
     flops: float
     bytes: float
@@ -255,8 +261,12 @@ class ResultRow(BaseModel):
         if st in RAN:
             if self.host is None or self.host.build_ms is None or self.host.first_call_ms is None:
                 raise ValueError(f"{where}: status {st} (the kernel ran) needs host costs (build, first call)")
-            if st == Status.MISMATCH and (self.check is None or self.check.passed):
-                raise ValueError(f"{where}: status mismatch needs a failed check")
+            if st == Status.MISMATCH:
+                c = self.check
+                later = c is not None and any(not r.get("passed", True) for r in c.rechecks or [])
+                if c is None or (c.passed and not c.inputs_modified and not later):
+                    raise ValueError(f"{where}: status mismatch needs a failed check (or a failed recheck, "
+                                     "or inputs the backend modified)")
             if st == Status.PASS and self.check is not None and not self.check.passed:
                 raise ValueError(f"{where}: status pass with a failed check")
             if self.check is None and (info.context or {}).get("checked"):

@@ -256,7 +256,7 @@ def test_worker_protocol_is_typed_messages_in_phase_order():
             msgs.append(parent.recv())
         assert [type(m) for m in msgs] == [PreparingCase, CellStarted, RowDone, CaseDone]
         assert msgs[1].key == cell_key(suite, cell)
-        assert msgs[2].row["status"] == "pass" and msgs[2].row["worker"]["pid"] == proc.pid
+        assert msgs[2].row.status == "pass" and msgs[2].row.worker.pid == proc.pid
         parent.send(Shutdown())
         proc.join(timeout=30)
         assert proc.exitcode == 0

@@ -49,6 +49,10 @@ def test_statuses_carry_the_payloads_they_should():
         ResultRow(**base, status=Status.SKIPPED, reason="x", traceback="tb")
     with pytest.raises(ValidationError, match="mismatch needs a failed check"):
         ResultRow(**base, status=Status.MISMATCH, reason="bad", check=check(True), host=host())
+    wrote = check(True).model_copy(update={"inputs_modified": "key"})  # a correct output, inputs overwritten
+    ResultRow(**base, status=Status.MISMATCH, reason="backend wrote into its inputs (key)", check=wrote, host=host())
+    later = check(True).model_copy(update={"rechecks": [{"when": "repeat call", "passed": False}]})
+    ResultRow(**base, status=Status.MISMATCH, reason="repeat call: wrong", check=later, host=host())
     with pytest.raises(ValidationError, match="pass with a failed check"):
         ResultRow(**base, status=Status.PASS, check=check(False), host=host())
     with pytest.raises(ValidationError, match="needs host costs"):
@@ -75,6 +79,16 @@ def test_strict_types_do_not_coerce():
         Timing.model_validate({**good, "not_a_field": 1})
     with pytest.raises(ValidationError, match="status"):
         ResultRow(suite="s", case="c", backend="b", status="passed")
+
+
+def test_a_new_metric_needs_no_model_change_but_must_be_a_number():
+    row = ran_row(10.0)
+    m = {"flops": 1.0, "bytes": 1.0, "bytes_q": 0.0, "bytes_kv": 0.0, "bytes_o": 0.0, "bytes_meta": 0.0,
+         "visible_pairs": 1, "kv_tokens_read": 1, "intensity": 1.0, "tflops": None, "tbps": None, "roofline": {}}
+    back = ResultRow.model_validate({**json.loads(row_json(row)), "metrics": {**m, "new_quantity": 2.5}})
+    assert back.metrics["new_quantity"] == 2.5 and rows_frame([back])["metrics.new_quantity"][0] == 2.5
+    with pytest.raises(ValidationError, match="new_quantity"):
+        ResultRow.model_validate({**json.loads(row_json(row)), "metrics": {**m, "new_quantity": "2.5"}})
 
 
 def test_extension_fields_are_written_only_when_set():
