@@ -60,6 +60,9 @@ class SDPAChunk:
     mask: torch.Tensor  # additive, [b, 1 | Hk, group * qmax, smax]
     empty: torch.Tensor | None  # [b, qmax] real rows that see no key (output 0), if any
     alibi_ready: bool = False
+    # [b, smax] padded key positions some real row sees; the rest read slots no request owns
+    # (NaN under --adversarial) and are zeroed, since SDPA's P.V would carry 0 * NaN.
+    kv_valid: torch.Tensor | None = None
 
 
 @dataclass
@@ -83,6 +86,7 @@ class SDPAMetadataBuilder(HostLoopMetadataBuilder):
             j0 = torch.arange(smax, device=dev).view(1, 1, smax) == 0
             keep = pc.keep | (~pc.row_valid.unsqueeze(-1) & j0)
             empty = pc.row_valid & ~pc.keep.any(-1)
+            kv_valid = pc.keep.any(1)
             keep_rows = keep.unsqueeze(1).expand(b, group, qmax, smax).reshape(b, 1, group * qmax, smax)
             if cfg.alibi:
                 mask = _aligned((b, cfg.num_kv_heads, group * qmax, smax), dtype, dev)
@@ -92,7 +96,8 @@ class SDPAMetadataBuilder(HostLoopMetadataBuilder):
                 mask = _aligned((b, 1, group * qmax, smax), dtype, dev).zero_()
                 mask.masked_fill_(~keep_rows, float("-inf"))
                 pc.keep = pc.dist = None  # only the mask is needed from here on
-            md.chunks.append(SDPAChunk(pc, mask, empty if bool(empty.any()) else None))
+            md.chunks.append(SDPAChunk(pc, mask, empty if bool(empty.any()) else None,
+                                       kv_valid=None if bool(kv_valid.all()) else kv_valid))
         return md
 
 
@@ -129,6 +134,9 @@ class SDPAImpl(AttentionImpl[SDPAMetadata]):
             pc = ch.pc
             b, qmax, smax = len(pc.segments), pc.qmax, pc.smax
             k, v = dequantize(kv_cache[pc.blocks, 0, pc.offsets], kv_cache[pc.blocks, 1, pc.offsets], self.layer, dtype)
+            if ch.kv_valid is not None:
+                unseen = ~ch.kv_valid[..., None, None]
+                k, v = k.masked_fill(unseen, 0.0), v.masked_fill(unseen, 0.0)
             k, v = k.transpose(1, 2), v.transpose(1, 2)  # [b, Hk, smax, D]
             q = query[pc.tok].to(dtype).view(b, qmax, hk, group, -1).permute(0, 2, 3, 1, 4).reshape(b, hk, group * qmax, -1)
             o = F.scaled_dot_product_attention(q, k, v, attn_mask=ch.mask, scale=cfg.softmax_scale)

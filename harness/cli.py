@@ -251,6 +251,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         device=device,
         suite_path=args.suite,
         seed=args.seed,
+        adversarial=args.adversarial,
         case_patterns=args.case or [],
         variant_filters=_parse_variants(args.variant or []),
         check=not args.no_check,
@@ -502,6 +503,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--variant", action="append", help="restrict a variant axis: BACKEND.AXIS=V[,V] (repeatable)")
     r.add_argument("--device", default=None, help="auto (default: cuda if available), cpu, cuda, cuda:N")
     r.add_argument("--no-check", action="store_true", help="skip the reference check (timing only)")
+    r.add_argument("--adversarial", action="store_true",
+                   help="fill every KV-cache slot no request owns (spare pages, last-page tails) with NaN;"
+                        " a correct kernel never reads them (docs/conformance.md)")
     r.add_argument("--no-time", action="store_true", help="skip timing (conformance only)")
     r.add_argument("--all-variants", action="store_true",
                    help="run every variant even where an axis cannot apply to the batch (default: one cell "

@@ -40,6 +40,7 @@ class RunOptions:
     device: torch.device
     suite_path: str = ""
     seed: int | None = None
+    adversarial: bool = False  # --adversarial: NaN in every KV slot no request owns
     case_patterns: list[str] = field(default_factory=list)
     variant_filters: dict[str, dict[str, list[str]]] = field(default_factory=dict)
     check: bool = True
@@ -73,6 +74,8 @@ def select_cases(suite: Suite, opts: RunOptions) -> list[CaseSpec]:
                                          for p in opts.case_patterns)]
     if opts.seed is not None:
         cases = [c.model_copy(update={"seed": opts.seed}) for c in cases]
+    if opts.adversarial:
+        cases = [c.model_copy(update={"adversarial": True}) for c in cases]
     return cases
 
 
@@ -156,6 +159,8 @@ def backend_spec(backend: type[AttentionBackend]) -> str:
 def reproducer(cell: Cell, opts: RunOptions) -> str:
     parts = ["harness", "run", opts.suite_path or "SUITE.yaml", "--case", cell.case.name,
              "--backends", backend_spec(cell.backend), "--seed", str(cell.case.seed)]
+    if cell.case.adversarial:
+        parts.append("--adversarial")
     for k, v in sorted(cell.variant.items()):
         parts += ["--variant", f"{cell.backend.name}.{k}={v}"]
     if opts.device.type == "cpu":

@@ -201,6 +201,7 @@ def generate(case: CaseSpec, device: torch.device | str = "cpu", layout: CaseLay
 
     # Spare (unused) blocks keep finite random data: a kernel that reads them shows up as a mismatch.
     kv_cache = _quantize(_randn((num_blocks, 2, bs, hk, d), gen, device, model_dtype), kv_scale_k, cache_dtype)  # spare blocks
+    mag = float(case.magnitude)
 
     k_logical: list[torch.Tensor] = []
     v_logical: list[torch.Tensor] = []
@@ -212,8 +213,12 @@ def generate(case: CaseSpec, device: torch.device | str = "cpu", layout: CaseLay
         own = seq_lens[i] - (prefix_len if num_groups else 0)
         k = _randn((own, hk, d), gen, device, model_dtype)
         v = _randn((own, hk, d), gen, device, model_dtype)
+        if mag != 1.0:
+            k = (k.float() * mag).to(model_dtype)
         if num_groups:
             pk, pv = prefix_kv[group_of[i]]
+            if mag != 1.0:
+                pk = (pk.float() * mag).to(model_dtype)
             k, v = torch.cat([pk, k]), torch.cat([pv, v])
         k_logical.append(_quantize(k, kv_scale_k, cache_dtype))
         v_logical.append(_quantize(v, kv_scale_v, cache_dtype))
@@ -230,10 +235,14 @@ def generate(case: CaseSpec, device: torch.device | str = "cpu", layout: CaseLay
         all_offsets.append(off)
         slot_new.append((blk * bs + off)[seq_lens[i] - qlens[i] :])
     blk_cat, off_cat = torch.cat(all_blocks), torch.cat(all_offsets)
+    if case.adversarial:
+        kv_cache.fill_(float("nan"))  # every slot no request owns (spare pages, last-page tails) stays NaN
     kv_cache[blk_cat, 0, off_cat] = torch.cat(k_logical)
     kv_cache[blk_cat, 1, off_cat] = torch.cat(v_logical)
 
     query = _randn((sum(qlens), hq, d), gen, device, model_dtype)
+    if mag != 1.0:
+        query = (query.float() * mag).to(model_dtype)
     key = torch.cat([k[s - q :] for k, s, q in zip(k_logical, seq_lens, qlens)])
     value = torch.cat([v[s - q :] for v, s, q in zip(v_logical, seq_lens, qlens)])
     if cfg.is_fp8_kv:

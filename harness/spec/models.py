@@ -189,6 +189,11 @@ class CaseSpec(_Strict):
     batch: Annotated[list[RequestGroup], Field(min_length=1)]
     shared_prefix: SharedPrefix | None = None
     seed: Annotated[int, Field(ge=0, le=MAX_SEED)] = 0
+    # Adversarial inputs (issue 12, ``--adversarial``): unused KV slots (spare pages and the tail
+    # of each request's last page) hold NaN, which a correct kernel never reads; ``magnitude``
+    # multiplies q and k (logits grow with its square).
+    adversarial: bool = False
+    magnitude: Annotated[float, Field(gt=0, le=1000)] = 1.0
     tags: list[str] = []
     # Set by the sweep expansion, not written in YAML: the suite case this one came from and
     # its swept values (e.g. {"block_size": 16, "count": 1}), so rows need not parse names.
