@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
-from harness.results import FAILED, NOT_RUN, RAN, ResultRow, Status, read_rows, read_run_header
+from harness.results import FAILED, NOT_RUN, RAN, ResultRow, Status, read_rows, read_run_header, results_file
 
 Speed = Literal["faster", "slower", "same", "ambiguous", "noisy", "not timed"]
 ATTEMPTED = RAN | FAILED  # the cell was tried: it ran, or it failed trying
@@ -327,7 +327,7 @@ def compare_paths(baseline: str | Path, new: str | Path, **kw: Any) -> Compariso
     for p in (baseline, new):
         if not Path(p).exists():
             raise FileNotFoundError(f"{p}: no such results folder or file")
-        if Path(p).is_dir() and not (Path(p) / "results.jsonl").exists():
+        if Path(p).is_dir() and not results_file(p).exists():
             raise FileNotFoundError(f"{p}: folder holds no results.jsonl")
     comp = compare_rows(read_rows(baseline), read_rows(new), **kw)
     db, dn = read_run_header(baseline).device_name, read_run_header(new).device_name

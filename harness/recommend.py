@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from attn_contract.status import FAILED, Status
-from harness.results import read_header, read_rows
+from harness.results import read_header, read_rows, results_file
 from harness.selection_rules import (
     VLLM_BACKENDS,
     CascadeRule,
@@ -84,7 +84,7 @@ def load_inputs(paths: Sequence[str | Path]) -> Inputs:
         p = Path(p)
         if not p.exists():
             raise RecommendError(f"{p}: no such results folder or file")
-        if p.is_dir() and not (p / "results.jsonl").exists():
+        if p.is_dir() and not results_file(p).exists():
             raise RecommendError(f"{p}: folder holds no results.jsonl")
         try:
             got = read_rows(p)

@@ -7,6 +7,7 @@ strict JSON that any tool can read.
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import os
@@ -423,14 +424,26 @@ def write_header(out_dir: Path, header: dict[str, Any]) -> None:
     os.replace(tmp, out_dir / HEADER_FILE)
 
 
+def results_file(path: str | Path) -> Path:
+    """The rows file of a results folder: results.jsonl, or results.jsonl.gz for committed,
+    compressed results (reports/ keeps them small). A file path is returned as it is."""
+    p = Path(path)
+    if p.is_dir():
+        plain = p / RESULTS_FILE
+        packed = p / (RESULTS_FILE + ".gz")
+        return packed if packed.exists() and not plain.exists() else plain
+    return p
+
+
 def read_rows(path: str | Path) -> list[ResultRow]:
     """Rows from a results folder or a .jsonl file; a torn last line (a killed run) is ignored.
     A line that is JSON but not a valid row raises ValueError naming the file, line and field."""
-    p = Path(path)
-    if p.is_dir():
-        p = p / RESULTS_FILE
+    p = results_file(path)
     rows = []
-    lines = p.read_text(encoding="utf-8").splitlines()
+    if p.suffix == ".gz":
+        lines = gzip.decompress(p.read_bytes()).decode("utf-8").splitlines()
+    else:
+        lines = p.read_text(encoding="utf-8").splitlines()
     for n, line in enumerate(lines):
         if not line.strip():
             continue

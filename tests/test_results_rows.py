@@ -127,3 +127,21 @@ def test_rows_frame_flattens_payloads_with_short_case_ids():
     timed = df[df["timing.median_us"].notna()]
     assert (timed["timing.median_us"] > 0).all() and len(timed) > 0
     assert list(rows_frame([]).columns)[:3] == ["suite", "case", "case_id"]
+
+
+def test_compressed_results_folder_reads_like_the_plain_one(tmp_path):
+    """Committed results may be stored as results.jsonl.gz; every reader takes the folder."""
+    import gzip
+    import shutil
+
+    from harness.results import read_rows, results_file
+
+    src = Path(__file__).resolve().parents[1] / "ci" / "baselines" / "cpu-smoke"
+    plain = read_rows(src)
+    dst = tmp_path / "packed"
+    dst.mkdir()
+    shutil.copy(src / "run.json", dst / "run.json")
+    (dst / "results.jsonl.gz").write_bytes(gzip.compress((src / "results.jsonl").read_bytes()))
+    assert results_file(dst).name == "results.jsonl.gz"
+    packed = read_rows(dst)
+    assert [r.model_dump() for r in packed] == [r.model_dump() for r in plain]

@@ -37,6 +37,7 @@ class Rendered:
     title: str
     looked_for: str
     collapsed: bool
+    answer: bool = False  # one of the answer-first sections (order < 100): marked on the page
     blocks: list[dict[str, Any]] = field(default_factory=list)
     error: str = ""
 
@@ -93,7 +94,7 @@ def build_sections(loaded: Loaded) -> list[Rendered]:
     df = build_frame(loaded)
     out = []
     for spec in registered():
-        r = Rendered(spec.id, spec.title, spec.looked_for, spec.collapsed)
+        r = Rendered(spec.id, spec.title, spec.looked_for, spec.collapsed, answer=spec.order < 100)
         try:
             r.blocks = [_view(b) for b in spec.fn(df) or []]
         except Exception as e:  # noqa: BLE001  a broken section must not hide the others

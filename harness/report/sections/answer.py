@@ -57,8 +57,8 @@ def _beyond_noise(w: pd.Series, r: pd.Series) -> tuple[str, str]:
     if not all(math.isfinite(x) for x in (w["ci_hi"], r["ci_lo"])):
         return "unknown (no CI)", "warn"
     if w["ci_hi"] < r["ci_lo"]:
-        return "yes: CIs disjoint", "good"
-    return "no: CIs overlap", "warn"
+        return "yes", "good"
+    return "no: overlap", "warn"
 
 
 def verdict_table(g: pd.DataFrame) -> tuple[Table, str]:
@@ -95,7 +95,7 @@ def verdict_table(g: pd.DataFrame) -> tuple[Table, str]:
         else:
             rec.update({"margin": "", "runner-up": "only one timed", "runner-up us [95% CI]": "",
                         "beyond noise?": ""})
-        rec["timed"] = str(len(c))
+        rec["backends timed"] = str(len(c))
         rows.append(rec)
         classes.append(cls)
         tips.append({"case": w["case"], "fastest": win["label"],

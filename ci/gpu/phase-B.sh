@@ -1,0 +1,31 @@
+# Phase B of the H200 evidence session (ci/h200_session.sh B), about 9 minutes on a 2-GPU machine.
+# both (every GPU): the main job over two GPUs with cost-balanced cases (issue 14/15), and the
+#   same cells through a local Ray cluster of two GPU workers (issue 18) when Ray is importable.
+# lane0 (GPU 0, timed): fidelity against torch.profiler and the cold-L2 probe (issue 15), the
+#   orientation cells cold vs hot, the cascade cells not reached before.
+# lane1 (GPU 1, correctness only): the GPU mutants and the real backends on their grid
+#   (issue 12), the crash suite (issue 15).
+both() {
+  if [ "$NGPU" -ge 2 ]; then
+    step 170 decode-2gpu $H run suites/decode.yaml --devices 0,1 --quiet --out $R/decode-2gpu
+    step 30 speed-summary python3 ci/speed_summary.py $R/decode-1 $R/decode-2gpu --json $R/speed-summary.json
+    [ -f ci/gpu/shard.sh ] && source ci/gpu/shard.sh
+  fi
+}
+lane0() {
+  step 100 fidelity python3 ci/fidelity.py --out $R/fidelity
+  step 60 orientation-cold $H run ci/orientation.yaml --timing-mode cold --quiet --out $R/orientation-cold
+  step 120 cascade-rest $H run suites/cascade.yaml --backends flash-attn,flash-attn-cascade,flashinfer,flashinfer-cascade \
+    --variant flash-attn.fa_version=3 --max-time 0.5 --quiet --case 'decode-one-block-prefix*' --case 'decode-groups*' \
+    --case 'decode-group-size*' --out $R/cascade-rest
+}
+lane1() {
+  export PYTHONPATH="tests:${PYTHONPATH:-}"
+  step 60 mutants-real $H run suites/conformance-gpu-mutants.yaml --backends flash-attn,flashinfer,torch-math \
+    --no-time --quiet --out $R/mutants-real
+  step 150 mutants $H run suites/conformance-gpu-mutants.yaml --backends "$(python3 tests/mutants/gpu.py)" \
+    --no-time --quiet --out $R/mutants
+  step 20 mutants-verdict sh -c "python3 tests/mutants/verdict.py $R/mutants-real $R/mutants $R/conf-fa $R/conf-fi > $R/mutants-verdict.txt 2>&1; cat $R/mutants-verdict.txt"
+  step 90 crash $H run ci/smoke.yaml --backends torch-math,flash-attn,plugins.crashy:DeviceAssertBackend,plugins.crashy:SegfaultBackend,plugins.crashy:HangingBackend,plugins.crashy:RaisingBackend,plugins.crashy:NaNBackend,sdpa \
+    --variant flash-attn.fa_version=3 --no-time --cell-timeout 5 --quiet --out $R/crash
+}
