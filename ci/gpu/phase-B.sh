@@ -2,7 +2,7 @@
 # both (every GPU): the main job over two GPUs with cost-balanced cases (issue 14/15), and the
 #   same cells through a local Ray cluster of two GPU workers (issue 18) when Ray is importable.
 # lane0 (GPU 0, timed): fidelity against torch.profiler and the cold-L2 probe (issue 15), the
-#   orientation cells cold vs hot, the cascade cells not reached before.
+#   orientation cells cold vs hot, the compare gate against a real 1.5x slowdown.
 # lane1 (GPU 1, correctness only): the GPU mutants and the real backends on their grid
 #   (issue 12), the crash suite (issue 15).
 both() {
@@ -15,9 +15,13 @@ both() {
 lane0() {
   step 100 fidelity python3 ci/fidelity.py --out $R/fidelity
   step 60 orientation-cold $H run ci/orientation.yaml --timing-mode cold --quiet --out $R/orientation-cold
-  step 120 cascade-rest $H run suites/cascade.yaml --backends flash-attn,flash-attn-cascade,flashinfer,flashinfer-cascade \
-    --variant flash-attn.fa_version=3 --max-time 0.5 --quiet --case 'decode-one-block-prefix*' --case 'decode-groups*' \
-    --case 'decode-group-size*' --out $R/cascade-rest
+  # The gate on real H200 noise: the same FA3 cells through the slowed wrapper, 2 forwards per
+  # call vs 3 (a real 1.5x slowdown): compare must exit 1 (decode-1 vs decode-2 above: exit 0).
+  local slow=(run suites/decode.yaml --case 'llama3-8b*' --backends plugins.slowed:SlowedFlashAttn
+              --variant slowed-flash-attn.fa_version=3 --max-time 1 --quiet)
+  step 90 rows-base env PYTHONPATH=tests:${PYTHONPATH:-} ATTN_HARNESS_SLOW_REPEAT=2 $H "${slow[@]}" --out $R/rows-base
+  step 90 rows-slow env PYTHONPATH=tests:${PYTHONPATH:-} ATTN_HARNESS_SLOW_REPEAT=3 $H "${slow[@]}" --out $R/rows-slow
+  step 30 rows-compare $H compare $R/rows-base $R/rows-slow --markdown $R/rows-compare.md
 }
 lane1() {
   export PYTHONPATH="tests:${PYTHONPATH:-}"
