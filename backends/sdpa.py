@@ -136,7 +136,7 @@ class SDPAImpl(AttentionImpl[SDPAMetadata]):
             k, v = dequantize(kv_cache[pc.blocks, 0, pc.offsets], kv_cache[pc.blocks, 1, pc.offsets], self.layer, dtype)
             if ch.kv_valid is not None:
                 unseen = ~ch.kv_valid[..., None, None]
-                k, v = k.masked_fill(unseen, 0.0), v.masked_fill(unseen, 0.0)
+                k.masked_fill_(unseen, 0.0), v.masked_fill_(unseen, 0.0)  # in place: fresh gathered copies
             k, v = k.transpose(1, 2), v.transpose(1, 2)  # [b, Hk, smax, D]
             q = query[pc.tok].to(dtype).view(b, qmax, hk, group, -1).permute(0, 2, 3, 1, 4).reshape(b, hk, group * qmax, -1)
             o = F.scaled_dot_product_attention(q, k, v, attn_mask=ch.mask, scale=cfg.softmax_scale)

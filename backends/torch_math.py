@@ -44,7 +44,7 @@ class MathImpl(AttentionImpl[MathMetadata]):
         # Padded key positions read slots no request owns (NaN under --adversarial): zero them,
         # since 0 * NaN in P.V would poison the row even though P is 0 there.
         unseen = ~pc.keep.any(1)[..., None, None]  # [b, smax, 1, 1]
-        k, v = k.masked_fill(unseen, 0.0), v.masked_fill(unseen, 0.0)
+        k.masked_fill_(unseen, 0.0), v.masked_fill_(unseen, 0.0)  # in place: fresh gathered copies
         hk = cfg.num_kv_heads
         group = cfg.num_heads // hk
         k = k.permute(0, 2, 1, 3)  # [b, Hk, smax, D]
