@@ -20,9 +20,14 @@ H="python3 -m harness.cli"
 LOG="$OUT/session-$PHASE.log"
 NGPU=$(python3 -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)
 DRY=${DRY:-0}
+END=$((SECONDS + ${BUDGET:-560}))   # seconds this phase may take in all (a device call ends at 600)
 
 step() {  # step SECONDS NAME COMMAND...: run with a limit, log to $R/logs/NAME.log
   local limit=$1 name=$2; shift 2
+  # The whole phase must end inside one device call: cap each step at what is left of BUDGET.
+  local left=$((END - SECONDS))
+  if [ "$left" -lt 15 ]; then echo "=== SKIP $name: phase budget spent" | tee -a "$LOG"; return 0; fi
+  [ "$limit" -gt "$left" ] && limit=$left
   if [ "$DRY" = 1 ]; then  # flags and paths only: a few seconds each, no installs
     limit=8; [ "$1" = bash ] && { echo "=== DRY skip $name: $*" | tee -a "$LOG"; return 0; }
   fi
