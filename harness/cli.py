@@ -197,7 +197,7 @@ def _exec_options(args: argparse.Namespace, device: torch.device) -> Any:
 
 
 def _prepare_out_dir(args: argparse.Namespace, suite: Any, cells: list, device: torch.device,
-                     backends: list, devices: list[str]) -> tuple[Path, list, dict]:
+                     backends: list, devices: list[str], extra: dict | None = None) -> tuple[Path, list, dict]:
     """A fresh results folder with its header, or (--resume) the old one with only the
     missing cells left to run and this run added to the header's ``resumed`` list."""
     from harness.env import run_header
@@ -226,9 +226,59 @@ def _prepare_out_dir(args: argparse.Namespace, suite: Any, cells: list, device: 
         versions[b.name] = {"available": a.available, "reason": a.reason, **a.versions}
     header = run_header(device, versions, argv, {"suite": suite.suite, "suite_file": args.suite,
                                                  "cells": len(cells), "seed": args.seed,
-                                                 "devices": devices})
+                                                 "devices": devices, **(extra or {})})
     write_header(out_dir, header)
     return out_dir, cells, header
+
+
+def _harness_version() -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("attn-harness")
+    except PackageNotFoundError:
+        return None
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    """Join shard folders (and --resume leftovers) into one results folder (harness/merge.py)."""
+    from harness.merge import MergeError, merge_dirs, write_merged
+
+    try:
+        res = merge_dirs([Path(d) for d in args.dirs])
+        out = write_merged(res, Path(args.output))
+    except MergeError as e:
+        raise UsageError(str(e)) from None
+    console.print(f"{len(res.rows)} rows from {len(args.dirs)} folder(s) -> {out}")
+    for what, items in (("missing", res.missing), ("duplicated (first folder's row kept)", res.duplicated)):
+        if items:
+            err_console.print(f"{len(items)} cell(s) {what}:", highlight=False)
+            for k in items[:20]:
+                err_console.print(f"  {k}", highlight=False, markup=False)
+    return 1 if (res.missing or res.duplicated) and args.strict else 0
+
+
+def _apply_shard(args: argparse.Namespace, suite: Any, cells: list, opts: Any) -> tuple[list, dict]:
+    """--shard K/N: this shard's cells (harness/shard.py) and what run.json records about it."""
+    from harness.executor import cell_key
+    from harness.shard import parse_shard, partition, shard_costs, suite_hash
+
+    extra: dict[str, Any] = {"suite_hash": suite_hash(suite), "harness_version": _harness_version()}
+    if not getattr(args, "shard", None):
+        return cells, extra
+    try:
+        spec = parse_shard(args.shard)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    max_time = opts.timing.max_time_s if opts.timing is not None else 2.0
+    part = (cells, spec.count, opts.device.type, opts.time, max_time, opts.check)
+    mine = partition(*part)[spec.index - 1]
+    extra["shard"] = {"index": spec.index, "count": spec.count, "total_cells": len(cells),
+                      "est_cost_s": shard_costs(*part),
+                      "cells": ["|".join(cell_key(suite, c)) for c in mine]}
+    if not mine:
+        console.print(f"shard {spec}: no cells fall in this shard ({len(cells)} cells, fewer cases than shards)")
+    return mine, extra
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -265,7 +315,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     cells = plan_cells(suite, backends, opts)
     if not cells:
         raise UsageError("nothing to run: no case/backend/variant matches the filters")
-    out_dir, cells, header = _prepare_out_dir(args, suite, cells, device, backends, exec_opts.devices)
+    cells, extra = _apply_shard(args, suite, cells, opts)
+    out_dir, cells, header = _prepare_out_dir(args, suite, cells, device, backends, exec_opts.devices, extra)
     args.started_out_dir = out_dir  # from here an interrupt can be resumed
     rows: list[ResultRow] = []
     where = ",".join(exec_opts.devices) if len(exec_opts.devices) > 1 else str(device)
@@ -543,6 +594,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "used: far steadier on a shared machine; what `harness compare` can gate on)")
     rb = r.add_argument_group("robustness (docs/robustness.md)")
     rb.add_argument("--resume", metavar="DIR", help="continue an interrupted run in DIR: run only the cells it lacks")
+    rb.add_argument("--shard", metavar="K/N",
+                    help="run only shard K of N (1-based): whole cases, balanced by estimated cost, the same "
+                         "split on every machine; `harness merge` joins the shard folders (docs/scale-out.md)")
     rb.add_argument("--devices", help="one worker per entry, cases spread over them: 0,1,... (GPUs) or cpu,cpu")
     rb.add_argument("--cell-timeout", type=float, metavar="SECONDS",
                     help="kill a cell's worker after this long and record timeout (default 600 GPU, 120 CPU; 0 = none)")
@@ -561,6 +615,11 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--title", help="page title")
     rp.set_defaults(func=cmd_report)
 
+    mg = sub.add_parser("merge", help="join shard folders (and --resume leftovers) into one results folder")
+    mg.add_argument("dirs", nargs="+", metavar="DIR", help="results folders of one suite run (e.g. the shards of --shard K/N)")
+    mg.add_argument("-o", "--output", required=True, metavar="DIR", help="the merged results folder to write")
+    mg.add_argument("--strict", action="store_true", help="exit 1 if a cell is missing or duplicated")
+    mg.set_defaults(func=cmd_merge)
     cp = sub.add_parser("compare", help="compare NEW against BASELINE; exit 1 on a correctness regression, a missing "
                                         "row, or a slowdown beyond the threshold and the run-to-run noise "
                                         "(noise-dominated timings, e.g. CPU wall clock, are reported, not gated)")
