@@ -131,3 +131,17 @@ def test_deterministic_and_block_size_rule():
     assert simulate(reqs, p).steps == simulate(reqs, p).steps
     with pytest.raises(ValueError, match="divide 512"):
         SchedulerParams(block_size=48)
+
+
+def test_stratified_sample_weights_cover_trace():
+    from harness.spec.models import RequestGroup
+    from harness.trace.replay import sample_steps, step_request_groups
+    reqs = select(read_trace(DATA / "azure-llm-2023-conv.csv"), first=60, rate_scale=20.0)
+    steps = simulate(reqs, SchedulerParams(max_num_batched_tokens=2048)).steps
+    sample = sample_steps(steps, 12)
+    assert len(sample) == 12 and len({s.step.index for s in sample}) == 12
+    assert abs(sum(s.weight for s in sample) - len(steps)) < 1e-6
+    assert sample == sample_steps(steps, 12)
+    for s in sample:
+        groups = [RequestGroup.model_validate(g) for g in step_request_groups(s.step)]
+        assert sum(g.query_dist.value for g in groups) == s.step.num_tokens

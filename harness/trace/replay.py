@@ -1,0 +1,67 @@
+"""Step sampling for replay: K representative steps stratified by composition, each with the
+weight (steps it stands for) used to scale sampled attention time back to the whole trace:
+trace_time ~= sum(weight_i * time_i) over sampled steps i; per generated token = that / the
+trace's generated tokens. Also the conversion of a step into the suite's request groups."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from harness.trace.scheduler import Step
+
+
+def composition(step: Step) -> tuple[int, int, int]:
+    """Stratum key: (has prefill/extend, log2 bucket of decode count, log2 bucket of tokens)."""
+    dec = sum(1 for r in step.requests if r.kind == "decode")
+    mixed = int(dec < len(step.requests))
+    return mixed, int(math.log2(dec)) + 1 if dec else 0, int(math.log2(step.num_tokens))
+
+
+@dataclass(frozen=True)
+class Sampled:
+    step: Step
+    weight: float   # how many trace steps this one stands for
+
+
+def sample_steps(steps: list[Step], k: int) -> list[Sampled]:
+    """Deterministic stratified sample: every stratum gets picks in proportion to its size
+    (at least one while k allows, largest strata first), evenly spaced within the stratum."""
+    if k <= 0 or not steps:
+        return []
+    if k >= len(steps):
+        return [Sampled(s, 1.0) for s in steps]
+    strata: dict[tuple[int, int, int], list[Step]] = {}
+    for s in steps:
+        strata.setdefault(composition(s), []).append(s)
+    order = sorted(strata, key=lambda key: (-len(strata[key]), key))
+    picks = {key: 0 for key in order}
+    for key in order[:k]:
+        picks[key] = 1
+    left = k - sum(picks.values())
+    # remaining picks by largest remainder of the proportional share
+    share = {key: k * len(strata[key]) / len(steps) for key in order}
+    while left > 0:
+        key = max(order, key=lambda q: (share[q] - picks[q], -order.index(q))
+                  if picks[q] < len(strata[q]) else (-math.inf, 0))
+        picks[key] += 1
+        left -= 1
+    out: list[Sampled] = []
+    for key in order:
+        members, n = strata[key], picks[key]
+        for j in range(n):
+            out.append(Sampled(members[(2 * j + 1) * len(members) // (2 * n)], len(members) / n))
+    # strata left without a pick (more strata than k) are spread over the others pro rata
+    covered = sum(s.weight for s in out)
+    scale = len(steps) / covered
+    return sorted((Sampled(s.step, s.weight * scale) for s in out), key=lambda s: s.step.index)
+
+
+def step_request_groups(step: Step) -> list[dict[str, object]]:
+    """The step as the suite's ``requests:`` list (decode-first order, one group per request)."""
+    groups: list[dict[str, object]] = []
+    for r in sorted(step.requests, key=lambda r: r.kind != "decode"):
+        g: dict[str, object] = {"kind": r.kind, "query_len": r.query_len}
+        if r.kind != "prefill":
+            g["context_len"] = r.context_len
+        groups.append(g)
+    return groups
