@@ -312,6 +312,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         cpu_max_kv_mib=args.cpu_max_kv_mib,
         timing=_timing_options(args, device),
     )
+    if args.ray is not None:
+        from harness.ray_executor import RayUnavailable, import_ray
+
+        if exec_opts.devices[1:] or not exec_opts.isolation:
+            raise UsageError("--ray places cells on the cluster's workers: drop --devices/--no-isolation")
+        try:
+            import_ray()
+        except RayUnavailable as e:
+            raise UsageError(str(e)) from None
     cells = plan_cells(suite, backends, opts)
     if not cells:
         raise UsageError("nothing to run: no case/backend/variant matches the filters")
@@ -331,7 +340,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         def on_start(cell: Any) -> None:
             progress.update(task, description=escape(f"{cell.case.name[:40]} {cell.backend.name}"))
 
-        executor = Executor(suite, opts, exec_opts)
+        if args.ray is not None:
+            from harness.ray_executor import RayExecutor
+
+            executor = RayExecutor(suite, opts, exec_opts, address=args.ray)
+        else:
+            executor = Executor(suite, opts, exec_opts)
         for row in executor.run(cells, on_start=on_start):
             writer.write(row)
             rows.append(row)
@@ -594,6 +608,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "used: far steadier on a shared machine; what `harness compare` can gate on)")
     rb = r.add_argument_group("robustness (docs/robustness.md)")
     rb.add_argument("--resume", metavar="DIR", help="continue an interrupted run in DIR: run only the cells it lacks")
+    rb.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
+                    help="run cells as Ray tasks (one case at a time per GPU, each in an isolated worker): a local "
+                         "cluster, or ADDRESS (e.g. ray://head:10001 or auto); needs pip install 'attn-harness[ray]'")
     rb.add_argument("--shard", metavar="K/N",
                     help="run only shard K of N (1-based): whole cases, balanced by estimated cost, the same "
                          "split on every machine; `harness merge` joins the shard folders (docs/scale-out.md)")

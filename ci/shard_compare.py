@@ -1,0 +1,31 @@
+"""Compare two runs of the same cells (ci/gpu/shard.sh: --ray vs --devices 0,1): same verdicts
+per cell, and the speed-up of the second over the first from run.json's run_s. Exit 1 when a
+verdict differs or a cell is in only one run."""
+
+from __future__ import annotations
+
+import sys
+
+from harness.results import read_header, read_rows
+
+
+def main(a: str, b: str) -> int:
+    ra = {r.key: r.status for r in read_rows(a)}
+    rb = {r.key: r.status for r in read_rows(b)}
+    only = set(ra) ^ set(rb)
+    diff = {k: (ra[k], rb[k]) for k in set(ra) & set(rb) if ra[k] != rb[k]}
+    ta, tb = read_header(a).get("run_s"), read_header(b).get("run_s")
+    print(f"{a}: {len(ra)} rows, run {ta:.1f} s" if ta else f"{a}: {len(ra)} rows")
+    print(f"{b}: {len(rb)} rows, run {tb:.1f} s" if tb else f"{b}: {len(rb)} rows")
+    if ta and tb:
+        print(f"speed-up of {b} over {a}: {ta / tb:.2f}x")
+    for k in sorted(only):
+        print(f"  only in one run: {'|'.join(k)}")
+    for k, (x, y) in sorted(diff.items()):
+        print(f"  verdict differs: {'|'.join(k)}: {x} vs {y}")
+    print("same verdicts" if not only and not diff else f"{len(only)} cell(s) in one run only, {len(diff)} verdict(s) differ")
+    return 1 if only or diff else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1], sys.argv[2]))
