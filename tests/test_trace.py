@@ -145,3 +145,24 @@ def test_stratified_sample_weights_cover_trace():
     for s in sample:
         groups = [RequestGroup.model_validate(g) for g in step_request_groups(s.step)]
         assert sum(g.query_dist.value for g in groups) == s.step.num_tokens
+
+
+def test_make_suite_and_cpu_replay(tmp_path):
+    import json
+    import subprocess
+    import sys
+    from harness.trace.make_suite import main
+    out = tmp_path / "t.yaml"
+    assert main([str(DATA / "azure-llm-2023-conv.csv"), "--first", "30", "--rate-scale", "4",
+                 "--sample", "2", "--max-num-batched-tokens", "512", "--block-size", "16",
+                 "--heads", "2", "1", "32", "--backends", "torch-math", "-o", str(out)]) == 0
+    r = subprocess.run([sys.executable, "-m", "harness.cli", "run", str(out), "--device", "cpu",
+                        "--no-time", "--quiet", "--out", str(tmp_path / "res")],
+                       capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent)
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(l) for l in open(tmp_path / "res" / "results.jsonl")]
+    assert len(rows) == 2 and all(row["status"] == "pass" for row in rows)
+    bad = tmp_path / "bad.csv"
+    bad.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,-3,4\n")
+    assert main([str(bad), "-o", str(tmp_path / "x.yaml")]) == 2
+    assert not (tmp_path / "x.yaml").exists()
