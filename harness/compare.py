@@ -127,9 +127,20 @@ def _timing(row: ResultRow) -> tuple[float, float, float] | None:
 
 
 def device_class(row: ResultRow) -> str:
-    """The noise class of a row's timing: device type and timing method (``cpu/wall_clock``)."""
+    """The noise class of a row's timing: device type and timing method (``cpu/wall_clock``).
+    GPU rows timed eagerly (no CUDA-graph replay) form their own class (``cuda/cuda_event/eager``):
+    their time includes launch gaps, so host load moves them (measured on the H200: up to +37%
+    between two identical runs while graph-replayed rows stayed within ±0.5%) and they must not
+    share, or widen, the graph-timed rows' noise band."""
     dev = (row.device or "?").split(":")[0]
-    return f"{dev}/{row.timing.method if row.timing else '?'}"
+    if row.timing is None:
+        return f"{dev}/?"
+    cls = f"{dev}/{row.timing.method}"
+    graph = row.timing.cuda_graph
+    used = graph.get("used") if isinstance(graph, dict) else getattr(graph, "used", None)
+    if dev == "cuda" and used is False:
+        cls += "/eager"
+    return cls
 
 
 # ---------------------------------------------------------------- the noise model

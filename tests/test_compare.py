@@ -254,3 +254,18 @@ def test_committed_baseline_covers_the_smoke_suite(real_rows):
     suite = load_suite(SMOKE)
     keys = {(r.case, r.backend) for r in real_rows}
     assert keys == {(c.name, b) for c in suite.cases for b in suite.backends}
+
+
+H200_TODAY = Path(__file__).resolve().parents[1] / "reports" / "h200" / "2026-11-30"
+
+
+def test_h200_identical_runs_pass_and_a_real_slowdown_fails():
+    """Real H200 rows (reports/h200/2026-11-30): the default decode suite twice while the other
+    GPU ran correctness jobs (eager torch rows moved up to +37% with host load, graph-replayed
+    rows stayed within ±0.5%) must not fail the gate; FA3 doing 1.5x the work must fail it."""
+    same = compare_paths(H200_TODAY / "decode-1", H200_TODAY / "decode-2", threshold=0.05)
+    assert not same.regressed and len(same.diffs) == 252
+    assert not same.noise["cuda/cuda_event"].dominated            # graph-timed rows stay gated
+    assert same.noise["cuda/cuda_event/eager"].dominated          # eager rows: correctness only
+    slow = compare_paths(H200_TODAY / "rows-base", H200_TODAY / "rows-slow", threshold=0.05)
+    assert slow.regressed and len(slow.of("slower")) == 12

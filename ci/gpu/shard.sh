@@ -12,7 +12,7 @@ if [ "${SHARD_NGPU:-0}" -lt 2 ]; then
 elif ! python3 -c "import ray" 2>/dev/null; then
   echo "=== SKIP shard: ray is not importable here (pip install 'attn-harness[ray]')" | tee -a "$LOG"
 else
-  step 60 shard-devices $H run "${SHARD_CELLS[@]}" --device cuda --devices 0,1 --max-time 0.3 --out $R/shard-devices
+  step 60 shard-devices $H run "${SHARD_CELLS[@]}" --devices 0,1 --max-time 0.3 --out $R/shard-devices
   step 75 shard-ray $H run "${SHARD_CELLS[@]}" --device cuda --ray --max-time 0.3 --out $R/shard-ray
   step 15 shard-compare python3 ci/shard_compare.py $R/shard-devices $R/shard-ray
   step 30 shard-s1 $H run "${SHARD_CELLS[@]}" --device cuda:0 --no-time --shard 1/2 --out $R/shard-s1
