@@ -257,8 +257,11 @@ def _context_broken(device: torch.device, reason: str) -> str | None:
 
 def _worker_main(conn: Any, device_name: str, suite: Suite, opts: RunOptions, budget_mib: float | None,
                  cpu_share: int, threads: int | None) -> None:
-    # Ctrl-C goes to the whole process group; the parent decides how to stop.
+    # Ctrl-C goes to the whole process group; the parent decides how to stop. The worker was
+    # started with SIGINT blocked (Executor._start_process): ignore it (dropping one that is
+    # pending), then unblock.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     _die_with_parent()
     if threads:
         torch.set_num_threads(threads)
@@ -365,18 +368,15 @@ class Executor:
             target=_worker_main, name=f"harness-worker-{device}", daemon=True,
             args=(child_conn, device, self.suite, self.opts, self.exec_opts.memory_budget_mib, max(1, n_cpu), threads),
         )
-        # The worker inherits an ignored SIGINT across exec, so a Ctrl-C while it is still
-        # importing torch (before _worker_main can ignore it) prints no traceback from it; the
-        # parent is deaf only for the few ms that start() takes.
-        try:
-            previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        except ValueError:  # not the main thread
-            previous = None
+        # SIGINT is blocked (not ignored) while the worker starts: the mask survives exec, so a
+        # Ctrl-C while the worker still imports torch stays pending there until _worker_main
+        # ignores it (no traceback from the worker), and one that reaches the parent meanwhile
+        # is delivered as soon as start() returns (an ignored one would be lost: seen in CI).
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
             proc.start()
         finally:
-            if previous is not None:
-                signal.signal(signal.SIGINT, previous)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         child_conn.close()  # so the parent sees EOF when the worker dies
         return proc, parent_conn
 
