@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
-from harness.results import FAILED, NOT_RUN, RAN, ResultRow, Status, read_rows, read_run_header, results_file
+from harness.results import FAILED, NOT_RUN, RAN, ResultRow, Status, read_rows, read_run_header
 
 Speed = Literal["faster", "slower", "same", "ambiguous", "noisy", "not timed"]
 ATTEMPTED = RAN | FAILED  # the cell was tried: it ran, or it failed trying
@@ -335,12 +335,8 @@ def confirm_slowdowns(comp: Comparison, remeasured: list[list[ResultRow]]) -> No
 
 def compare_paths(baseline: str | Path, new: str | Path, **kw: Any) -> Comparison:
     """Compare two results folders or .jsonl files (see ``compare_rows`` for the options)."""
-    for p in (baseline, new):
-        if not Path(p).exists():
-            raise FileNotFoundError(f"{p}: no such results folder or file")
-        if Path(p).is_dir() and not results_file(p).exists():
-            raise FileNotFoundError(f"{p}: folder holds no results.jsonl")
-    comp = compare_rows(read_rows(baseline), read_rows(new), **kw)
+    base_rows, new_rows = read_rows(baseline), read_rows(new)  # FileNotFoundError names the path
+    comp = compare_rows(base_rows, new_rows, **kw)
     db, dn = read_run_header(baseline).device_name, read_run_header(new).device_name
     if db and dn and db != dn and not kw.get("correctness_only"):
         comp.warnings.append(f"baseline device {db!r} differs from new device {dn!r}")

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from attn_contract.status import FAILED, Status
-from harness.results import read_header, read_rows, results_file
+from harness.results import read_header, read_rows
 from harness.selection_rules import (
     VLLM_BACKENDS,
     CascadeRule,
@@ -82,12 +82,10 @@ def load_inputs(paths: Sequence[str | Path]) -> Inputs:
     headers: list[tuple[str, dict[str, Any]]] = []
     for p in paths:
         p = Path(p)
-        if not p.exists():
-            raise RecommendError(f"{p}: no such results folder or file")
-        if p.is_dir() and not results_file(p).exists():
-            raise RecommendError(f"{p}: folder holds no results.jsonl")
         try:
             got = read_rows(p)
+        except FileNotFoundError as e:  # already names the path
+            raise RecommendError(str(e)) from None
         except (ValueError, OSError, UnicodeDecodeError) as e:
             raise RecommendError(f"{p}: {e}") from None
         headers.append((str(p), read_header(p)))

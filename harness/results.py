@@ -437,8 +437,13 @@ def results_file(path: str | Path) -> Path:
 
 def read_rows(path: str | Path) -> list[ResultRow]:
     """Rows from a results folder or a .jsonl file; a torn last line (a killed run) is ignored.
-    A line that is JSON but not a valid row raises ValueError naming the file, line and field."""
+    A line that is JSON but not a valid row raises ValueError naming the file, line and field; a
+    missing file or a folder without rows raises FileNotFoundError saying which."""
+    if not Path(path).exists():
+        raise FileNotFoundError(f"{path}: no such results folder or file")
     p = results_file(path)
+    if not p.exists():
+        raise FileNotFoundError(f"{path}: folder holds no results.jsonl")
     rows = []
     if p.suffix == ".gz":
         lines = gzip.decompress(p.read_bytes()).decode("utf-8").splitlines()

@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable
 import pandas as pd
 
 from attn_contract.status import FAILED, Status
-from harness.results import read_header, read_rows, results_file, rows_frame
+from harness.results import read_header, read_rows, rows_frame
 
 # ---------------------------------------------------------------- what a section returns
 
@@ -129,11 +129,7 @@ def load(paths: Iterable[str | Path]) -> Loaded:
     run_of_row: list[int] = []
     for i, p in enumerate(paths):
         p = Path(p)
-        if not p.exists():
-            raise FileNotFoundError(f"{p}: no such results folder or file")
-        if p.is_dir() and not results_file(p).exists():
-            raise FileNotFoundError(f"{p}: folder holds no results.jsonl")
-        got = read_rows(p)
+        got = read_rows(p)  # FileNotFoundError names a missing path or an empty folder
         rows.extend(got)
         run_of_row.extend([i] * len(got))
         headers.append(read_header(p))
