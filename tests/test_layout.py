@@ -14,24 +14,7 @@ from harness.metrics import attention_work, layout_work
 from harness.runner import RunOptions, too_large_reason
 from harness.spec import CaseSpec, parse_suite
 from harness.workload import generate
-
-
-def case(**kw):
-    base = dict(
-        name="l",
-        num_heads=8,
-        num_kv_heads=2,
-        head_size=16,
-        block_size=4,
-        batch=[
-            {"kind": "decode", "count": 3, "context_len": {"dist": "uniform", "low": 1, "high": 30}},
-            {"kind": "prefill", "count": 2, "query_len": {"dist": "uniform", "low": 1, "high": 20}},
-            {"kind": "extend", "count": 2, "query_len": 5, "context_len": 9},
-        ],
-        seed=3,
-    )
-    base.update(kw)
-    return CaseSpec.model_validate(base)
+from test_workload import case  # the same mixed decode/prefill/extend case
 
 
 @pytest.mark.parametrize("kw", [{}, {"kv_cache_dtype": "fp8_e4m3"}, {"shared_prefix": {"length": 8, "groups": 2}},
