@@ -12,7 +12,7 @@ from harness.layout import case_layout, dtype_bytes, kv_element_bytes
 from attn_contract import TORCH_DTYPES
 from harness.metrics import attention_work, layout_work
 from harness.runner import RunOptions, too_large_reason
-from harness.spec import CaseSpec, parse_suite
+from harness.spec import parse_suite
 from harness.workload import generate
 from test_workload import case  # the same mixed decode/prefill/extend case
 
