@@ -25,7 +25,24 @@ class Sampled:
 
 def sample_steps(steps: list[Step], k: int) -> list[Sampled]:
     """Deterministic stratified sample: every stratum gets picks in proportion to its size
-    (at least one while k allows, largest strata first), evenly spaced within the stratum."""
+    (at least one while k allows, largest strata first), evenly spaced within the stratum.
+    Mixed steps (with a prefill or extend) and decode-only steps are sampled apart, each with
+    at least one pick when k >= 2: decode-only strata are the most numerous, and without this a
+    small k would sample no prefill at all (and the trace's prompt tokens would have no time)."""
+    if k <= 0 or not steps:
+        return []
+    if k >= len(steps):
+        return [Sampled(s, 1.0) for s in steps]
+    mixed = [s for s in steps if composition(s)[0]]
+    dec = [s for s in steps if not composition(s)[0]]
+    if k < 2 or not mixed or not dec:
+        return _sample(steps, k)
+    k_mixed = min(len(mixed), max(1, min(k - 1, round(k * len(mixed) / len(steps)))))
+    both = _sample(mixed, k_mixed) + _sample(dec, k - k_mixed)
+    return sorted(both, key=lambda s: s.step.index)
+
+
+def _sample(steps: list[Step], k: int) -> list[Sampled]:
     if k <= 0 or not steps:
         return []
     if k >= len(steps):
