@@ -15,7 +15,7 @@ from dataclasses import replace
 import torch
 
 from attn_contract import AlibiLse
-from backends._paged import HostLoopMetadata, dequantize
+from backends._paged import TORCH_MATH_CALL, HostLoopMetadata, dequantize
 from backends.torch_math import MathImpl, TorchMathBackend
 
 
@@ -252,6 +252,11 @@ PageOffByOne = _mutant("PageOffByOne", _PageOffByOneImpl, "last page read from p
 IgnoreKVScale = _mutant("IgnoreKVScale", _IgnoreKVScaleImpl, "fp8 k/v scales ignored")
 SwappedKVScale = _mutant("SwappedKVScale", _SwappedKVScaleImpl, "k_scale and v_scale swapped")
 SwappedRequests = _mutant("SwappedRequests", _SwappedRequestsImpl, "requests 0 and 1 read each other's pages")
+# Its bug in the standalone reproducer (`harness repro`): the torch call on a block table whose
+# rows 0 and 1 are swapped, so the script fails as the harness's check did.
+SwappedRequests.standalone_call = classmethod(lambda cls, config, variant, call=None: (
+    "block_table = block_table[[1, 0, *range(2, block_table.shape[0])]] if block_table.shape[0] > 1 else block_table"
+    "  # the bug: requests 0 and 1 read each other's pages\n" + TORCH_MATH_CALL))
 UnwrittenTail = _mutant("UnwrittenTail", _UnwrittenTailImpl, "last token's output never written")
 WindowOffByOne = _mutant("WindowOffByOne", _WindowOffByOneImpl, "sliding window one key too wide")
 IgnoreSoftcap = _mutant("IgnoreSoftcap", _IgnoreSoftcapImpl, "logit softcap ignored")
@@ -264,6 +269,7 @@ WritesInputs = _mutant("WritesInputs", _WritesInputsImpl, "scribbles on its quer
 MetadataDrift = _mutant("MetadataDrift", _MetadataDriftImpl, "metadata changes after the first call")
 IgnoreSinks = _mutant("IgnoreSinks", _IgnoreSinksImpl, "attention sinks ignored")
 CausalAlways = _mutant("CausalAlways", _CausalAlwaysImpl, "non-causal requests run causal")
+
 
 class _AlibiKeyIndexImpl(_MaskedMathImpl):
     """FA2's causal ALiBi (alibi.h): ``+slope * j``, the relative bias minus the row constant
