@@ -97,6 +97,28 @@ def test_row_writer_flushes_each_row_and_marks_interrupted(tmp_path):
 def test_scripts_exit_2_without_a_gpu(tmp_path):
     assert fidelity.main(["--out", str(tmp_path / "f")]) == 2
     assert direct.main([]) == 2
+    assert _load("fa4_diag").main(["--out", str(tmp_path / "d.json")]) == 2
+
+
+def test_fa4_diagnostic_cells_are_the_direct_calls_shapes():
+    """ci/fa4_diag.py times the adapter on the same shapes as ci/direct_timing.py's decode call:
+    one decode segment, every sequence exactly `context` long, page 16 (checked on the CPU up
+    to the kernel call)."""
+    from backends.flash_attn.backend import FlashAttentionBackend
+    from harness.runner import prepare_cell
+    from harness.spec import parse_suite
+    from harness.workload import generate
+
+    diag = _load("fa4_diag")
+    assert diag.CELLS["decode-64x4096-32/8"]["context"] == direct.DECODE["context"]
+    for name, c in diag.CELLS.items():
+        case = parse_suite(diag.case_spec(name, c), "<fa4_diag>").cases[0]
+        p = prepare_cell(FlashAttentionBackend, {"fa_version": 4}, generate(case, torch.device("cpu")), torch.device("cpu"))
+        (seg,) = p.metadata.segments
+        assert seg.kind == "decode" and seg.num_reqs == c["batch"]
+        assert seg.seq_lens.min() == seg.seq_lens.max() == c["context"]
+        assert tuple(seg.block_table.shape) == (c["batch"], c["context"] // 16)
+        assert p.impl.generation.num_splits == 1  # sm90 rule, as direct_timing's FA4 call (its default)
 
 
 def test_direct_comparison_names_the_calls_and_flags_big_differences():
