@@ -34,6 +34,7 @@ from attn_contract import (
     CudaGraphSupport,
     HeadSizes,
     MultipleOf,
+    SplitKV,
     split_decodes_and_prefills,
 )
 
@@ -264,9 +265,13 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder[FlashInferMetadata]):
 
     def _plan_decode(self, csr: PagedKVCSR) -> None:
         cfg = self.config
+        # Variant ``split_kv_pages`` (the split-kv invariant): 0 = disable_split_kv, N = a fixed
+        # split of N pages (fixed_split_size, tensor-core decode only); absent = the heuristic.
+        split = self.variant.get("split_kv_pages")
+        kw = {} if split is None else {"disable_split_kv": True} if int(split) == 0 else {"fixed_split_size": int(split)}
         self.decode_wrapper.plan(
             csr.indptr, csr.indices, csr.last_page_len, cfg.num_heads, cfg.num_kv_heads, cfg.head_size,
-            cfg.block_size, pos_encoding_mode="NONE", **self._common_plan_kwargs(),
+            cfg.block_size, pos_encoding_mode="NONE", **self._common_plan_kwargs(), **kw,
         )
 
     def _plan_prefill(self, qo_indptr: torch.Tensor, csr: PagedKVCSR, causal: bool) -> None:
@@ -471,6 +476,9 @@ class FlashInferBackend(AttentionBackend):
             devices=frozenset({"cuda"}),
             cudagraph=CudaGraphSupport.UNIFORM_SINGLE_TOKEN_DECODE,
             reorder_batch_threshold=1,
+            # fixed_split_size is honoured by the tensor-core decode only (FlashInfer's plan doc).
+            split_kv=(SplitKV("split_kv_pages", 0, 1)
+                      if {**DEFAULT_VARIANT, **(variant or {})}["decode_tensor_cores"] else None),
             notes=(
                 "any page size >= 1; decode verified on H200 with pages " + ",".join(map(str, VERIFIED_PAGE_SIZES)),
                 "decode_tensor_cores=False (CUDA-core decode) needs GQA group in {1,2,3,4,6,8}",
