@@ -10,7 +10,7 @@ forward with harness.timing exactly as ``harness run`` does (hot mode, CUDA grap
 backend allows it), then profiles the same forward calls with torch.profiler and takes, per
 call (the CUDA graph replay when the harness timed one, else the eager call), the device
 busy time of its kernels/memsets/memcpys (the union of their intervals:
-kernels that overlap, as FA3/FA4's PDL-launched combine kernel does, count once), beside the
+kernels that overlap, as PDL-launched kernels can, count once), beside the
 plain sum of durations and the first-start-to-last-end span (see interval_stats).
 
 Prints harness us, busy us, diff % (gated), the sum and its diff, the span, the overlapping
@@ -118,11 +118,11 @@ def interval_stats(intervals: list[tuple[float, float, str]], calls: int) -> dic
     """Per-call figures of device intervals (start_us, end_us, name) recorded over ``calls``
     back-to-back calls (pure: tested on the CPU).
 
-    sum_us:  the durations added up. Counts twice any time two kernels overlap: FA3 and FA4 on
-             Hopper launch the split-KV combine kernel with programmatic dependent launch
-             (PDL), so it starts, and its recorded duration begins, while the attention kernel's
-             last blocks still run (2026-11-30: the sum exceeded the graph-timed figure by 4.5-9.8%
-             on FA3/FA4 decode only, growing with the cell; FlashInfer's 1-2 kernels agreed).
+    sum_us:  the durations added up. Counts twice any time two kernels overlap, as with
+             programmatic dependent launch (PDL, FA3 on Hopper): a dependent kernel starts, and
+             its recorded duration begins, while its predecessor's last blocks still run
+             (2026-11-30: the sum exceeded the graph-timed figure by 4.5-9.8% on FA3/FA4 decode
+             only, growing with the cell; FlashInfer agreed; overlap suspected, not confirmed).
     busy_us: the union of the intervals: time the device had at least one of the call's kernels
              running, overlaps counted once and the gaps between kernels left out. The gated
              figure: the harness's stream time can only exceed it by the launch gaps.

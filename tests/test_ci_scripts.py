@@ -44,9 +44,9 @@ def test_gate_applies_to_kernel_bound_rows_only():
 
 
 def test_busy_time_counts_overlapping_kernels_once():
-    """FA3/FA4 decode on the H200: attention kernel then a PDL-launched combine kernel that
-    starts before the attention kernel ends. The sum of durations counts the overlap twice
-    (the 2026-11-30 gate failed FA3 by -9.2% against it); the busy time does not."""
+    """A synthetic call of three kernels whose last one starts before the attention kernel
+    ends (what a PDL-launched dependent kernel does). The sum of durations counts the overlap
+    twice (the 2026-11-30 gate failed FA3 by -9.2% against the sum); the busy time does not."""
     calls = []
     for i in range(4):  # 4 back-to-back calls, 2 us apart: prepare 5 us, attention 200 us, combine
         t0 = i * 250.0
