@@ -307,6 +307,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         variant_filters=_parse_variants(args.variant or []),
         check=not args.no_check,
         time=not args.no_time,
+        time_references=args.time_references,
         collapse_variants=not args.all_variants,
         cpu_max_gflop=args.cpu_max_gflop,
         cpu_max_kv_mib=args.cpu_max_kv_mib,
@@ -576,6 +577,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fill every KV-cache slot no request owns (spare pages, last-page tails) with NaN;"
                         " a correct kernel never reads them (docs/conformance.md)")
     r.add_argument("--no-time", action="store_true", help="skip timing (conformance only)")
+    r.add_argument("--time-references", action="store_true",
+                   help="also time correctness references (backends whose capabilities declare role "
+                        "'reference', e.g. torch-math on a GPU); by default their cells are checked, not timed")
     r.add_argument("--all-variants", action="store_true",
                    help="run every variant even where an axis cannot apply to the batch (default: one cell "
                         "stands for them, its row says which axes applied; docs/measurement.md)")

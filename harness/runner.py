@@ -46,6 +46,8 @@ class RunOptions:
     variant_filters: dict[str, dict[str, list[str]]] = field(default_factory=dict)
     check: bool = True
     time: bool = True
+    # Time backends whose Capabilities declare them untimed here (role "reference"; --time-references).
+    time_references: bool = False
     timing: TimingOptions | None = None
     roofline: bool = True  # attach % of the measured device ceilings to each timed row
     cpu_max_gflop: float = 0.5  # the CLI defaults: keep them in step
@@ -457,7 +459,12 @@ def run_cell(cell: Cell, case_data: CaseContext, suite: Suite, opts: RunOptions)
                 row["check"]["inputs_modified"] = touched
             sw.lap("check")
 
-        if opts.time:
+        timed = opts.time
+        if timed and not opts.time_references:
+            skipped = prepared.caps.timing_skip_reason(device.type) if prepared.caps is not None else None
+            if skipped:
+                timed, row["timing_skipped"] = False, skipped
+        if timed:
             trace.stage = CellStage.TIMING
             timing_opts = opts.timing or TimingOptions.for_device(device)
             graph = prepared.graph_decision(enabled=timing_opts.cuda_graph)
@@ -481,7 +488,7 @@ def run_cell(cell: Cell, case_data: CaseContext, suite: Suite, opts: RunOptions)
             # the first call and kernels that write only part of a reused buffer.
             trace.stage = CellStage.CHECK
             later = []
-            if opts.time:
+            if timed:
                 later.append(("after timing", prepared.out.clone(), None))
             poisoned = torch.full_like(prepared.out, float("nan"))
             lse2 = torch.full_like(prepared.lse, float("nan")) if prepared.lse is not None else None

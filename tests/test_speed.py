@@ -3,6 +3,7 @@ variant axes that cannot change a result, cost-balanced workers, torch baselines
 memory estimate of the batched torch backends."""
 
 import json
+from pathlib import Path
 import math
 
 import pytest
@@ -272,3 +273,30 @@ def test_energy_absent_on_cpu_rows_say_why(tmp_path):
                  "--quiet", "--no-isolation", "--max-time", "0.02"]) == 0
     for r in read_rows(out):
         assert r.timing["energy"]["available"] is False and "cpu" in r.timing["energy"]["reason"]
+
+
+# ---------------------------------------------------------------- correctness references are not timed
+def test_reference_backend_is_checked_not_timed_unless_asked(tmp_path, monkeypatch):
+    from backends.torch_math import TorchMathBackend
+
+    caps = TorchMathBackend.capabilities()
+    assert caps.role == "reference" and caps.untimed_on == frozenset({"cuda"})  # on CPU it stays timed
+    assert caps.timing_skip_reason("cpu") is None and "not timed on cuda" in caps.timing_skip_reason("cuda")
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    suite = tmp_path / "s.yaml"
+    suite.write_text(SMALL)
+    backends = "plugins.cpu_reference:CpuReferenceMath,sdpa"
+    out = tmp_path / "res"
+    assert main(["run", str(suite), "--device", "cpu", "--backends", backends, "--out", str(out),
+                 "--quiet", "--max-time", "0.05", "--report"]) == 0
+    rows = read_rows(out)
+    ref = [r for r in rows if r.backend == "cpu-reference-math"]
+    other = [r for r in rows if r.backend == "sdpa"]
+    assert len(ref) == 2 and all(r.status == "pass" and r.check is not None and r.check.passed for r in ref)
+    assert all(r.timing is None and "reference, not timed" in r.timing_skipped for r in ref)
+    assert all(r.timing is not None and r.timing_skipped is None for r in other)
+    assert "reference, not timed" in (out / "report.html").read_text()
+    out2 = tmp_path / "res2"
+    assert main(["run", str(suite), "--device", "cpu", "--backends", backends, "--out", str(out2),
+                 "--quiet", "--max-time", "0.05", "--time-references"]) == 0
+    assert all(r.timing is not None and r.timing_skipped is None for r in read_rows(out2))
