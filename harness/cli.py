@@ -149,6 +149,7 @@ def print_summary(rows: list[ResultRow], out_dir: Path, max_rows: int = 80) -> N
         for (st, b, reason), n in sorted(not_run.items()):
             s.add_row(f"[{STATUS_STYLE[st]}]{st}", escape(b), str(n), escape(reason))
         console.print(s)
+    _print_trace_costs(rows)
     bad = [r for r in rows if r.status in FAILED]
     for r in bad[:20]:
         st = str(r.status)
@@ -156,6 +157,30 @@ def print_summary(rows: list[ResultRow], out_dir: Path, max_rows: int = 80) -> N
                           soft_wrap=True)
         err_console.print(f"  reproduce: {escape(r.reproducer)}", soft_wrap=True)
     console.print(f"Results: {out_dir / RESULTS_FILE}", soft_wrap=True)
+
+
+def _print_trace_costs(rows: list[ResultRow]) -> None:
+    """Rows of a replayed trace (tags step=/weight=): the report's trace numbers as a table."""
+    if not any(any(str(t).startswith("weight=") for t in (r.config or {}).get("tags") or []) for r in rows):
+        return
+    from harness.report.core import Loaded, frame
+    from harness.report.sections.trace import trace_costs
+
+    costs = trace_costs(frame(Loaded(list(rows), [{}], ["run"], [0] * len(rows))))
+    if costs.empty or not costs["total_us"].notna().any():
+        return
+    def f(x: Any, spec: str) -> str:
+        return "" if x is None or x != x else format(x, spec)
+
+    t = Table(title="Trace: attention cost over the whole trace (docs/traces.md)")
+    t.add_column("backend", overflow="fold", ratio=1)
+    for c in ("p50 us", "p99 us", "trace ms", "us/gen tok", "us/prompt tok", "vs best"):
+        t.add_column(c, justify="right", no_wrap=True)
+    for _, c in costs.iterrows():
+        t.add_row(escape(f"{c['suite']}: {c['short']}"), f(c["p50"], ".4g"), f(c["p99"], ".4g"),
+                  f(c["total_us"] / 1e3, ".4g"), f(c["us_per_gen"], ".4g"), f(c["us_per_prompt"], ".4g"),
+                  f"{c['vs_best']:.3g}x" if c["vs_best"] == c["vs_best"] else f"{c['timed']}/{c['steps']} steps")
+    console.print(t)
 
 
 def _timing_options(args: argparse.Namespace, device: torch.device) -> Any:

@@ -181,6 +181,9 @@ class ExecOptions:
     isolation: bool = True
     cell_timeout: float | None = None  # seconds; None or 0 = no limit
     memory_budget_mib: float | None = None
+    # Keep the workers between run() calls (a --ray actor runs one case per call: the worker's
+    # imports, CUDA context and compiled kernels are paid once); close() ends them.
+    keep_workers: bool = False
 
 
 def default_cell_timeout(device_type: str) -> float:
@@ -475,11 +478,14 @@ class Executor:
         self.queue = CaseQueues.plan(cases, self.exec_opts.devices, self.opts.time,
                                      timing_opts.max_time_s if timing_opts is not None else 2.0, self.opts.check)
         self.timeout = timeout = self.exec_opts.cell_timeout or None
-        self.slots = [_Slot(i, d, dataclasses.replace(self.opts, device=torch.device(d)))
-                      for i, d in enumerate(self.exec_opts.devices)]
+        reuse = bool(self.slots)  # keep_workers: the previous call's live workers take this call's cases
+        if not reuse:
+            self.slots = [_Slot(i, d, dataclasses.replace(self.opts, device=torch.device(d)))
+                          for i, d in enumerate(self.exec_opts.devices)]
         try:
             for slot in self.slots:
-                self._spawn(slot)
+                if not reuse or (slot.proc is None and not slot.dead):
+                    self._spawn(slot)
             while True:
                 live = [s for s in self.slots if not s.dead]
                 for slot in live:
@@ -519,7 +525,23 @@ class Executor:
                         self._requeue(slot)
                         self._restart(slot, progressed=False, why=why)
         finally:
-            self._shutdown()
+            if self.exec_opts.keep_workers:
+                self._release_busy()
+            else:
+                self._shutdown()
+
+    def _release_busy(self) -> None:
+        """keep_workers, after a run() call: idle workers stay for the next call; a worker still
+        busy (the call was abandoned mid-case) is killed so it cannot answer the next call."""
+        for slot in self.slots:
+            if slot.phase != SlotPhase.IDLE:
+                self._kill(slot)
+                slot.cells, slot.phase, slot.current, slot.deadline = [], SlotPhase.IDLE, None, None
+
+    def close(self) -> None:
+        """End the workers kept by ``keep_workers`` (a no-op otherwise: run() already did)."""
+        self._shutdown()
+        self.slots = []
 
     def _drain(self, slot: _Slot, timeout: float | None, on_start: Callable[[Cell], None] | None) -> Iterator[ResultRow]:
         """Handle everything the worker sent; then, if it is gone, what it left behind."""

@@ -167,7 +167,10 @@ def case_layout(case: CaseSpec) -> CaseLayout:
     num_groups = case.shared_prefix.groups if case.shared_prefix else 0
     prefix_len = case.shared_prefix.length if num_groups else 0
     group_of: list[int] = []
-    if num_groups:
+    if num_groups and case.shared_prefix.sizes:
+        for g, size in enumerate(case.shared_prefix.sizes):
+            group_of += [g] * size
+    elif num_groups:
         bounds = np.linspace(0, n, num_groups + 1).round().astype(int)
         for g in range(num_groups):
             group_of += [g] * int(bounds[g + 1] - bounds[g])

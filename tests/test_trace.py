@@ -166,3 +166,70 @@ def test_make_suite_and_cpu_replay(tmp_path):
     bad.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,-3,4\n")
     assert main([str(bad), "-o", str(tmp_path / "x.yaml")]) == 2
     assert not (tmp_path / "x.yaml").exists()
+
+
+def test_step_case_carries_shared_pages():
+    from harness.spec.models import CaseSpec
+    from harness.layout import case_layout
+    from harness.trace.replay import step_case
+    reqs = select(read_trace(DATA / "mooncake-fast25-conversation.jsonl"), first=20)
+    steps = simulate(reqs, SchedulerParams(max_num_batched_tokens=2048, block_size=256)).steps
+    shared_steps = 0
+    for st in steps[::25]:
+        sc = step_case(st, 256)
+        if sc.shared_prefix is None:
+            continue
+        shared_steps += 1
+        L, sizes = sc.shared_prefix["length"], sc.shared_prefix["sizes"]
+        assert L > 0 and L % 256 == 0 and sum(sizes) == len(st.requests)
+        # per request: the case's prefix + context + query is the step's context + query
+        by_len = sorted((r.context_len + r.query_len, r.query_len) for r in st.requests)
+        assert sorted((L + b["context_len"] + b["query_len"], b["query_len"]) for b in sc.batch) == by_len
+        # members of a group of several share their first L tokens' pages in the scheduler's step
+        groups: dict[int, list] = {}
+        for r in st.requests:
+            groups.setdefault(r.block_table[0], []).append(r)
+        assert sorted(sizes) == sorted(len(g) for g in groups.values())
+        for g in groups.values():
+            assert all(r.block_table[:L // 256] == g[0].block_table[:L // 256] for r in g)
+        assert sc.shared_tokens == sum((n - 1) * L for n in sizes) <= sc.trace_shared_tokens
+        case = CaseSpec.model_validate({"name": "s", "num_heads": 2, "num_kv_heads": 1, "head_size": 32,
+                                        "block_size": 256, "batch": sc.batch, "shared_prefix": sc.shared_prefix})
+        lay = case_layout(case)
+        assert [lay.group_of_req.count(g) for g in range(len(sizes))] == sizes
+    assert shared_steps > 5
+
+
+def test_mooncake_slice_cascade_rows_pass_with_shared_tokens(tmp_path):
+    import json
+    import subprocess
+    import sys
+    from harness.trace.make_suite import main
+    out = tmp_path / "mc.yaml"
+    assert main([str(DATA / "mooncake-fast25-conversation.jsonl"), "--first", "20", "--sample", "3",
+                 "--block-size", "256", "--max-num-batched-tokens", "2048", "--heads", "2", "1", "32",
+                 "--backends", "torch-cascade,sdpa", "-o", str(out)]) == 0
+    r = subprocess.run([sys.executable, "-m", "harness.cli", "run", str(out), "--device", "cpu", "--no-time",
+                        "--quiet", "--out", str(tmp_path / "res")],
+                       capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent)
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(l) for l in open(tmp_path / "res" / "results.jsonl")]
+    casc = [row for row in rows if row["backend"] == "torch-cascade" and row["status"] == "pass"]
+    assert casc, [(row["case"], row["status"], row["reason"]) for row in rows]
+    for row in casc:
+        shared = int(next(t for t in row["config"]["tags"] if t.startswith("shared_tokens="))[14:])
+        lay = row["layout"]
+        assert lay["prefix_len"] > 0 and shared == lay["prefix_len"] * (lay["num_reqs"] - lay["prefix_groups"]) > 0
+        plain = next(p for p in rows if p["case"] == row["case"] and p["backend"] == "sdpa")
+        assert plain["status"] == "pass"
+
+
+def test_shared_prefix_sizes_validated(tmp_path):
+    from harness.spec import load_suite
+    p = tmp_path / "s.yaml"
+    p.write_text("suite: s\ncases:\n- name: c\n  num_heads: 2\n  num_kv_heads: 1\n  head_size: 32\n"
+                 "  batch: [{kind: decode, count: 3, context_len: 40}]\n"
+                 "  shared_prefix: {length: 16, groups: 2, sizes: [1, 1]}\n")
+    with pytest.raises(SpecError) as e:
+        load_suite(p)
+    assert str(p) in str(e.value) and "'c'" in str(e.value) and "sizes" in str(e.value)

@@ -15,7 +15,7 @@ from harness.spec.errors import SpecError
 from harness.spec.limits import MAX_CASES, MAX_YAML_NODES, yaml_size
 from harness.spec.models import CaseSpec, Suite
 
-_LIST_KEYS = {"batch", "values", "tags"}  # keys whose value is a list by type, not a sweep axis
+_LIST_KEYS = {"batch", "values", "tags", "sizes"}  # keys whose value is a list by type, not a sweep axis
 _EXPANSION_KEYS = {"group", "params"}  # filled in by expand_case
 _CASE_KEYS = (set(CaseSpec.model_fields) - _EXPANSION_KEYS) | {"sweep"}
 _SUITE_KEYS = {"suite", "description", "defaults", "cases", "backends", "variants"}

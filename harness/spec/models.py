@@ -162,6 +162,9 @@ class SharedPrefix(_Strict):
 
     length: Annotated[int, Field(ge=0, le=MAX_TOKENS_PER_REQUEST)]
     groups: Annotated[int, Field(ge=1, le=MAX_REQUESTS)] = 1
+    # Requests per group in batch order (default: as even as possible). A replayed trace step
+    # has groups of different sizes (harness/trace/replay.py).
+    sizes: list[Annotated[int, Field(ge=1, le=MAX_REQUESTS)]] | None = None
 
 
 class CaseSpec(_Strict):
@@ -223,6 +226,9 @@ class CaseSpec(_Strict):
                 )
             if sp.groups > total:
                 raise ValueError(f"shared_prefix.groups ({sp.groups}) exceeds the number of requests ({total})")
+            if sp.sizes is not None and (len(sp.sizes) != sp.groups or sum(sp.sizes) != total):
+                raise ValueError(f"shared_prefix.sizes ({sp.sizes}) must list {sp.groups} group sizes adding up to"
+                                 f" the {total} requests")
         return self
 
     @property

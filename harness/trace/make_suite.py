@@ -3,8 +3,9 @@
 Reads the trace, runs the scheduler model, samples K steps stratified by composition and writes
 one case per sampled step (its requests as explicit groups; the step's trace weight in the tags
 as ``weight=W`` and the step as ``step=I``). The result is an ordinary suite: every backend runs
-the same steps, each checked against the reference like any cell. Shared prefixes are not yet
-carried into the case (see docs/traces.md)."""
+the same steps, each checked against the reference like any cell. Pages the prefix cache
+shares between requests of a step become the case's ``shared_prefix`` (replay.step_case), so
+cascade backends run on them."""
 from __future__ import annotations
 
 import argparse
@@ -15,8 +16,25 @@ import yaml
 
 from harness.spec import SpecError
 from harness.trace.readers import read_trace, select
-from harness.trace.replay import sample_steps, step_request_groups
+from harness.trace.replay import Sampled, sample_steps, step_case
 from harness.trace.scheduler import SchedulerParams, simulate
+
+
+def step_case_dict(s: Sampled, block_size: int) -> dict[str, object]:
+    """One sampled step as a suite case: its requests, its shared prefix (prefix-cache pages
+    shared by several requests) and tags ``trace``, ``step=I``, ``weight=W`` and, when pages are
+    shared, ``shared_tokens=N`` (KV tokens the case reads from pages another request reads too)
+    and ``trace_shared_tokens=M`` (the same in the scheduler's step)."""
+    sc = step_case(s.step, block_size)
+    case: dict[str, object] = {"name": f"step-{s.step.index}", "batch": sc.batch}
+    tags = ["trace", f"step={s.step.index}", f"weight={s.weight:.3f}"]
+    if sc.shared_prefix is not None:
+        case["shared_prefix"] = sc.shared_prefix
+        tags.append(f"shared_tokens={sc.shared_tokens}")
+    if sc.trace_shared_tokens:
+        tags.append(f"trace_shared_tokens={sc.trace_shared_tokens}")
+    case["tags"] = tags
+    return case
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,9 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     name = a.name or Path(a.out).stem
-    cases = [{"name": f"step-{s.step.index}", "batch": step_request_groups(s.step),
-              "tags": ["trace", f"step={s.step.index}", f"weight={s.weight:.3f}"]}
-             for s in sample_steps(res.steps, a.sample)]
+    cases = [step_case_dict(s, a.block_size) for s in sample_steps(res.steps, a.sample)]
     suite = {"suite": name,
              "description": f"{len(cases)} steps sampled from {Path(a.trace).name} "
                             f"({len(reqs)} requests, {len(res.steps)} steps, "
