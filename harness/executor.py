@@ -436,6 +436,12 @@ class Executor:
         # Ctrl-C while the worker still imports torch stays pending there until _worker_main
         # ignores it (no traceback from the worker), and one that reaches the parent meanwhile
         # is delivered as soon as start() returns (an ignored one would be lost: seen in CI).
+        # The spawn context starts multiprocessing's resource tracker on the first start(); that
+        # start blocks and then UNBLOCKS SIGINT itself, which would undo our block for the worker
+        # started right after it (a Ctrl-C then killed the worker inside `site`). Start it first.
+        from multiprocessing import resource_tracker
+
+        resource_tracker.ensure_running()
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
             proc.start()
