@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from backends._paged import (
+    TORCH_MATH_CALL,
     HostLoopMetadata,
     HostLoopMetadataBuilder,
     chunk_dims,
@@ -134,6 +135,11 @@ class TorchMathBackend(AttentionBackend):
         """Peak scratch of a forward over this batch (harness.memory): the largest chunk."""
         chunks = plan_chunks(list(query_lens), list(seq_lens), config.num_heads, MAX_SCORE_ELEMS, config.causal)
         return max((MathImpl.chunk_bytes(*chunk_dims(c), config, cache_bytes) for c in chunks), default=0)
+
+    @classmethod
+    def standalone_call(cls, config, variant, call=None) -> str | None:
+        # A subclass with its own impl makes a different call: it must say which itself.
+        return TORCH_MATH_CALL if cls.get_impl_cls() is MathImpl else None
 
     @classmethod
     def get_builder_cls(cls):

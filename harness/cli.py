@@ -374,6 +374,9 @@ def _run_cells(args: argparse.Namespace, suite: Any, backends: list, opts: Any, 
     rows: list[ResultRow] = []
     where = ",".join(exec_opts.devices) if len(exec_opts.devices) > 1 else str(device)
     mode = "in-process" if not exec_opts.isolation else f"{len(exec_opts.devices)} worker(s)"
+    if args.ray is not None:
+        where = f"a Ray cluster ({args.ray})"
+        mode = f"one actor per {'GPU' if device.type == 'cuda' else 'CPU'}, each with one isolated worker"
     console.print(f"[bold]{escape(suite.suite)}[/]: {len(cells)} cells on {where} ({mode}) -> {out_dir}")
     with ResultWriter(out_dir) as writer, Progress(
         TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -501,6 +504,42 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.markdown:
         Path(args.markdown).write_text(md, encoding="utf-8")
     return 1 if comp.regressed else 0
+
+
+def cmd_repro(args: argparse.Namespace) -> int:
+    """A standalone script reproducing one row (harness/repro.py); --shrink first."""
+    from harness import repro
+    from harness.registry import resolve
+
+    try:
+        rows = read_rows(args.results)
+        index, row = repro.select_row(rows, args.row, backend=args.backend, variant=args.variant)
+        case, spec = repro.case_of_row(row, args.suite)
+        try:
+            backend = resolve(spec)
+        except Exception as e:  # an unknown name or a plugin that does not import
+            raise repro.ReproError(f"backend {spec!r} of row #{index}: {str(e).splitlines()[0] if str(e) else e}") from None
+        variant = dict(row.variant)
+        source = repro.call_source(backend, row, case, variant)  # before shrinking: fail fast
+        note = ""
+        if args.shrink:
+            if row.status != Status.MISMATCH:
+                raise repro.ReproError(f"row #{index} ({row.case} / {row.backend} [{row.variant_label}]) is "
+                                       f"{row.status}, not a mismatch: --shrink shrinks failures")
+            device = _pick_device(args.device or ("cuda" if row.device.startswith("cuda") else "cpu"))
+            run = repro.cell_runner(backend, variant, device, row)
+            case, _ = repro.shrink(case, run, lambda m: console.print(m, highlight=False, markup=False, soft_wrap=True),
+                                   max_attempts=args.max_attempts)
+            note = f"Shrunk by `harness repro --shrink` from {row.case!r} (batch {row.batch.get('num_reqs', '?')} requests)."
+        sc = repro.script_case(case, backend, variant)
+        text = repro.render_script(row, sc, backend, variant, source, note)
+    except (FileNotFoundError, ValueError, repro.ReproError) as e:
+        raise UsageError(str(e)) from None
+    out = Path(args.output or f"repro_{index}.py")
+    out.write_text(text, encoding="utf-8")
+    console.print(f"wrote {out} (row #{index}: {row.case} / {row.backend} [{row.variant_label}], {row.status}); "
+                  f"run: python3 {out}", highlight=False, markup=False, soft_wrap=True)
+    return 0
 
 
 def cmd_recommend(args: argparse.Namespace) -> int:
@@ -694,8 +733,9 @@ def build_parser() -> argparse.ArgumentParser:
     rb = r.add_argument_group("robustness (docs/robustness.md)")
     rb.add_argument("--resume", metavar="DIR", help="continue an interrupted run in DIR: run only the cells it lacks")
     rb.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
-                    help="run cells as Ray tasks (one case at a time per GPU, each in an isolated worker): a local "
-                         "cluster, or ADDRESS (e.g. ray://head:10001 or auto); needs pip install 'attn-harness[ray]'")
+                    help="spread cases over a Ray cluster (one actor per GPU keeping one isolated worker; a lost "
+                         "actor's case is retried on another): a local cluster, or ADDRESS (e.g. ray://head:10001 or "
+                         "auto); needs pip install 'attn-harness[ray]'")
     rb.add_argument("--shard", metavar="K/N",
                     help="run only shard K of N (1-based): whole cases, balanced by estimated cost, the same "
                          "split on every machine; `harness merge` joins the shard folders (docs/scale-out.md)")
@@ -745,6 +785,22 @@ def build_parser() -> argparse.ArgumentParser:
     rc.add_argument("--out", metavar="DIR", help="write recommend.md, policy.json and vllm.json into DIR")
     rc.add_argument("--suggest", metavar="SUITE.yaml", help="write a suite whose cases fill the unmeasured buckets")
     rc.set_defaults(func=cmd_recommend)
+
+    rpo = sub.add_parser("repro", help="write a standalone script (torch + the library only) reproducing one row; "
+                                       "--shrink makes a failing case smaller first")
+    rpo.add_argument("results", help="results folder or .jsonl file")
+    rpo.add_argument("row", help="the row: its index in the results file (0-based), its reproducer string, "
+                                 "or its case name (narrow with --backend / --variant)")
+    rpo.add_argument("--backend", help="with a case name: the row's backend")
+    rpo.add_argument("--variant", help="with a case name: the row's variant label")
+    rpo.add_argument("--suite", metavar="FILE", help="the suite file (default: the one the row's reproducer names)")
+    rpo.add_argument("--shrink", action="store_true",
+                     help="re-run the failing cell here on fewer requests, shorter contexts, fewer heads while it "
+                          "still fails the same way; write the script of the smallest")
+    rpo.add_argument("--max-attempts", type=int, default=40, help="bound on --shrink's re-runs (default 40)")
+    rpo.add_argument("--device", help="device for --shrink (default: the row's, cuda or cpu)")
+    rpo.add_argument("-o", "--output", metavar="FILE", help="script to write (default: repro_<row index>.py)")
+    rpo.set_defaults(func=cmd_repro)
 
     va = sub.add_parser("validate", help="check a suite file and print its expanded cases (runs nothing)")
     va.add_argument("suite", help="suite YAML file")

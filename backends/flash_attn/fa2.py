@@ -87,5 +87,26 @@ class FA2(FAGeneration):
             return o, lse.transpose(0, 1)  # (H, T) -> (T, H)
         return res, None
 
+
+    @classmethod
+    def standalone_source(cls, config: AttentionConfig) -> tuple[str, str]:
+        w = cls.window(config)
+        setup = f"""import flash_attn  # FA2
+
+q_all = q
+common = dict(softmax_scale=SCALE, causal=CAUSAL, window_size={w!r}, softcap=SOFTCAP, alibi_slopes=ALIBI_SLOPES)
+"""
+        call = """if seg_kind == "decode":  # query_len 1: flash_attn_with_kvcache (split-KV)
+    o = flash_attn.flash_attn_with_kvcache(qs.unsqueeze(1), key_cache, value_cache, cache_seqlens=seg_seq,
+                                           block_table=seg_table, num_splits=0, **common).squeeze(1)
+else:
+    cu_k = torch.zeros(hi - lo + 1, dtype=torch.int32, device=DEVICE)
+    cu_k[1:] = torch.cumsum(seg_seq, 0)
+    o = flash_attn.flash_attn_varlen_func(qs, key_cache, value_cache, cu_seqlens_q=seg_qsl, cu_seqlens_k=cu_k,
+                                          max_seqlen_q=seg_max_q, max_seqlen_k=seg_max_k, dropout_p=0.0,
+                                          block_table=seg_table, **common)
+"""
+        return setup, call
+
     def describe(self, metadata: FlashAttentionMetadata) -> dict[str, Any]:
         return {"decode_num_splits": "0 (heuristic)"}

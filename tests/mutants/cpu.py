@@ -14,7 +14,7 @@ from dataclasses import replace
 
 import torch
 
-from backends._paged import HostLoopMetadata, dequantize
+from backends._paged import TORCH_MATH_CALL, HostLoopMetadata, dequantize
 from backends.torch_math import MathImpl, TorchMathBackend
 
 
@@ -247,6 +247,11 @@ PageOffByOne = _mutant("PageOffByOne", _PageOffByOneImpl, "last page read from p
 IgnoreKVScale = _mutant("IgnoreKVScale", _IgnoreKVScaleImpl, "fp8 k/v scales ignored")
 SwappedKVScale = _mutant("SwappedKVScale", _SwappedKVScaleImpl, "k_scale and v_scale swapped")
 SwappedRequests = _mutant("SwappedRequests", _SwappedRequestsImpl, "requests 0 and 1 read each other's pages")
+# Its bug in the standalone reproducer (`harness repro`): the torch call on a block table whose
+# rows 0 and 1 are swapped, so the script fails as the harness's check did.
+SwappedRequests.standalone_call = classmethod(lambda cls, config, variant, call=None: (
+    "block_table = block_table[[1, 0, *range(2, block_table.shape[0])]] if block_table.shape[0] > 1 else block_table"
+    "  # the bug: requests 0 and 1 read each other's pages\n" + TORCH_MATH_CALL))
 UnwrittenTail = _mutant("UnwrittenTail", _UnwrittenTailImpl, "last token's output never written")
 WindowOffByOne = _mutant("WindowOffByOne", _WindowOffByOneImpl, "sliding window one key too wide")
 IgnoreSoftcap = _mutant("IgnoreSoftcap", _IgnoreSoftcapImpl, "logit softcap ignored")
