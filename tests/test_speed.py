@@ -338,3 +338,21 @@ def test_energy_from_the_timed_loop_counts_every_call_and_the_busy_share():
     # A counter that did not move in the loop gives no figure, and says so.
     still = loop_energy(7, 7, 0.2, 10, 0.1, "pynvml")
     assert still["available"] is False and "did not advance in 200 ms" in still["reason"]
+
+
+def test_first_library_import_in_process_is_import_not_precheck(tmp_path):
+    """In one process (--no-isolation) the first availability probe of each backend is where
+    its library loads: that row records it as "import"; later rows of the backend do not."""
+    from harness import runner
+
+    runner._IMPORTED.clear()  # this test process may have probed these backends already
+    suite = tmp_path / "s.yaml"
+    suite.write_text(SMALL)
+    out = tmp_path / "res"
+    assert main(["run", str(suite), "--device", "cpu", "--backends", "torch-math,sdpa", "--out", str(out),
+                 "--quiet", "--no-time", "--no-isolation"]) == 0
+    rows = read_rows(out)
+    with_import = [r for r in rows if "import" in r.host["breakdown_ms"]]
+    assert sorted(r.backend for r in with_import) == ["sdpa", "torch-math"]
+    assert all(r.case == rows[0].case for r in with_import)  # the first case's rows
+    assert all("precheck" in r.host["breakdown_ms"] for r in rows)
