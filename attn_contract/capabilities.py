@@ -22,6 +22,21 @@ class CudaGraphSupport(enum.IntEnum):
     ALWAYS = 3
 
 
+class AlibiLse(str, enum.Enum):
+    """Which ALiBi bias a backend's returned LSE includes. Softmax is shift-invariant per row, so
+    outputs agree under either; the LSE differs by ``slope_h * (i + s - q)`` (the diagonal key
+    position of query row i), which the conformance check adds to the reference's LSE.
+
+    - ``relative``: logit -= slope * |i + s - q - j| (the harness reference; FA2 non-causal/local);
+    - ``key_index_causal``: under causal masking without a sliding window the kernel adds
+      ``+slope * j`` instead (FA2's alibi.h drops the row constant ``-slope * (i + s - q)``);
+      other masks fall back to ``relative``.
+    """
+
+    RELATIVE = "relative"
+    KEY_INDEX_CAUSAL = "key_index_causal"
+
+
 @dataclass(frozen=True)
 class MultipleOf:
     """A block-size rule such as vLLM's ``MultipleOf(16)``."""
@@ -66,6 +81,8 @@ class Capabilities:
     sliding_window: bool = False
     softcap: bool = False
     alibi: bool = False
+    # The ALiBi convention of the returned LSE (see AlibiLse); outputs do not depend on it.
+    alibi_lse: AlibiLse = AlibiLse.RELATIVE
     sinks: bool = False
     # Runs cascade (shared-prefix) attention; the runner records vLLM's rule's verdict in its rows.
     cascade: bool = False
@@ -113,6 +130,7 @@ class Capabilities:
             "sliding_window": self.sliding_window,
             "softcap": self.softcap,
             "alibi": self.alibi,
+            "alibi_lse": self.alibi_lse.value,
             "sinks": self.sinks,
             "cascade": self.cascade,
             "gqa": self.gqa,

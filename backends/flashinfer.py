@@ -505,8 +505,17 @@ class FlashInferBackend(AttentionBackend):
 
     @classmethod
     def workspace_bytes(cls, config: AttentionConfig, variant: dict[str, Any]) -> int:
-        """Device scratch of one builder, for the memory planner (harness/memory.py)."""
-        return workspace_size(config) + 8 * MiB  # + FlashInfer's int workspace per wrapper
+        """Device scratch of one builder, for the memory planner (harness/memory.py): the
+        shared float workspace plus what each wrapper's constructor allocates in flashinfer 0.6
+        (prefill.py / decode.py): an 8 MiB int workspace and a 32768-entry int32 kv_lens buffer
+        each, and on the prefill wrappers built with backend fa3 or auto a 16M-entry int32
+        vector-sparse index buffer (64 MiB) and its indptr. Leaving out the 64 MiB made the
+        estimate miss FlashInfer's measured peak on the H200 (test_memory_estimate_bounds_...)."""
+        v = {**DEFAULT_VARIANT, **(variant or {})}
+        prefill_wrappers = 1 + (0 if config.causal or config.is_fp8_kv else 1)  # paged (+ ragged)
+        per_wrapper = 8 * MiB + 32768 * 4
+        sparse = (16 * MiB * 4 + 32768 * 4) if v["prefill_backend"] in ("fa3", "auto") else 0
+        return workspace_size(config) + (1 + prefill_wrappers) * per_wrapper + prefill_wrappers * sparse + MiB
 
     @classmethod
     def standalone_call(cls, config: AttentionConfig, variant: dict[str, Any],

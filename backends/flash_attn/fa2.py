@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import torch
 
-from attn_contract import AttentionConfig, Capabilities, CudaGraphSupport, HeadSizes, MultipleOf
+from attn_contract import AlibiLse, AttentionConfig, Capabilities, CudaGraphSupport, HeadSizes, MultipleOf
 from backends.flash_attn.common import FAGeneration, FASegment, FlashAttentionMetadata, LibFeatures, params
 
 
@@ -53,7 +53,8 @@ class FA2(FAGeneration):
             dtypes=frozenset({"float16", "bfloat16"}), kv_cache_dtypes=frozenset({"auto"}),
             head_sizes=HeadSizes(min=8, max=256, multiple_of=8), block_sizes=(MultipleOf(256),),
             kv_layouts=layouts, sliding_window=feats.sliding_window, softcap=feats.softcap,
-            alibi=feats.alibi, sinks=False, returns_lse=True,
+            # alibi.h adds +slope*j on the causal path (drops the row constant): see AlibiLse.
+            alibi=feats.alibi, alibi_lse=AlibiLse.KEY_INDEX_CAUSAL, sinks=False, returns_lse=True,
             cudagraph=CudaGraphSupport.UNIFORM_BATCH, reorder_batch_threshold=1, notes=tuple(notes),
         )
 
