@@ -107,7 +107,21 @@ class Capabilities:
     # Largest query length a request may have and still count as decode for this backend's
     # batch reordering (vLLM's reorder_batch_threshold); None means "do not reorder".
     reorder_batch_threshold: int | None = None
+    # What the backend is for. "kernel": something a user would run; its cells are timed.
+    # "reference": a correctness reference, slow by design (e.g. fp32 math over padded
+    # requests), not a baseline anyone would deploy: on the devices in ``untimed_on`` its cells
+    # are checked but not timed unless the run asks (``harness run --time-references``); the
+    # row says why (``timing_skipped``). The core reads these fields, never the backend's name.
+    role: str = "kernel"
+    untimed_on: frozenset[str] = frozenset()
     notes: tuple[str, ...] = ()
+
+    def timing_skip_reason(self, device: str) -> str | None:
+        """Why a cell of this backend is not timed by default on ``device``, or None."""
+        if device in self.untimed_on:
+            return (f"{self.role}, not timed on {device} by default (a correctness reference; "
+                    "--time-references times it)")
+        return None
 
     def block_size_allowed(self, block_size: int) -> bool:
         for rule in self.block_sizes:
@@ -138,6 +152,8 @@ class Capabilities:
             "devices": sorted(self.devices),
             "cudagraph": self.cudagraph.name,
             "reorder_batch_threshold": self.reorder_batch_threshold,
+            "role": self.role,
+            "untimed_on": sorted(self.untimed_on),
         }
 
     def unsupported_reason(self, config: AttentionConfig, device: str) -> str | None:
