@@ -355,6 +355,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     rows: list[ResultRow] = []
     where = ",".join(exec_opts.devices) if len(exec_opts.devices) > 1 else str(device)
     mode = "in-process" if not exec_opts.isolation else f"{len(exec_opts.devices)} worker(s)"
+    if args.ray is not None:
+        where = f"a Ray cluster ({args.ray})"
+        mode = f"one actor per {'GPU' if device.type == 'cuda' else 'CPU'}, each with one isolated worker"
     console.print(f"[bold]{escape(suite.suite)}[/]: {len(cells)} cells on {where} ({mode}) -> {out_dir}")
     with ResultWriter(out_dir) as writer, Progress(
         TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -670,8 +673,9 @@ def build_parser() -> argparse.ArgumentParser:
     rb = r.add_argument_group("robustness (docs/robustness.md)")
     rb.add_argument("--resume", metavar="DIR", help="continue an interrupted run in DIR: run only the cells it lacks")
     rb.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
-                    help="run cells as Ray tasks (one case at a time per GPU, each in an isolated worker): a local "
-                         "cluster, or ADDRESS (e.g. ray://head:10001 or auto); needs pip install 'attn-harness[ray]'")
+                    help="spread cases over a Ray cluster (one actor per GPU keeping one isolated worker; a lost "
+                         "actor's case is retried on another): a local cluster, or ADDRESS (e.g. ray://head:10001 or "
+                         "auto); needs pip install 'attn-harness[ray]'")
     rb.add_argument("--shard", metavar="K/N",
                     help="run only shard K of N (1-based): whole cases, balanced by estimated cost, the same "
                          "split on every machine; `harness merge` joins the shard folders (docs/scale-out.md)")
