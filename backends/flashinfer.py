@@ -34,6 +34,7 @@ from attn_contract import (
     CudaGraphSupport,
     HeadSizes,
     MultipleOf,
+    SplitKV,
     split_decodes_and_prefills,
 )
 
@@ -265,9 +266,13 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder[FlashInferMetadata]):
 
     def _plan_decode(self, csr: PagedKVCSR) -> None:
         cfg = self.config
+        # Variant ``split_kv_pages`` (the split-kv invariant): 0 = disable_split_kv, N = a fixed
+        # split of N pages (fixed_split_size, tensor-core decode only); absent = the heuristic.
+        split = self.variant.get("split_kv_pages")
+        kw = {} if split is None else {"disable_split_kv": True} if int(split) == 0 else {"fixed_split_size": int(split)}
         self.decode_wrapper.plan(
             csr.indptr, csr.indices, csr.last_page_len, cfg.num_heads, cfg.num_kv_heads, cfg.head_size,
-            cfg.block_size, pos_encoding_mode="NONE", **self._common_plan_kwargs(),
+            cfg.block_size, pos_encoding_mode="NONE", **self._common_plan_kwargs(), **kw,
         )
 
     def _plan_prefill(self, qo_indptr: torch.Tensor, csr: PagedKVCSR, causal: bool) -> None:
@@ -472,6 +477,9 @@ class FlashInferBackend(AttentionBackend):
             devices=frozenset({"cuda"}),
             cudagraph=CudaGraphSupport.UNIFORM_SINGLE_TOKEN_DECODE,
             reorder_batch_threshold=1,
+            # fixed_split_size is honoured by the tensor-core decode only (FlashInfer's plan doc).
+            split_kv=(SplitKV("split_kv_pages", 0, 1)
+                      if {**DEFAULT_VARIANT, **(variant or {})}["decode_tensor_cores"] else None),
             notes=(
                 "any page size >= 1; decode verified on H200 with pages " + ",".join(map(str, VERIFIED_PAGE_SIZES)),
                 "decode_tensor_cores=False (CUDA-core decode) needs GQA group in {1,2,3,4,6,8}",
@@ -506,8 +514,17 @@ class FlashInferBackend(AttentionBackend):
 
     @classmethod
     def workspace_bytes(cls, config: AttentionConfig, variant: dict[str, Any]) -> int:
-        """Device scratch of one builder, for the memory planner (harness/memory.py)."""
-        return workspace_size(config) + 8 * MiB  # + FlashInfer's int workspace per wrapper
+        """Device scratch of one builder, for the memory planner (harness/memory.py): the
+        shared float workspace plus what each wrapper's constructor allocates in flashinfer 0.6
+        (prefill.py / decode.py): an 8 MiB int workspace and a 32768-entry int32 kv_lens buffer
+        each, and on the prefill wrappers built with backend fa3 or auto a 16M-entry int32
+        vector-sparse index buffer (64 MiB) and its indptr. Leaving out the 64 MiB made the
+        estimate miss FlashInfer's measured peak on the H200 (test_memory_estimate_bounds_...)."""
+        v = {**DEFAULT_VARIANT, **(variant or {})}
+        prefill_wrappers = 1 + (0 if config.causal or config.is_fp8_kv else 1)  # paged (+ ragged)
+        per_wrapper = 8 * MiB + 32768 * 4
+        sparse = (16 * MiB * 4 + 32768 * 4) if v["prefill_backend"] in ("fa3", "auto") else 0
+        return workspace_size(config) + (1 + prefill_wrappers) * per_wrapper + prefill_wrappers * sparse + MiB
 
     @classmethod
     def diagnose_mismatch(cls, config: AttentionConfig, variant: dict[str, Any], layer: Any,
