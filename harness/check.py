@@ -35,10 +35,12 @@ Elementwise tolerances by (dtype, KV-cache dtype), from the storage precision of
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
+
+from harness.results import Check
 
 UNIT_ROUNDOFF: dict[str, float] = {"float16": 2.0**-11, "bfloat16": 2.0**-8}
 FP8_COMPUTE_U = 2.0**-4  # e4m3: the format fp8 tensor cores take Q and P in
@@ -83,35 +85,6 @@ def tolerance_for(dtype: str, fp8_kv: bool | str) -> Tolerance:
     return TOLERANCES[(dtype, bool(fp8_kv))]
 
 
-@dataclass
-class CheckResult:
-    passed: bool
-    message: str
-    max_abs_err: float
-    max_rel_err: float
-    rel_l2_err: float
-    mismatch_fraction: float
-    num_nan: int
-    num_inf: int
-    num_unwritten: int
-    lse_checked: bool
-    lse_max_abs_err: float | None
-    atol: float
-    rtol: float
-    lse_atol: float
-    max_mismatch_fraction: float
-    # Per-request verdicts (all of them up to MAX_LISTED_REQUESTS, else the failing and worst ones),
-    # the worst request (largest rel L2 / its limit), and a summary per segment kind.
-    num_requests: int = 0
-    num_failed_requests: int = 0
-    per_request: list[dict[str, Any]] = field(default_factory=list)
-    worst_request: dict[str, Any] | None = None
-    per_kind: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-
 def _finite_or_none(x: float) -> float | None:
     return x if x == x and abs(x) != float("inf") else None
 
@@ -135,7 +108,7 @@ def check_output(
     kinds: list[str] | None = None,
     seq_lens: list[int] | None = None,
     request_ids: list[int] | None = None,
-) -> CheckResult:
+) -> Check:
     """``out``/``ref`` [T, H, D]; ``lse``/``ref_lse`` [T, H] natural log; ``unwritten`` a bool mask
     of output elements the kernel never wrote (found by a sentinel run), if known.
 
@@ -256,7 +229,8 @@ def check_output(
         keep = {p["request"] for p in failed[:MAX_LISTED_REQUESTS]}
         keep |= {p["request"] for p in sorted(per_request, key=badness, reverse=True)[:16]}
         listed = [p for p in per_request if p["request"] in keep]
-    return CheckResult(
+    # The stored row model itself (harness.results.Check): one definition of a check's fields.
+    return Check(
         passed=not failed,
         message=message,
         max_abs_err=_finite_or_none(max_abs) or 0.0,

@@ -80,7 +80,7 @@ class Payload(BaseModel):
 
 
 class Check(Payload):
-    """The output (and LSE) against the reference (harness.check.CheckResult). Error figures are
+    """The output (and LSE) against the reference (what harness.check.check_output returns). Error figures are
     None where they were not finite (a NaN/Inf output): JSON has no infinity."""
 
     passed: bool

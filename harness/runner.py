@@ -470,7 +470,7 @@ def run_cell(cell: Cell, case_data: CaseContext, suite: Suite, opts: RunOptions)
                 prepared.forward(out=probe)
                 unwritten = probe == SENTINEL
             result = judge(prepared.out, prepared.lse, unwritten)
-            row["check"] = result.as_dict()
+            row["check"] = result.model_dump()
             if not result.passed:
                 status, reason = Status.MISMATCH, result.message
             touched = changed_inputs(prepared, batch)
