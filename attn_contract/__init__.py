@@ -6,7 +6,7 @@ preconditions all live here.
 """
 
 from attn_contract.backend import AttentionBackend, AttentionImpl, AttentionMetadataBuilder
-from attn_contract.capabilities import Availability, Capabilities, CudaGraphSupport, HeadSizes, MultipleOf
+from attn_contract.capabilities import AlibiLse, Availability, Capabilities, CudaGraphSupport, HeadSizes, MultipleOf
 from attn_contract.merge import merge_attn_states
 from attn_contract.metadata import (
     TORCH_DTYPES,
@@ -25,6 +25,7 @@ __all__ = [
     "NOT_RUN",
     "RAN",
     "TORCH_DTYPES",
+    "AlibiLse",
     "AttentionBackend",
     "AttentionConfig",
     "AttentionImpl",

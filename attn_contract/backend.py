@@ -127,6 +127,28 @@ class AttentionBackend(ABC):
         needing a shared prefix; the runner reports the reason as ``unsupported``."""
         return None
 
+    @classmethod
+    def standalone_call(cls, config: AttentionConfig, variant: dict[str, Any],
+                        call: dict[str, Any] | None = None) -> str | None:
+        """Python source making this backend's library call the way its impl does, for the
+        standalone reproducer ``harness repro`` writes (no harness import); None: not offered.
+
+        ``call`` is the row's recorded ``describe_call`` (e.g. a resolved version), if any.
+        The source runs at module level of the script and may import the library. It finds
+        (names agreed with harness/repro.py, which defines them):
+        ``q`` [num_tokens, NUM_HEADS, HEAD_SIZE] in DTYPE; ``kv_cache`` the logical
+        (num_blocks, 2, BLOCK_SIZE, NUM_KV_HEADS, HEAD_SIZE) cache in CACHE_DTYPE (KV_LAYOUT
+        memory order, as ``materialize_kv_cache`` makes it); ``block_table`` int32
+        [num_reqs, max_blocks]; ``seq_lens`` int32 [num_reqs]; ``query_start_loc`` int32
+        [num_reqs + 1] (all on DEVICE); host lists QUERY_LENS, SEQ_LENS, QSL; constants DEVICE,
+        DTYPE, CACHE_DTYPE, FP8, NUM_HEADS, NUM_KV_HEADS, HEAD_SIZE, BLOCK_SIZE, KV_LAYOUT,
+        SCALE, CAUSAL, WINDOW_LEFT (-1: no window), SOFTCAP (0: none), K_SCALE, V_SCALE (1.0
+        without fp8), ALIBI_SLOPES and SINKS (float32 [NUM_HEADS] on DEVICE, or None), and
+        ``visible(i)``: request i's bool mask [query_len, seq_len]. The batch is already in
+        the order the backend asks for (decode-first with ``reorder_batch_threshold``). It
+        must leave the output in ``out`` [num_tokens, NUM_HEADS, HEAD_SIZE]."""
+        return None
+
     @staticmethod
     def get_kv_cache_shape(
         num_blocks: int, block_size: int, num_kv_heads: int, head_size: int, cache_dtype: str = "auto"

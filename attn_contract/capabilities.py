@@ -22,6 +22,21 @@ class CudaGraphSupport(enum.IntEnum):
     ALWAYS = 3
 
 
+class AlibiLse(str, enum.Enum):
+    """Which ALiBi bias a backend's returned LSE includes. Softmax is shift-invariant per row, so
+    outputs agree under either; the LSE differs by ``slope_h * (i + s - q)`` (the diagonal key
+    position of query row i), which the conformance check adds to the reference's LSE.
+
+    - ``relative``: logit -= slope * |i + s - q - j| (the harness reference; FA2 non-causal/local);
+    - ``key_index_causal``: under causal masking without a sliding window the kernel adds
+      ``+slope * j`` instead (FA2's alibi.h drops the row constant ``-slope * (i + s - q)``);
+      other masks fall back to ``relative``.
+    """
+
+    RELATIVE = "relative"
+    KEY_INDEX_CAUSAL = "key_index_causal"
+
+
 @dataclass(frozen=True)
 class MultipleOf:
     """A block-size rule such as vLLM's ``MultipleOf(16)``."""
@@ -66,6 +81,8 @@ class Capabilities:
     sliding_window: bool = False
     softcap: bool = False
     alibi: bool = False
+    # The ALiBi convention of the returned LSE (see AlibiLse); outputs do not depend on it.
+    alibi_lse: AlibiLse = AlibiLse.RELATIVE
     sinks: bool = False
     # Runs cascade (shared-prefix) attention; the runner records vLLM's rule's verdict in its rows.
     cascade: bool = False
@@ -76,7 +93,21 @@ class Capabilities:
     # Largest query length a request may have and still count as decode for this backend's
     # batch reordering (vLLM's reorder_batch_threshold); None means "do not reorder".
     reorder_batch_threshold: int | None = None
+    # What the backend is for. "kernel": something a user would run; its cells are timed.
+    # "reference": a correctness reference, slow by design (e.g. fp32 math over padded
+    # requests), not a baseline anyone would deploy: on the devices in ``untimed_on`` its cells
+    # are checked but not timed unless the run asks (``harness run --time-references``); the
+    # row says why (``timing_skipped``). The core reads these fields, never the backend's name.
+    role: str = "kernel"
+    untimed_on: frozenset[str] = frozenset()
     notes: tuple[str, ...] = ()
+
+    def timing_skip_reason(self, device: str) -> str | None:
+        """Why a cell of this backend is not timed by default on ``device``, or None."""
+        if device in self.untimed_on:
+            return (f"{self.role}, not timed on {device} by default (a correctness reference; "
+                    "--time-references times it)")
+        return None
 
     def block_size_allowed(self, block_size: int) -> bool:
         for rule in self.block_sizes:
@@ -99,6 +130,7 @@ class Capabilities:
             "sliding_window": self.sliding_window,
             "softcap": self.softcap,
             "alibi": self.alibi,
+            "alibi_lse": self.alibi_lse.value,
             "sinks": self.sinks,
             "cascade": self.cascade,
             "gqa": self.gqa,
@@ -106,6 +138,8 @@ class Capabilities:
             "devices": sorted(self.devices),
             "cudagraph": self.cudagraph.name,
             "reorder_batch_threshold": self.reorder_batch_threshold,
+            "role": self.role,
+            "untimed_on": sorted(self.untimed_on),
         }
 
     def unsupported_reason(self, config: AttentionConfig, device: str) -> str | None:

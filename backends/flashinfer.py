@@ -505,8 +505,62 @@ class FlashInferBackend(AttentionBackend):
 
     @classmethod
     def workspace_bytes(cls, config: AttentionConfig, variant: dict[str, Any]) -> int:
-        """Device scratch of one builder, for the memory planner (harness/memory.py)."""
-        return workspace_size(config) + 8 * MiB  # + FlashInfer's int workspace per wrapper
+        """Device scratch of one builder, for the memory planner (harness/memory.py): the
+        shared float workspace plus what each wrapper's constructor allocates in flashinfer 0.6
+        (prefill.py / decode.py): an 8 MiB int workspace and a 32768-entry int32 kv_lens buffer
+        each, and on the prefill wrappers built with backend fa3 or auto a 16M-entry int32
+        vector-sparse index buffer (64 MiB) and its indptr. Leaving out the 64 MiB made the
+        estimate miss FlashInfer's measured peak on the H200 (test_memory_estimate_bounds_...)."""
+        v = {**DEFAULT_VARIANT, **(variant or {})}
+        prefill_wrappers = 1 + (0 if config.causal or config.is_fp8_kv else 1)  # paged (+ ragged)
+        per_wrapper = 8 * MiB + 32768 * 4
+        sparse = (16 * MiB * 4 + 32768 * 4) if v["prefill_backend"] in ("fa3", "auto") else 0
+        return workspace_size(config) + (1 + prefill_wrappers) * per_wrapper + prefill_wrappers * sparse + MiB
+
+    @classmethod
+    def standalone_call(cls, config: AttentionConfig, variant: dict[str, Any],
+                        call: dict[str, Any] | None = None) -> str | None:
+        """What the builder plans and the impl runs (paged decode + paged prefill wrappers on one
+        workspace); the ragged path of encoder-style batches is not offered."""
+        if cls.get_impl_cls() is not FlashInferImpl or (not config.causal and not config.is_fp8_kv):
+            return None
+        v = {**DEFAULT_VARIANT, **(variant or {})}
+        nbytes = workspace_size(config)
+        return f"""import flashinfer
+
+workspace = torch.zeros({nbytes // MiB} << 20, dtype=torch.uint8, device=DEVICE)  # float workspace, zeroed
+decode = flashinfer.BatchDecodeWithPagedKVCacheWrapper(workspace, kv_layout=KV_LAYOUT,
+                                                       use_tensor_cores={bool(v["decode_tensor_cores"])})
+prefill = flashinfer.BatchPrefillWithPagedKVCacheWrapper(workspace, kv_layout=KV_LAYOUT, backend={v["prefill_backend"]!r})
+plan_kw = dict(sm_scale=SCALE, window_left=WINDOW_LEFT, logits_soft_cap=SOFTCAP or None,
+               q_data_type=DTYPE, kv_data_type=CACHE_DTYPE, o_data_type=DTYPE)
+
+
+def csr(lo, hi):
+    \"\"\"FlashInfer's page metadata of requests lo:hi: indptr and last_page_len on the host.\"\"\"
+    pages = [-(-s // BLOCK_SIZE) for s in SEQ_LENS[lo:hi]]
+    indptr = torch.tensor([0] + [sum(pages[:i + 1]) for i in range(len(pages))], dtype=torch.int32)
+    indices = torch.cat([block_table[lo + i, :p] for i, p in enumerate(pages)]).to(torch.int32)
+    last = torch.tensor([s - (p - 1) * BLOCK_SIZE for s, p in zip(SEQ_LENS[lo:hi], pages)], dtype=torch.int32)
+    return indptr, indices, last
+
+
+nd = next((i for i, ql in enumerate(QUERY_LENS) if ql > 1), n)  # leading decodes (query_len 1)
+if nd:
+    decode.plan(*csr(0, nd), NUM_HEADS, NUM_KV_HEADS, HEAD_SIZE, BLOCK_SIZE, pos_encoding_mode="NONE", **plan_kw)
+if nd < n:
+    qo_indptr = torch.tensor([x - QSL[nd] for x in QSL[nd:]], dtype=torch.int32)
+    prefill.plan(qo_indptr, *csr(nd, n), NUM_HEADS, NUM_KV_HEADS, HEAD_SIZE, BLOCK_SIZE, causal=CAUSAL,
+                 pos_encoding_mode="NONE", **plan_kw)
+# HND memory is (blocks, 2, Hk, page, D): the shape FlashInfer's HND layout expects (a view).
+cache = kv_cache if KV_LAYOUT == "NHD" else kv_cache.permute(0, 1, 3, 2, 4)
+ks, vs = (K_SCALE, V_SCALE) if FP8 else (None, None)  # FlashInfer folds k_scale into sm_scale, v_scale into out
+out = torch.empty_like(q)
+if nd:
+    decode.run(q[:QSL[nd]], cache, k_scale=ks, v_scale=vs, out=out[:QSL[nd]], lse=None, return_lse=False)
+if nd < n:
+    prefill.run(q[QSL[nd]:], cache, k_scale=ks, v_scale=vs, out=out[QSL[nd]:], lse=None, return_lse=False)
+"""
 
     @classmethod
     def get_builder_cls(cls) -> type[FlashInferMetadataBuilder]:

@@ -28,6 +28,7 @@ from attn_contract import (
     MultipleOf,
 )
 from backends._paged import (
+    SDPA_CALL,
     HostLoopMetadata,
     HostLoopMetadataBuilder,
     PaddedChunk,
@@ -209,6 +210,11 @@ class SDPABackend(AttentionBackend):
             fallback = 3 * b * hq * qmax * smax * 4
             transient = max(transient, build, kv + q + o + fallback)
         return persistent + transient
+
+    @classmethod
+    def standalone_call(cls, config, variant, call=None) -> str | None:
+        # A subclass with its own impl makes a different call: it must say which itself.
+        return SDPA_CALL if cls.get_impl_cls() is SDPAImpl else None
 
     @classmethod
     def get_builder_cls(cls):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from backends._paged import (
+    TORCH_MATH_CALL,
     HostLoopMetadata,
     HostLoopMetadataBuilder,
     chunk_dims,
@@ -121,6 +122,11 @@ class TorchMathBackend(AttentionBackend):
             returns_lse=True,
             devices=frozenset({"cpu", "cuda"}),
             cudagraph=CudaGraphSupport.NEVER,
+            # The correctness reference: on a GPU it is 100-1000x slower than the kernels and
+            # ate a third of the decode suite's time (H200 2026-11-30 decode-1: 73 s of 209 s);
+            # the timed torch baseline is `sdpa` (batched). On CPU it stays timed.
+            role="reference",
+            untimed_on=frozenset({"cuda"}),
             notes=("fp32 math with padding; requests chunked so each padded score matrix stays under 2**26 elements",),
         )
 
@@ -129,6 +135,11 @@ class TorchMathBackend(AttentionBackend):
         """Peak scratch of a forward over this batch (harness.memory): the largest chunk."""
         chunks = plan_chunks(list(query_lens), list(seq_lens), config.num_heads, MAX_SCORE_ELEMS, config.causal)
         return max((MathImpl.chunk_bytes(*chunk_dims(c), config, cache_bytes) for c in chunks), default=0)
+
+    @classmethod
+    def standalone_call(cls, config, variant, call=None) -> str | None:
+        # A subclass with its own impl makes a different call: it must say which itself.
+        return TORCH_MATH_CALL if cls.get_impl_cls() is MathImpl else None
 
     @classmethod
     def get_builder_cls(cls):

@@ -10,6 +10,7 @@ Exit 0 when the verdicts agree (or one folder given), 1 when they differ, 2 on b
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import statistics
 import sys
@@ -39,6 +40,12 @@ def summarize(folder: Path) -> dict:
         "energy_rows": sum(bool(e.get("available")) for e in energy), "timed_rows": len(energy),
         "energy_reasons": sorted({e.get("reason", "") for e in energy if not e.get("available")})[:3],
         "devices_plan": header.get("devices_plan"),
+        # Newer runs: the wall time in order (summing to wall_s) and each worker's start/import/busy/idle.
+        "wall_breakdown_s": header.get("wall_breakdown_s"),
+        "workers": header.get("workers"),
+        "energy_methods": dict(sorted(collections.Counter(e.get("method", "window") for e in energy
+                                                          if e.get("available")).items())),
+        "timing_skipped_rows": sum(bool(getattr(r, "timing_skipped", None)) for r in rows),
         "verdicts": {"|".join(r.key): str(getattr(r.status, "value", r.status)) for r in rows},
     }
 
@@ -63,6 +70,11 @@ def main(argv: list[str] | None = None) -> int:
               f"median correctness-only cell {s['median_untimed_cell_ms']} ms; "
               f"energy on {s['energy_rows']}/{s['timed_rows']} timed rows {s['energy_reasons']}")
         print(f"  time breakdown (s): {s['time_breakdown_s']}")
+        if s["wall_breakdown_s"]:
+            print(f"  wall breakdown (s): {s['wall_breakdown_s']}")
+        for w in s["workers"] or []:
+            print(f"  worker {w['device']}: ready {w['ready_s']} s, import {w['import_s']} s, "
+                  f"busy {w['busy_s']} s, idle {w['idle_s']} s")
         if s["devices_plan"]:
             print(f"  devices plan: {s['devices_plan']}")
     out = {"runs": [{k: v for k, v in s.items() if k != "verdicts"} for s in runs]}

@@ -7,9 +7,9 @@ A case's cost is estimated from its layout before anything runs (docs/measuremen
               + [timing] min(max_time, TIMING_BASE_S + TIMING_CALLS * kernel_s)
     case_s    = generate + reference (GPU: one fp32 pass per request, REQ_S each) + sum(cell_s)
 
-The planner then gives each case, largest first, to the worker with the least estimated load
-(LPT), so the loads differ by at most one case's cost; a worker that runs dry takes the
-smallest case left on the most loaded worker's list (estimates are estimates). Nothing here
+The cases wait in one queue shared by the workers, largest estimate first; each worker takes
+the next case when it goes idle (dynamic longest-processing-time-first), so the workers finish
+within one case of each other whatever the estimate's error. Nothing here
 decides a result, only which worker computes it.
 """
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import collections
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from harness.layout import case_layout
 from harness.metrics import layout_work
@@ -31,8 +31,10 @@ TIMING_BASE_S = 0.05
 TIMING_CALLS = 200  # warm-up, probes and samples: about this many calls per timed cell
 
 
-def case_cost_s(cells: list[Any], device_type: str, timed: bool, max_time_s: float, check: bool = True) -> float:
-    """Estimated seconds for one case's cells (all of the same case) on one worker."""
+def case_cost_s(cells: list[Any], device_type: str, timed: bool | Callable[[Any], bool], max_time_s: float,
+                check: bool = True) -> float:
+    """Estimated seconds for one case's cells (all of the same case) on one worker; ``timed``
+    may say per cell whether it is timed (a reference backend's cells are not, on a GPU)."""
     if not cells:
         return 0.0
     hw = CPU if device_type == "cpu" else GPU
@@ -40,12 +42,11 @@ def case_cost_s(cells: list[Any], device_type: str, timed: bool, max_time_s: flo
     work = layout_work(layout)
     kernel_s = max(work.bytes / hw["bw"], work.flops / hw["peak"])
     cell_s = CELL_OVERHEAD_S + FIRST_CALL_S + kernel_s
-    if timed:
-        cell_s += min(max_time_s, TIMING_BASE_S + TIMING_CALLS * kernel_s)
+    n_timed = sum(1 for c in cells if timed(c)) if callable(timed) else (len(cells) if timed else 0)
     case_s = layout.kv_cache_bytes / hw["gen_bw"]
     if check:
         case_s += work.flops / hw["ref_flops"] + layout.num_reqs * hw["req_s"]
-    return case_s + len(cells) * cell_s
+    return case_s + len(cells) * cell_s + n_timed * min(max_time_s, TIMING_BASE_S + TIMING_CALLS * kernel_s)
 
 
 def plan_assignment(costs: list[float], n_slots: int) -> list[list[int]]:
@@ -61,46 +62,51 @@ def plan_assignment(costs: list[float], n_slots: int) -> list[list[int]]:
 
 @dataclass
 class CaseQueues:
-    """Per-worker queues of cases (lists of cells), planned by cost; a worker with an empty
-    queue steals the smallest case of the queue with the most estimated work left."""
+    """One queue of cases (lists of cells) shared by every worker, largest estimated cost
+    first: a worker that goes idle takes the next case (dynamic LPT). A static split by
+    estimate (the first version here) left one GPU running its last cases while the other
+    idled whenever the estimate was off (H200 decode-2gpu, 2026-11-30: 1.52x on two GPUs);
+    with the queue the tail is at most one case whatever the estimate's error, and the
+    estimate only orders the cases. ``slot`` arguments name the worker for the summary."""
 
-    queues: list[collections.deque] = field(default_factory=list)
+    queue: collections.deque = field(default_factory=collections.deque)
     costs: dict[int, float] = field(default_factory=dict)  # id(case cells) -> estimate
-    planned: list[dict[str, Any]] = field(default_factory=list)
-    stolen: list[int] = field(default_factory=list)
+    devices: list[str] = field(default_factory=list)
+    taken: list[list[float]] = field(default_factory=list)  # per slot: estimates of the cases it took
+    planned_loads: list[float] = field(default_factory=list)  # the static LPT plan's loads, for reference
 
     @classmethod
-    def plan(cls, cases: list[list[Any]], devices: list[str], timed: bool, max_time_s: float,
-             check: bool = True) -> "CaseQueues":
+    def plan(cls, cases: list[list[Any]], devices: list[str], timed: bool | Callable[[Any], bool],
+             max_time_s: float, check: bool = True) -> "CaseQueues":
         dev_type = "cpu" if devices[0] == "cpu" else "cuda"
         costs = [case_cost_s(c, dev_type, timed, max_time_s, check) for c in cases]
-        plan = plan_assignment(costs, len(devices))
-        q = cls(queues=[collections.deque(cases[i] for i in idx) for idx in plan],
-                costs={id(cases[i]): costs[i] for i in range(len(cases))}, stolen=[0] * len(devices))
-        q.planned = [{"device": d, "cases": len(idx), "cells": sum(len(cases[i]) for i in idx),
-                      "est_cost_s": round(sum(costs[i] for i in idx), 3)} for d, idx in zip(devices, plan)]
-        return q
+        order = sorted(range(len(cases)), key=lambda i: (-costs[i], i))
+        lpt = plan_assignment(costs, len(devices))
+        return cls(queue=collections.deque(cases[i] for i in order),
+                   costs={id(cases[i]): costs[i] for i in range(len(cases))}, devices=list(devices),
+                   taken=[[] for _ in devices],
+                   planned_loads=[round(sum(costs[i] for i in idx), 3) for idx in lpt])
 
     def __bool__(self) -> bool:
-        return any(self.queues)
+        return bool(self.queue)
 
     def __iter__(self):
-        for q in self.queues:
-            yield from q
+        yield from self.queue
 
     def clear(self) -> None:
-        for q in self.queues:
-            q.clear()
+        self.queue.clear()
 
     def appendleft(self, cells: list[Any], slot: int = 0) -> None:
-        self.queues[slot].appendleft(cells)
+        """A case given back (its worker died or restarts): first in line again (the summary
+        counts it for every worker that took it)."""
+        self.queue.appendleft(cells)
 
     def popleft(self, slot: int = 0) -> list[Any]:
-        if self.queues[slot]:
-            return self.queues[slot].popleft()
-        donor = max(range(len(self.queues)), key=lambda s: sum(self.costs.get(id(c), 0.0) for c in self.queues[s]))
-        self.stolen[slot] += 1
-        return self.queues[donor].pop()
+        cells = self.queue.popleft()
+        self.taken[slot].append(self.costs.get(id(cells), 0.0))
+        return cells
 
     def summary(self) -> list[dict[str, Any]]:
-        return [{**p, "stolen": n} for p, n in zip(self.planned, self.stolen)]
+        """Per worker: cases it took from the queue and their estimated seconds."""
+        return [{"device": d, "cases": len(t), "est_cost_s": round(sum(t), 3), "static_plan_est_s": p}
+                for d, t, p in zip(self.devices, self.taken, self.planned_loads)]

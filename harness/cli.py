@@ -332,6 +332,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         variant_filters=_parse_variants(args.variant or []),
         check=not args.no_check,
         time=not args.no_time,
+        time_references=args.time_references,
         collapse_variants=not args.all_variants,
         cpu_max_gflop=args.cpu_max_gflop,
         cpu_max_kv_mib=args.cpu_max_kv_mib,
@@ -346,15 +347,36 @@ def cmd_run(args: argparse.Namespace) -> int:
             import_ray()
         except RayUnavailable as e:
             raise UsageError(str(e)) from None
+    executor: Any = None
+    if args.ray is None:
+        # Workers start now, importing the backends' libraries, while this process expands
+        # the suite (docs/measurement.md, "Where a run's wall time goes").
+        executor = Executor(suite, opts, exec_opts)
+        executor.start(backends)
+    try:
+        return _run_cells(args, suite, backends, opts, exec_opts, device, executor, t_start)
+    finally:
+        if executor is not None:
+            executor.close()
+
+
+def _run_cells(args: argparse.Namespace, suite: Any, backends: list, opts: Any, exec_opts: Any,
+               device: torch.device, executor: Any, t_start: float) -> int:
+    from harness.runner import plan_cells
+
     cells = plan_cells(suite, backends, opts)
     if not cells:
         raise UsageError("nothing to run: no case/backend/variant matches the filters")
     cells, extra = _apply_shard(args, suite, cells, opts)
     out_dir, cells, header = _prepare_out_dir(args, suite, cells, device, backends, exec_opts.devices, extra)
     args.started_out_dir = out_dir  # from here an interrupt can be resumed
+    t_planned = time.perf_counter()
     rows: list[ResultRow] = []
     where = ",".join(exec_opts.devices) if len(exec_opts.devices) > 1 else str(device)
     mode = "in-process" if not exec_opts.isolation else f"{len(exec_opts.devices)} worker(s)"
+    if args.ray is not None:
+        where = f"a Ray cluster ({args.ray})"
+        mode = f"one actor per {'GPU' if device.type == 'cuda' else 'CPU'}, each with one isolated worker"
     console.print(f"[bold]{escape(suite.suite)}[/]: {len(cells)} cells on {where} ({mode}) -> {out_dir}")
     with ResultWriter(out_dir) as writer, Progress(
         TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -369,17 +391,20 @@ def cmd_run(args: argparse.Namespace) -> int:
             from harness.ray_executor import RayExecutor
 
             executor = RayExecutor(suite, opts, exec_opts, address=args.ray)
-        else:
-            executor = Executor(suite, opts, exec_opts)
         for row in executor.run(cells, on_start=on_start):
             writer.write(row)
             rows.append(row)
             progress.advance(task)
         progress.update(task, description="done")
+    t_rows = time.perf_counter()
     this_run = rows
     if executor.queue is not None and len(exec_opts.devices) > 1:
-        # The cost-balanced split (harness/balance.py): planned estimate per worker, cases stolen.
+        # The shared queue (harness/balance.py): cases and estimated seconds each worker took.
         header["devices_plan"] = executor.queue.summary()
+    if hasattr(executor, "accounting"):
+        header["workers"] = executor.accounting()
+    header["_marks"] = {"start": t_start, "planned": t_planned, "rows": t_rows,
+                        "all_ready": _to_perf(getattr(executor, "t_all_ready", None))}
     if header.get("resumed"):
         rows = read_rows(out_dir)  # the summary covers the whole run, earlier rows included
     _record_wall_time(out_dir, header, this_run, time.perf_counter() - t_start, _PROCESS_T0)
@@ -400,6 +425,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 1 if failed and args.strict else 0
 
 
+def _to_perf(t_mono: float | None) -> float | None:
+    """A time.monotonic() instant on the perf_counter clock (the executor uses monotonic)."""
+    return None if t_mono is None else t_mono - time.monotonic() + time.perf_counter()
+
+
+def wall_breakdown(marks: dict[str, Any], process_t0: float, now: float) -> dict[str, float]:
+    """Where the wall time went, in order, summing to ``now - process_t0``: ``startup`` (Python,
+    torch, the harness imported), ``expand`` (suite load, backends, cells, results folder; the
+    workers start and import their libraries meanwhile), ``wait_workers`` (the workers were not
+    ready when the cells were), ``cases`` (first case to last row), ``finish`` (summary)."""
+    start, planned, rows = marks["start"], marks["planned"], marks["rows"]
+    ready = marks.get("all_ready")
+    begin = max(planned, ready) if ready is not None else planned
+    begin = min(begin, rows)
+    out = {"startup": start - process_t0, "expand": planned - start, "wait_workers": begin - planned,
+           "cases": rows - begin, "finish": now - rows}
+    return {k: round(max(0.0, v), 3) for k, v in out.items()}
+
+
 def _record_wall_time(out_dir: Path, header: dict, rows: list[ResultRow], run_s: float, process_t0: float,
                       report_s: float | None = None) -> None:
     """run.json gets this invocation's wall time (``wall_s``: process start to the last row,
@@ -407,10 +451,25 @@ def _record_wall_time(out_dir: Path, header: dict, rows: list[ResultRow], run_s:
     rows' time went, summed over rows (``time_breakdown_s``; case-level stages once per case)."""
     from harness.runner import sum_breakdown
 
+    marks = header.pop("_marks", None)
     if report_s is None:
-        timing = {"wall_s": time.perf_counter() - process_t0, "run_s": run_s,
+        now = time.perf_counter()
+        tb = sum_breakdown(rows)
+        timing = {"wall_s": now - process_t0, "run_s": run_s,
                   "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                  "time_breakdown_s": sum_breakdown(rows), "rows_this_run": len(rows)}
+                  "time_breakdown_s": tb, "rows_this_run": len(rows)}
+        if marks is not None:
+            wb = wall_breakdown(marks, process_t0, now)
+            timing["wall_breakdown_s"] = wb
+            workers = header.get("workers") or []
+            # Outside the rows (worker-seconds beside the rows' own stages): the parent's start,
+            # the workers' library imports at start, their idle time (waiting, IPC, the tail).
+            tb["startup"] = wb["startup"]
+            tb["expand"] = wb["expand"]
+            tb["import"] = round(tb.get("import", 0.0) + sum(w.get("import_s") or 0.0 for w in workers), 3)
+            if workers:
+                tb["workers_ready"] = max((w.get("ready_s") or 0.0) for w in workers)
+                tb["idle"] = round(sum(w.get("idle_s") or 0.0 for w in workers), 3)
     else:
         timing = {"report_s": report_s, "wall_with_report_s": time.perf_counter() - process_t0}
     if header.get("resumed"):
@@ -445,6 +504,42 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.markdown:
         Path(args.markdown).write_text(md, encoding="utf-8")
     return 1 if comp.regressed else 0
+
+
+def cmd_repro(args: argparse.Namespace) -> int:
+    """A standalone script reproducing one row (harness/repro.py); --shrink first."""
+    from harness import repro
+    from harness.registry import resolve
+
+    try:
+        rows = read_rows(args.results)
+        index, row = repro.select_row(rows, args.row, backend=args.backend, variant=args.variant)
+        case, spec = repro.case_of_row(row, args.suite)
+        try:
+            backend = resolve(spec)
+        except Exception as e:  # an unknown name or a plugin that does not import
+            raise repro.ReproError(f"backend {spec!r} of row #{index}: {str(e).splitlines()[0] if str(e) else e}") from None
+        variant = dict(row.variant)
+        source = repro.call_source(backend, row, case, variant)  # before shrinking: fail fast
+        note = ""
+        if args.shrink:
+            if row.status != Status.MISMATCH:
+                raise repro.ReproError(f"row #{index} ({row.case} / {row.backend} [{row.variant_label}]) is "
+                                       f"{row.status}, not a mismatch: --shrink shrinks failures")
+            device = _pick_device(args.device or ("cuda" if row.device.startswith("cuda") else "cpu"))
+            run = repro.cell_runner(backend, variant, device, row)
+            case, _ = repro.shrink(case, run, lambda m: console.print(m, highlight=False, markup=False, soft_wrap=True),
+                                   max_attempts=args.max_attempts)
+            note = f"Shrunk by `harness repro --shrink` from {row.case!r} (batch {row.batch.get('num_reqs', '?')} requests)."
+        sc = repro.script_case(case, backend, variant)
+        text = repro.render_script(row, sc, backend, variant, source, note)
+    except (FileNotFoundError, ValueError, repro.ReproError) as e:
+        raise UsageError(str(e)) from None
+    out = Path(args.output or f"repro_{index}.py")
+    out.write_text(text, encoding="utf-8")
+    console.print(f"wrote {out} (row #{index}: {row.case} / {row.backend} [{row.variant_label}], {row.status}); "
+                  f"run: python3 {out}", highlight=False, markup=False, soft_wrap=True)
+    return 0
 
 
 def cmd_recommend(args: argparse.Namespace) -> int:
@@ -601,6 +696,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fill every KV-cache slot no request owns (spare pages, last-page tails) with NaN;"
                         " a correct kernel never reads them (docs/conformance.md)")
     r.add_argument("--no-time", action="store_true", help="skip timing (conformance only)")
+    r.add_argument("--time-references", action="store_true",
+                   help="also time correctness references (backends whose capabilities declare role "
+                        "'reference', e.g. torch-math on a GPU); by default their cells are checked, not timed")
     r.add_argument("--all-variants", action="store_true",
                    help="run every variant even where an axis cannot apply to the batch (default: one cell "
                         "stands for them, its row says which axes applied; docs/measurement.md)")
@@ -619,8 +717,9 @@ def build_parser() -> argparse.ArgumentParser:
     tg.add_argument("--max-time", type=float, metavar="SECONDS",
                     help="sampling time budget per cell (default 2 on GPU, 0.5 on CPU)")
     tg.add_argument("--energy-window", type=float, metavar="SECONDS",
-                    help="GPU: after timing, run the call back to back this long and record NVML energy "
-                         "(J/call, mean W); 0 = off (default 0.1)")
+                    help="GPU: NVML energy (J/call, mean W) is read around the timing loop; a loop shorter "
+                         "than this (or cold mode) runs the call back to back this long after timing instead; "
+                         "0 = off (default 0.1)")
     tg.add_argument("--min-samples", type=int, help="samples before the noise target may stop (default 10 GPU, 3 CPU)")
     tg.add_argument("--max-samples", type=int,
                     help="sample cap per cell, the exact count under --stop samples (default 500 GPU, 20 CPU)")
@@ -634,8 +733,9 @@ def build_parser() -> argparse.ArgumentParser:
     rb = r.add_argument_group("robustness (docs/robustness.md)")
     rb.add_argument("--resume", metavar="DIR", help="continue an interrupted run in DIR: run only the cells it lacks")
     rb.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
-                    help="run cells as Ray tasks (one case at a time per GPU, each in an isolated worker): a local "
-                         "cluster, or ADDRESS (e.g. ray://head:10001 or auto); needs pip install 'attn-harness[ray]'")
+                    help="spread cases over a Ray cluster (one actor per GPU keeping one isolated worker; a lost "
+                         "actor's case is retried on another): a local cluster, or ADDRESS (e.g. ray://head:10001 or "
+                         "auto); needs pip install 'attn-harness[ray]'")
     rb.add_argument("--shard", metavar="K/N",
                     help="run only shard K of N (1-based): whole cases, balanced by estimated cost, the same "
                          "split on every machine; `harness merge` joins the shard folders (docs/scale-out.md)")
@@ -685,6 +785,22 @@ def build_parser() -> argparse.ArgumentParser:
     rc.add_argument("--out", metavar="DIR", help="write recommend.md, policy.json and vllm.json into DIR")
     rc.add_argument("--suggest", metavar="SUITE.yaml", help="write a suite whose cases fill the unmeasured buckets")
     rc.set_defaults(func=cmd_recommend)
+
+    rpo = sub.add_parser("repro", help="write a standalone script (torch + the library only) reproducing one row; "
+                                       "--shrink makes a failing case smaller first")
+    rpo.add_argument("results", help="results folder or .jsonl file")
+    rpo.add_argument("row", help="the row: its index in the results file (0-based), its reproducer string, "
+                                 "or its case name (narrow with --backend / --variant)")
+    rpo.add_argument("--backend", help="with a case name: the row's backend")
+    rpo.add_argument("--variant", help="with a case name: the row's variant label")
+    rpo.add_argument("--suite", metavar="FILE", help="the suite file (default: the one the row's reproducer names)")
+    rpo.add_argument("--shrink", action="store_true",
+                     help="re-run the failing cell here on fewer requests, shorter contexts, fewer heads while it "
+                          "still fails the same way; write the script of the smallest")
+    rpo.add_argument("--max-attempts", type=int, default=40, help="bound on --shrink's re-runs (default 40)")
+    rpo.add_argument("--device", help="device for --shrink (default: the row's, cuda or cpu)")
+    rpo.add_argument("-o", "--output", metavar="FILE", help="script to write (default: repro_<row index>.py)")
+    rpo.set_defaults(func=cmd_repro)
 
     va = sub.add_parser("validate", help="check a suite file and print its expanded cases (runs nothing)")
     va.add_argument("suite", help="suite YAML file")

@@ -42,7 +42,7 @@ import torch
 from harness.balance import CaseQueues
 from harness.memory import make_fit_check
 from harness.results import RESULTS_FILE, ResultRow, Status, Worker, read_header, read_rows, repair_torn_tail, variant_label
-from harness.runner import Cell, RunOptions, group_by_case, iterate_case, status_row
+from harness.runner import Cell, RunOptions, group_by_case, iterate_case, row_busy_s, status_row, warm_backend
 from harness.spec import Suite
 
 STARTUP_TIMEOUT_S = 300.0  # importing torch and a GPU library on a cold machine
@@ -87,9 +87,11 @@ class Shutdown:
 # Worker -> parent
 @dataclass(frozen=True)
 class WorkerReady:
-    """The worker has imported everything and waits for a case."""
+    """The worker has imported everything (the suite's backends' libraries included) and waits
+    for a case; ``import_s``: seconds each backend's first availability probe took."""
 
     pid: int
+    import_s: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -181,6 +183,9 @@ class ExecOptions:
     isolation: bool = True
     cell_timeout: float | None = None  # seconds; None or 0 = no limit
     memory_budget_mib: float | None = None
+    # Keep the workers between run() calls (a --ray actor runs one case per call: the worker's
+    # imports, CUDA context and compiled kernels are paid once); close() ends them.
+    keep_workers: bool = False
 
 
 def default_cell_timeout(device_type: str) -> float:
@@ -256,7 +261,7 @@ def _context_broken(device: torch.device, reason: str) -> str | None:
 
 
 def _worker_main(conn: Any, device_name: str, suite: Suite, opts: RunOptions, budget_mib: float | None,
-                 cpu_share: int, threads: int | None) -> None:
+                 cpu_share: int, threads: int | None, warm: tuple = ()) -> None:
     # Ctrl-C goes to the whole process group; the parent decides how to stop. The worker was
     # started with SIGINT blocked (Executor._start_process): ignore it (dropping one that is
     # pending), then unblock.
@@ -268,8 +273,18 @@ def _worker_main(conn: Any, device_name: str, suite: Suite, opts: RunOptions, bu
     device = torch.device(device_name)
     opts = dataclasses.replace(opts, device=device,
                                fit_check=make_fit_check(device, opts.check, budget_mib, cpu_share))
-    conn.send(WorkerReady(os.getpid()))
     cuda_ready = False
+    import_s: dict[str, float] = {}
+    if warm:
+        # The backends' libraries now, while the parent expands the suite (and, on --devices N,
+        # in every worker at once), not in the first cell's precheck. On the worker's own device:
+        # a library that touches CUDA on import must not make a context on another GPU.
+        if device.type == "cuda":
+            torch.cuda.set_device(device.index if device.index is not None else 0)
+            cuda_ready = True
+        for b in warm:
+            import_s[b.name] = round(warm_backend(b, suite, opts), 4)
+    conn.send(WorkerReady(os.getpid(), import_s))
 
     def on_event(event: str, cell: Cell | None) -> None:
         conn.send(PreparingCase() if event == "prepare" else CellStarted(cell_key(suite, cell)))
@@ -322,6 +337,12 @@ class _Slot:
     failed_starts: int = 0
     last_failure: str = ""
     dead: bool = False
+    # Accounting (run.json "workers"): first start to ready, library imports, time in rows.
+    spawned_at: float | None = None
+    ready_s: float | None = None
+    import_s: dict[str, float] = field(default_factory=dict)
+    busy_s: float = 0.0
+    cases_seen: set = field(default_factory=set)
 
 
 class Executor:
@@ -338,6 +359,10 @@ class Executor:
         # Standby workers (one per device, started at the first restart) so that replacing a
         # crashed worker does not wait for Python, torch and the libraries to import again.
         self.spares: dict[str, tuple[Any, Any]] = {}
+        self.warm: tuple = ()  # backends whose libraries the first workers import at start
+        self.t_spawned: float | None = None
+        self.t_all_ready: float | None = None
+        self.t_done: float | None = None
 
     # In-process: the reference engine, with the memory planner.
     def _run_inline(self, cases: list[list[Cell]], on_start: Callable[[Cell], None] | None) -> Iterator[ResultRow]:
@@ -360,18 +385,63 @@ class Executor:
         yield from self._run_isolated(cases, on_start)
 
     # ---------------------------------------------------------------- workers
-    def _start_process(self, device: str) -> tuple[Any, Any]:
+    def start(self, backends: list[type] = ()) -> None:
+        """Start every worker now, all at once, importing ``backends``' libraries, so that the
+        start-up overlaps the parent's suite expansion and the workers' imports overlap each
+        other. ``run`` uses these workers (and starts them itself if this was not called)."""
+        if not self.exec_opts.isolation or self.slots:
+            return
+        self.warm = tuple(backends)
+        self.slots = [_Slot(i, d, dataclasses.replace(self.opts, device=torch.device(d)))
+                      for i, d in enumerate(self.exec_opts.devices)]
+        self.t_spawned = time.monotonic()
+        for slot in self.slots:
+            self._spawn(slot, warm=True)
+
+    def _timed(self, cell: Cell) -> bool:
+        """Whether ``cell`` will be timed (the cost estimate leaves untimed references' timing out)."""
+        if not self.opts.time:
+            return False
+        if self.opts.time_references:
+            return True
+        dev = "cpu" if self.exec_opts.devices[0] == "cpu" else "cuda"
+        try:
+            return cell.backend.capabilities(cell.variant).timing_skip_reason(dev) is None
+        except Exception:  # the cell's own precheck reports a broken capabilities()
+            return True
+
+    def accounting(self) -> list[dict[str, Any]]:
+        """Per worker: seconds from the first start to ready, library imports, in rows, idle
+        (from ready to the last row of the run, not in a row: waiting, IPC, the tail)."""
+        out = []
+        end = self.t_done or time.monotonic()
+        for s in self.slots:
+            ready_at = (s.spawned_at or end) + (s.ready_s or 0.0)
+            span = max(0.0, end - ready_at)
+            out.append({"device": s.device, "ready_s": round(s.ready_s, 3) if s.ready_s is not None else None,
+                        "import_s": round(sum(s.import_s.values()), 3), "import_by_backend_s": s.import_s,
+                        "busy_s": round(s.busy_s, 3), "idle_s": round(max(0.0, span - s.busy_s), 3)})
+        return out
+
+    def _start_process(self, device: str, warm: bool = False) -> tuple[Any, Any]:
         n_cpu = sum(d == "cpu" for d in self.exec_opts.devices)
         threads = max(1, (os.cpu_count() or 1) // n_cpu) if device == "cpu" and n_cpu > 1 else None
         parent_conn, child_conn = self.mp_context.Pipe(duplex=True)
         proc = self.mp_context.Process(
             target=_worker_main, name=f"harness-worker-{device}", daemon=True,
-            args=(child_conn, device, self.suite, self.opts, self.exec_opts.memory_budget_mib, max(1, n_cpu), threads),
+            args=(child_conn, device, self.suite, self.opts, self.exec_opts.memory_budget_mib, max(1, n_cpu), threads,
+                  self.warm if warm else ()),
         )
         # SIGINT is blocked (not ignored) while the worker starts: the mask survives exec, so a
         # Ctrl-C while the worker still imports torch stays pending there until _worker_main
         # ignores it (no traceback from the worker), and one that reaches the parent meanwhile
         # is delivered as soon as start() returns (an ignored one would be lost: seen in CI).
+        # The spawn context starts multiprocessing's resource tracker on the first start(); that
+        # start blocks and then UNBLOCKS SIGINT itself, which would undo our block for the worker
+        # started right after it (a Ctrl-C then killed the worker inside `site`). Start it first.
+        from multiprocessing import resource_tracker
+
+        resource_tracker.ensure_running()
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
             proc.start()
@@ -380,14 +450,18 @@ class Executor:
         child_conn.close()  # so the parent sees EOF when the worker dies
         return proc, parent_conn
 
-    def _spawn(self, slot: _Slot, restart: bool = False) -> None:
+    def _spawn(self, slot: _Slot, restart: bool = False, warm: bool = False) -> None:
         spare = self.spares.pop(slot.device, None)
         if spare is not None and not spare[0].is_alive():
             spare[1].close()
             spare = None
-        slot.proc, slot.conn = spare or self._start_process(slot.device)
+        # Standby workers import nothing ahead (they wait without a CUDA context); a cell's
+        # precheck imports what it needs.
+        slot.proc, slot.conn = spare or self._start_process(slot.device, warm=warm)
         slot.pid, slot.ready = slot.proc.pid, False
         slot.started_at = time.monotonic()
+        if slot.spawned_at is None:
+            slot.spawned_at = slot.started_at
         if restart and slot.device not in self.spares:
             self.spares[slot.device] = self._start_process(slot.device)
 
@@ -472,14 +546,17 @@ class Executor:
     def _run_isolated(self, cases: list[list[Cell]], on_start: Callable[[Cell], None] | None) -> Iterator[ResultRow]:
         # Cases spread over the workers by estimated cost (harness/balance.py), largest first.
         timing_opts = self.opts.timing
-        self.queue = CaseQueues.plan(cases, self.exec_opts.devices, self.opts.time,
+        self.queue = CaseQueues.plan(cases, self.exec_opts.devices, self._timed,
                                      timing_opts.max_time_s if timing_opts is not None else 2.0, self.opts.check)
         self.timeout = timeout = self.exec_opts.cell_timeout or None
-        self.slots = [_Slot(i, d, dataclasses.replace(self.opts, device=torch.device(d)))
-                      for i, d in enumerate(self.exec_opts.devices)]
+        reuse = bool(self.slots)  # keep_workers: the previous call's live workers take this call's cases
+        if not reuse:
+            self.slots = [_Slot(i, d, dataclasses.replace(self.opts, device=torch.device(d)))
+                          for i, d in enumerate(self.exec_opts.devices)]
         try:
             for slot in self.slots:
-                self._spawn(slot)
+                if not reuse or (slot.proc is None and not slot.dead):
+                    self._spawn(slot)
             while True:
                 live = [s for s in self.slots if not s.dead]
                 for slot in live:
@@ -519,7 +596,24 @@ class Executor:
                         self._requeue(slot)
                         self._restart(slot, progressed=False, why=why)
         finally:
-            self._shutdown()
+            self.t_done = time.monotonic()
+            if self.exec_opts.keep_workers:
+                self._release_busy()
+            else:
+                self._shutdown()
+
+    def _release_busy(self) -> None:
+        """keep_workers, after a run() call: idle workers stay for the next call; a worker still
+        busy (the call was abandoned mid-case) is killed so it cannot answer the next call."""
+        for slot in self.slots:
+            if slot.phase != SlotPhase.IDLE:
+                self._kill(slot)
+                slot.cells, slot.phase, slot.current, slot.deadline = [], SlotPhase.IDLE, None, None
+
+    def close(self) -> None:
+        """End the workers kept by ``keep_workers`` (a no-op otherwise: run() already did)."""
+        self._shutdown()
+        self.slots = []
 
     def _drain(self, slot: _Slot, timeout: float | None, on_start: Callable[[Cell], None] | None) -> Iterator[ResultRow]:
         """Handle everything the worker sent; then, if it is gone, what it left behind."""
@@ -539,6 +633,10 @@ class Executor:
             now = time.monotonic()
             if isinstance(msg, WorkerReady):
                 slot.ready, slot.pid = True, msg.pid
+                if slot.ready_s is None:
+                    slot.ready_s, slot.import_s = now - slot.spawned_at, dict(msg.import_s)
+                    if all(s.ready_s is not None for s in self.slots):
+                        self.t_all_ready = now
                 if slot.phase == SlotPhase.SENT and timeout:
                     slot.deadline = now + timeout
             elif isinstance(msg, PreparingCase):
@@ -553,6 +651,7 @@ class Executor:
             elif isinstance(msg, RowDone):
                 row = msg.row
                 slot.cells = [c for c in slot.cells if cell_key(self.suite, c) != row.key]
+                slot.busy_s += row_busy_s(row, slot.cases_seen)
                 yield row
             elif isinstance(msg, CaseDone):
                 slot.phase, slot.current, slot.deadline, slot.cells = SlotPhase.IDLE, None, None, []

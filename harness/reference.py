@@ -6,7 +6,9 @@ Conventions (the ones FA2/3/4, FlashInfer and vLLM use; each is listed here):
 - a sliding window W lets a query see the W most recent keys, itself included
   (FA ``window_size=(W-1, 0)``); without causal it is symmetric, (W-1, W-1);
 - softcap: logit = cap * tanh(scale * q.k / cap);
-- ALiBi: logit -= slope_h * |i + s - q - j| (not multiplied by the scale);
+- ALiBi: logit -= slope_h * |i + s - q - j| (not multiplied by the scale); a backend whose LSE
+  uses another bias with the same outputs declares it (``Capabilities.alibi_lse``) and is judged
+  against ``reference_lse_for`` (the reference LSE moved by the per-row constant);
 - sinks: one extra logit per head, natural-log units, unscaled, with no value vector;
 - GQA: query head h reads KV head h // (Hq / Hk);
 - LSE is natural log; a row that sees no key has output 0 and LSE -inf.
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import torch
 
+from attn_contract import AlibiLse
 from harness.workload import Batch
 
 _CHUNK_ELEMS = 1 << 26  # scores per chunk (256 MB in fp32): bounds memory for long prefills
@@ -125,3 +128,27 @@ def reference_attention(batch: Batch, compute_dtype: torch.dtype | None = None) 
     finally:
         torch.backends.cuda.matmul.allow_tf32 = prev_tf32
     return torch.cat(outs), torch.cat(lses)
+
+
+def alibi_lse_shift(batch: Batch, convention: AlibiLse) -> torch.Tensor | None:
+    """[num_tokens, Hq] to add to the reference LSE for a backend whose ALiBi LSE follows
+    ``convention``, or None when it equals the reference's.
+
+    ``key_index_causal`` (FA2): with causal masking and no window the kernel's logit is
+    ``scale q.k + slope * j`` = the reference's plus ``slope * (i + s - q)``, the diagonal key
+    position of query row i, so its LSE is larger by exactly that (up to ~slope * context).
+    """
+    cfg = batch.config
+    slopes = batch.layer.alibi_slopes
+    if (slopes is None or convention != AlibiLse.KEY_INDEX_CAUSAL or not cfg.causal
+            or cfg.sliding_window is not None):
+        return None
+    pos = torch.cat([torch.arange(s - q, s, device=batch.device)
+                     for q, s in zip(batch.query_lens, batch.seq_lens)])  # i + s - q per token
+    return pos.to(torch.float64).unsqueeze(1) * slopes.to(batch.device, torch.float64).unsqueeze(0)
+
+
+def reference_lse_for(batch: Batch, ref_lse: torch.Tensor, convention: AlibiLse) -> torch.Tensor:
+    """The reference LSE as a backend declaring ``convention`` should return it (batch order)."""
+    shift = alibi_lse_shift(batch, convention)
+    return ref_lse if shift is None else ref_lse + shift.to(ref_lse.dtype)

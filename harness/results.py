@@ -249,6 +249,9 @@ class ResultRow(BaseModel):
     # Variant axes that applied to the batch, and the variants this row stands for where the
     # others could not change the result (runner.collapse_variants); absent: nothing collapsed.
     variant_axes: dict[str, Any] | None = None
+    # Why a cell that ran carries no timing although the run timed (e.g. "reference, not timed
+    # on cuda by default"); absent on rows that were timed and on older rows.
+    timing_skipped: str | None = None
 
     @model_validator(mode="after")
     def _payload_fits_status(self, info: ValidationInfo) -> "ResultRow":
@@ -288,7 +291,8 @@ class ResultRow(BaseModel):
         d["status"] = self.status.value
         # Fields rows gained later are written only when set, so an old row writes back as it was.
         for k, empty in (("worker", None), ("traceback", None), ("layout", None), ("case_group", ""),
-                         ("case_params", {}), ("variant_axes", None)):
+                         ("case_params", {}), ("variant_axes", None),
+                         ("timing_skipped", None)):
             if k in d and d[k] == empty and (empty is not None or d[k] is None):
                 del d[k]
         return d

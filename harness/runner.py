@@ -25,7 +25,7 @@ from harness.cascade import decide as decide_cascade
 from harness.check import check_output, tolerance_for
 from harness.layout import CaseLayout, case_layout
 from harness.metrics import layout_work
-from harness.reference import reference_attention
+from harness.reference import reference_attention, reference_lse_for
 from harness.results import Call, Check, Host, Metrics, ResultRow, Status, Timing, variant_label
 from harness.spec import CaseSpec, Suite
 from harness.roofline import get_ceilings, roofline_metrics
@@ -46,6 +46,8 @@ class RunOptions:
     variant_filters: dict[str, dict[str, list[str]]] = field(default_factory=dict)
     check: bool = True
     time: bool = True
+    # Time backends whose Capabilities declare them untimed here (role "reference"; --time-references).
+    time_references: bool = False
     timing: TimingOptions | None = None
     roofline: bool = True  # attach % of the measured device ceilings to each timed row
     cpu_max_gflop: float = 0.5  # the CLI defaults: keep them in step
@@ -89,6 +91,24 @@ def select_variants(backend: type[AttentionBackend], suite: Suite, opts: RunOpti
         if all(str(v.get(axis)) in {str(x) for x in allowed} for f in filters for axis, allowed in f.items()):
             out.append(v)
     return out
+
+
+# Backends whose availability this process has asked once: the first ask imports the backend's
+# library (FA4 ~8.6 s, FlashInfer ~2.3 s on the H200), which rows record as "import", not "precheck".
+_IMPORTED: set[type] = set()
+
+
+def warm_backend(backend: type[AttentionBackend], suite: Suite, opts: RunOptions) -> float:
+    """Import ``backend``'s library now (its availability for every selected variant), so that
+    a worker pays it while the parent still expands the suite. Seconds taken."""
+    t0 = time.perf_counter()
+    try:
+        for v in select_variants(backend, suite, opts) or [{}]:
+            backend.availability(v)
+    except Exception:  # the cell's own precheck reports it, with the cell's name
+        pass
+    _IMPORTED.add(backend)
+    return time.perf_counter() - t0
 
 
 def segment_kinds(query_lens: Sequence[int], seq_lens: Sequence[int]) -> set[str]:
@@ -429,7 +449,9 @@ def run_cell(cell: Cell, case_data: CaseContext, suite: Suite, opts: RunOptions)
         checking = opts.check and case_data.ref_out is not None
         if checking:
             trace.stage = CellStage.CHECK
-            ref_out, ref_lse = case_data.ref_out, case_data.ref_lse
+            ref_out = case_data.ref_out
+            # The LSE a backend's declared ALiBi convention gives (outputs are the same either way).
+            ref_lse = reference_lse_for(batch, case_data.ref_lse, prepared.caps.alibi_lse)
             if prepared.token_index is not None:
                 ref_out, ref_lse = ref_out[prepared.token_index], ref_lse[prepared.token_index]
             tol = tolerance_for(cfg.dtype, cfg.kv_cache_dtype)
@@ -457,7 +479,12 @@ def run_cell(cell: Cell, case_data: CaseContext, suite: Suite, opts: RunOptions)
                 row["check"]["inputs_modified"] = touched
             sw.lap("check")
 
-        if opts.time:
+        timed = opts.time
+        if timed and not opts.time_references:
+            skipped = prepared.caps.timing_skip_reason(device.type) if prepared.caps is not None else None
+            if skipped:
+                timed, row["timing_skipped"] = False, skipped
+        if timed:
             trace.stage = CellStage.TIMING
             timing_opts = opts.timing or TimingOptions.for_device(device)
             graph = prepared.graph_decision(enabled=timing_opts.cuda_graph)
@@ -481,7 +508,7 @@ def run_cell(cell: Cell, case_data: CaseContext, suite: Suite, opts: RunOptions)
             # the first call and kernels that write only part of a reused buffer.
             trace.stage = CellStage.CHECK
             later = []
-            if opts.time:
+            if timed:
                 later.append(("after timing", prepared.out.clone(), None))
             poisoned = torch.full_like(prepared.out, float("nan"))
             lse2 = torch.full_like(prepared.lse, float("nan")) if prepared.lse is not None else None
@@ -543,6 +570,19 @@ def sum_breakdown(rows: list[Any]) -> dict[str, float]:
     return {k: round(v, 3) for k, v in total.items()}
 
 
+def row_busy_s(row: Any, case_seen: set[str]) -> float:
+    """Seconds a worker spent on ``row``: its cell, its precheck/import and, once per case
+    (``case_seen`` remembers), the case's generate/reference."""
+    host = row.host if isinstance(row.host, dict) else (row.host.model_dump() if row.host is not None else {})
+    ms = host.get("cell_ms") or 0.0
+    b = host.get("breakdown_ms") or {}
+    ms += b.get("precheck", 0.0) + b.get("import", 0.0)
+    if host.get("case_ms") and row.case not in case_seen:
+        case_seen.add(row.case)
+        ms += sum(host["case_ms"].values())
+    return ms / 1e3
+
+
 def breakdown(sw: Stopwatch, case_data: "CaseContext | None" = None) -> dict[str, Any]:
     """Where a cell's wall time went (``host.breakdown_ms``: prepare = batch view, KV-cache
     layout copy and output buffers, setup = builder/impl construction (library warm-up),
@@ -587,12 +627,17 @@ def iterate_case(
     case = case_cells[0].case
     runnable: list[Cell] = []
     precheck_ms: dict[int, float] = {}
+    import_ms: dict[int, float] = {}  # the backend's first availability probe in this process
     for cell in case_cells:
         if on_start:
             on_start(cell)
+        first = cell.backend not in _IMPORTED
         t0 = time.perf_counter()
         reason, status = _precheck(cell, opts)
+        _IMPORTED.add(cell.backend)
         precheck_ms[id(cell)] = (time.perf_counter() - t0) * 1e3
+        if first:
+            import_ms[id(cell)] = precheck_ms.pop(id(cell))
         if reason and status is not None:
             yield status_row(cell, suite, opts, status, reason)
         else:
@@ -616,6 +661,8 @@ def iterate_case(
             if row.host is not None and row.host.breakdown_ms is not None:
                 # availability/support/memory checks, made before the case's batch existed
                 row.host.breakdown_ms["precheck"] = precheck_ms.get(id(cell), 0.0)
+                if id(cell) in import_ms:
+                    row.host.breakdown_ms["import"] = import_ms[id(cell)]
             yield row
     finally:
         del case_data

@@ -157,6 +157,16 @@ def _quantize(x: torch.Tensor, scale: float, cache_dtype: torch.dtype) -> torch.
     return x.to(cache_dtype)
 
 
+def kv_scales(case: CaseSpec) -> tuple[float, float]:
+    """(k_scale, v_scale) of the case's layer: fp8 caches store value / scale, and "auto" maps
+    the data's absmax onto the format's max; 1.0 without an fp8 cache."""
+    if not case.kv_cache_dtype.startswith("fp8"):
+        return 1.0, 1.0
+    amax_guess = 5.5  # |N(0,1)| over millions of draws stays under this; exact value only sets range use
+    k, v = (amax_guess / FP8_MAX[case.kv_cache_dtype] if s == "auto" else float(s) for s in case.kv_scales)
+    return k, v
+
+
 def generate(case: CaseSpec, device: torch.device | str = "cpu", layout: CaseLayout | None = None) -> Batch:
     """Build the batch a case describes, deterministically from ``case.seed``. ``layout`` is
     the case's ``case_layout`` when the caller has it already (lengths and blocks come from it)."""
@@ -192,12 +202,7 @@ def generate(case: CaseSpec, device: torch.device | str = "cpu", layout: CaseLay
         cursor += own_blocks[i]
         table[i, : len(row)] = torch.tensor(row, dtype=torch.int32)
 
-    # Scales: fp8 caches store value / scale; "auto" maps the data's absmax onto the format's max.
-    kv_scale_k = kv_scale_v = 1.0
-    amax_guess = 5.5  # |N(0,1)| over millions of draws stays under this; exact value only sets range use
-    if cfg.is_fp8_kv:
-        kv_scale_k, kv_scale_v = (amax_guess / FP8_MAX[cfg.kv_cache_dtype] if s == "auto" else float(s)
-                                  for s in case.kv_scales)
+    kv_scale_k, kv_scale_v = kv_scales(case)
 
     # Spare (unused) blocks keep finite random data: a kernel that reads them shows up as a mismatch.
     kv_cache = _quantize(_randn((num_blocks, 2, bs, hk, d), gen, device, model_dtype), kv_scale_k, cache_dtype)  # spare blocks

@@ -43,6 +43,29 @@ def test_gate_applies_to_kernel_bound_rows_only():
     assert fidelity.gate_row(300.0, 200.0, False, 3.0, 0.1)["host_bound"]
 
 
+def test_busy_time_counts_overlapping_kernels_once():
+    """A synthetic call of three kernels whose last one starts before the attention kernel
+    ends (what a PDL-launched dependent kernel does). The sum of durations counts the overlap
+    twice (the 2026-11-30 gate failed FA3 by -9.2% against the sum); the busy time does not."""
+    calls = []
+    for i in range(4):  # 4 back-to-back calls, 2 us apart: prepare 5 us, attention 200 us, combine
+        t0 = i * 250.0
+        calls += [(t0, t0 + 5, "prepare_varlen_num_blocks"), (t0 + 6, t0 + 206, "flash_fwd_kernel"),
+                  (t0 + 186, t0 + 215, "flash_fwd_combine_kernel")]  # starts 20 us before the end
+    st = fidelity.interval_stats(calls, 4)
+    assert st["sum_us"] == pytest.approx(234.0) and st["busy_us"] == pytest.approx(214.0)
+    assert st["overlap_us"] == pytest.approx(20.0) and st["kernels_per_call"] == 3
+    assert st["span_us"] == pytest.approx((3 * 250 + 215) / 4)
+    assert st["kernels"][0]["name"] == "flash_fwd_kernel" and st["kernels"][0]["per_call"] == 1
+    harness = 219.0  # graph-timed: busy time plus a few us of gaps, as FlashInfer's rows showed
+    assert fidelity.gate_row(harness, st["busy_us"], True, 3, 1.0)["ok"]
+    assert not fidelity.gate_row(harness, st["sum_us"], True, 3, 1.0)["ok"]  # the old comparison fails
+    # kernels that never overlap: busy == sum
+    st = fidelity.interval_stats([(0, 10, "a"), (12, 20, "b")], 1)
+    assert st["busy_us"] == st["sum_us"] == 18 and st["overlap_us"] == 0 and st["span_us"] == 20
+    assert fidelity.interval_stats([], 3)["busy_us"] == 0
+
+
 def test_builtin_cells_keep_eager_torch_off_large_cells():
     from harness.spec import parse_suite
 
@@ -74,6 +97,28 @@ def test_row_writer_flushes_each_row_and_marks_interrupted(tmp_path):
 def test_scripts_exit_2_without_a_gpu(tmp_path):
     assert fidelity.main(["--out", str(tmp_path / "f")]) == 2
     assert direct.main([]) == 2
+    assert _load("fa4_diag").main(["--out", str(tmp_path / "d.json")]) == 2
+
+
+def test_fa4_diagnostic_cells_are_the_direct_calls_shapes():
+    """ci/fa4_diag.py times the adapter on the same shapes as ci/direct_timing.py's decode call:
+    one decode segment, every sequence exactly `context` long, page 16 (checked on the CPU up
+    to the kernel call)."""
+    from backends.flash_attn.backend import FlashAttentionBackend
+    from harness.runner import prepare_cell
+    from harness.spec import parse_suite
+    from harness.workload import generate
+
+    diag = _load("fa4_diag")
+    assert diag.CELLS["decode-64x4096-32/8"]["context"] == direct.DECODE["context"]
+    for name, c in diag.CELLS.items():
+        case = parse_suite(diag.case_spec(name, c), "<fa4_diag>").cases[0]
+        p = prepare_cell(FlashAttentionBackend, {"fa_version": 4}, generate(case, torch.device("cpu")), torch.device("cpu"))
+        (seg,) = p.metadata.segments
+        assert seg.kind == "decode" and seg.num_reqs == c["batch"]
+        assert seg.seq_lens.min() == seg.seq_lens.max() == c["context"]
+        assert tuple(seg.block_table.shape) == (c["batch"], c["context"] // 16)
+        assert p.impl.generation.num_splits == 1  # sm90 rule, as direct_timing's FA4 call (its default)
 
 
 def test_direct_comparison_names_the_calls_and_flags_big_differences():
@@ -105,8 +150,30 @@ def test_gpu_pytest_script_runs_exactly_the_test_suite():
     text = script.read_text()
     commands = [ln.strip() for ln in text.splitlines() if ln.strip().startswith(("python3", "if ! python3"))]
     assert any("python3 -m pip install -q --no-deps --no-build-isolation -e ." in c for c in commands)
-    assert any(c.startswith("python3 -m pytest -q") for c in commands)
+    assert any(c.startswith('python3 ci/pytest_shards.py --log "$log"') for c in commands)
     assert '${1:-' in text, "the log goes where the caller says"
+    shards = (ROOT / "ci" / "pytest_shards.py").read_text()
+    assert '"-m", "pytest", "-q"' in shards and "import xdist" not in shards
+
+
+def test_shard_plan_covers_the_collection_once_and_balances():
+    sys.path.insert(0, str(ROOT / "ci"))
+    import pytest_shards as ps
+
+    ids = [f"tests/test_metrics.py::t{i}" for i in range(400)]
+    ids += [f"tests/test_compare.py::c{i}" for i in range(27)] + [f"tests/test_resume.py::r{i}" for i in range(11)]
+    ids += [f"tests/test_ray_executor.py::ray{i}" for i in range(3)] + [f"tests/test_timing.py::tm{i}" for i in range(5)]
+    ids += [f"tests/test_x{k}.py::a[p={i}]" for k in range(20) for i in range(3)]
+    for n in (1, 2, 5, 8):
+        parts, load, serial = ps.plan(ids, n, gpu=True)
+        flat = [x for p in parts for x in p] + serial
+        assert sorted(flat) == sorted(ids) and len(flat) == len(set(flat))  # every test once
+        assert serial == [x for x in ids if x.startswith("tests/test_timing.py")]  # timing tests alone
+        assert sum(any("ray" in x for x in p) for p in parts) == 1  # one Ray cluster at a time
+        for p in parts:
+            assert p == [x for x in ids if x in set(p)]  # collection order inside a shard
+        assert max(load) <= sum(load) / n + max(ps.file_weight("tests/test_ray_executor.py", 3, True), 1) + 1e-9
+    assert ps.summary_line(Path("/nonexistent")) == "(no pytest summary line)"
 
 
 def test_harness_subprocesses_keep_the_callers_pythonpath(tmp_path, monkeypatch):
@@ -117,7 +184,11 @@ def test_harness_subprocesses_keep_the_callers_pythonpath(tmp_path, monkeypatch)
     from conftest import subprocess_env
 
     (tmp_path / "only_on_pythonpath.py").write_text("VALUE = 42\n")
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    # Prepend, as a caller would: replacing it would drop the very entries the H200 imports
+    # torch from, and the subprocess would fail there for that reason alone (2026-11-30).
+    import os
+
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
     r = subprocess.run([sys.executable, "-c", "import only_on_pythonpath, harness.cli, plugins.crashy;"
                         " print(only_on_pythonpath.VALUE)"], cwd=tmp_path, env=subprocess_env(),
                        capture_output=True, text=True)

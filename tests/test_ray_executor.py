@@ -1,5 +1,7 @@
-"""--ray on a local Ray cluster of CPU workers: the same rows as a local run, and a cell whose
-isolated worker segfaults is recorded as an error row (never lost). Skipped without ray."""
+"""--ray on a local Ray cluster of CPU workers: the same rows as a local run, a cell whose
+isolated worker segfaults is recorded as an error row, and a case whose actor is lost midway
+(SIGKILL, ray.kill) runs again on another actor or, retries spent, is recorded (never lost).
+Skipped without ray."""
 
 from __future__ import annotations
 
@@ -43,6 +45,9 @@ def test_ray_rows_equal_local_run(cluster, tmp_path: Path) -> None:
     got = read_rows(tmp_path / "ray")
     assert len(got) == len(local)
     assert {r.key: r.status for r in got} == local
+    # One long-lived actor per CPU slot (2 here) keeps one worker for all its cases: the first
+    # version started a worker per case (8 cases, 8 pids), paying the imports every time.
+    assert len({r.case for r in got}) > 2 and len({r.worker.pid for r in got}) <= 2
 
 
 def test_ray_segfault_costs_only_its_cell(cluster, tmp_path: Path) -> None:
@@ -65,3 +70,77 @@ def test_ray_missing_exits_2_with_install_hint(monkeypatch, tmp_path: Path, caps
     assert main(["run", "ci/smoke.yaml", *FLAGS, "--ray", "--out", str(tmp_path / "x")]) == 2
     assert "attn-harness[ray]" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+
+
+# Four cases of slow cells (0.25 s a call): each case is in flight for a few seconds, long
+# enough to lose its actor midway.
+FOUR_CASES = "suite: lost\ncases:\n" + "".join(f"""
+  - name: c{i}
+    num_heads: 4
+    num_kv_heads: 2
+    head_size: 32
+    batch:
+      - kind: decode
+        count: 2
+        context_len: {24 + 8 * i}
+""" for i in range(4))
+
+
+def _plan(tmp_path: Path):
+    import torch
+    import yaml
+
+    from harness import registry
+    from harness.executor import ExecOptions
+    from harness.runner import RunOptions, plan_cells
+    from harness.spec import parse_suite
+
+    suite = parse_suite(yaml.safe_load(FOUR_CASES))
+    opts = RunOptions(device=torch.device("cpu"), time=False)
+    backends = registry.resolve_many(["torch-math", "plugins.crashy:SlowBackend"])
+    return suite, opts, plan_cells(suite, backends, opts), ExecOptions(devices=["cpu"], cell_timeout=60)
+
+
+def _run_and_lose_an_actor(tmp_path: Path, how: str, max_retries: int):
+    """Run on two actors; when the first case's rows are back (both actors busy), lose one
+    actor for real: SIGKILL its process (a dead worker or node) or ray.kill it."""
+    import os
+    import signal
+
+    from harness.ray_executor import RayExecutor
+
+    suite, opts, cells, exec_opts = _plan(tmp_path)
+    ex = RayExecutor(suite, opts, exec_opts, actors=2, max_retries=max_retries)
+    rows, killed = [], None
+    for row in ex.run(cells):
+        rows.append(row)
+        if killed is None:
+            killed = ex.actor_pids[0]
+            if how == "sigkill":
+                os.kill(killed, signal.SIGKILL)
+            else:
+                ray.kill(ex.actors[killed])
+    return suite, cells, rows, ex
+
+
+@pytest.mark.parametrize("how", ["sigkill", "ray.kill"])
+def test_lost_actor_case_is_retried_and_rows_equal_a_local_run(cluster, tmp_path: Path, how: str) -> None:
+    from harness.executor import ExecOptions, Executor, cell_key
+
+    suite, cells, rows, ex = _run_and_lose_an_actor(tmp_path, how, max_retries=2)
+    assert len(ex.lost_actors) == 1, ex.lost_actors  # the kill really hit a busy actor
+    _, opts, _, _ = _plan(tmp_path)
+    local = {r.key: r.status for r in Executor(suite, opts, ExecOptions(devices=["cpu"], isolation=False)).run(cells)}
+    assert len(rows) == len(cells) == len({r.key for r in rows})  # every cell once: none lost, none twice
+    assert {r.key: r.status for r in rows} == local
+    assert set(local.values()) == {"pass"}
+    assert {cell_key(suite, c) for c in cells} == set(local)
+
+
+def test_lost_actor_without_retries_records_its_cells(cluster, tmp_path: Path) -> None:
+    suite, cells, rows, ex = _run_and_lose_an_actor(tmp_path, "sigkill", max_retries=0)
+    assert len(rows) == len(cells) == len({r.key for r in rows})  # recorded, never lost
+    lost = [r for r in rows if r.status == "error"]
+    assert lost and len({r.case for r in lost}) == 1  # exactly the case that was in flight
+    assert all("ray actor lost 1 times" in r.reason for r in lost)
+    assert all(r.status == "pass" for r in rows if r.case != lost[0].case)

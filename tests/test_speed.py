@@ -3,6 +3,7 @@ variant axes that cannot change a result, cost-balanced workers, torch baselines
 memory estimate of the batched torch backends."""
 
 import json
+from pathlib import Path
 import math
 
 import pytest
@@ -48,6 +49,13 @@ def test_rows_record_where_the_time_went_and_run_json_the_wall_time(tmp_path):
     assert math.isclose(tb["generate"], sum({r.case: r.host["case_ms"]["generate"] for r in rows}.values()) / 1e3,
                         abs_tol=2e-3)
     assert tb["cells"] <= header["run_s"]
+    # The whole wall time is accounted for, in order, and the worker's imports are "import".
+    wb = header["wall_breakdown_s"]
+    assert math.isclose(sum(wb.values()), header["wall_s"], abs_tol=0.05)
+    assert wb["cases"] >= tb["cells"] * 0.9
+    assert {"startup", "expand", "import", "idle", "workers_ready"} <= set(tb)
+    (w,) = header["workers"]
+    assert w["busy_s"] + w["idle_s"] <= wb["cases"] + wb["wait_workers"] + 0.5
 
 
 # ---------------------------------------------------------------- memory of the torch backends
@@ -214,10 +222,11 @@ def test_lpt_plan_balances_cost_not_count():
     assert sorted(i for idx in plan for i in idx) == list(range(len(costs)))
 
 
-def test_two_cpu_workers_get_cases_balanced_by_estimated_cost(tmp_path):
-    """decode-like cases of very different sizes on --devices cpu,cpu: the planned loads differ
-    by at most the largest case, every case runs, and run.json records the plan."""
-    from harness.balance import case_cost_s
+def test_two_cpu_workers_take_every_case_exactly_once_from_the_shared_queue(tmp_path):
+    """decode-like cases of very different sizes on --devices cpu,cpu: one queue, largest
+    estimate first; each case runs exactly once, on one worker; run.json says which worker
+    took what and where the wall time went."""
+    from harness.balance import CaseQueues, case_cost_s
     from harness.runner import RunOptions, group_by_case, plan_cells
 
     text = SMALL.replace("count: [2, 5]", "count: [1, 2, 3, 8]").replace("high: 70", "high: 300")
@@ -228,17 +237,34 @@ def test_two_cpu_workers_get_cases_balanced_by_estimated_cost(tmp_path):
                  "--quiet", "--no-time"]) == 0
     rows = read_rows(out)
     assert len(rows) == 8 and all(r.status == "pass" for r in rows)
-    plan = json.loads((out / "run.json").read_text())["devices_plan"]
+    assert sorted(r.key for r in rows) == sorted({r.key for r in rows})  # no cell twice
+    by_case = {}
+    for r in rows:
+        by_case.setdefault(r.case, set()).add(r.worker.pid)
+    assert len(by_case) == 4 and all(len(p) == 1 for p in by_case.values())  # a case on one worker
+    header = json.loads((out / "run.json").read_text())
+    plan = header["devices_plan"]
     assert [p["device"] for p in plan] == ["cpu", "cpu"] and sum(p["cases"] for p in plan) == 4
     from backends.sdpa import SDPABackend
     from backends.torch_math import TorchMathBackend
 
     cells = plan_cells(parse_suite(yaml.safe_load(text)), [TorchMathBackend, SDPABackend], RunOptions(device=torch.device("cpu")))
-    costs = [case_cost_s(c, "cpu", False, 0.5) for c in group_by_case(cells)]
-    loads = [p["est_cost_s"] for p in plan]
-    assert abs(loads[0] - loads[1]) <= max(costs) + 1e-3
-    assert math.isclose(sum(loads), sum(costs), rel_tol=1e-3)
+    cases = group_by_case(cells)
+    costs = [case_cost_s(c, "cpu", False, 0.5) for c in cases]
+    assert math.isclose(sum(p["est_cost_s"] for p in plan), sum(costs), rel_tol=1e-3)
     assert len(set(costs)) == len(costs)  # the estimate tells the cases apart
+    # The queue hands out the largest estimate first, and each case once, whoever asks.
+    q = CaseQueues.plan(cases, ["cpu", "cpu"], False, 0.5)
+    got = [q.popleft(i % 2) for i in range(len(cases))]
+    assert not q and [costs[cases.index(c)] for c in got] == sorted(costs, reverse=True)
+    # Both workers started at once and imported their backends before the first case.
+    workers = header["workers"]
+    assert len(workers) == 2 and all(w["ready_s"] > 0 and set(w["import_by_backend_s"]) == {"torch-math", "sdpa"}
+                                     for w in workers)
+    assert all(w["busy_s"] > 0 and w["idle_s"] >= 0 for w in workers)
+    wb = header["wall_breakdown_s"]
+    assert set(wb) == {"startup", "expand", "wait_workers", "cases", "finish"}
+    assert math.isclose(sum(wb.values()), header["wall_s"], abs_tol=0.05)
     # ci/speed_summary.py (ci/gpu/speed.sh): one worker vs two, same verdicts, a speed-up figure
     import importlib.util
 
@@ -272,3 +298,61 @@ def test_energy_absent_on_cpu_rows_say_why(tmp_path):
                  "--quiet", "--no-isolation", "--max-time", "0.02"]) == 0
     for r in read_rows(out):
         assert r.timing["energy"]["available"] is False and "cpu" in r.timing["energy"]["reason"]
+
+
+# ---------------------------------------------------------------- correctness references are not timed
+def test_reference_backend_is_checked_not_timed_unless_asked(tmp_path, monkeypatch):
+    from backends.torch_math import TorchMathBackend
+
+    caps = TorchMathBackend.capabilities()
+    assert caps.role == "reference" and caps.untimed_on == frozenset({"cuda"})  # on CPU it stays timed
+    assert caps.timing_skip_reason("cpu") is None and "not timed on cuda" in caps.timing_skip_reason("cuda")
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    suite = tmp_path / "s.yaml"
+    suite.write_text(SMALL)
+    backends = "plugins.cpu_reference:CpuReferenceMath,sdpa"
+    out = tmp_path / "res"
+    assert main(["run", str(suite), "--device", "cpu", "--backends", backends, "--out", str(out),
+                 "--quiet", "--max-time", "0.05", "--report"]) == 0
+    rows = read_rows(out)
+    ref = [r for r in rows if r.backend == "cpu-reference-math"]
+    other = [r for r in rows if r.backend == "sdpa"]
+    assert len(ref) == 2 and all(r.status == "pass" and r.check is not None and r.check.passed for r in ref)
+    assert all(r.timing is None and "reference, not timed" in r.timing_skipped for r in ref)
+    assert all(r.timing is not None and r.timing_skipped is None for r in other)
+    assert "reference, not timed" in (out / "report.html").read_text()
+    out2 = tmp_path / "res2"
+    assert main(["run", str(suite), "--device", "cpu", "--backends", backends, "--out", str(out2),
+                 "--quiet", "--max-time", "0.05", "--time-references"]) == 0
+    assert all(r.timing is not None and r.timing_skipped is None for r in read_rows(out2))
+
+
+def test_energy_from_the_timed_loop_counts_every_call_and_the_busy_share():
+    from harness.timing.energy import loop_energy
+
+    # 1.5 J over 0.5 s of loop: 40 samples of 8 calls, GPU busy 0.4 s of it.
+    e = loop_energy(1_000_000, 1_001_500, 0.5, 320, 0.4, "pynvml")
+    assert e["method"] == "timed_loop" and e["available"] is True
+    assert math.isclose(e["j_per_call"], 1.5 / 320) and math.isclose(e["mean_w"], 3.0)
+    assert math.isclose(e["busy_frac"], 0.8)
+    # A counter that did not move in the loop gives no figure, and says so.
+    still = loop_energy(7, 7, 0.2, 10, 0.1, "pynvml")
+    assert still["available"] is False and "did not advance in 200 ms" in still["reason"]
+
+
+def test_first_library_import_in_process_is_import_not_precheck(tmp_path):
+    """In one process (--no-isolation) the first availability probe of each backend is where
+    its library loads: that row records it as "import"; later rows of the backend do not."""
+    from harness import runner
+
+    runner._IMPORTED.clear()  # this test process may have probed these backends already
+    suite = tmp_path / "s.yaml"
+    suite.write_text(SMALL)
+    out = tmp_path / "res"
+    assert main(["run", str(suite), "--device", "cpu", "--backends", "torch-math,sdpa", "--out", str(out),
+                 "--quiet", "--no-time", "--no-isolation"]) == 0
+    rows = read_rows(out)
+    with_import = [r for r in rows if "import" in r.host["breakdown_ms"]]
+    assert sorted(r.backend for r in with_import) == ["sdpa", "torch-math"]
+    assert all(r.case == rows[0].case for r in with_import)  # the first case's rows
+    assert all("precheck" in r.host["breakdown_ms"] for r in rows)

@@ -28,6 +28,7 @@ from attn_contract import (
     split_decodes_and_prefills,
 )
 from backends.flash_attn.common import DOCUMENTED_CC, FASegment, FlashAttentionMetadata, cuda_capability
+from backends.flash_attn.common import standalone_call as fa_standalone_call
 from backends.flash_attn.selector import (
     GENERATIONS,
     VERSIONS,
@@ -187,6 +188,18 @@ class FlashAttentionBackend(AttentionBackend):
         if n is None:
             return f"auto: {why}" if str(variant.get("fa_version", "auto")) == "auto" else why
         return support_reason(n, config, cc, detect_features(n), device)
+
+    @classmethod
+    def standalone_call(cls, config: AttentionConfig, variant: dict[str, Any],
+                        call: dict[str, Any] | None = None) -> str | None:
+        if cls.get_impl_cls() is not FlashAttentionImpl:
+            return None  # a subclass with its own impl makes a different call
+        v = variant.get("fa_version", "auto")
+        if str(v) == "auto":  # the version the row resolved to, as describe_call recorded it
+            v = (call or {}).get("fa_version")
+        if v is None or int(v) not in GENERATIONS:
+            return None
+        return fa_standalone_call(GENERATIONS[int(v)], config)
 
     @classmethod
     def get_builder_cls(cls) -> type[AttentionMetadataBuilder]:

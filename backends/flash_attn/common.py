@@ -266,6 +266,36 @@ class FAGeneration:
         """Generation-specific facts for describe_call, after the common ones."""
         return {}
 
+    # ---------------------------------------------------------------- standalone reproducer
+    @classmethod
+    def standalone_source(cls, config: AttentionConfig) -> tuple[str, str]:
+        """(imports and per-layer setup, one segment's call) as source for ``harness repro``;
+        the call reads ``qs`` and ``seg_*`` (see ``standalone_call``) and sets ``o``."""
+        raise NotImplementedError
+
+
+def standalone_call(gen: type[FAGeneration], config: AttentionConfig) -> str:
+    """Source of what ``FlashAttentionImpl.forward`` does with generation ``gen``: the builder's
+    decode / prefill segments of the decode-first batch, one library call each."""
+    setup, call = gen.standalone_source(config)
+    body = "\n".join("    " + line if line else "" for line in call.strip("\n").splitlines())
+    return f"""{setup.strip()}
+
+key_cache, value_cache = kv_cache.unbind(1)  # each (num_blocks, BLOCK_SIZE, NUM_KV_HEADS, HEAD_SIZE)
+out = torch.empty_like(q)
+nd = next((i for i, ql in enumerate(QUERY_LENS) if ql > 1), n)  # leading decodes (query_len 1)
+for seg_kind, lo, hi in (("decode", 0, nd), ("prefill", nd, n)):
+    if hi <= lo:
+        continue
+    qs = q_all[QSL[lo]:QSL[hi]]
+    seg_qsl = query_start_loc[lo:hi + 1] - QSL[lo]
+    seg_seq = seq_lens[lo:hi]
+    seg_table = block_table[lo:hi, :-(-max(SEQ_LENS[lo:hi]) // BLOCK_SIZE)].contiguous()
+    seg_max_q, seg_max_k = max(QUERY_LENS[lo:hi]), max(SEQ_LENS[lo:hi])
+{body}
+    out[QSL[lo]:QSL[hi]] = o
+"""
+
 
 @functools.cache
 def _features(gen: type[FAGeneration]) -> LibFeatures:

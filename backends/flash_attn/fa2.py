@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import torch
 
-from attn_contract import AttentionConfig, Capabilities, CudaGraphSupport, HeadSizes, MultipleOf
+from attn_contract import AlibiLse, AttentionConfig, Capabilities, CudaGraphSupport, HeadSizes, MultipleOf
 from backends.flash_attn.common import FAGeneration, FASegment, FlashAttentionMetadata, LibFeatures, params
 
 
@@ -53,7 +53,8 @@ class FA2(FAGeneration):
             dtypes=frozenset({"float16", "bfloat16"}), kv_cache_dtypes=frozenset({"auto"}),
             head_sizes=HeadSizes(min=8, max=256, multiple_of=8), block_sizes=(MultipleOf(256),),
             kv_layouts=layouts, sliding_window=feats.sliding_window, softcap=feats.softcap,
-            alibi=feats.alibi, sinks=False, returns_lse=True,
+            # alibi.h adds +slope*j on the causal path (drops the row constant): see AlibiLse.
+            alibi=feats.alibi, alibi_lse=AlibiLse.KEY_INDEX_CAUSAL, sinks=False, returns_lse=True,
             cudagraph=CudaGraphSupport.UNIFORM_BATCH, reorder_batch_threshold=1, notes=tuple(notes),
         )
 
@@ -86,6 +87,27 @@ class FA2(FAGeneration):
             o, lse, _ = res
             return o, lse.transpose(0, 1)  # (H, T) -> (T, H)
         return res, None
+
+
+    @classmethod
+    def standalone_source(cls, config: AttentionConfig) -> tuple[str, str]:
+        w = cls.window(config)
+        setup = f"""import flash_attn  # FA2
+
+q_all = q
+common = dict(softmax_scale=SCALE, causal=CAUSAL, window_size={w!r}, softcap=SOFTCAP, alibi_slopes=ALIBI_SLOPES)
+"""
+        call = """if seg_kind == "decode":  # query_len 1: flash_attn_with_kvcache (split-KV)
+    o = flash_attn.flash_attn_with_kvcache(qs.unsqueeze(1), key_cache, value_cache, cache_seqlens=seg_seq,
+                                           block_table=seg_table, num_splits=0, **common).squeeze(1)
+else:
+    cu_k = torch.zeros(hi - lo + 1, dtype=torch.int32, device=DEVICE)
+    cu_k[1:] = torch.cumsum(seg_seq, 0)
+    o = flash_attn.flash_attn_varlen_func(qs, key_cache, value_cache, cu_seqlens_q=seg_qsl, cu_seqlens_k=cu_k,
+                                          max_seqlen_q=seg_max_q, max_seqlen_k=seg_max_k, dropout_p=0.0,
+                                          block_table=seg_table, **common)
+"""
+        return setup, call
 
     def describe(self, metadata: FlashAttentionMetadata) -> dict[str, Any]:
         return {"decode_num_splits": "0 (heuristic)"}

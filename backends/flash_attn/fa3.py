@@ -180,6 +180,45 @@ class FA3(FAGeneration):
             return o, lse.transpose(0, 1)
         return res, None
 
+
+    @classmethod
+    def standalone_source(cls, config: AttentionConfig) -> tuple[str, str]:
+        w = cls.window(config)
+        setup = f"""import flash_attn_interface as fa3  # FA3
+
+extra = {{}}
+if SINKS is not None:
+    extra["sinks"] = SINKS.to(torch.bfloat16)  # the tokenspeed FA3 build takes bf16 sinks
+if SOFTCAP:
+    extra["softcap"] = SOFTCAP
+q_all, q_scale = q, None
+if FP8:  # q to e4m3 with a dynamic per-tensor scale, as the adapter does in forward
+    q_scale = (q.abs().amax().float() / 448.0).clamp_min(1e-12)
+    q_all = (q.float() / q_scale).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+    q_scale = q_scale.reshape(1, 1)
+WINDOW = {w!r}
+"""
+        call = """kw = dict(extra)
+if q_scale is not None:  # descales per (request, KV head)
+    shape = (hi - lo, NUM_KV_HEADS)
+    kw.update(q_descale=q_scale.expand(shape),
+              k_descale=torch.full((1, 1), K_SCALE, device=DEVICE).expand(shape),
+              v_descale=torch.full((1, 1), V_SCALE, device=DEVICE).expand(shape))
+sched = None
+if hasattr(fa3, "get_scheduler_metadata"):  # AOT scheduling, as the adapter (and vLLM) build it
+    sched = fa3.get_scheduler_metadata(
+        batch_size=hi - lo, max_seqlen_q=seg_max_q, max_seqlen_k=seg_table.shape[1] * BLOCK_SIZE,
+        num_heads_q=NUM_HEADS, num_heads_kv=NUM_KV_HEADS, headdim=HEAD_SIZE, cache_seqlens=seg_seq,
+        qkv_dtype=torch.float8_e4m3fn if FP8 else DTYPE, headdim_v=HEAD_SIZE, cu_seqlens_q=seg_qsl,
+        page_size=BLOCK_SIZE, causal=CAUSAL, window_size=WINDOW, has_softcap=SOFTCAP > 0, num_splits=0,
+        pack_gqa=None, sm_margin=0)
+o = fa3.flash_attn_with_kvcache(
+    qs, key_cache, value_cache, cache_seqlens=seg_seq, page_table=seg_table, cu_seqlens_q=seg_qsl,
+    max_seqlen_q=seg_max_q, softmax_scale=SCALE, causal=CAUSAL, window_size=WINDOW,
+    scheduler_metadata=sched, num_splits=0, pack_gqa=None, sm_margin=0, return_softmax_lse=False, **kw)
+"""
+        return setup, call
+
     def describe(self, metadata: FlashAttentionMetadata) -> dict[str, Any]:
         d: dict[str, Any] = {"scheduler_metadata": metadata.scheduler_metadata_used,
                              "scheduler_metadata_note": metadata.scheduler_metadata_note}

@@ -99,5 +99,21 @@ class FA4(FAGeneration):
         )
         return o, (lse.transpose(0, 1) if want_lse else None)
 
+
+    @classmethod
+    def standalone_source(cls, config: AttentionConfig) -> tuple[str, str]:
+        w = cls.window(config)
+        setup = f"""from flash_attn.cute import flash_attn_varlen_func  # FA4
+
+q_all = q
+NUM_SPLITS = 1 if torch.cuda.get_device_capability()[0] == 9 else 0  # sm90: no split-KV
+"""
+        call = f"""o, _ = flash_attn_varlen_func(
+    qs, key_cache, value_cache, cu_seqlens_q=seg_qsl, max_seqlen_q=seg_max_q, seqused_k=seg_seq,
+    page_table=seg_table, softmax_scale=SCALE, causal=CAUSAL, window_size={w!r},
+    learnable_sink=SINKS, softcap=SOFTCAP, num_splits=NUM_SPLITS, return_lse=False)
+"""
+        return setup, call
+
     def describe(self, metadata: FlashAttentionMetadata) -> dict[str, Any]:
         return {"num_splits": self.num_splits}

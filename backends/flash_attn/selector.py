@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
-from attn_contract import AttentionConfig, Availability, Capabilities, HeadSizes, MultipleOf
+from attn_contract import AlibiLse, AttentionConfig, Availability, Capabilities, HeadSizes, MultipleOf
 from backends.flash_attn.common import FAGeneration, LibFeatures, cuda_capability
 from backends.flash_attn.fa2 import FA2
 from backends.flash_attn.fa3 import FA3
@@ -141,5 +141,7 @@ def union_caps(caps: list[Capabilities], note: str) -> Capabilities:
         kv_layouts=frozenset().union(*(c.kv_layouts for c in caps)),
         sliding_window=any(c.sliding_window for c in caps), softcap=any(c.softcap for c in caps),
         alibi=any(c.alibi for c in caps), sinks=any(c.sinks for c in caps), returns_lse=True,
+        # ALiBi cells resolve to the generation that has it, so its LSE convention applies.
+        alibi_lse=next((c.alibi_lse for c in caps if c.alibi), AlibiLse.RELATIVE),
         cudagraph=min(c.cudagraph for c in caps), reorder_batch_threshold=1, notes=(note,),
     )

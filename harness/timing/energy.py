@@ -1,10 +1,17 @@
 """Energy per call from the GPU's own counter (NVML ``nvmlDeviceGetTotalEnergyConsumption``:
 millijoules since the driver loaded, Volta and newer).
 
-After a cell's timing, the timed work (graph replay or the eager calls of one sample) runs
-back to back for at least ``TimingOptions.energy_window_s``; the counter read before and after
-(device synchronised) gives J/call = dE / calls and the mean power dE / window. The window is
-hot-L2 steady state whatever the timing mode. nvidia-ml-py (``pynvml``) is used when installed,
+The counter is read around the timing loop itself (``method: "timed_loop"``, device
+synchronised before each read): J/call = dE / every call the loop made, mean power = dE / the
+loop's span. No extra GPU time. The counter's unit is 1 mJ, but the driver refreshes it at a
+coarse interval (on A100/H100 the board power behind it is sampled in ~100 ms periods, arXiv
+2312.02741 "Part-time Power Measurements"), so a loop shorter than
+``TimingOptions.energy_window_s`` cannot be resolved: only then, and in cold mode (the L2
+flushes between samples draw power too), the timed work (graph replay or the eager calls of
+one sample) runs back to back after timing for at least that long (``method: "window"``, hot
+L2 steady state). ``busy_frac`` is the share of the span the timed calls kept the GPU busy:
+the rest (launch-hiding spin kernels, gaps between samples) is in dE too, so J/call from the
+loop is an upper bound by at most that share. nvidia-ml-py (``pynvml``) is used when installed,
 else the driver's ``libnvidia-ml.so.1`` through ctypes; without either, or on the CPU, the row
 says why there is no figure.
 """
@@ -144,8 +151,22 @@ def measure_energy(work: Callable[[], None], calls_per_work: int, call_s: float,
     torch.cuda.synchronize(device)
     e1, t1 = read(), time.perf_counter()
     calls, window, joules = reps * calls_per_work, t1 - t0, (e1 - e0) / 1e3
-    out = {"available": True, "source": source, "calls": calls, "window_s": window, "energy_j": joules,
+    out = {"available": True, "method": "window", "source": source, "calls": calls, "window_s": window,
+           "energy_j": joules,
            "j_per_call": joules / calls, "mean_w": joules / window if window > 0 else None}
     if e1 <= e0:
         out.update(available=False, reason=f"the counter did not advance in {window * 1e3:.0f} ms")
+    return out
+
+
+def loop_energy(e0_mj: int, e1_mj: int, span_s: float, calls: int, busy_s: float, source: str) -> dict[str, Any]:
+    """Energy per call from counter reads around the timing loop (``span_s`` long, ``calls``
+    forwards, ``busy_s`` of them on the GPU)."""
+    joules = (e1_mj - e0_mj) / 1e3
+    out = {"available": True, "method": "timed_loop", "source": source, "calls": calls, "window_s": span_s,
+           "energy_j": joules, "j_per_call": joules / calls if calls else None,
+           "mean_w": joules / span_s if span_s > 0 else None,
+           "busy_frac": min(1.0, busy_s / span_s) if span_s > 0 else None}
+    if e1_mj <= e0_mj or not calls:
+        out.update(available=False, reason=f"the counter did not advance in {span_s * 1e3:.0f} ms of timing")
     return out

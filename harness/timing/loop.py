@@ -15,7 +15,7 @@ import torch
 from harness.timing.cold_l2 import L2Flusher, cold_l2_label, select_flush
 from harness.timing.device import _cycles_per_us, _EventSampler, _short, sm_clock_mhz
 from harness.timing.graphs import GraphDecision, _capture_graph, _replay_matches
-from harness.timing.energy import measure_energy
+from harness.timing.energy import energy_meter, loop_energy, measure_energy
 from harness.timing.options import TimingOptions
 from harness.timing.stats import summarize
 from harness.timing.stopping import STOP_TIME, criterion_for
@@ -169,8 +169,12 @@ def _time_cuda(fn: Callable[[], object], device: torch.device, opts: TimingOptio
     clocks: list[float] = []
     max_hold = int(opts.max_hold_ms * 1e3 * cyc_per_us)
 
+    count = {"works": 0, "busy_s": 0.0}
+
     def take() -> float | None:
         gpu_s, hidden, mhz, host_s = sampler.sample(work, state["hold"], flusher)
+        count["works"] += 1
+        count["busy_s"] += gpu_s
         if mhz:
             clocks.append(mhz)
         if hidden is False and state["raises"] < 3 and state["hold"] < max_hold:
@@ -184,7 +188,19 @@ def _time_cuda(fn: Callable[[], object], device: torch.device, opts: TimingOptio
             state["unhidden"] += 1
         return gpu_s / k
 
+    # NVML energy around the loop itself (harness/timing/energy.py); hot mode only: in cold
+    # mode the flushes between samples would be counted as the kernel's.
+    read, source = energy_meter(device) if (opts.energy_window_s > 0 and not cold) else (None, "")
+    if read is not None:
+        torch.cuda.synchronize(device)
+        e0, t0 = read(), time.perf_counter()
     samples, reason, elapsed = _loop(take, opts)
+    loop_e = None
+    if read is not None:
+        torch.cuda.synchronize(device)
+        e1, span = read(), time.perf_counter() - t0
+        if span >= opts.energy_window_s:
+            loop_e = loop_energy(e0, e1, span, count["works"] * k, count["busy_s"], source)
     clock_after = sm_clock_mhz(device)
     out = _finish(samples, reason, elapsed, opts)
     n_hold = state["hidden"] + state["unhidden"]
@@ -223,6 +239,7 @@ def _time_cuda(fn: Callable[[], object], device: torch.device, opts: TimingOptio
             raise RuntimeError(f"cold mode: {flusher.count} flushes for {len(samples)} samples")
         out["cold_check"] = cold_check
         out["cold_l2"] = cold_l2_label(cold_check)  # e.g. "verified (write flush, ...)" / "not verified (...)"
-    # Energy beside the time: the same work back to back, outside the timed samples.
-    out["energy"] = measure_energy(work, k, out["median_us"] * 1e-6, device, opts.energy_window_s)
+    # Energy beside the time: from the timed loop when it was long enough for the counter, else
+    # the same work back to back for the window, outside the timed samples.
+    out["energy"] = loop_e or measure_energy(work, k, out["median_us"] * 1e-6, device, opts.energy_window_s)
     return out

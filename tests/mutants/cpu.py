@@ -14,7 +14,8 @@ from dataclasses import replace
 
 import torch
 
-from backends._paged import HostLoopMetadata, dequantize
+from attn_contract import AlibiLse
+from backends._paged import TORCH_MATH_CALL, HostLoopMetadata, dequantize
 from backends.torch_math import MathImpl, TorchMathBackend
 
 
@@ -35,6 +36,10 @@ class _MaskedMathImpl(MathImpl):
 
     def keep(self, keep: torch.Tensor, q_len: int, s_len: int) -> torch.Tensor:
         return keep
+
+    def alibi_bias(self, slopes: torch.Tensor, diag: torch.Tensor, j: torch.Tensor, causal: bool) -> torch.Tensor:
+        """[H, q, s] added to the logits: the reference's relative form."""
+        return -slopes.float().view(-1, 1, 1) * (diag - j).abs().float()
 
     def forward(self, query, key, value, kv_cache, metadata, out, lse_out=None):
         # Per-request loop (the mutants are small-batch tests; speed does not matter here).
@@ -64,7 +69,7 @@ class _MaskedMathImpl(MathImpl):
                 if not md.causal:
                     keep &= j - diag < cfg.sliding_window
             if layer.alibi_slopes is not None:
-                sc = sc - layer.alibi_slopes.float().view(-1, 1, 1) * (diag - j).abs().float()
+                sc = sc + self.alibi_bias(layer.alibi_slopes, diag, j, md.causal)
             keep = self.keep(keep, q_len, s)
             sc = sc.masked_fill(~keep, float("-inf"))
             full = sc if layer.sinks is None else torch.cat([sc, layer.sinks.float().view(-1, 1, 1).expand(-1, q_len, 1)], -1)
@@ -247,6 +252,11 @@ PageOffByOne = _mutant("PageOffByOne", _PageOffByOneImpl, "last page read from p
 IgnoreKVScale = _mutant("IgnoreKVScale", _IgnoreKVScaleImpl, "fp8 k/v scales ignored")
 SwappedKVScale = _mutant("SwappedKVScale", _SwappedKVScaleImpl, "k_scale and v_scale swapped")
 SwappedRequests = _mutant("SwappedRequests", _SwappedRequestsImpl, "requests 0 and 1 read each other's pages")
+# Its bug in the standalone reproducer (`harness repro`): the torch call on a block table whose
+# rows 0 and 1 are swapped, so the script fails as the harness's check did.
+SwappedRequests.standalone_call = classmethod(lambda cls, config, variant, call=None: (
+    "block_table = block_table[[1, 0, *range(2, block_table.shape[0])]] if block_table.shape[0] > 1 else block_table"
+    "  # the bug: requests 0 and 1 read each other's pages\n" + TORCH_MATH_CALL))
 UnwrittenTail = _mutant("UnwrittenTail", _UnwrittenTailImpl, "last token's output never written")
 WindowOffByOne = _mutant("WindowOffByOne", _WindowOffByOneImpl, "sliding window one key too wide")
 IgnoreSoftcap = _mutant("IgnoreSoftcap", _IgnoreSoftcapImpl, "logit softcap ignored")
@@ -259,6 +269,32 @@ WritesInputs = _mutant("WritesInputs", _WritesInputsImpl, "scribbles on its quer
 MetadataDrift = _mutant("MetadataDrift", _MetadataDriftImpl, "metadata changes after the first call")
 IgnoreSinks = _mutant("IgnoreSinks", _IgnoreSinksImpl, "attention sinks ignored")
 CausalAlways = _mutant("CausalAlways", _CausalAlwaysImpl, "non-causal requests run causal")
+
+
+class _AlibiKeyIndexImpl(_MaskedMathImpl):
+    """FA2's causal ALiBi (alibi.h): ``+slope * j``, the relative bias minus the row constant
+    ``slope * (i + s - q)``. Outputs equal the reference's; the LSE is larger by that constant."""
+
+    def alibi_bias(self, slopes, diag, j, causal):
+        if not causal:
+            return super().alibi_bias(slopes, diag, j, causal)
+        return slopes.float().view(-1, 1, 1) * j.float().expand(diag.shape[0], -1)
+
+
+def _alibi_key_index(name: str, convention: AlibiLse, doc: str) -> type[TorchMathBackend]:
+    cls = _mutant(name, _AlibiKeyIndexImpl, doc)
+    base = TorchMathBackend.capabilities
+    cls.capabilities = classmethod(lambda c, variant=None: replace(base(variant), alibi_lse=convention))
+    return cls
+
+
+# Not in MUTANTS (conformance-cpu has no ALiBi case): tests/test_alibi_lse.py runs them.
+AlibiKeyIndexDeclared = _alibi_key_index(
+    "AlibiKeyIndexDeclared", AlibiLse.KEY_INDEX_CAUSAL,
+    "FA2-style causal ALiBi (+slope*j) that declares it: a correct backend, must pass")
+AlibiKeyIndexUndeclared = _alibi_key_index(
+    "AlibiKeyIndexUndeclared", AlibiLse.RELATIVE,
+    "FA2-style causal ALiBi (+slope*j) claiming the relative form: LSE off by a row constant")
 
 MUTANTS: list[type[TorchMathBackend]] = [
     TopLeftCausal, WrongGQAMap, PageOffByOne, IgnoreKVScale, SwappedKVScale, SwappedRequests, UnwrittenTail,

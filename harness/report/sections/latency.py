@@ -104,6 +104,12 @@ def latency(df: pd.DataFrame) -> list[Block]:
     tips = pd.DataFrame("", index=table.index, columns=table.columns)
     full = dict(zip(t["case_id"], t["case"]))
     tips["case"] = table["case"].map(full)
+    if "timing_skipped" in df.columns:
+        refs = sorted(df.loc[df["timing_skipped"].notna() & (df["timing_skipped"] != ""), "label"].unique())
+        if refs:
+            # Checked, not timed (Capabilities.role "reference"): absent from every speed figure.
+            out.append(Text(f"{', '.join(refs)}: reference, not timed (a correctness reference, slow by design; "
+                            "its cells were checked; harness run --time-references times it).", cls="note"))
     out += [Text(f"All timed cells. Median of the timed samples in microseconds with its ~95% confidence interval; "
                  f"timer: {', '.join(methods) or 'unknown'}. Click a column header to sort.", cls="note"),
             Table(table, tips=tips)]
