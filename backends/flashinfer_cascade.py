@@ -237,6 +237,7 @@ class FlashInferCascadeBackend(AttentionBackend):
             alibi=False,
             sinks=False,
             cascade=True,
+            plain_counterpart="flashinfer",  # the cascade-vs-plain invariant runs it on the same batch
             gqa=True,
             returns_lse=True,
             devices=frozenset({"cuda"}),
