@@ -19,7 +19,7 @@ import importlib.util
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 import torch
 
@@ -38,6 +38,7 @@ from attn_contract import (
     split_decodes_and_prefills,
 )
 
+T = TypeVar("T")
 MiB = 1 << 20
 # Float workspace (split-KV partial outputs). 128 MB, FlashInfer's own example size, overflows in
 # plan() on ordinary batches ("Buffer overflow when allocating memory for batch_prefill_tmp_v":
@@ -93,6 +94,24 @@ def float_workspace_bound(num_qo_heads: int, num_kv_heads: int, head_dim: int, n
 def is_workspace_overflow(exc: BaseException) -> bool:
     """Whether ``exc`` is FlashInfer's AlignedAllocator running out of (float) workspace."""
     return "Buffer overflow when allocating memory" in str(exc)
+
+
+def plan_growing_workspace(plan: Callable[[], T], workspace_bytes: Callable[[], int],
+                           remake: Callable[[int], None], max_bytes: int = MAX_WORKSPACE_BYTES) -> tuple[T, int]:
+    """``plan()``; when it overflows FlashInfer's float workspace, ``remake(2 x size)`` (new buffer,
+    wrappers re-created on it: they share it, so all are re-planned by ``plan``) and try again,
+    up to ``max_bytes``. A supported batch is never an ``error`` for want of workspace.
+    Returns (plan's result, times the workspace was doubled)."""
+    grows = 0
+    while True:
+        try:
+            return plan(), grows
+        except RuntimeError as e:
+            size = workspace_bytes()
+            if not is_workspace_overflow(e) or size * 2 > max_bytes:
+                raise
+            remake(size * 2)
+            grows += 1
 
 
 @dataclass(frozen=True)
@@ -308,18 +327,12 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder[FlashInferMetadata]):
     def build(self, common: CommonAttentionMetadata) -> FlashInferMetadata:
         # A plan that overflows the float workspace is retried on a doubled one (all wrappers
         # re-planned: they share the buffer), never reported as an error of a supported batch.
-        while True:
-            try:
-                md = self._build(common)
-                md.workspace_bytes = int(self.workspace.numel())
-                md.workspace_grows = self.workspace_grows
-                return md
-            except RuntimeError as e:
-                size = int(self.workspace.numel())
-                if not is_workspace_overflow(e) or size * 2 > MAX_WORKSPACE_BYTES:
-                    raise
-                self._make_wrappers(size * 2)
-                self.workspace_grows += 1
+        md, grows = plan_growing_workspace(lambda: self._build(common), lambda: int(self.workspace.numel()),
+                                           self._make_wrappers)
+        self.workspace_grows += grows
+        md.workspace_bytes = int(self.workspace.numel())
+        md.workspace_grows = self.workspace_grows
+        return md
 
     def _build(self, common: CommonAttentionMetadata) -> FlashInferMetadata:
         cfg = self.config
