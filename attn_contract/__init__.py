@@ -6,7 +6,15 @@ preconditions all live here.
 """
 
 from attn_contract.backend import AttentionBackend, AttentionImpl, AttentionMetadataBuilder
-from attn_contract.capabilities import AlibiLse, Availability, Capabilities, CudaGraphSupport, HeadSizes, MultipleOf
+from attn_contract.capabilities import (
+    AlibiLse,
+    Availability,
+    Capabilities,
+    CudaGraphSupport,
+    HeadSizes,
+    MultipleOf,
+    SplitKV,
+)
 from attn_contract.merge import merge_attn_states
 from attn_contract.metadata import (
     TORCH_DTYPES,
@@ -39,6 +47,7 @@ __all__ = [
     "HeadSizes",
     "LayerParams",
     "MultipleOf",
+    "SplitKV",
     "Status",
     "cascade_batch_reason",
     "decode_first_order",

@@ -128,6 +128,14 @@ class AttentionBackend(ABC):
         return None
 
     @classmethod
+    def diagnose_mismatch(cls, config: AttentionConfig, variant: dict[str, Any], layer: LayerParams,
+                          check: dict[str, Any]) -> str | None:
+        """One line naming a known library bug this mismatch matches (``check`` is the row's
+        check dict: per-request problems, rel L2, ...), appended to the row's reason; None
+        when the backend knows of none. The verdict stays ``mismatch`` either way."""
+        return None
+
+    @classmethod
     def standalone_call(cls, config: AttentionConfig, variant: dict[str, Any],
                         call: dict[str, Any] | None = None) -> str | None:
         """Python source making this backend's library call the way its impl does, for the

@@ -38,6 +38,16 @@ class AlibiLse(str, enum.Enum):
 
 
 @dataclass(frozen=True)
+class SplitKV:
+    """A variant key that forces the KV split, for the ``split-kv`` invariant: the backend is run
+    with ``{key: one}`` (no split) and ``{key: many}`` (forced splits) and must agree with itself."""
+
+    key: str
+    one: Any
+    many: Any
+
+
+@dataclass(frozen=True)
 class MultipleOf:
     """A block-size rule such as vLLM's ``MultipleOf(16)``."""
 
@@ -86,6 +96,10 @@ class Capabilities:
     sinks: bool = False
     # Runs cascade (shared-prefix) attention; the runner records vLLM's rule's verdict in its rows.
     cascade: bool = False
+    # A cascade backend's plain counterpart (registry name) for the ``cascade-vs-plain`` invariant.
+    plain_counterpart: str | None = None
+    # The knob that forces the KV split (None: the backend has none), for the ``split-kv`` invariant.
+    split_kv: SplitKV | None = None
     gqa: bool = True
     returns_lse: bool = False
     devices: frozenset[str] = frozenset({"cuda"})

@@ -180,6 +180,7 @@ class FlashAttnCascadeBackend(AttentionBackend):
             alibi=False,
             sinks=False,
             cascade=True,
+            plain_counterpart="flash-attn",  # the cascade-vs-plain invariant runs it on the same batch
             gqa=True,
             returns_lse=True,
             devices=frozenset({"cuda"}),

@@ -19,7 +19,7 @@ import importlib.util
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 import torch
 
@@ -34,9 +34,11 @@ from attn_contract import (
     CudaGraphSupport,
     HeadSizes,
     MultipleOf,
+    SplitKV,
     split_decodes_and_prefills,
 )
 
+T = TypeVar("T")
 MiB = 1 << 20
 # Float workspace (split-KV partial outputs). 128 MB, FlashInfer's own example size, overflows in
 # plan() on ordinary batches ("Buffer overflow when allocating memory for batch_prefill_tmp_v":
@@ -44,6 +46,7 @@ MiB = 1 << 20
 # at the larger of that and ``float_workspace_bound`` and grows (x2) and re-plans on overflow.
 WORKSPACE_BYTES = 256 * MiB
 MAX_WORKSPACE_BYTES = 4096 * MiB
+MASK_FILL = 5e4  # FlashInfer's finite "infinity" (include/flashinfer/math.cuh), used as -inf in masks
 LN2 = math.log(2.0)  # FlashInfer LSE is base 2: lse_e = lse_2 * ln 2
 # The CUDA-core decode kernel instantiates these GQA group sizes only (DISPATCH_GQA_GROUP_SIZE in
 # include/flashinfer/utils.cuh); anything else raises "Unsupported group_size" at run time.
@@ -91,6 +94,24 @@ def float_workspace_bound(num_qo_heads: int, num_kv_heads: int, head_dim: int, n
 def is_workspace_overflow(exc: BaseException) -> bool:
     """Whether ``exc`` is FlashInfer's AlignedAllocator running out of (float) workspace."""
     return "Buffer overflow when allocating memory" in str(exc)
+
+
+def plan_growing_workspace(plan: Callable[[], T], workspace_bytes: Callable[[], int],
+                           remake: Callable[[int], None], max_bytes: int = MAX_WORKSPACE_BYTES) -> tuple[T, int]:
+    """``plan()``; when it overflows FlashInfer's float workspace, ``remake(2 x size)`` (new buffer,
+    wrappers re-created on it: they share it, so all are re-planned by ``plan``) and try again,
+    up to ``max_bytes``. A supported batch is never an ``error`` for want of workspace.
+    Returns (plan's result, times the workspace was doubled)."""
+    grows = 0
+    while True:
+        try:
+            return plan(), grows
+        except RuntimeError as e:
+            size = workspace_bytes()
+            if not is_workspace_overflow(e) or size * 2 > max_bytes:
+                raise
+            remake(size * 2)
+            grows += 1
 
 
 @dataclass(frozen=True)
@@ -264,9 +285,13 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder[FlashInferMetadata]):
 
     def _plan_decode(self, csr: PagedKVCSR) -> None:
         cfg = self.config
+        # Variant ``split_kv_pages`` (the split-kv invariant): 0 = disable_split_kv, N = a fixed
+        # split of N pages (fixed_split_size, tensor-core decode only); absent = the heuristic.
+        split = self.variant.get("split_kv_pages")
+        kw = {} if split is None else {"disable_split_kv": True} if int(split) == 0 else {"fixed_split_size": int(split)}
         self.decode_wrapper.plan(
             csr.indptr, csr.indices, csr.last_page_len, cfg.num_heads, cfg.num_kv_heads, cfg.head_size,
-            cfg.block_size, pos_encoding_mode="NONE", **self._common_plan_kwargs(),
+            cfg.block_size, pos_encoding_mode="NONE", **self._common_plan_kwargs(), **kw,
         )
 
     def _plan_prefill(self, qo_indptr: torch.Tensor, csr: PagedKVCSR, causal: bool) -> None:
@@ -302,18 +327,12 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder[FlashInferMetadata]):
     def build(self, common: CommonAttentionMetadata) -> FlashInferMetadata:
         # A plan that overflows the float workspace is retried on a doubled one (all wrappers
         # re-planned: they share the buffer), never reported as an error of a supported batch.
-        while True:
-            try:
-                md = self._build(common)
-                md.workspace_bytes = int(self.workspace.numel())
-                md.workspace_grows = self.workspace_grows
-                return md
-            except RuntimeError as e:
-                size = int(self.workspace.numel())
-                if not is_workspace_overflow(e) or size * 2 > MAX_WORKSPACE_BYTES:
-                    raise
-                self._make_wrappers(size * 2)
-                self.workspace_grows += 1
+        md, grows = plan_growing_workspace(lambda: self._build(common), lambda: int(self.workspace.numel()),
+                                           self._make_wrappers)
+        self.workspace_grows += grows
+        md.workspace_bytes = int(self.workspace.numel())
+        md.workspace_grows = self.workspace_grows
+        return md
 
     def _build(self, common: CommonAttentionMetadata) -> FlashInferMetadata:
         cfg = self.config
@@ -471,6 +490,9 @@ class FlashInferBackend(AttentionBackend):
             devices=frozenset({"cuda"}),
             cudagraph=CudaGraphSupport.UNIFORM_SINGLE_TOKEN_DECODE,
             reorder_batch_threshold=1,
+            # fixed_split_size is honoured by the tensor-core decode only (FlashInfer's plan doc).
+            split_kv=(SplitKV("split_kv_pages", 0, 1)
+                      if {**DEFAULT_VARIANT, **(variant or {})}["decode_tensor_cores"] else None),
             notes=(
                 "any page size >= 1; decode verified on H200 with pages " + ",".join(map(str, VERIFIED_PAGE_SIZES)),
                 "decode_tensor_cores=False (CUDA-core decode) needs GQA group in {1,2,3,4,6,8}",
@@ -516,6 +538,26 @@ class FlashInferBackend(AttentionBackend):
         per_wrapper = 8 * MiB + 32768 * 4
         sparse = (16 * MiB * 4 + 32768 * 4) if v["prefill_backend"] in ("fa3", "auto") else 0
         return workspace_size(config) + (1 + prefill_wrappers) * per_wrapper + prefill_wrappers * sparse + MiB
+
+    @classmethod
+    def diagnose_mismatch(cls, config: AttentionConfig, variant: dict[str, Any], layer: Any,
+                          check: dict[str, Any]) -> str | None:
+        """FlashInfer 0.6's fa2 prefill / tensor-core decode kernels fill masked logits with a
+        finite -5e4 before sm_scale (into which run() folds k_scale) is applied: with a small
+        k_scale the fill is only a few units after scaling and masked keys leak into the softmax
+        (docs/backends/flashinfer.md, "Known findings"). Matches finite-valued fp8 mismatches
+        where that scaled fill is above -20 (a masked key's weight > e^-20)."""
+        if cls.get_impl_cls() is not FlashInferImpl or not config.is_fp8_kv:
+            return None
+        fill = MASK_FILL * config.softmax_scale * float(layer.k_scale)
+        if fill > 20.0:
+            return None
+        failed = [p for p in check.get("per_request") or [] if not p.get("passed", True)]
+        if not failed or any("NaN" in p.get("problems", "") or "Inf" in p.get("problems", "") for p in failed):
+            return None
+        return (f"known FlashInfer bug: masked logits are filled with a finite -5e4 before k_scale * sm_scale "
+                f"= {config.softmax_scale * float(layer.k_scale):.3g} is applied, i.e. -{fill:.3g} after scaling, "
+                "so masked keys leak into the softmax (docs/backends/flashinfer.md)")
 
     @classmethod
     def standalone_call(cls, config: AttentionConfig, variant: dict[str, Any],

@@ -37,9 +37,7 @@ from attn_contract import (
     cascade_batch_reason,
     group_layout,
 )
-from backends.flashinfer import FlashInferBackend
-
-WORKSPACE_BYTES = 128 * 1024 * 1024  # FlashInfer's recommended float workspace
+from backends.flashinfer import FlashInferBackend, plan_growing_workspace, workspace_size
 LN2 = math.log(2.0)  # FlashInfer LSEs are base 2: lse_e = lse_2 * ln 2
 
 
@@ -92,6 +90,8 @@ class FICascadeMetadata:
     plan_ms: float = 0.0
     jit_warmup_ms: float = 0.0
     resolved_backend: str | None = None
+    workspace_bytes: int = 0  # float workspace the plan fits in
+    workspace_grows: int = 0  # times plan() overflowed it and it was doubled
 
 
 def _resolved_backend(wrapper: Any) -> str | None:
@@ -108,11 +108,23 @@ class FICascadeMetadataBuilder(AttentionMetadataBuilder[FICascadeMetadata]):
 
     def __init__(self, config: AttentionConfig, variant: dict[str, Any], device: torch.device):
         super().__init__(config, variant, device)
+        self.workspace_grows = 0
+        # Sized like the plain FlashInfer backend's (each level plans its split-KV into the same
+        # buffer, one at a time) and doubled on overflow: a fixed 128 MB overflowed in plan().
+        self._make_wrapper(workspace_size(config, torch.device(device)))
+        self.jit_warmup_ms = self._warm_up()
+
+    def _make_wrapper(self, nbytes: int) -> None:
         import flashinfer  # lazy: only a GPU run with the library gets here
 
-        self.workspace = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=device)  # must start zeroed
-        self.wrapper = flashinfer.MultiLevelCascadeAttentionWrapper(2, self.workspace, kv_layout=config.kv_layout)
-        self.jit_warmup_ms = self._warm_up()
+        self.workspace = None  # let the old buffer go before allocating the new one
+        self.workspace = torch.zeros(nbytes, dtype=torch.uint8, device=self.device)  # must start zeroed
+        self.wrapper = flashinfer.MultiLevelCascadeAttentionWrapper(2, self.workspace, kv_layout=self.config.kv_layout)
+
+    def _plan_growing(self, levels: tuple[LevelCSR, LevelCSR], causal: bool) -> None:
+        _, grows = plan_growing_workspace(lambda: self._plan(levels, causal), lambda: int(self.workspace.numel()),
+                                          self._make_wrapper)
+        self.workspace_grows += grows
 
     def _plan(self, levels: tuple[LevelCSR, LevelCSR], causal: bool) -> None:
         cfg = self.config
@@ -139,13 +151,13 @@ class FICascadeMetadataBuilder(AttentionMetadataBuilder[FICascadeMetadata]):
         one = torch.tensor([0, 1], dtype=torch.int32)
         page = torch.zeros(1, dtype=torch.int32, device=self.device)
         lv = LevelCSR(one, one, page, torch.ones(1, dtype=torch.int32))
-        self._plan((lv, lv), causal=self.config.causal)
+        self._plan_growing((lv, lv), causal=self.config.causal)
         return (time.perf_counter() - t0) * 1e3
 
     def build(self, common: CommonAttentionMetadata) -> FICascadeMetadata:
         t0 = time.perf_counter()
         levels = cascade_levels(common)
-        self._plan(levels, causal=common.causal)
+        self._plan_growing(levels, causal=common.causal)
         plan_ms = (time.perf_counter() - t0) * 1e3
         lay = group_layout(common)
         return FICascadeMetadata(
@@ -155,6 +167,8 @@ class FICascadeMetadataBuilder(AttentionMetadataBuilder[FICascadeMetadata]):
             plan_ms=plan_ms,
             jit_warmup_ms=self.jit_warmup_ms,
             resolved_backend=_resolved_backend(self.wrapper),
+            workspace_bytes=int(self.workspace.numel()),
+            workspace_grows=self.workspace_grows,
         )
 
 
@@ -201,6 +215,8 @@ class FICascadeImpl(AttentionImpl[FICascadeMetadata]):
             "prefill_backend_resolved": md.resolved_backend,
             "plan_ms": round(md.plan_ms, 3),
             "jit_warmup_ms": round(md.jit_warmup_ms, 1),
+            "workspace_mib": md.workspace_bytes // (1 << 20),
+            "workspace_grows": md.workspace_grows,
             "compare_with": "flashinfer",
         }
 
@@ -237,6 +253,7 @@ class FlashInferCascadeBackend(AttentionBackend):
             alibi=False,
             sinks=False,
             cascade=True,
+            plain_counterpart="flashinfer",  # the cascade-vs-plain invariant runs it on the same batch
             gqa=True,
             returns_lse=True,
             devices=frozenset({"cuda"}),

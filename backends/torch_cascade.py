@@ -165,6 +165,7 @@ class TorchCascadeBackend(AttentionBackend):
             softcap=True,
             sinks=True,
             cascade=True,
+            plain_counterpart="torch-math",  # the cascade-vs-plain invariant runs it on the same batch
             returns_lse=True,
             devices=frozenset({"cpu", "cuda"}),
             cudagraph=CudaGraphSupport.NEVER,

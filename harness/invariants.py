@@ -6,7 +6,13 @@ each reported as its own check with a status.
 - ``page-permutation``: moving the batch's pages to other physical blocks (and the block table
   with them) changes nothing;
 - ``decode-vs-prefill``: a decode of a prefill's last token over the same KV equals the
-  prefill's last output row.
+  prefill's last output row;
+- ``split-kv``: the backend run with its KV split forced off and forced to many splits (the
+  variant knob it declares in ``Capabilities.split_kv``) gives the same output: catches a wrong
+  merge of the split partials; ``unsupported`` when the backend declares no knob;
+- ``cascade-vs-plain``: a cascade backend equals its plain counterpart (declared in
+  ``Capabilities.plain_counterpart``, a registry name) on the same shared-prefix batch;
+  ``unsupported`` for a backend that declares none.
 
 Outside bitwise equality, two outputs "agree" when every request's relative L2 difference is
 within ``harness.check.rel_l2_limit`` (the tolerance a correct kernel gets against the
@@ -23,6 +29,7 @@ import torch
 
 from attn_contract import AttentionBackend, Status
 from harness.check import rel_l2_limit
+from harness.registry import resolve
 from harness.runner import CellUnsupported, prepare_cell
 from harness.workload import Batch
 
@@ -137,7 +144,27 @@ def check_invariants(backend: type[AttentionBackend], variant: dict[str, Any], b
         got = _run(backend, variant, dec, device)
         return _agree(got, base()[last:last + 1], dec)
 
+    caps = backend.capabilities(variant)
+
+    def split_kv():
+        knob = caps.split_kv
+        if knob is None:
+            raise CellUnsupported("the backend declares no split-KV knob (Capabilities.split_kv)")
+        one = _run(backend, {**variant, knob.key: knob.one}, batch, device)
+        many = _run(backend, {**variant, knob.key: knob.many}, batch, device)
+        ok, detail = _agree(many, one, batch)
+        return ok, f"{knob.key}={knob.many} vs {knob.key}={knob.one}: {detail}"
+
+    def cascade_vs_plain():
+        if caps.plain_counterpart is None:
+            raise CellUnsupported("no plain counterpart declared (Capabilities.plain_counterpart)")
+        plain = _run(resolve(caps.plain_counterpart), {}, batch, device)
+        ok, detail = _agree(base(), plain, batch)
+        return ok, f"vs {caps.plain_counterpart}: {detail}"
+
     record("batch-invariance", batch_invariance)
     record("page-permutation", page_permutation)
     record("decode-vs-prefill", decode_vs_prefill)
+    record("split-kv", split_kv)
+    record("cascade-vs-plain", cascade_vs_plain)
     return results

@@ -153,7 +153,15 @@ class RayExecutor:
         starting: dict[Any, tuple[Any, float]] = {}  # ready() ref -> (actor, when asked)
         idle: list[Any] = []
         busy: dict[Any, tuple[Any, list[Cell]]] = {}  # run_case ref -> (actor, case)
-        n_slots = self._slots(gpu, len(cases))
+        try:
+            n_slots = self._slots(gpu, len(cases))
+        except RuntimeError as e:  # e.g. --device cuda on a cluster without GPUs: rows say so
+            for case in cases:
+                for c in case:
+                    yield status_row(c, self.suite, self.opts, Status.ERROR, f"--ray: {e}")
+            if self.started:
+                ray.shutdown()
+            return
         spare_starts = n_slots * (self.max_retries + 1)  # replacements allowed, so a crash loop ends
 
         def start_actor() -> None:

@@ -107,9 +107,10 @@ class Check(Payload):
     rechecks: list[dict[str, Any]] | None = None  # the output after timing / of a repeated call
     inputs_modified: str | None = None  # the inputs the backend wrote into (a mismatch)
     invariants: list[dict[str, Any]] | None = None  # --invariants: harness/invariants.py, each with a status
+    diagnosis: str | None = None  # a known library bug the backend says this mismatch matches
 
     _omit_if_none = frozenset({"num_requests", "num_failed_requests", "per_request", "worst_request", "per_kind",
-                               "rechecks", "inputs_modified", "invariants"})
+                               "rechecks", "inputs_modified", "invariants", "diagnosis"})
 
 
 class Timing(Payload):

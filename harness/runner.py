@@ -535,6 +535,12 @@ def run_cell(cell: Cell, case_data: CaseContext, suite: Suite, opts: RunOptions)
                 status, reason = Status.MISMATCH, f"backend wrote into its inputs ({touched}); {reason}".rstrip("; ")
                 row["check"]["inputs_modified"] = touched
             sw.lap("check")
+        if status == Status.MISMATCH and row.get("check"):
+            # A mismatch the backend recognises as a known library bug gets its one-line diagnosis.
+            diagnosis = cell.backend.diagnose_mismatch(cfg, cell.variant, prepared.view.layer, row["check"])
+            if diagnosis:
+                reason = f"{reason}; {diagnosis}"
+                row["check"]["diagnosis"] = diagnosis
         row["status"], row["reason"] = status, reason
     except Exception as e:  # a backend that rejects or crashes costs only its own cell
         # Diagnostics of the stages that finished (call, check) stay; no number from a failed cell.

@@ -277,3 +277,39 @@ def test_workspace_is_sized_from_the_layer_past_the_overflowing_128mb():
     msg = ("Buffer overflow when allocating memory for batch_prefill_tmp_v with size 138412032 and alignment 16, "
            "but only 134217728 bytes available in AlignedAllocator")
     assert is_workspace_overflow(RuntimeError(msg)) and not is_workspace_overflow(RuntimeError("CUDA out of memory"))
+
+
+def test_plan_growing_workspace_doubles_until_the_plan_fits_and_reraises_anything_else():
+    """The grow-and-retry both FlashInfer backends share (flashinfer and flashinfer-cascade)."""
+    from backends.flashinfer import MiB, plan_growing_workspace
+
+    size = {"b": 128 * MiB}
+    remade = []
+
+    def plan():  # a plan needing 300 MiB, failing the way FlashInfer's AlignedAllocator does
+        if size["b"] < 300 * MiB:
+            raise RuntimeError("Buffer overflow when allocating memory for batch_prefill_tmp_v")
+        return "planned"
+
+    def remake(n):
+        remade.append(n)
+        size["b"] = n
+
+    assert plan_growing_workspace(plan, lambda: size["b"], remake) == ("planned", 2)
+    assert remade == [256 * MiB, 512 * MiB]
+    size["b"] = 128 * MiB  # past the cap: the overflow is raised, not looped on
+    with pytest.raises(RuntimeError, match="Buffer overflow"):
+        plan_growing_workspace(plan, lambda: size["b"], remake, max_bytes=256 * MiB)
+
+    def other():
+        raise RuntimeError("CUDA error: invalid argument")
+    with pytest.raises(RuntimeError, match="invalid argument"):
+        plan_growing_workspace(other, lambda: size["b"], remake)
+
+
+def test_cascade_backend_shares_the_workspace_sizing():
+    import backends.flashinfer_cascade as fic
+
+    assert not hasattr(fic, "WORKSPACE_BYTES")  # no fixed 128 MB of its own
+    assert fic.plan_growing_workspace is __import__("backends.flashinfer").flashinfer.plan_growing_workspace
+    assert fic.workspace_size is __import__("backends.flashinfer").flashinfer.workspace_size

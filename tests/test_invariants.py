@@ -33,8 +33,41 @@ def test_correct_backends_hold_every_invariant():
     b = _batch()
     for name in ("torch-math", "sdpa"):
         res = check_invariants(resolve(name), {}, b, CPU)
-        assert [r["invariant"] for r in res] == ["batch-invariance", "page-permutation", "decode-vs-prefill"]
-        assert all(r["status"] == "pass" for r in res), (name, res)
+        assert [r["invariant"] for r in res] == ["batch-invariance", "page-permutation", "decode-vs-prefill",
+                                                 "split-kv", "cascade-vs-plain"]
+        by = {r["invariant"]: r["status"] for r in res}
+        # Neither declares a split knob nor a plain counterpart: those two cannot run.
+        assert by.pop("split-kv") == by.pop("cascade-vs-plain") == "unsupported", (name, res)
+        assert set(by.values()) == {"pass"}, (name, res)
+
+
+def _inv(backend, batch):
+    return {r["invariant"]: r for r in check_invariants(resolve(backend), {}, batch, CPU)}
+
+
+def test_split_kv_agrees_for_a_correct_merge_and_not_for_a_broken_one():
+    b = _batch()
+    good = _inv("mutants.cpu:SplitKVMath", b)["split-kv"]
+    assert good["status"] == "pass", good
+    assert good["detail"].startswith("num_splits=4 vs num_splits=1")
+    bad = _inv("mutants.cpu:SplitKVBadMerge", b)["split-kv"]
+    assert bad["status"] == "mismatch" and "rel L2 difference" in bad["detail"], bad
+
+
+def _shared_prefix_batch():
+    return generate(CaseSpec.model_validate(dict(
+        name="cas", num_heads=8, num_kv_heads=2, head_size=32, dtype="bfloat16", block_size=16, seed=7,
+        shared_prefix={"length": 48, "groups": 2},
+        batch=[{"kind": "decode", "count": 4, "context_len": {"dist": "list", "values": [5, 30, 0, 17]}},
+               {"kind": "extend", "count": 2, "query_len": 9, "context_len": 12}])), CPU)
+
+
+def test_cascade_equals_plain_and_a_cascade_without_its_prefix_does_not():
+    b = _shared_prefix_batch()
+    good = _inv("torch-cascade", b)["cascade-vs-plain"]
+    assert good["status"] == "pass" and good["detail"].startswith("vs torch-math"), good
+    bad = _inv("mutants.cpu:CascadeDropsPrefix", b)["cascade-vs-plain"]
+    assert bad["status"] == "mismatch", bad
 
 
 def test_a_request_swapping_backend_breaks_batch_invariance():
@@ -52,5 +85,6 @@ def test_run_flag_records_invariants_in_the_row(tmp_path):
     assert rc == 0
     import json
     rows = {r["backend"]: r for r in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
-    assert {i["status"] for i in rows["torch-math"]["check"]["invariants"]} == {"pass"}
+    assert {i["status"] for i in rows["torch-math"]["check"]["invariants"]} == {"pass", "unsupported"}
+    assert rows["torch-math"]["status"] == "pass"  # an invariant a backend cannot run breaks nothing
     assert rows["mutant-SwappedRequests"]["status"] == "mismatch"

@@ -144,3 +144,21 @@ def test_lost_actor_without_retries_records_its_cells(cluster, tmp_path: Path) -
     assert lost and len({r.case for r in lost}) == 1  # exactly the case that was in flight
     assert all("ray actor lost 1 times" in r.reason for r in lost)
     assert all(r.status == "pass" for r in rows if r.case != lost[0].case)
+
+
+def test_cuda_run_on_a_cluster_without_gpus_is_error_rows_not_a_traceback(cluster) -> None:
+    import torch
+    import yaml
+
+    from harness import registry
+    from harness.executor import ExecOptions
+    from harness.ray_executor import RayExecutor
+    from harness.runner import RunOptions, plan_cells
+    from harness.spec import parse_suite
+
+    suite = parse_suite(yaml.safe_load(ONE_CASE))
+    opts = RunOptions(device=torch.device("cuda"), time=False)  # the cluster here has CPUs only
+    cells = plan_cells(suite, registry.resolve_many(["torch-math", "sdpa"]), opts)
+    rows = list(RayExecutor(suite, opts, ExecOptions(devices=["cuda:0"])).run(cells))
+    assert len(rows) == len(cells) == 2
+    assert all(r.status == "error" and r.reason == "--ray: the Ray cluster has no GPU" for r in rows)

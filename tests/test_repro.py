@@ -155,3 +155,47 @@ def test_gpu_library_calls_are_valid_python_without_harness_imports(backend, var
     if backend == "flash-attn":
         assert "flash_attn_interface" in b.standalone_call(AttentionConfig(8, 2, 128), {"fa_version": "auto"},
                                                            {"fa_version": 3})
+
+
+def test_flashinfer_e5m2_mismatch_rows_get_the_known_bug_diagnosis():
+    """The H200 rows of the FlashInfer e5m2 mask-fill bug (kv_scale auto) match the diagnosis;
+    rows with the same configuration but a larger scale (fill far below) do not."""
+    from backends.flashinfer import FlashInferBackend
+    from harness.results import read_rows
+    from harness.spec import load_suite
+    from harness.workload import kv_scales
+    from attn_contract import LayerParams
+
+    cases = {c.name: c for c in load_suite(ROOT / "suites" / "conformance.yaml").cases}
+    rows = [r for r in read_rows(ROOT / "reports" / "h200" / "2026-11-30" / "conf-fi")
+            if r.status == "mismatch" and r.case in cases]
+    assert rows
+    for r in rows:
+        case = cases[r.case]
+        layer = LayerParams(*kv_scales(case))
+        diag = FlashInferBackend.diagnose_mismatch(case.attention_config(), r.variant, layer, r.check.model_dump())
+        assert diag and "known FlashInfer bug" in diag and "-0.424 after scaling" in diag, (r.case, diag)
+        assert FlashInferBackend.diagnose_mismatch(case.attention_config(), r.variant, LayerParams(0.01, 0.01),
+                                                   r.check.model_dump()) is None
+
+
+def test_runner_appends_a_backends_diagnosis_to_the_mismatch_reason():
+    import torch
+
+    from harness.runner import RunOptions, group_by_case, iterate_case, plan_cells
+    from harness.spec import load_suite
+    from mutants.cpu import SwappedRequests
+
+    Diagnosed = type("Diagnosed", (SwappedRequests,), {
+        "name": "mutant-Diagnosed", "__module__": __name__,
+        "diagnose_mismatch": classmethod(lambda cls, config, variant, layer, check:
+                                         f"known bug: rows swapped ({check['num_failed_requests']} requests)")})
+    suite = load_suite(SUITE)
+    opts = RunOptions(device=torch.device("cpu"), time=False, case_patterns=["mixed"], suite_path=str(SUITE))
+    rows = [r for g in group_by_case(plan_cells(suite, [Diagnosed, resolve("torch-math")], opts))
+            for r in iterate_case(g, suite, opts)]
+    bad = next(r for r in rows if r.backend == "mutant-Diagnosed")
+    assert bad.status == "mismatch" and bad.reason.endswith("; known bug: rows swapped (2 requests)")
+    assert bad.check.diagnosis == "known bug: rows swapped (2 requests)"
+    good = next(r for r in rows if r.backend == "torch-math")
+    assert good.status == "pass" and good.check.diagnosis is None

@@ -78,6 +78,7 @@ class FlashAttentionMetadataBuilder(AttentionMetadataBuilder[FlashAttentionMetad
                 block_table=table,
                 max_query_len=max(b - a for a, b in zip(seg_qsl[:-1], seg_qsl[1:])),
                 max_seq_len=max_seq,
+                num_splits=int(self.variant.get("num_splits", 0)),
             )
             segments.append(seg)
             notes.append(self.generation.prepare_segment(seg, seg_seq, self.config, dev))

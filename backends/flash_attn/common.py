@@ -61,6 +61,8 @@ class FASegment:
     max_seq_len: int
     cu_seqlens_k: torch.Tensor | None = None  # FA2 varlen only: exclusive cumsum of seq_lens
     scheduler_metadata: torch.Tensor | None = None  # FA3 AOT scheduling
+    # The variant's ``num_splits`` (0: the library's heuristic; 1: no split-KV; >1: forced).
+    num_splits: int = 0
 
     @property
     def num_reqs(self) -> int:

@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import torch
 
-from attn_contract import AlibiLse, AttentionConfig, Capabilities, CudaGraphSupport, HeadSizes, MultipleOf
+from attn_contract import AlibiLse, AttentionConfig, SplitKV, Capabilities, CudaGraphSupport, HeadSizes, MultipleOf
 from backends.flash_attn.common import FAGeneration, FASegment, FlashAttentionMetadata, LibFeatures, params
 
 
@@ -55,6 +55,8 @@ class FA2(FAGeneration):
             kv_layouts=layouts, sliding_window=feats.sliding_window, softcap=feats.softcap,
             # alibi.h adds +slope*j on the causal path (drops the row constant): see AlibiLse.
             alibi=feats.alibi, alibi_lse=AlibiLse.KEY_INDEX_CAUSAL, sinks=False, returns_lse=True,
+            # with_kvcache (the decode path) takes num_splits: 1 = no split-KV, 8 = forced.
+            split_kv=SplitKV("num_splits", 1, 8),
             cudagraph=CudaGraphSupport.UNIFORM_BATCH, reorder_batch_threshold=1, notes=tuple(notes),
         )
 
@@ -75,7 +77,7 @@ class FA2(FAGeneration):
         if seg.kind == "decode":
             # q_len 1 per request: the with_kvcache path splits the KV (flash-decoding).
             res = self.fn["kvcache"](q.unsqueeze(1), kc, vc, cache_seqlens=seg.seq_lens, block_table=seg.block_table,
-                                     num_splits=0, return_softmax_lse=want_lse, **common)
+                                     num_splits=seg.num_splits, return_softmax_lse=want_lse, **common)
             if want_lse:
                 o, lse = res
                 return o.squeeze(1), lse.squeeze(-1)  # lse (B, H, 1) -> (T, H)

@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import torch
 
-from attn_contract import AttentionConfig, Capabilities, CudaGraphSupport, HeadSizes, MultipleOf
+from attn_contract import AttentionConfig, Capabilities, CudaGraphSupport, HeadSizes, MultipleOf, SplitKV
 from backends.flash_attn.common import (
     DOCUMENTED_CC,
     FA3_HEAD_BUCKETS,
@@ -98,6 +98,8 @@ class FA3(FAGeneration):
             head_sizes=heads, block_sizes=(MultipleOf(1),), kv_layouts=layouts,
             sliding_window=feats.sliding_window, softcap=feats.softcap, alibi=False, sinks=feats.sinks,
             returns_lse=True, cudagraph=cg, reorder_batch_threshold=1, notes=tuple(notes),
+            # num_splits (scheduler metadata and call alike): 1 = no split-KV, 8 = forced.
+            split_kv=SplitKV("num_splits", 1, 8),
         )
 
     @classmethod
@@ -140,7 +142,7 @@ class FA3(FAGeneration):
             num_heads_q=cfg.num_heads, num_heads_kv=cfg.num_kv_heads, headdim=cfg.head_size,
             cache_seqlens=seg.seq_lens, qkv_dtype=qkv_dtype, headdim_v=cfg.head_size,
             cu_seqlens_q=seg.query_start_loc, page_size=cfg.block_size, causal=cfg.causal,
-            window_size=cls.window(cfg), has_softcap=cfg.softcap > 0, num_splits=0,
+            window_size=cls.window(cfg), has_softcap=cfg.softcap > 0, num_splits=seg.num_splits,
             pack_gqa=None, sm_margin=0,
         )
         return md, "built per segment with get_scheduler_metadata"
@@ -172,7 +174,7 @@ class FA3(FAGeneration):
         res = self.fn["kvcache"](
             q, kc, vc, cache_seqlens=seg.seq_lens, page_table=seg.block_table, cu_seqlens_q=seg.query_start_loc,
             max_seqlen_q=seg.max_query_len, softmax_scale=cfg.softmax_scale, causal=md.causal,
-            window_size=self.window, scheduler_metadata=seg.scheduler_metadata, num_splits=0, pack_gqa=None,
+            window_size=self.window, scheduler_metadata=seg.scheduler_metadata, num_splits=seg.num_splits, pack_gqa=None,
             sm_margin=0, return_softmax_lse=want_lse, **kw,
         )
         if want_lse:

@@ -143,5 +143,7 @@ def union_caps(caps: list[Capabilities], note: str) -> Capabilities:
         alibi=any(c.alibi for c in caps), sinks=any(c.sinks for c in caps), returns_lse=True,
         # ALiBi cells resolve to the generation that has it, so its LSE convention applies.
         alibi_lse=next((c.alibi_lse for c in caps if c.alibi), AlibiLse.RELATIVE),
+        # auto may resolve to a generation without the knob (FA4 on sm90): only a shared one holds.
+        split_kv=caps[0].split_kv if all(c.split_kv == caps[0].split_kv for c in caps) else None,
         cudagraph=min(c.cudagraph for c in caps), reorder_batch_threshold=1, notes=(note,),
     )

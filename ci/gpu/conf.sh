@@ -1,4 +1,4 @@
-# ci/gpu/conf.sh (issue 12): conformance you can trust, on the H200. ~10 min in total (adversarial + invariants last).
+# ci/gpu/conf.sh (issue 12): conformance you can trust, on the H200. ~11.5 min in total (adversarial + invariants last; split-kv + cascade-vs-plain < 90 s).
 # Proves: (1) the real GPU backends (FA2/3/4, FlashInfer) pass the conformance grid under the
 # per-request rel-L2 gate, incl. the new features-bite / fp8-kv-scales / flashinfer-workspace
 # cases (zero false mismatches except the documented FlashInfer e5m2 mask-fill bug);
@@ -23,3 +23,11 @@ step 150 conf12-adv $H run suites/conformance-adversarial.yaml --backends flash-
 step 120 conf12-inv $H run suites/conformance-gpu-mutants.yaml --backends flash-attn,flashinfer --variant flash-attn.fa_version=3 \
   --variant flashinfer.prefill_backend=fa2 --no-time --invariants --quiet --case 'mixed' --case 'fp8*' --out $R/conf12-inv
 step 20 conf12-verdict2 sh -c "python3 tests/mutants/verdict.py $R/conf12-adv $R/conf12-inv >> $R/conf12-verdict.txt 2>&1; tail -5 $R/conf12-verdict.txt"
+# Correctness lane (GPU 1), < 90 s: the split-kv invariant (num_splits=1 vs 8 on FA3, FlashInfer
+# disable_split_kv vs fixed_split_size=1 page) and cascade-vs-plain (flashinfer-cascade vs
+# flashinfer, flash-attn-cascade vs flash-attn) on their own, each a status in check.invariants.
+step 45 conf12-split $H run suites/conformance-gpu-mutants.yaml --backends flash-attn,flashinfer --variant flash-attn.fa_version=3 \
+  --variant flashinfer.prefill_backend=fa2 --no-time --invariants --quiet --case 'mixed' --out $R/conf12-split
+step 40 conf12-cascade $H run suites/cascade.yaml --backends flashinfer-cascade,flash-attn-cascade --case 'cpu-mixed*length=256*' \
+  --no-time --invariants --quiet --out $R/conf12-cascade
+step 10 conf12-inv-show sh -c "python3 -c \"import json,glob;[print(r['backend'],r['case'],i['invariant'],i['status'],i['detail'][:90]) for f in glob.glob('$R/conf12-split/results.jsonl')+glob.glob('$R/conf12-cascade/results.jsonl') for r in map(json.loads,open(f)) for i in (r.get('check') or {}).get('invariants',[]) if i['invariant'] in ('split-kv','cascade-vs-plain')]\""

@@ -14,8 +14,9 @@ from dataclasses import replace
 
 import torch
 
-from attn_contract import AlibiLse
+from attn_contract import AlibiLse, SplitKV, merge_attn_states
 from backends._paged import TORCH_MATH_CALL, HostLoopMetadata, dequantize
+from backends.torch_cascade import TorchCascadeBackend, TorchCascadeImpl
 from backends.torch_math import MathImpl, TorchMathBackend
 
 
@@ -40,6 +41,13 @@ class _MaskedMathImpl(MathImpl):
     def alibi_bias(self, slopes: torch.Tensor, diag: torch.Tensor, j: torch.Tensor, causal: bool) -> torch.Tensor:
         """[H, q, s] added to the logits: the reference's relative form."""
         return -slopes.float().view(-1, 1, 1) * (diag - j).abs().float()
+
+    def attend(self, sc: torch.Tensor, v: torch.Tensor, sinks: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Masked logits [H, q, s] and values [H, s, D] -> (out [H, q, D], lse [H, q])."""
+        full = sc if sinks is None else torch.cat([sc, sinks.float().view(-1, 1, 1).expand(-1, sc.shape[1], 1)], -1)
+        lse = torch.logsumexp(full, -1)
+        safe = torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse))
+        return torch.exp(sc - safe.unsqueeze(-1)) @ v, lse
 
     def forward(self, query, key, value, kv_cache, metadata, out, lse_out=None):
         # Per-request loop (the mutants are small-batch tests; speed does not matter here).
@@ -72,10 +80,7 @@ class _MaskedMathImpl(MathImpl):
                 sc = sc + self.alibi_bias(layer.alibi_slopes, diag, j, md.causal)
             keep = self.keep(keep, q_len, s)
             sc = sc.masked_fill(~keep, float("-inf"))
-            full = sc if layer.sinks is None else torch.cat([sc, layer.sinks.float().view(-1, 1, 1).expand(-1, q_len, 1)], -1)
-            lse = torch.logsumexp(full, -1)
-            safe = torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse))
-            o = torch.exp(sc - safe.unsqueeze(-1)) @ v
+            o, lse = self.attend(sc, v, layer.sinks)
             out[lo:hi] = o.transpose(0, 1).to(out.dtype)
             if lse_out is not None:
                 lse_out[lo:hi] = lse.transpose(0, 1)
@@ -295,6 +300,64 @@ AlibiKeyIndexDeclared = _alibi_key_index(
 AlibiKeyIndexUndeclared = _alibi_key_index(
     "AlibiKeyIndexUndeclared", AlibiLse.RELATIVE,
     "FA2-style causal ALiBi (+slope*j) claiming the relative form: LSE off by a row constant")
+
+class _SplitKVImpl(_MaskedMathImpl):
+    """Flash-decoding in torch: the keys cut into ``num_splits`` chunks, each attended on its
+    own, the partials merged by their LSEs (attn_contract.merge_attn_states, exact)."""
+
+    def merge(self, o1, l1, o2, l2):
+        return merge_attn_states(o1, l1, o2, l2)
+
+    def attend(self, sc, v, sinks):
+        n = max(1, int(self.variant.get("num_splits", 1)))
+        if n == 1 or sc.shape[-1] < 2:
+            return super().attend(sc, v, sinks)
+        bounds = torch.linspace(0, sc.shape[-1], n + 1).round().long().tolist()
+        o = lse = None
+        for k, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):
+            if b <= a:
+                continue
+            # Sinks belong to exactly one partial (the first).
+            oc, lc = super().attend(sc[..., a:b], v[:, a:b], sinks if o is None else None)
+            if o is None:
+                o, lse = oc, lc
+            else:
+                o, lse = (t.transpose(0, 1) for t in self.merge(o.transpose(0, 1), lse.transpose(0, 1),
+                                                               oc.transpose(0, 1), lc.transpose(0, 1)))
+        return o, lse
+
+
+class _SplitKVBadMergeImpl(_SplitKVImpl):
+    """Merges split partials with equal weights (ignores the LSEs): right only unsplit."""
+
+    def merge(self, o1, l1, o2, l2):
+        return (o1 + o2) / 2, torch.logaddexp(l1, l2)
+
+
+def _split_kv(name: str, impl: type[MathImpl], doc: str) -> type[TorchMathBackend]:
+    cls = _mutant(name, impl, doc)
+    base = TorchMathBackend.capabilities
+    cls.capabilities = classmethod(lambda c, variant=None: replace(base(variant), split_kv=SplitKV("num_splits", 1, 4)))
+    return cls
+
+
+# The split-KV invariant's CPU subjects (tests/test_invariants.py): a correct split merge and a broken one.
+SplitKVMath = _split_kv("SplitKVMath", _SplitKVImpl, "torch-math with split-KV merged by LSE (correct)")
+SplitKVBadMerge = _split_kv("SplitKVBadMerge", _SplitKVBadMergeImpl, "split-KV partials averaged, LSEs ignored")
+
+class _CascadeDropsPrefixImpl(TorchCascadeImpl):
+    """Cascade that forgets to merge in the shared prefix: each request sees its suffix only."""
+
+    def forward(self, query, key, value, kv_cache, metadata, out, lse_out=None):
+        return MathImpl(self.config, {}, self.device, self.layer).forward(
+            query, key, value, kv_cache, metadata.suffix, out, lse_out)
+
+
+# The cascade-vs-plain invariant's CPU subject (tests/test_invariants.py).
+CascadeDropsPrefix = type("CascadeDropsPrefix", (TorchCascadeBackend,), {
+    "name": "mutant-CascadeDropsPrefix", "description": _CascadeDropsPrefixImpl.__doc__, "__module__": __name__,
+    "get_impl_cls": classmethod(lambda cls: _CascadeDropsPrefixImpl),
+})
 
 MUTANTS: list[type[TorchMathBackend]] = [
     TopLeftCausal, WrongGQAMap, PageOffByOne, IgnoreKVScale, SwappedKVScale, SwappedRequests, UnwrittenTail,
