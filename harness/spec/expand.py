@@ -111,6 +111,32 @@ def _format_validation_error(err: ValidationError) -> str:
     return "; ".join(lines)
 
 
+def _expand_trace(case: dict[str, Any], src: dict[str, Any], source: str, label: str) -> list[dict[str, Any]]:
+    """A case whose ``batch`` is a ``trace:`` source -> its sampled steps (harness/trace/source.py)."""
+    from pathlib import Path
+
+    from harness.trace.readers import TraceError
+    from harness.trace.source import expand_trace_case
+
+    if "trace" not in src:
+        raise SpecError(f"{source}: case '{label}': field batch: a mapping must name a trace file"
+                        " (batch: {trace: FILE, ...}); otherwise batch is a list of request groups")
+    suite_dir = None if source.startswith("<") else Path(source).parent
+    try:
+        steps = expand_trace_case({**case, "batch": src}, suite_dir)
+    except TraceError as e:
+        raise SpecError(f"{source}: case '{label}': field batch.trace: {e}") from None
+    except ValidationError as e:
+        msg = _format_validation_error(e).replace("field ", "field batch.")
+        raise SpecError(f"{source}: case '{label}': {msg}") from None
+    except (ValueError, OSError) as e:
+        field = "block_size" if "block_size" in str(e) else "batch"
+        raise SpecError(f"{source}: case '{label}': field {field}: {e}") from None
+    for one in steps:
+        one["params"] = {**case.get("params", {}), "step": int(one["name"].rsplit("-", 1)[1])}
+    return steps
+
+
 def parse_suite(data: Any, source: str = "<suite>") -> Suite:
     """Validate a suite's parsed YAML and expand its sweeps."""
     if not isinstance(data, dict):
@@ -143,10 +169,14 @@ def parse_suite(data: Any, source: str = "<suite>") -> Suite:
             )
         merged = {**defaults, **raw}
         merged.setdefault("name", f"case{i}")
+        trace_src = merged.pop("batch") if isinstance(merged.get("batch"), dict) else None
         try:
             expanded = expand_case(merged)
         except SpecError as e:
             raise SpecError(f"{source}: case '{label}': {e}") from None
+        if trace_src is not None:
+            expanded = [one for sweep_case in expanded
+                        for one in _expand_trace(sweep_case, trace_src, source, label)]
         for one in expanded:
             try:
                 case = CaseSpec.model_validate(one)

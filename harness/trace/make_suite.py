@@ -16,25 +16,9 @@ import yaml
 
 from harness.spec import SpecError
 from harness.trace.readers import read_trace, select
-from harness.trace.replay import Sampled, sample_steps, step_case
+from harness.trace.replay import sample_steps
+from harness.trace.source import step_case_dict
 from harness.trace.scheduler import SchedulerParams, simulate
-
-
-def step_case_dict(s: Sampled, block_size: int) -> dict[str, object]:
-    """One sampled step as a suite case: its requests, its shared prefix (prefix-cache pages
-    shared by several requests) and tags ``trace``, ``step=I``, ``weight=W`` and, when pages are
-    shared, ``shared_tokens=N`` (KV tokens the case reads from pages another request reads too)
-    and ``trace_shared_tokens=M`` (the same in the scheduler's step)."""
-    sc = step_case(s.step, block_size)
-    case: dict[str, object] = {"name": f"step-{s.step.index}", "batch": sc.batch}
-    tags = ["trace", f"step={s.step.index}", f"weight={s.weight:.3f}"]
-    if sc.shared_prefix is not None:
-        case["shared_prefix"] = sc.shared_prefix
-        tags.append(f"shared_tokens={sc.shared_tokens}")
-    if sc.trace_shared_tokens:
-        tags.append(f"trace_shared_tokens={sc.trace_shared_tokens}")
-    case["tags"] = tags
-    return case
 
 
 def main(argv: list[str] | None = None) -> int:
