@@ -266,14 +266,14 @@ def test_workspace_is_sized_from_the_layer_past_the_overflowing_128mb():
     big = AttentionConfig(num_heads=64, num_kv_heads=4, head_size=256)
     assert workspace_size(big) > workspace_size(cfg) and workspace_size(big) < MAX_WORKSPACE_BYTES
     assert FlashInferBackend.workspace_bytes(cfg, {}) >= workspace_size(cfg)  # what the memory planner sees
-    # The wrappers' own buffers (flashinfer 0.6 constructors): with prefill_backend fa3/auto the
-    # paged prefill wrapper holds a 64 MiB int32 vector-sparse index buffer (the H200's peak
-    # exceeded the estimate without it); every wrapper holds an 8 MiB int workspace.
+    # The wrappers' own buffers (flashinfer 0.6.18 constructors: an 8 MiB int workspace each) and
+    # the allowance measured on the H200 (78 MiB over the counted terms at the first cell of a
+    # process); the peak did not depend on prefill_backend, so neither does the estimate.
     fa2 = FlashInferBackend.workspace_bytes(cfg, {"prefill_backend": "fa2"})
-    assert FlashInferBackend.workspace_bytes(cfg, {"prefill_backend": "auto"}) - fa2 >= 64 * MiB
-    assert fa2 - workspace_size(cfg) >= 2 * 8 * MiB
+    assert FlashInferBackend.workspace_bytes(cfg, {"prefill_backend": "auto"}) == fa2
+    assert fa2 - workspace_size(cfg) >= 2 * 8 * MiB + 78 * MiB
     noncausal = AttentionConfig(num_heads=16, num_kv_heads=2, head_size=128, causal=False)  # + ragged wrapper
-    assert FlashInferBackend.workspace_bytes(noncausal, {}) - FlashInferBackend.workspace_bytes(cfg, {}) >= 72 * MiB
+    assert FlashInferBackend.workspace_bytes(noncausal, {}) - FlashInferBackend.workspace_bytes(cfg, {}) >= 8 * MiB
     msg = ("Buffer overflow when allocating memory for batch_prefill_tmp_v with size 138412032 and alignment 16, "
            "but only 134217728 bytes available in AlignedAllocator")
     assert is_workspace_overflow(RuntimeError(msg)) and not is_workspace_overflow(RuntimeError("CUDA out of memory"))
