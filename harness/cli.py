@@ -169,17 +169,20 @@ def _print_trace_costs(rows: list[ResultRow]) -> None:
     costs = trace_costs(frame(Loaded(list(rows), [{}], ["run"], [0] * len(rows))))
     if costs.empty or not costs["total_us"].notna().any():
         return
-    def f(x: Any, spec: str) -> str:
-        return "" if x is None or x != x else format(x, spec)
+    def f(x: Any, spec: str) -> str:  # 4 significant digits, but never an exponent (80 columns)
+        return "" if x is None or x != x else format(x, ",.0f" if abs(x) >= 1e4 else spec)
 
-    t = Table(title="Trace: attention cost over the whole trace (docs/traces.md)")
-    t.add_column("backend", overflow="fold", ratio=1)
-    for c in ("p50 us", "p99 us", "trace ms", "us/gen tok", "us/prompt tok", "vs best"):
+    suites = ", ".join(dict.fromkeys(str(x) for x in costs["suite"]))
+    # The suite goes in the title, not in every row: at 80 columns the backend column keeps
+    # about 18 characters next to the six numbers instead of one character per line.
+    t = Table(title=f"Trace {suites}: attention cost over the whole trace (docs/traces.md)")
+    t.add_column("backend", overflow="fold", ratio=1, min_width=16)
+    for c in ("p50 us", "p99 us", "trace ms", "us/gen", "us/prompt", "vs best"):
         t.add_column(c, justify="right", no_wrap=True)
     for _, c in costs.iterrows():
-        t.add_row(escape(f"{c['suite']}: {c['short']}"), f(c["p50"], ".4g"), f(c["p99"], ".4g"),
+        t.add_row(escape(str(c["short"]) if len(costs["suite"].unique()) == 1 else f"{c['suite']}: {c['short']}"), f(c["p50"], ".4g"), f(c["p99"], ".4g"),
                   f(c["total_us"] / 1e3, ".4g"), f(c["us_per_gen"], ".4g"), f(c["us_per_prompt"], ".4g"),
-                  f"{c['vs_best']:.3g}x" if c["vs_best"] == c["vs_best"] else f"{c['timed']}/{c['steps']} steps")
+                  f"{c['vs_best']:.3g}x" if c["vs_best"] == c["vs_best"] else f"{c['timed']}/{c['steps']} st")
     console.print(t)
 
 

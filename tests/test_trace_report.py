@@ -83,7 +83,7 @@ def test_trace_section_numbers(trace_run):
     assert sum(b["kind"] == "figure" for b in sec.blocks) == 2
     html = (res / "report.html").read_text()
     assert 'id="trace"' in html and "us / generated token" in html
-    assert "Trace: attention cost" in stdout and f"{totals[best] / gen_tokens:.4g}" in stdout
+    assert "attention cost over the whole trace" in stdout and f"{totals[best] / gen_tokens:.4g}" in stdout
 
 
 def test_trace_section_absent_without_trace_rows(tmp_path):
