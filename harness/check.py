@@ -48,10 +48,14 @@ ACCUMULATION = 2.0**-20  # fp32 accumulation, 16 x 2^-24, per sqrt(reduction len
 MAX_LISTED_REQUESTS = 64  # rows list every request up to this many, else failures + worst
 
 
+def rel_l2_base(dtype: str, kv_cache_dtype: str) -> float:
+    """The length-independent part of ``rel_l2_limit``: 3 u(dtype), + 2^-4 with an fp8 KV cache."""
+    return 3.0 * UNIT_ROUNDOFF[dtype] + (FP8_COMPUTE_U if kv_cache_dtype.startswith("fp8") else 0.0)
+
+
 def rel_l2_limit(dtype: str, kv_cache_dtype: str, reduction_len: int) -> float:
     """Largest relative L2 error a correct kernel may show on one request (see module doc)."""
-    fp8 = kv_cache_dtype.startswith("fp8")
-    return 3.0 * UNIT_ROUNDOFF[dtype] + (FP8_COMPUTE_U if fp8 else 0.0) + ACCUMULATION * math.sqrt(max(1, reduction_len))
+    return rel_l2_base(dtype, kv_cache_dtype) + ACCUMULATION * math.sqrt(max(1, reduction_len))
 
 
 @dataclass(frozen=True)
