@@ -480,10 +480,9 @@ def run_cell(cell: Cell, case_data: CaseContext, suite: Suite, opts: RunOptions)
             sw.lap("check")
 
         timed = opts.time
-        if timed and not opts.time_references:
-            skipped = prepared.caps.timing_skip_reason(device.type) if prepared.caps is not None else None
-            if skipped:
-                timed, row["timing_skipped"] = False, skipped
+        skipped = timing_skip_reason(prepared.caps, device.type, opts)
+        if skipped:
+            timed, row["timing_skipped"] = False, skipped
         if timed:
             trace.stage = CellStage.TIMING
             timing_opts = opts.timing or TimingOptions.for_device(device)
@@ -574,6 +573,14 @@ def sum_breakdown(rows: list[Any]) -> dict[str, float]:
             for k, v in host["case_ms"].items():
                 total[k] = total.get(k, 0.0) + v / 1e3
     return {k: round(v, 3) for k, v in total.items()}
+
+
+def timing_skip_reason(caps: Any, device_type: str, opts: RunOptions) -> str | None:
+    """Why a cell ``opts`` would time is not timed (a reference backend on ``device_type``
+    without ``--time-references``), or None; None too when ``opts`` times nothing."""
+    if not opts.time or opts.time_references or caps is None:
+        return None
+    return caps.timing_skip_reason(device_type)
 
 
 def row_busy_s(row: Any, case_seen: set[str]) -> float:
