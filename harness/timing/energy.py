@@ -150,23 +150,23 @@ def measure_energy(work: Callable[[], None], calls_per_work: int, call_s: float,
         work()
     torch.cuda.synchronize(device)
     e1, t1 = read(), time.perf_counter()
-    calls, window, joules = reps * calls_per_work, t1 - t0, (e1 - e0) / 1e3
-    out = {"available": True, "method": "window", "source": source, "calls": calls, "window_s": window,
-           "energy_j": joules,
-           "j_per_call": joules / calls, "mean_w": joules / window if window > 0 else None}
-    if e1 <= e0:
-        out.update(available=False, reason=f"the counter did not advance in {window * 1e3:.0f} ms")
-    return out
+    return _record("window", source, e0, e1, t1 - t0, reps * calls_per_work, "")
 
 
 def loop_energy(e0_mj: int, e1_mj: int, span_s: float, calls: int, busy_s: float, source: str) -> dict[str, Any]:
     """Energy per call from counter reads around the timing loop (``span_s`` long, ``calls``
     forwards, ``busy_s`` of them on the GPU)."""
+    out = _record("timed_loop", source, e0_mj, e1_mj, span_s, calls, " of timing")
+    out["busy_frac"] = min(1.0, busy_s / span_s) if span_s > 0 else None
+    return out
+
+
+def _record(method: str, source: str, e0_mj: int, e1_mj: int, span_s: float, calls: int, where: str) -> dict[str, Any]:
+    """The row's energy record from two counter reads ``span_s`` apart around ``calls`` forwards."""
     joules = (e1_mj - e0_mj) / 1e3
-    out = {"available": True, "method": "timed_loop", "source": source, "calls": calls, "window_s": span_s,
+    out = {"available": True, "method": method, "source": source, "calls": calls, "window_s": span_s,
            "energy_j": joules, "j_per_call": joules / calls if calls else None,
-           "mean_w": joules / span_s if span_s > 0 else None,
-           "busy_frac": min(1.0, busy_s / span_s) if span_s > 0 else None}
+           "mean_w": joules / span_s if span_s > 0 else None}
     if e1_mj <= e0_mj or not calls:
-        out.update(available=False, reason=f"the counter did not advance in {span_s * 1e3:.0f} ms of timing")
+        out.update(available=False, reason=f"the counter did not advance in {span_s * 1e3:.0f} ms{where}")
     return out
