@@ -42,8 +42,8 @@ import torch
 from harness.balance import CaseQueues
 from harness.memory import make_fit_check
 from harness.results import RESULTS_FILE, ResultRow, Status, Worker, read_header, read_rows, repair_torn_tail, variant_label
-from harness.runner import (Cell, RunOptions, group_by_case, iterate_case, row_busy_s, status_row,
-                            timing_skip_reason, warm_backend)
+from harness.runner import (Cell, RunOptions, cell_timed, group_by_case, iterate_case, row_busy_s, status_row,
+                            warm_backend)
 from harness.spec import Suite
 
 STARTUP_TIMEOUT_S = 300.0  # importing torch and a GPU library on a cold machine
@@ -401,14 +401,7 @@ class Executor:
 
     def _timed(self, cell: Cell) -> bool:
         """Whether ``cell`` will be timed (the cost estimate leaves untimed references' timing out)."""
-        if not self.opts.time:
-            return False
-        dev = "cpu" if self.exec_opts.devices[0] == "cpu" else "cuda"
-        try:
-            caps = cell.backend.capabilities(cell.variant)
-        except Exception:  # the cell's own precheck reports a broken capabilities()
-            return True
-        return timing_skip_reason(caps, dev, self.opts) is None
+        return cell_timed(cell, "cpu" if self.exec_opts.devices[0] == "cpu" else "cuda", self.opts)
 
     def accounting(self) -> list[dict[str, Any]]:
         """Per worker: seconds from the first start to ready, library imports, in rows, idle

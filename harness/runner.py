@@ -583,6 +583,17 @@ def timing_skip_reason(caps: Any, device_type: str, opts: RunOptions) -> str | N
     return caps.timing_skip_reason(device_type)
 
 
+def cell_timed(cell: Cell, device_type: str, opts: RunOptions) -> bool:
+    """Whether ``cell`` will be timed on ``device_type`` (for cost estimates, before it runs)."""
+    if not opts.time:
+        return False
+    try:
+        caps = cell.backend.capabilities(cell.variant)
+    except Exception:  # the cell's own precheck reports a broken capabilities()
+        return True
+    return timing_skip_reason(caps, device_type, opts) is None
+
+
 def row_busy_s(row: Any, case_seen: set[str]) -> float:
     """Seconds a worker spent on ``row``: its cell, its precheck/import and, once per case
     (``case_seen`` remembers), the case's generate/reference."""
