@@ -49,6 +49,18 @@ def case_cost_s(cells: list[Any], device_type: str, timed: bool | Callable[[Any]
     return case_s + len(cells) * cell_s + n_timed * min(max_time_s, TIMING_BASE_S + TIMING_CALLS * kernel_s)
 
 
+def _largest_first(costs: list[float]) -> list[int]:
+    """Indices by estimated cost, largest first; ties keep the suite's order."""
+    return sorted(range(len(costs)), key=lambda i: (-costs[i], i))
+
+
+def order_cases(cases: list[list[Any]], device_type: str, timed: bool | Callable[[Any], bool], max_time_s: float,
+                check: bool = True) -> list[list[Any]]:
+    """The cases in the order a shared queue hands them out: largest estimate first."""
+    costs = [case_cost_s(c, device_type, timed, max_time_s, check) for c in cases]
+    return [cases[i] for i in _largest_first(costs)]
+
+
 def plan_assignment(costs: list[float], n_slots: int) -> list[list[int]]:
     """Indices of ``costs`` per slot: largest first onto the least-loaded slot (LPT)."""
     loads = [0.0] * n_slots
@@ -80,7 +92,7 @@ class CaseQueues:
              max_time_s: float, check: bool = True) -> "CaseQueues":
         dev_type = "cpu" if devices[0] == "cpu" else "cuda"
         costs = [case_cost_s(c, dev_type, timed, max_time_s, check) for c in cases]
-        order = sorted(range(len(cases)), key=lambda i: (-costs[i], i))
+        order = _largest_first(costs)
         lpt = plan_assignment(costs, len(devices))
         return cls(queue=collections.deque(cases[i] for i in order),
                    costs={id(cases[i]): costs[i] for i in range(len(cases))}, devices=list(devices),

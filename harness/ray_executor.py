@@ -131,12 +131,11 @@ class RayExecutor:
 
     def _order(self, cases: list[list[Cell]]) -> list[list[Cell]]:
         """Largest estimated case first, so the last case to finish is a short one."""
-        from harness.balance import case_cost_s
+        from harness.balance import order_cases
 
         t = self.opts.timing
-        cost = {id(c): case_cost_s(c, self.opts.device.type, self.opts.time,
-                                   t.max_time_s if t is not None else 2.0, self.opts.check) for c in cases}
-        return sorted(cases, key=lambda c: -cost[id(c)])
+        return order_cases(cases, self.opts.device.type, self.opts.time,
+                           t.max_time_s if t is not None else 2.0, self.opts.check)
 
     def run(self, cells: list[Cell], on_start: Callable[[Cell], None] | None = None) -> Iterator[ResultRow]:
         cases = group_by_case(cells)
