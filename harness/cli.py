@@ -813,6 +813,9 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--verbose", "-v", action="store_true", help="one row per variant, with its declared capabilities")
     ls.add_argument("--json", action="store_true", help="everything --verbose shows, as JSON")
     ls.set_defaults(func=cmd_list)
+    from harness import plan  # commands that live in their own module register themselves
+
+    plan.add_parser(sub)
     return p
 
 
