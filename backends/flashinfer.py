@@ -38,6 +38,8 @@ from attn_contract import (
     split_decodes_and_prefills,
 )
 
+from backends._flashinfer_source import standalone_source
+
 T = TypeVar("T")
 MiB = 1 << 20
 # Float workspace (split-KV partial outputs). 128 MB, FlashInfer's own example size, overflows in
@@ -54,7 +56,13 @@ LN2 = math.log(2.0)  # FlashInfer LSE is base 2: lse_e = lse_2 * ln 2
 # include/flashinfer/utils.cuh); anything else raises "Unsupported group_size" at run time.
 CUDA_CORE_DECODE_GROUPS = frozenset({1, 2, 3, 4, 6, 8})
 VERIFIED_PAGE_SIZES = (1, 16, 32, 64, 128, 256, 512)  # decode, reports/h200/library-probe.txt
-DEFAULT_VARIANT: dict[str, Any] = {"decode_tensor_cores": True, "prefill_backend": "auto"}
+DEFAULT_VARIANT: dict[str, Any] = {"decode_tensor_cores": True, "prefill_backend": "auto", "call_form": "vllm"}
+# call_form vllm: vLLM's FlashInferImpl (decode-first batch: decodes through the decode wrapper,
+# the rest through the paged prefill wrapper, each run() with out=). fastest: a batch that mixes
+# decodes with prefills goes through the paged prefill wrapper in ONE planned run() (one launch;
+# the tensor-core decode path is that same prefill kernel). On one-kind batches the two are the
+# same call, so the planner runs one cell for both.
+CALL_FORMS = ("vllm", "fastest")
 
 ALIBI_REASON = (
     "ALiBi not supported: FlashInfer adds slope*(kv_idx - q_idx) with a request-local q index "
@@ -221,6 +229,7 @@ class FlashInferMetadata:
     prefill_backend: str | None = None  # resolved by plan(): fa2 / fa3
     workspace_bytes: int = 0  # float workspace the plans fit in
     workspace_grows: int = 0  # times plan() overflowed it and it was doubled
+    call_form: str = "vllm"  # fastest on a mixed batch: one prefill-wrapper call for every request
 
 
 def _resolved_backend(wrapper: Any) -> str | None:
@@ -344,6 +353,9 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder[FlashInferMetadata]):
             num_prefills=split.num_prefills, num_prefill_tokens=split.num_prefill_tokens,
             jit_warmup_ms=self.jit_warmup_ms,
         )
+        md.call_form = str(self.variant.get("call_form", "vllm"))
+        if md.call_form not in CALL_FORMS:
+            raise ValueError(f"unknown call_form {md.call_form!r}; expected one of {', '.join(CALL_FORMS)}")
         if self.ragged_wrapper is not None and uses_ragged_path(cfg, common.context_lens_cpu):
             t0 = time.perf_counter()
             self._plan_ragged(common.query_start_loc_cpu.to(torch.int32))
@@ -357,6 +369,9 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder[FlashInferMetadata]):
 
         csr = paged_kv_csr(common.block_table, common.seq_lens_cpu, common.block_size)
         nd = split.num_decodes
+        if md.call_form == "fastest" and nd and split.num_prefills:
+            nd = 0  # every request, decodes included, in the one prefill-wrapper call below
+            md.num_prefill_tokens, md.num_decode_tokens = common.num_actual_tokens, 0
         if nd:
             t0 = time.perf_counter()
             self._plan_decode(segment_csr(csr, 0, nd))
@@ -366,7 +381,7 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder[FlashInferMetadata]):
                 f"tensor-core ({_resolved_backend(self.decode_wrapper)})"
                 if self.decode_wrapper.use_tensor_cores else "cuda-core"
             )
-        if split.num_prefills:
+        if nd < common.num_reqs:
             qsl = common.query_start_loc_cpu[nd:].to(torch.int32)
             t0 = time.perf_counter()
             # Bottom-right causal; with causal=False every cached and new key is visible.
@@ -424,8 +439,15 @@ class FlashInferImpl(AttentionImpl[FlashInferMetadata]):
     def describe_call(self, metadata: FlashInferMetadata) -> dict[str, Any]:
         md = metadata
         wrappers = [name for name, w in (("decode", md.decode), ("prefill", md.prefill), ("ragged", md.ragged)) if w]
+        calls = [{"function": f"{type(w).__name__}.run", "num_tokens": n, "out_arg": True}
+                 for w, n in ((md.ragged, md.num_prefill_tokens), (md.decode, md.num_decode_tokens),
+                              (md.prefill, md.num_prefill_tokens)) if w is not None]
         return {
+            "call_form": md.call_form,
             "wrappers": wrappers,
+            "calls": calls,
+            # the harness asks for the LSE on the checked call only; timed calls run without it
+            "return_lse": "checked call only (timed calls: no)",
             "kv_layout": self.config.kv_layout,
             "num_decodes": md.num_decodes,
             "num_prefills": md.num_prefills,
@@ -447,12 +469,21 @@ class FlashInferBackend(AttentionBackend):
     # decodes and prefill_backend only when it has prefills ("auto" resolves to fa3 on Hopper for
     # bf16/fp16 KV, fa2 for fp8 KV), so some rows repeat a kernel; describe_call's
     # wrappers/prefill_backend_resolved say which ran.
-    variant_axes = {"decode_tensor_cores": (True, False), "prefill_backend": ("auto", "fa2", "fa3")}
+    variant_axes = {"decode_tensor_cores": (True, False), "prefill_backend": ("auto", "fa2", "fa3"),
+                    "call_form": CALL_FORMS}
     # Decodes (query length 1, reorder_batch_threshold) go to the decode wrapper, whose kernel
     # decode_tensor_cores picks; the rest go to the prefill wrappers prefill_backend picks. On a
     # batch of one kind the other axis cannot change a thing: the planner runs one of its values.
     variant_axis_kinds = {"decode_tensor_cores": frozenset({"decode"}),
-                          "prefill_backend": frozenset({"prefill", "extend"})}
+                          "prefill_backend": frozenset({"prefill", "extend"}),
+                          "call_form": frozenset({"decode", "prefill", "extend"})}
+
+    @classmethod
+    def applicable_axes(cls, segment_kinds: Any) -> tuple[str, ...]:
+        # call_form changes the call only when decodes and prefills/extends share the batch.
+        kinds = set(segment_kinds)
+        mixed = "decode" in kinds and bool(kinds & {"prefill", "extend"})
+        return tuple(a for a in super().applicable_axes(kinds) if a != "call_form" or mixed)
 
     @classmethod
     def availability(cls, variant: dict[str, Any] | None = None) -> Availability:
@@ -571,42 +602,8 @@ class FlashInferBackend(AttentionBackend):
         if cls.get_impl_cls() is not FlashInferImpl or (not config.causal and not config.is_fp8_kv):
             return None
         v = {**DEFAULT_VARIANT, **(variant or {})}
-        nbytes = workspace_size(config)
-        return f"""import flashinfer
-
-workspace = torch.zeros({nbytes // MiB} << 20, dtype=torch.uint8, device=DEVICE)  # float workspace, zeroed
-decode = flashinfer.BatchDecodeWithPagedKVCacheWrapper(workspace, kv_layout=KV_LAYOUT,
-                                                       use_tensor_cores={bool(v["decode_tensor_cores"])})
-prefill = flashinfer.BatchPrefillWithPagedKVCacheWrapper(workspace, kv_layout=KV_LAYOUT, backend={v["prefill_backend"]!r})
-plan_kw = dict(sm_scale=SCALE, window_left=WINDOW_LEFT, logits_soft_cap=SOFTCAP or None,
-               q_data_type=DTYPE, kv_data_type=CACHE_DTYPE, o_data_type=DTYPE)
-
-
-def csr(lo, hi):
-    \"\"\"FlashInfer's page metadata of requests lo:hi: indptr and last_page_len on the host.\"\"\"
-    pages = [-(-s // BLOCK_SIZE) for s in SEQ_LENS[lo:hi]]
-    indptr = torch.tensor([0] + [sum(pages[:i + 1]) for i in range(len(pages))], dtype=torch.int32)
-    indices = torch.cat([block_table[lo + i, :p] for i, p in enumerate(pages)]).to(torch.int32)
-    last = torch.tensor([s - (p - 1) * BLOCK_SIZE for s, p in zip(SEQ_LENS[lo:hi], pages)], dtype=torch.int32)
-    return indptr, indices, last
-
-
-nd = next((i for i, ql in enumerate(QUERY_LENS) if ql > 1), n)  # leading decodes (query_len 1)
-if nd:
-    decode.plan(*csr(0, nd), NUM_HEADS, NUM_KV_HEADS, HEAD_SIZE, BLOCK_SIZE, pos_encoding_mode="NONE", **plan_kw)
-if nd < n:
-    qo_indptr = torch.tensor([x - QSL[nd] for x in QSL[nd:]], dtype=torch.int32)
-    prefill.plan(qo_indptr, *csr(nd, n), NUM_HEADS, NUM_KV_HEADS, HEAD_SIZE, BLOCK_SIZE, causal=CAUSAL,
-                 pos_encoding_mode="NONE", **plan_kw)
-# HND memory is (blocks, 2, Hk, page, D): the shape FlashInfer's HND layout expects (a view).
-cache = kv_cache if KV_LAYOUT == "NHD" else kv_cache.permute(0, 1, 3, 2, 4)
-ks, vs = (K_SCALE, V_SCALE) if FP8 else (None, None)  # FlashInfer folds k_scale into sm_scale, v_scale into out
-out = torch.empty_like(q)
-if nd:
-    decode.run(q[:QSL[nd]], cache, k_scale=ks, v_scale=vs, out=out[:QSL[nd]], lse=None, return_lse=False)
-if nd < n:
-    prefill.run(q[QSL[nd]:], cache, k_scale=ks, v_scale=vs, out=out[QSL[nd]:], lse=None, return_lse=False)
-"""
+        return standalone_source(workspace_size(config) // MiB, bool(v["decode_tensor_cores"]),
+                                 str(v["prefill_backend"]), str(v["call_form"]))
 
     @classmethod
     def get_builder_cls(cls) -> type[FlashInferMetadataBuilder]:

@@ -97,28 +97,41 @@ def test_row_writer_flushes_each_row_and_marks_interrupted(tmp_path):
 def test_scripts_exit_2_without_a_gpu(tmp_path):
     assert fidelity.main(["--out", str(tmp_path / "f")]) == 2
     assert direct.main([]) == 2
-    assert _load("fa4_diag").main(["--out", str(tmp_path / "d.json")]) == 2
 
 
-def test_fa4_diagnostic_cells_are_the_direct_calls_shapes():
-    """ci/fa4_diag.py times the adapter on the same shapes as ci/direct_timing.py's decode call:
-    one decode segment, every sequence exactly `context` long, page 16 (checked on the CPU up
-    to the kernel call)."""
-    from backends.flash_attn.backend import FlashAttentionBackend
-    from harness.runner import prepare_cell
-    from harness.spec import parse_suite
+def test_callform_diag_skips_cleanly_without_a_gpu_and_checks_its_arguments(tmp_path, capsys):
+    diag = _load("callform_diag")
+    if not torch.cuda.is_available():
+        assert diag.main(["--out", str(tmp_path / "d")]) == 0  # evidence, not a gate: skip, exit 0
+        out = capsys.readouterr().out
+        assert out.count("skipped: no CUDA device") == 3
+        res = json.loads((tmp_path / "d" / "callform-diag.json").read_text())
+        assert res["skipped"] == {"fa3": "no CUDA device", "fa4": "no CUDA device", "flashinfer": "no CUDA device"}
+        assert res["results"] == [] and "skipped: no CUDA device" in (tmp_path / "d" / "callform-diag.md").read_text()
+    for bad in (["--libs", "fa5"], ["--shapes", "nope"], ["--max-time", "0"], []):
+        with pytest.raises(SystemExit) as e:
+            diag.main(["--out", str(tmp_path / "e")] + bad if bad else bad)
+        assert e.value.code == 2
+    assert not (tmp_path / "e").exists()  # nothing half-written on bad input
+    args = diag.parse_args(["--out", "x", "--libs", "fa4", "--shapes", "orient-gqa-b64-4k-p16"])
+    assert args.libs == ["fa4"] and args.shapes == ["orient-gqa-b64-4k-p16"]
+
+
+def test_callform_diag_shapes_are_the_orientation_cases():
+    """The diagnostic's three shapes are suites/callforms.yaml's orientation cases, decode-only,
+    every sequence the same length: the plain batched [B, 1, H, D] call is defined on them."""
+    from harness.spec import load_suite
     from harness.workload import generate
 
-    diag = _load("fa4_diag")
-    assert diag.CELLS["decode-64x4096-32/8"]["context"] == direct.DECODE["context"]
-    for name, c in diag.CELLS.items():
-        case = parse_suite(diag.case_spec(name, c), "<fa4_diag>").cases[0]
-        p = prepare_cell(FlashAttentionBackend, {"fa_version": 4}, generate(case, torch.device("cpu")), torch.device("cpu"))
-        (seg,) = p.metadata.segments
-        assert seg.kind == "decode" and seg.num_reqs == c["batch"]
-        assert seg.seq_lens.min() == seg.seq_lens.max() == c["context"]
-        assert tuple(seg.block_table.shape) == (c["batch"], c["context"] // 16)
-        assert p.impl.generation.num_splits == 1  # sm90 rule, as direct_timing's FA4 call (its default)
+    diag = _load("callform_diag")
+    cases = {c.name: c for c in load_suite(ROOT / "suites" / "callforms.yaml").cases}
+    assert set(diag.SHAPES) <= set(cases)
+    for name in diag.SHAPES:
+        cfg = cases[name].attention_config()
+        assert cases[name].batch[0].kind == "decode" and len(cases[name].batch) == 1
+    small = cases["orient-gqa-b64-4k-p16"]
+    b = generate(small, torch.device("cpu"))
+    assert set(b.query_lens) == {1} and len(set(b.seq_lens)) == 1 and cfg.block_size in (16, 64)
 
 
 def test_direct_comparison_names_the_calls_and_flags_big_differences():

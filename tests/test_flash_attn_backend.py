@@ -103,7 +103,10 @@ def test_explicit_overrides():
 
 def test_variants_and_defaults():
     assert {str(v["fa_version"]) for v in FlashAttentionBackend.variants()} == {"auto", "2", "3", "4"}
-    assert FlashAttentionBackend.default_variants() == [{"fa_version": 2}, {"fa_version": 3}, {"fa_version": 4}]
+    # both call forms of every version by default (vLLM's call first)
+    assert FlashAttentionBackend.default_variants() == [
+        {"fa_version": v, "call_form": f} for v in (2, 3, 4) for f in ("vllm", "fastest")]
+    assert {v["call_form"] for v in FlashAttentionBackend.variants()} == {"vllm", "fastest"}
 
 
 # ------------------------------------------------------------------ capability rules
@@ -249,7 +252,8 @@ def _mixed_common():
 @pytest.mark.parametrize("v", [2, 3, 4])
 def test_builder_segments_mixed_batch(v):
     view, common = _mixed_common()
-    md = FlashAttentionMetadataBuilder(view.config, {"fa_version": v}, torch.device("cpu")).build(common)
+    variant = {"fa_version": v, "call_form": "fastest"}
+    md = FlashAttentionMetadataBuilder(view.config, variant, torch.device("cpu")).build(common)
     assert md.fa_version == v and md.num_decodes == 4 and md.num_prefills == 4
     assert [s.kind for s in md.segments] == ["decode", "prefill"]
     dec, pre = md.segments
@@ -278,10 +282,11 @@ def test_builder_segments_mixed_batch(v):
         assert pre.cu_seqlens_k is None
     if v == 3:
         assert not md.scheduler_metadata_used and "no CUDA" in md.scheduler_metadata_note
-    impl = FlashAttentionImpl(view.config, {"fa_version": v}, torch.device("cpu"), view.layer)
+    impl = FlashAttentionImpl(view.config, variant, torch.device("cpu"), view.layer)
     assert "mixed query lengths" in impl.graph_safe(md)
     call = impl.describe_call(md)
     assert call["fa_version"] == v and [s["kind"] for s in call["segments"]] == ["decode", "prefill"]
+    assert call["call_form"] == "fastest" and dec.batched and not pre.batched
     with pytest.raises(RuntimeError, match="CUDA only"):
         impl.forward(view.query, view.key, view.value, view.kv_cache, md, torch.empty_like(view.query))
 

@@ -133,7 +133,7 @@ def test_capabilities_declared():
     assert caps.kv_cache_dtypes == {"auto", "fp8_e4m3", "fp8_e5m2"}
     assert all(caps.block_size_allowed(b) for b in (1, 16, 32, 64, 128, 256, 512, 48))
     assert caps.devices == {"cuda"} and not caps.alibi and not caps.sinks
-    assert len(FlashInferBackend.variants()) == 6
+    assert len(FlashInferBackend.variants()) == 12  # x call_form vllm/fastest
     assert FlashInferBackend.default_variants() == FlashInferBackend.variants()
     assert registry.resolve("flashinfer") is FlashInferBackend
 
@@ -204,13 +204,21 @@ def test_page_size_suite_cells_skip_with_reason_on_cpu():
     rows = [r for cells in group_by_case(plan_cells(suite, [FlashInferBackend], opts))
             for r in iterate_case(cells, suite, opts)]
     # The suite narrows prefill_backend to auto; decode_tensor_cores runs both ways where the
-    # batch has decodes and once (it cannot apply) on prefill-only batches.
+    # batch has decodes and once (it cannot apply) on prefill-only batches; call_form runs both
+    # ways only where decodes and prefills share a batch (elsewhere the two are one call).
     from harness.layout import case_layout
     from harness.runner import segment_kinds
 
+    def expected(kinds: set[str]) -> int:
+        if "decode" not in kinds:
+            return 1
+        return 4 if kinds & {"prefill", "extend"} else 2
+
     lays = [case_layout(c) for c in suite.cases]
-    assert len(rows) == sum(1 if "decode" not in segment_kinds(lay.query_lens, lay.seq_lens) else 2 for lay in lays)
-    assert len(rows) < 2 * len(suite.cases)
+    assert len(rows) == sum(expected(segment_kinds(lay.query_lens, lay.seq_lens)) for lay in lays)
+    assert any(r.variant.get("call_form") == "fastest" for r in rows)
+    assert all(r.variant.get("call_form") == "vllm" for r in rows  # one-kind batches: vLLM's form stands for both
+               if r.variant_axes and "call_form" in r.variant_axes.get("not_applied", {}))
     assert {r.status for r in rows} == {"skipped"}
     assert all("flashinfer is not installed" in r.reason for r in rows)
 

@@ -22,6 +22,18 @@ from attn_contract import AttentionConfig, Availability, Capabilities
 DOCUMENTED_CC: tuple[int, int] = (9, 0)
 FP8_E4M3_MAX = 448.0
 FA3_HEAD_BUCKETS: tuple[int, ...] = (64, 96, 128, 192, 256)  # FA3 rounds head dims up to these
+# The ``call_form`` variant axis: how the library is called for a batch.
+# vllm: as vLLM's FlashAttentionImpl: ONE varlen call over the whole batch (cu_seqlens_q,
+#   seqused_k, block table), out= where the entry point has it, FA3 AOT scheduler metadata from
+#   the builder, num_splits as vLLM's builder sets it under its default full CUDA graphs.
+# fastest: the library's fastest documented call for the batch: decodes as one batched
+#   [B, 1, H, D] call (cache_seqlens, no cu_seqlens_q), the rest as a varlen call; the library's
+#   own num_splits heuristic; out= where available; FA3 scheduler metadata per call.
+CALL_FORMS: tuple[str, ...] = ("vllm", "fastest")
+# vLLM's defaults behind its FA3 num_splits (FlashAttentionMetadataBuilder): cudagraph_mode
+# FULL_AND_PIECEWISE, max_cudagraph_capture_size 512, flash_attn_max_num_splits_for_cuda_graph 32.
+VLLM_MAX_CUDAGRAPH_TOKENS = 512
+VLLM_MAX_NUM_SPLITS_FOR_CUDA_GRAPH = 32
 
 
 @dataclass(frozen=True)
@@ -49,7 +61,7 @@ class LibFeatures:
 class FASegment:
     """One kernel call: a contiguous run of requests (decodes, or prefills/extends)."""
 
-    kind: str  # "decode" | "prefill"
+    kind: str  # "decode" | "prefill" | "batch" (call_form vllm: the whole batch in one call)
     req_start: int
     req_end: int
     token_start: int
@@ -63,6 +75,9 @@ class FASegment:
     scheduler_metadata: torch.Tensor | None = None  # FA3 AOT scheduling
     # The variant's ``num_splits`` (0: the library's heuristic; 1: no split-KV; >1: forced).
     num_splits: int = 0
+    # q goes in as [num_reqs, max_query_len, H, D] with no cu_seqlens_q (uniform query lengths,
+    # call_form fastest); else flattened varlen [T, H, D] with cu_seqlens_q.
+    batched: bool = False
 
     @property
     def num_reqs(self) -> int:
@@ -85,6 +100,8 @@ class FlashAttentionMetadata:
     num_prefills: int
     uniform_batch: bool  # every request has the same query length
     scheduler_metadata_note: str = ""
+    call_form: str = "vllm"
+    num_splits_note: str = ""
 
     @property
     def scheduler_metadata_used(self) -> bool:
@@ -133,6 +150,8 @@ class FAGeneration:
     version: ClassVar[int]
     module: ClassVar[str]  # what ``import`` loads
     kernels: ClassVar[dict[str, str]]  # segment kind -> entry point, as recorded in describe_call
+    # The entry point of a segment: by kind, and for a batched decode (FA2 differs by form).
+    batched_kernel: ClassVar[str] = ""
     no_fp8: ClassVar[str]  # why an fp8 KV cache is refused when the table lacks it
     sinks_dtype: ClassVar[torch.dtype] = torch.float32
     graph_unsafe_why: ClassVar[str] = "vLLM declares UNIFORM_BATCH"
@@ -234,6 +253,11 @@ class FAGeneration:
         return ""
 
     @classmethod
+    def vllm_num_splits(cls, num_tokens: int) -> tuple[int, str]:
+        """``num_splits`` vLLM's builder passes for a batch of ``num_tokens``, and why."""
+        return 0, "0 (the library's heuristic; vLLM passes no bound here)"
+
+    @classmethod
     def graph_safe_always(cls, metadata: FlashAttentionMetadata) -> bool:
         """Graph-safe whatever the batch's query lengths (vLLM's ALWAYS)."""
         return False
@@ -259,10 +283,36 @@ class FAGeneration:
         return query, None
 
     def call(self, q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, seg: FASegment,
-             md: FlashAttentionMetadata, want_lse: bool,
-             q_scale: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """One segment's kernel call: (out ``[T, H, D]``, lse ``[T, H]`` or None)."""
+             md: FlashAttentionMetadata, want_lse: bool, q_scale: torch.Tensor | None,
+             out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One segment's kernel call: (out ``[T, H, D]``, lse ``[T, H]`` or None). ``out`` (the
+        caller's slice) is passed as the library's ``out=`` where ``takes_out`` says it has one."""
         raise NotImplementedError
+
+    def takes_out(self, seg: FASegment) -> bool:
+        """Whether this segment's entry point accepts ``out=`` (read from its signature)."""
+        fn = self.fn.get(self.role(seg))
+        return fn is not None and "out" in params(fn)
+
+    def role(self, seg: FASegment) -> str:
+        """Which entry point (``load_entry_points`` key) serves this segment."""
+        return next(iter(self.fn), "")
+
+    @classmethod
+    def kernel_of(cls, seg: FASegment) -> str:
+        """The library function this segment calls, for describe_call."""
+        if seg.batched and cls.batched_kernel:
+            return cls.batched_kernel
+        return cls.kernels["decode" if seg.kind == "decode" else "prefill"]
+
+    @staticmethod
+    def q_for(q: torch.Tensor, seg: FASegment) -> torch.Tensor:
+        """The query as the call takes it: batched [B, Lq, H, D] (a view) or varlen [T, H, D]."""
+        return q.view(seg.num_reqs, seg.max_query_len, *q.shape[1:]) if seg.batched else q
+
+    @staticmethod
+    def from_batched(t: torch.Tensor, seg: FASegment) -> torch.Tensor:
+        return t.reshape(seg.num_tokens, *t.shape[2:]) if seg.batched else t
 
     def describe(self, metadata: FlashAttentionMetadata) -> dict[str, Any]:
         """Generation-specific facts for describe_call, after the common ones."""
@@ -276,26 +326,60 @@ class FAGeneration:
         raise NotImplementedError
 
 
-def standalone_call(gen: type[FAGeneration], config: AttentionConfig) -> str:
-    """Source of what ``FlashAttentionImpl.forward`` does with generation ``gen``: the builder's
-    decode / prefill segments of the decode-first batch, one library call each."""
-    setup, call = gen.standalone_source(config)
-    body = "\n".join("    " + line if line else "" for line in call.strip("\n").splitlines())
+def lse_tokens(lse: torch.Tensor, seg: FASegment) -> torch.Tensor:
+    """A call's LSE as [T, H]: varlen calls return (H, T), batched ones (B, H, Lq)."""
+    if seg.batched:
+        return lse.permute(0, 2, 1).reshape(seg.num_tokens, lse.shape[1])
+    return lse.transpose(0, 1)
+
+
+def standalone_call(gen: type[FAGeneration], config: AttentionConfig, call_form: str = "vllm",
+                    call: dict[str, Any] | None = None) -> str:
+    """Source of what ``FlashAttentionImpl.forward`` does with generation ``gen`` in ``call_form``:
+    the builder's segments of the decode-first batch (vllm: the whole batch in one call;
+    fastest: the decodes batched, then the rest), one library call each, with the num_splits
+    the row recorded (``call``; else what the builder would pick), out= where the library has it."""
+    setup, body = gen.standalone_source(config)
+    body = "\n".join("    " + line if line else "" for line in body.strip("\n").splitlines())
+    recorded = [s.get("num_splits") for s in (call or {}).get("segments", []) if isinstance(s, dict)]
+    if len(recorded) == 0 or any(not isinstance(x, int) for x in recorded):
+        recorded = None  # no row (or an old one): the builder's rule
+    if call_form == "vllm":
+        bounds = "((\"batch\", 0, n),)"
+        n_tok = "QSL[n]"
+        split_rule = f"{gen.vllm_num_splits(VLLM_MAX_CUDAGRAPH_TOKENS)[0]} if {n_tok} <= {VLLM_MAX_CUDAGRAPH_TOKENS} else 0" \
+            if gen.vllm_num_splits(VLLM_MAX_CUDAGRAPH_TOKENS)[0] else "0"
+    else:
+        bounds = "((\"decode\", 0, nd), (\"prefill\", nd, n))"
+        split_rule = "0"
     return f"""{setup.strip()}
+
+
+def takes_out(f):
+    \"\"\"Whether a library function has an out= parameter (the adapter passes it where it has).\"\"\"
+    code = getattr(f, "__code__", None)
+    return code is not None and "out" in code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
+
 
 key_cache, value_cache = kv_cache.unbind(1)  # each (num_blocks, BLOCK_SIZE, NUM_KV_HEADS, HEAD_SIZE)
 out = torch.empty_like(q)
 nd = next((i for i, ql in enumerate(QUERY_LENS) if ql > 1), n)  # leading decodes (query_len 1)
-for seg_kind, lo, hi in (("decode", 0, nd), ("prefill", nd, n)):
-    if hi <= lo:
-        continue
+CALL_FORM = {call_form!r}  # vllm: one varlen call over the batch; fastest: decodes batched [B, 1, H, D]
+RECORDED_SPLITS = {recorded!r}  # num_splits per call as the row recorded them (None: the builder's rule)
+for i, (seg_kind, lo, hi) in enumerate(s for s in {bounds} if s[2] > s[1]):
     qs = q_all[QSL[lo]:QSL[hi]]
+    dst = out[QSL[lo]:QSL[hi]]
     seg_qsl = query_start_loc[lo:hi + 1] - QSL[lo]
     seg_seq = seq_lens[lo:hi]
     seg_table = block_table[lo:hi, :-(-max(SEQ_LENS[lo:hi]) // BLOCK_SIZE)].contiguous()
     seg_max_q, seg_max_k = max(QUERY_LENS[lo:hi]), max(SEQ_LENS[lo:hi])
+    batched = CALL_FORM == "fastest" and seg_kind == "decode"
+    qs4 = qs.view(hi - lo, 1, *qs.shape[1:]) if batched else qs
+    seg_splits = RECORDED_SPLITS[i] if RECORDED_SPLITS else {split_rule}
 {body}
-    out[QSL[lo]:QSL[hi]] = o
+    o = o.reshape(dst.shape)
+    if o.data_ptr() != dst.data_ptr():
+        dst.copy_(o)
 """
 
 

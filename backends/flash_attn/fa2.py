@@ -9,13 +9,14 @@ from typing import Any, Callable
 import torch
 
 from attn_contract import AlibiLse, AttentionConfig, SplitKV, Capabilities, CudaGraphSupport, HeadSizes, MultipleOf
-from backends.flash_attn.common import FAGeneration, FASegment, FlashAttentionMetadata, LibFeatures, params
+from backends.flash_attn.common import FAGeneration, FASegment, FlashAttentionMetadata, LibFeatures, lse_tokens, params
 
 
 class FA2(FAGeneration):
     version = 2
     module = "flash_attn"
     kernels = {"decode": "flash_attn.flash_attn_with_kvcache", "prefill": "flash_attn.flash_attn_varlen_func"}
+    batched_kernel = "flash_attn.flash_attn_with_kvcache"
     no_fp8 = "FA2 has no fp8 path"
 
     @classmethod
@@ -63,25 +64,35 @@ class FA2(FAGeneration):
     @classmethod
     def prepare_segment(cls, seg: FASegment, seq_lens: list[int], config: AttentionConfig,
                         device: torch.device) -> str:
-        if seg.kind == "prefill":  # the varlen call takes K offsets; decode goes through with_kvcache
+        if not seg.batched:  # the varlen call takes K offsets; batched decode goes through with_kvcache
             cu_k = [0]
             for s in seq_lens:
                 cu_k.append(cu_k[-1] + s)
             seg.cu_seqlens_k = torch.tensor(cu_k, dtype=torch.int32, device=device)
         return ""
 
-    def call(self, q, kc, vc, seg: FASegment, md: FlashAttentionMetadata, want_lse, q_scale):
+    def role(self, seg: FASegment) -> str:
+        return "kvcache" if seg.batched else "varlen"
+
+    @classmethod
+    def kernel_of(cls, seg: FASegment) -> str:
+        return cls.batched_kernel if seg.batched else cls.kernels["prefill"]
+
+    def call(self, q, kc, vc, seg: FASegment, md: FlashAttentionMetadata, want_lse, q_scale, out=None):
         cfg = self.config
         common = dict(softmax_scale=cfg.softmax_scale, causal=md.causal, window_size=self.window,
                       softcap=self.softcap, alibi_slopes=self.alibi)
-        if seg.kind == "decode":
+        if out is not None:
+            common["out"] = self.q_for(out, seg)
+        if seg.batched:
             # q_len 1 per request: the with_kvcache path splits the KV (flash-decoding).
-            res = self.fn["kvcache"](q.unsqueeze(1), kc, vc, cache_seqlens=seg.seq_lens, block_table=seg.block_table,
-                                     num_splits=seg.num_splits, return_softmax_lse=want_lse, **common)
+            res = self.fn["kvcache"](self.q_for(q, seg), kc, vc, cache_seqlens=seg.seq_lens,
+                                     block_table=seg.block_table, num_splits=seg.num_splits,
+                                     return_softmax_lse=want_lse, **common)
             if want_lse:
                 o, lse = res
-                return o.squeeze(1), lse.squeeze(-1)  # lse (B, H, 1) -> (T, H)
-            return res.squeeze(1), None
+                return self.from_batched(o, seg), lse_tokens(lse, seg)
+            return self.from_batched(res, seg), None
         res = self.fn["varlen"](q, kc, vc, cu_seqlens_q=seg.query_start_loc, cu_seqlens_k=seg.cu_seqlens_k,
                                 max_seqlen_q=seg.max_query_len, max_seqlen_k=seg.max_seq_len, dropout_p=0.0,
                                 block_table=seg.block_table, return_attn_probs=want_lse, **common)
@@ -89,7 +100,6 @@ class FA2(FAGeneration):
             o, lse, _ = res
             return o, lse.transpose(0, 1)  # (H, T) -> (T, H)
         return res, None
-
 
     @classmethod
     def standalone_source(cls, config: AttentionConfig) -> tuple[str, str]:
@@ -99,17 +109,22 @@ class FA2(FAGeneration):
 q_all = q
 common = dict(softmax_scale=SCALE, causal=CAUSAL, window_size={w!r}, softcap=SOFTCAP, alibi_slopes=ALIBI_SLOPES)
 """
-        call = """if seg_kind == "decode":  # query_len 1: flash_attn_with_kvcache (split-KV)
-    o = flash_attn.flash_attn_with_kvcache(qs.unsqueeze(1), key_cache, value_cache, cache_seqlens=seg_seq,
-                                           block_table=seg_table, num_splits=0, **common).squeeze(1)
+        call = """kw = dict(common)
+if batched:  # decodes as one batched [B, 1, H, D] call: flash_attn_with_kvcache (split-KV)
+    if takes_out(flash_attn.flash_attn_with_kvcache):
+        kw["out"] = dst.view(qs4.shape)
+    o = flash_attn.flash_attn_with_kvcache(qs4, key_cache, value_cache, cache_seqlens=seg_seq,
+                                           block_table=seg_table, num_splits=seg_splits, **kw)
 else:
+    if takes_out(flash_attn.flash_attn_varlen_func):
+        kw["out"] = dst
     cu_k = torch.zeros(hi - lo + 1, dtype=torch.int32, device=DEVICE)
     cu_k[1:] = torch.cumsum(seg_seq, 0)
     o = flash_attn.flash_attn_varlen_func(qs, key_cache, value_cache, cu_seqlens_q=seg_qsl, cu_seqlens_k=cu_k,
                                           max_seqlen_q=seg_max_q, max_seqlen_k=seg_max_k, dropout_p=0.0,
-                                          block_table=seg_table, **common)
+                                          block_table=seg_table, **kw)
 """
         return setup, call
 
     def describe(self, metadata: FlashAttentionMetadata) -> dict[str, Any]:
-        return {"decode_num_splits": "0 (heuristic)"}
+        return {"decode_num_splits": "0 (heuristic)" if any(s.batched for s in metadata.segments) else "n/a (varlen)"}

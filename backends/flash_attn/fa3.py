@@ -13,6 +13,9 @@ import torch
 from attn_contract import AttentionConfig, Capabilities, CudaGraphSupport, HeadSizes, MultipleOf, SplitKV
 from backends.flash_attn.common import (
     DOCUMENTED_CC,
+    VLLM_MAX_CUDAGRAPH_TOKENS,
+    VLLM_MAX_NUM_SPLITS_FOR_CUDA_GRAPH,
+    lse_tokens,
     FA3_HEAD_BUCKETS,
     FP8_E4M3_MAX,
     FAGeneration,
@@ -29,6 +32,7 @@ class FA3(FAGeneration):
     module = "flash_attn_interface"
     kernels = {"decode": "flash_attn_interface.flash_attn_with_kvcache",
                "prefill": "flash_attn_interface.flash_attn_with_kvcache"}
+    batched_kernel = "flash_attn_interface.flash_attn_with_kvcache"
     sinks_dtype = torch.bfloat16  # FA3 (tokenspeed) insists on bf16 sinks
     graph_unsafe_why = "no AOT scheduler metadata"
 
@@ -141,11 +145,21 @@ class FA3(FAGeneration):
             max_seqlen_k=seg.block_table.shape[1] * cfg.block_size,
             num_heads_q=cfg.num_heads, num_heads_kv=cfg.num_kv_heads, headdim=cfg.head_size,
             cache_seqlens=seg.seq_lens, qkv_dtype=qkv_dtype, headdim_v=cfg.head_size,
-            cu_seqlens_q=seg.query_start_loc, page_size=cfg.block_size, causal=cfg.causal,
+            cu_seqlens_q=None if seg.batched else seg.query_start_loc, page_size=cfg.block_size, causal=cfg.causal,
             window_size=cls.window(cfg), has_softcap=cfg.softcap > 0, num_splits=seg.num_splits,
             pack_gqa=None, sm_margin=0,
         )
-        return md, "built per segment with get_scheduler_metadata"
+        return md, "built in the builder with get_scheduler_metadata, once per call"
+
+    @classmethod
+    def vllm_num_splits(cls, num_tokens: int) -> tuple[int, str]:
+        # vLLM's builder: under full CUDA graphs (its default) a batch that fits the largest
+        # capture size gets the split bound that the graphs' buffers were sized for.
+        if num_tokens <= VLLM_MAX_CUDAGRAPH_TOKENS:
+            return VLLM_MAX_NUM_SPLITS_FOR_CUDA_GRAPH, (
+                f"{VLLM_MAX_NUM_SPLITS_FOR_CUDA_GRAPH} (vLLM's flash_attn_max_num_splits_for_cuda_graph: "
+                f"{num_tokens} tokens <= max_cudagraph_capture_size {VLLM_MAX_CUDAGRAPH_TOKENS})")
+        return 0, f"0 (heuristic: {num_tokens} tokens > vLLM's max_cudagraph_capture_size {VLLM_MAX_CUDAGRAPH_TOKENS})"
 
     @classmethod
     def graph_safe_always(cls, metadata: FlashAttentionMetadata) -> bool:
@@ -160,7 +174,7 @@ class FA3(FAGeneration):
         q8 = (query.float() / scale).clamp(-FP8_E4M3_MAX, FP8_E4M3_MAX).to(torch.float8_e4m3fn)
         return q8, scale.reshape(1, 1)
 
-    def call(self, q, kc, vc, seg: FASegment, md: FlashAttentionMetadata, want_lse, q_scale):
+    def call(self, q, kc, vc, seg: FASegment, md: FlashAttentionMetadata, want_lse, q_scale, out=None):
         cfg = self.config
         kw: dict[str, Any] = {}
         if q_scale is not None:
@@ -171,17 +185,20 @@ class FA3(FAGeneration):
             kw["sinks"] = self.sinks
         if self.softcap:
             kw["softcap"] = self.softcap
+        if out is not None:
+            kw["out"] = self.q_for(out, seg)
+        if not seg.batched:
+            kw.update(cu_seqlens_q=seg.query_start_loc, max_seqlen_q=seg.max_query_len)
         res = self.fn["kvcache"](
-            q, kc, vc, cache_seqlens=seg.seq_lens, page_table=seg.block_table, cu_seqlens_q=seg.query_start_loc,
-            max_seqlen_q=seg.max_query_len, softmax_scale=cfg.softmax_scale, causal=md.causal,
-            window_size=self.window, scheduler_metadata=seg.scheduler_metadata, num_splits=seg.num_splits, pack_gqa=None,
+            self.q_for(q, seg), kc, vc, cache_seqlens=seg.seq_lens, page_table=seg.block_table,
+            softmax_scale=cfg.softmax_scale, causal=md.causal, window_size=self.window,
+            scheduler_metadata=seg.scheduler_metadata, num_splits=seg.num_splits, pack_gqa=None,
             sm_margin=0, return_softmax_lse=want_lse, **kw,
         )
         if want_lse:
-            o, lse, *_ = res  # 4 values: out, lse (H, T), split partials
-            return o, lse.transpose(0, 1)
-        return res, None
-
+            o, lse, *_ = res  # 4 values: out, lse ((H, T) varlen, (B, H, Lq) batched), split partials
+            return self.from_batched(o, seg), lse_tokens(lse, seg)
+        return self.from_batched(res, seg), None
 
     @classmethod
     def standalone_source(cls, config: AttentionConfig) -> tuple[str, str]:
@@ -206,23 +223,28 @@ if q_scale is not None:  # descales per (request, KV head)
     kw.update(q_descale=q_scale.expand(shape),
               k_descale=torch.full((1, 1), K_SCALE, device=DEVICE).expand(shape),
               v_descale=torch.full((1, 1), V_SCALE, device=DEVICE).expand(shape))
+if not batched:  # varlen q [T, H, D]; batched q [B, 1, H, D] has no cu_seqlens_q
+    kw.update(cu_seqlens_q=seg_qsl, max_seqlen_q=seg_max_q)
+if takes_out(fa3.flash_attn_with_kvcache):
+    kw["out"] = dst.view(qs4.shape)
 sched = None
-if hasattr(fa3, "get_scheduler_metadata"):  # AOT scheduling, as the adapter (and vLLM) build it
+if hasattr(fa3, "get_scheduler_metadata"):  # AOT scheduling, built once per call as the adapter does
     sched = fa3.get_scheduler_metadata(
         batch_size=hi - lo, max_seqlen_q=seg_max_q, max_seqlen_k=seg_table.shape[1] * BLOCK_SIZE,
         num_heads_q=NUM_HEADS, num_heads_kv=NUM_KV_HEADS, headdim=HEAD_SIZE, cache_seqlens=seg_seq,
-        qkv_dtype=torch.float8_e4m3fn if FP8 else DTYPE, headdim_v=HEAD_SIZE, cu_seqlens_q=seg_qsl,
-        page_size=BLOCK_SIZE, causal=CAUSAL, window_size=WINDOW, has_softcap=SOFTCAP > 0, num_splits=0,
-        pack_gqa=None, sm_margin=0)
+        qkv_dtype=torch.float8_e4m3fn if FP8 else DTYPE, headdim_v=HEAD_SIZE,
+        cu_seqlens_q=None if batched else seg_qsl, page_size=BLOCK_SIZE, causal=CAUSAL, window_size=WINDOW,
+        has_softcap=SOFTCAP > 0, num_splits=seg_splits, pack_gqa=None, sm_margin=0)
 o = fa3.flash_attn_with_kvcache(
-    qs, key_cache, value_cache, cache_seqlens=seg_seq, page_table=seg_table, cu_seqlens_q=seg_qsl,
-    max_seqlen_q=seg_max_q, softmax_scale=SCALE, causal=CAUSAL, window_size=WINDOW,
-    scheduler_metadata=sched, num_splits=0, pack_gqa=None, sm_margin=0, return_softmax_lse=False, **kw)
+    qs4, key_cache, value_cache, cache_seqlens=seg_seq, page_table=seg_table, softmax_scale=SCALE,
+    causal=CAUSAL, window_size=WINDOW, scheduler_metadata=sched, num_splits=seg_splits, pack_gqa=None,
+    sm_margin=0, return_softmax_lse=False, **kw)
 """
         return setup, call
 
     def describe(self, metadata: FlashAttentionMetadata) -> dict[str, Any]:
         d: dict[str, Any] = {"scheduler_metadata": metadata.scheduler_metadata_used,
+                             "num_splits": sorted({s.num_splits for s in metadata.segments}),
                              "scheduler_metadata_note": metadata.scheduler_metadata_note}
         if self.config.is_fp8_kv:
             d["q_quantization"] = "e4m3, dynamic per-tensor scale computed in forward (timed)"

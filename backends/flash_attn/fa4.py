@@ -16,6 +16,7 @@ from backends.flash_attn.common import (
     FlashAttentionMetadata,
     LibFeatures,
     dist_version,
+    lse_tokens,
     params,
 )
 
@@ -24,6 +25,7 @@ class FA4(FAGeneration):
     version = 4
     module = "flash_attn.cute"
     kernels = {"decode": "flash_attn.cute.flash_attn_varlen_func", "prefill": "flash_attn.cute.flash_attn_varlen_func"}
+    batched_kernel = "flash_attn.cute.flash_attn_varlen_func"  # 4-D q, no cu_seqlens_q
     no_fp8 = "FA4 has no public fp8 path (sm100 private API only; none on sm90)"
 
     @classmethod
@@ -89,16 +91,19 @@ class FA4(FAGeneration):
         # FA4 on sm90 has no split-KV; elsewhere let its heuristic choose.
         self.num_splits = 1 if (cc is None or cc[0] == 9) else 0
 
-    def call(self, q, kc, vc, seg: FASegment, md: FlashAttentionMetadata, want_lse, q_scale):
+    def call(self, q, kc, vc, seg: FASegment, md: FlashAttentionMetadata, want_lse, q_scale, out=None):
         cfg = self.config
+        kw: dict[str, Any] = {} if seg.batched else {"cu_seqlens_q": seg.query_start_loc,
+                                                     "max_seqlen_q": seg.max_query_len}
+        if out is not None:
+            kw["out"] = self.q_for(out, seg)
         o, lse = self.fn["varlen"](
-            q, kc, vc, cu_seqlens_q=seg.query_start_loc, max_seqlen_q=seg.max_query_len,
-            seqused_k=seg.seq_lens, page_table=seg.block_table, softmax_scale=cfg.softmax_scale,
-            causal=md.causal, window_size=self.window, learnable_sink=self.sinks, softcap=self.softcap,
-            num_splits=self.num_splits, return_lse=want_lse,
+            self.q_for(q, seg), kc, vc, seqused_k=seg.seq_lens, page_table=seg.block_table,
+            softmax_scale=cfg.softmax_scale, causal=md.causal, window_size=self.window,
+            learnable_sink=self.sinks, softcap=self.softcap, num_splits=self.num_splits,
+            return_lse=want_lse, **kw,
         )
-        return o, (lse.transpose(0, 1) if want_lse else None)
-
+        return self.from_batched(o, seg), (lse_tokens(lse, seg) if want_lse else None)
 
     @classmethod
     def standalone_source(cls, config: AttentionConfig) -> tuple[str, str]:
@@ -108,12 +113,16 @@ class FA4(FAGeneration):
 q_all = q
 NUM_SPLITS = 1 if torch.cuda.get_device_capability()[0] == 9 else 0  # sm90: no split-KV
 """
-        call = f"""o, _ = flash_attn_varlen_func(
-    qs, key_cache, value_cache, cu_seqlens_q=seg_qsl, max_seqlen_q=seg_max_q, seqused_k=seg_seq,
-    page_table=seg_table, softmax_scale=SCALE, causal=CAUSAL, window_size={w!r},
-    learnable_sink=SINKS, softcap=SOFTCAP, num_splits=NUM_SPLITS, return_lse=False)
+        call = f"""kw = {{}} if batched else dict(cu_seqlens_q=seg_qsl, max_seqlen_q=seg_max_q)
+if takes_out(flash_attn_varlen_func):
+    kw["out"] = dst.view(qs4.shape)
+o, _ = flash_attn_varlen_func(
+    qs4, key_cache, value_cache, seqused_k=seg_seq, page_table=seg_table, softmax_scale=SCALE,
+    causal=CAUSAL, window_size={w!r}, learnable_sink=SINKS, softcap=SOFTCAP, num_splits=NUM_SPLITS,
+    return_lse=False, **kw)
 """
         return setup, call
 
     def describe(self, metadata: FlashAttentionMetadata) -> dict[str, Any]:
-        return {"num_splits": self.num_splits}
+        return {"num_splits": self.num_splits,
+                "num_splits_why": "sm90: FA4 has no split-KV" if self.num_splits == 1 else "the library's heuristic"}

@@ -6,15 +6,14 @@
 # evidence_lane0 (GPU 0 alone, TIMED), expected times (limits in the step lines):
 #   orientation  ~40 s  ci/orientation.yaml through the harness (direct needs its rows)
 #   direct       ~20 s  the same paged calls timed raw beside the harness (agreement, target 5%)
-#   fa4-diag     ~40 s  FA4 paged decode, adapter vs raw call vs direct_timing's call, with each
-#                       call's kernel list (torch.profiler over graph replays): says where the
-#                       +9.9% of 2026-11-30 comes from (ci/fa4_diag.py docstring: how to read it)
+#   callform-diag ~90 s  FA3/FA4/FlashInfer paged decode on three shapes: the adapter in both call
+#                       forms vs the plain call, one argument changed a line, with each call's
+#                       kernel list (ci/callform_diag.py docstring: how to read it)
 #   fidelity    ~150 s  harness vs torch.profiler, gated on the kernels' busy time (overlaps
 #                       counted once; sum and span printed beside it), FA + FlashInfer only
 #   cascade-sweep ~150 s  the full cascade grid (decode*, mixed*: 49 cases x FA3/FA4 plain and
 #                       cascade, FlashInfer plain and cascade), timing only (--no-check,
 #                       --max-time 0.1); correctness of the same cells is lane 1's cascade-check
-#   fa3-diag     ~30 s  the same diagnostic on FA3 (the control: within 0.5% on 2026-11-30)
 # evidence_lane1 (GPU 1, CORRECTNESS only):
 #   gpu-pytest  ~240 s  the whole test suite as 6 parallel pytest shards (ci/gpu_pytest.sh;
 #                       all shards on GPU 1, the GPU-timing tests alone at the end), 0 failed
@@ -23,18 +22,17 @@
 #   cascade-check  rest  the full cascade grid with the reference check (--no-time); rows
 #                       beyond the limit: `harness run ... --resume $R/cascade-check`
 # Proves: fidelity within 3% for FA3/FA4 with the busy-time comparison, harness vs raw calls
-# within 5% (or the FA4 cause named by fa4-diag), the cascade sweep, fp8 e4m3/e5m2, and the
+# within 5% (or the causes named by callform-diag), the cascade sweep, fp8 e4m3/e5m2, and the
 # GPU test suite log (0 failed) under $R/gpu-pytest/.
 CASCADE_BACKENDS=flash-attn,flash-attn-cascade,flashinfer,flashinfer-cascade
 
 evidence_lane0() {
   step 60 orientation $H run ci/orientation.yaml --quiet --out $R/orientation
   step 50 direct python3 ci/direct_timing.py --harness-results $R/orientation --out $R/direct.json
-  step 90 fa4-diag python3 ci/fa4_diag.py --version 4 --out $R/fa4-diag.json
+  step 120 callform-diag python3 ci/callform_diag.py --out $R/callform-diag
   step 170 fidelity python3 ci/fidelity.py --out $R/fidelity --backends flash-attn,flashinfer --total-budget 140
   step 160 cascade-sweep $H run suites/cascade.yaml --backends $CASCADE_BACKENDS --case 'decode*' --case 'mixed*' \
     --no-check --max-time 0.1 --quiet --out $R/cascade-sweep
-  step 60 fa3-diag python3 ci/fa4_diag.py --version 3 --out $R/fa3-diag.json
 }
 
 evidence_lane1() {

@@ -8,8 +8,7 @@ source ci/gpu/evidence.sh
 lane0() {
   step 60 orientation $H run ci/orientation.yaml --quiet --out $R/orientation
   step 50 direct python3 ci/direct_timing.py --harness-results $R/orientation --out $R/direct.json
-  step 90 fa4-diag python3 ci/fa4_diag.py --version 4 --out $R/fa4-diag.json
-  step 60 fa3-diag python3 ci/fa4_diag.py --version 3 --out $R/fa3-diag.json
+  step 120 callform-diag python3 ci/callform_diag.py --out $R/callform-diag
   source ci/gpu/trace.sh
   step 160 cascade-sweep $H run suites/cascade.yaml --backends $CASCADE_BACKENDS --case 'decode*' --case 'mixed*' \
     --no-check --max-time 0.1 --quiet --out $R/cascade-sweep
