@@ -813,6 +813,7 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--verbose", "-v", action="store_true", help="one row per variant, with its declared capabilities")
     ls.add_argument("--json", action="store_true", help="everything --verbose shows, as JSON")
     ls.set_defaults(func=cmd_list)
+    __import__("harness.crosscheck", fromlist=["add_parser"]).add_parser(sub)  # harness/crosscheck.py
     return p
 
 
