@@ -813,9 +813,10 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--verbose", "-v", action="store_true", help="one row per variant, with its declared capabilities")
     ls.add_argument("--json", action="store_true", help="everything --verbose shows, as JSON")
     ls.set_defaults(func=cmd_list)
-    from harness import plan  # commands that live in their own module register themselves
+    from harness import crosscheck, plan  # commands that live in their own module register themselves
 
-    plan.add_parser(sub)
+    for command in (plan, crosscheck):
+        command.add_parser(sub)
     return p
 
 

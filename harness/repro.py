@@ -224,6 +224,15 @@ sys.exit(1 if failed else 0)
 def render_script(row: ResultRow, sc: ScriptCase, backend: type[AttentionBackend], variant: dict[str, Any],
                   call_source: str, note: str = "") -> str:
     """The standalone script's text."""
+    body = inputs_source(row, sc, backend, note)
+    body += f"\n# ---- the library call, as the harness's {backend.name} adapter makes it\n"
+    body += call_source.strip("\n") + "\n\n" + _REFERENCE
+    return body
+
+
+def inputs_source(row: ResultRow, sc: ScriptCase, backend: type[AttentionBackend], note: str = "") -> str:
+    """The script up to the library call: its constants and the inputs drawn from the seed
+    (the names ``AttentionBackend.standalone_call`` sources read; harness/crosscheck.py runs it)."""
     case = sc.case
     cfg = case.attention_config()
     device = "cuda" if str(row.device).startswith("cuda") else "cpu"
@@ -272,10 +281,7 @@ def render_script(row: ResultRow, sc: ScriptCase, backend: type[AttentionBackend
         lines.append(f"SINKS = torch.randn(NUM_HEADS, generator=torch.Generator().manual_seed(SEED + 1))")
     else:
         lines.append("SINKS = None")
-    body = "\n".join(lines) + "\n" + _PRELUDE
-    body += f"\n# ---- the library call, as the harness's {backend.name} adapter makes it\n"
-    body += call_source.strip("\n") + "\n\n" + _REFERENCE
-    return body
+    return "\n".join(lines) + "\n" + _PRELUDE
 
 
 def _alibi(num_heads: int) -> list[float]:

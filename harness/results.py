@@ -148,8 +148,10 @@ class Timing(Payload):
     # Extensions: time per phase (e.g. {"plan": .., "kernel": ..}, microseconds) and energy.
     breakdown: dict[str, float] | None = None
     energy: dict[str, Any] | None = None
+    contains: dict[str, Any] | None = None  # what the time holds beside the kernels (harness.timing.loop)
 
-    _omit_if_none = frozenset({"stop_criterion", "launch", "raw_us", "cold_check", "cold_l2", "breakdown", "energy"})
+    _omit_if_none = frozenset({"stop_criterion", "launch", "raw_us", "cold_check", "cold_l2", "breakdown", "energy",
+                               "contains"})
 
 
 class Metrics(Payload):

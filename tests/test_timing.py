@@ -313,8 +313,25 @@ def test_flush_method_options_and_cold_label():
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
+def test_eager_and_graph_rows_say_what_their_time_holds():
+    from harness.timing.loop import time_contents
+
+    cpu = time_contents("cpu", False, None, 1)
+    assert cpu["timer"] == "host_clock" and cpu["host_time"]
+    g = time_contents("cuda", True, 1.0, 4)
+    assert g["timer"] == "cuda_graph_replay" and not g["launch_gaps"] and not g["host_time"]
+    e = time_contents("cuda", False, 1.0, 4)
+    assert e["timer"] == "eager_launches" and e["launch_gaps"] and not e["host_time"]
+    assert "not comparable to a graph-replayed row" in e["note"]
+    unhidden = time_contents("cuda", False, 0.0, 1)  # the call waits on the host: host time inside
+    assert unhidden["host_time"] and "host time included" in unhidden["note"]
+    # and every CPU timing record carries it
+    rec = time_callable(lambda: sum(range(100)), torch.device("cpu"), TimingOptions(min_samples=3, max_samples=3))
+    assert rec["contains"] == cpu
+
+
 @cuda
-def test_cuda_graph_and_eager_timing_agree_on_a_matmul():
+def test_cuda_graph_and_eager_timing_of_a_matmul_say_what_they_hold():
     from harness.timing import GraphDecision
 
     dev = torch.device("cuda")
@@ -329,8 +346,16 @@ def test_cuda_graph_and_eager_timing_agree_on_a_matmul():
     e = time_callable(fn, dev, opts, graph=GraphDecision(False, "eager on purpose"), output=out)
     assert g["cuda_graph"]["used"] and not e["cuda_graph"]["used"]
     assert e["cuda_graph"]["reason"] == "eager on purpose"
-    assert abs(g["median_us"] - e["median_us"]) / e["median_us"] < 0.05
+    # Not "equal within 5%": on the H200 the same cuBLAS kernel runs slower launched eagerly than
+    # replayed from a graph (4096^3 bf16: 208 us eager, 173 us graphed; reports/h200/2026-11-30/
+    # evening). What holds: eager is never faster beyond noise, the gap is bounded, and each row
+    # says what its time holds.
+    assert e["median_us"] >= 0.97 * g["median_us"], (g["median_us"], e["median_us"])
+    assert e["median_us"] <= 1.5 * g["median_us"], (g["median_us"], e["median_us"])
+    assert g["contains"]["timer"] == "cuda_graph_replay" and not g["contains"]["launch_gaps"]
+    assert e["contains"]["timer"] == "eager_launches" and e["contains"]["launch_gaps"]
     assert g["launch"]["hidden_frac"] > 0.9 and e["launch"]["hidden_frac"] > 0.9
+    assert not e["contains"]["host_time"]  # launches hidden: the eager time holds no host time
     assert g["sm_clock_mhz"]["during_first"] > 100
 
 

@@ -15,8 +15,8 @@
 #                       cascade, FlashInfer plain and cascade), timing only (--no-check,
 #                       --max-time 0.1); correctness of the same cells is lane 1's cascade-check
 # evidence_lane1 (GPU 1, CORRECTNESS only):
-#   gpu-pytest  ~240 s  the whole test suite as 6 parallel pytest shards (ci/gpu_pytest.sh;
-#                       all shards on GPU 1, the GPU-timing tests alone at the end), 0 failed
+#   gpu-pytest  ~240 s  the whole test suite on 6 pytest-xdist workers (ci/gpu_pytest.sh;
+#                       all workers on GPU 1, the GPU-timing tests alone at the end), 0 failed
 #   fp8          ~90 s  suites/fp8.yaml: FA3 e4m3 and FlashInfer e4m3/e5m2 (incl. the scaled
 #                       e5m2 case) on decode, prefill and extend, beside bf16 (--no-time)
 #   cascade-check  rest  the full cascade grid with the reference check (--no-time); rows
@@ -37,7 +37,7 @@ evidence_lane0() {
 
 evidence_lane1() {
   mkdir -p $R/gpu-pytest
-  export SHARDS=6 SHARD_TIMEOUT=190  # this lane runs in its own subshell: nothing else sees these
+  export WORKERS=6 PYTEST_TIMEOUT=190  # this lane runs in its own subshell: nothing else sees these
   step 280 gpu-pytest bash ci/gpu_pytest.sh $R/gpu-pytest/pytest.log
   step 120 fp8 $H run suites/fp8.yaml --backends flash-attn,flashinfer --variant flash-attn.fa_version=3 \
     --variant flashinfer.prefill_backend=fa2 --no-time --quiet --out $R/fp8

@@ -12,7 +12,7 @@ lane0() {
   step 30 decode-compare $H compare $R/decode-1 $R/decode-2 --markdown $R/decode-compare.md
 }
 lane1() {
-  export OMP_NUM_THREADS=4 MKL_NUM_THREADS=4 SHARDS=6 SHARD_TIMEOUT=220
+  export OMP_NUM_THREADS=4 MKL_NUM_THREADS=4 WORKERS=6 PYTEST_TIMEOUT=220
   mkdir -p $R/gpu-pytest
   step 280 gpu-pytest bash ci/gpu_pytest.sh $R/gpu-pytest/pytest.log
   source ci/gpu/repro.sh

@@ -13,7 +13,7 @@ lane0() {
 }
 lane1() {
   step 60 mem-diag python3 ci/mem_diag.py flashinfer
-  export OMP_NUM_THREADS=4 MKL_NUM_THREADS=4 SHARDS=6 SHARD_TIMEOUT=200
+  export OMP_NUM_THREADS=4 MKL_NUM_THREADS=4 WORKERS=6 PYTEST_TIMEOUT=200
   mkdir -p $R/gpu-pytest
   step 240 gpu-pytest bash ci/gpu_pytest.sh $R/gpu-pytest/pytest.log
 }

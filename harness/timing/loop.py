@@ -32,6 +32,27 @@ def calls_per_sample(est_call_us: float, opts: TimingOptions) -> int:
 
 
 
+def time_contents(device_type: str, graph_used: bool, hidden_frac: float | None, calls: int) -> dict[str, Any]:
+    """What a row's time holds beside the call's own kernels, so an eager row is never read as a
+    graph-replayed one: a CUDA-graph replay has no host launches between the kernels; eager
+    calls carry the device's gaps between back-to-back launches and run the kernels as launched
+    eagerly (slower than the same kernels replayed, measured on an H200: docs/measurement.md);
+    a sample whose launches the spin kernel did not hide also holds host time."""
+    if device_type != "cuda":
+        return {"timer": "host_clock", "kernels": True, "launch_gaps": False, "host_time": True,
+                "note": "the whole call on the host clock (CPU)"}
+    host = hidden_frac is not None and hidden_frac < 0.5
+    if graph_used:
+        return {"timer": "cuda_graph_replay", "kernels": True, "launch_gaps": False, "host_time": host,
+                "note": f"{calls} call(s) per graph replay: no host launches between kernels; the replay's "
+                        f"own launch and tail cost is shared by its {calls} call(s)"}
+    note = (f"{calls} eager call(s) per sample: the kernels as launched eagerly plus the device's gaps "
+            "between back-to-back launches (not comparable to a graph-replayed row)")
+    if host:
+        note += "; launches not hidden behind the spin kernel (the call waits on the host): host time included"
+    return {"timer": "eager_launches", "kernels": True, "launch_gaps": True, "host_time": host, "note": note}
+
+
 def time_callable(
     fn: Callable[[], object],
     device: torch.device,
@@ -104,6 +125,7 @@ def _time_cpu(fn: Callable[[], object], opts: TimingOptions) -> dict[str, Any]:
         sm_clock_mhz=None,
         energy={"available": False, "reason": "no energy counter on cpu (NVML reports GPUs only)"},
         options=asdict(opts),
+        contains=time_contents("cpu", False, None, 1),
     )
     return out
 
@@ -233,6 +255,7 @@ def _time_cuda(fn: Callable[[], object], device: torch.device, opts: TimingOptio
             "throttled": throttled,
         },
         options=asdict(opts),
+        contains=time_contents("cuda", graph_info["used"], state["hidden"] / n_hold if n_hold else None, k),
     )
     if flusher is not None:
         if flusher.count < len(samples):

@@ -1,0 +1,378 @@
+"""``harness crosscheck RESULTS``: re-time each timed row's library call with timers this project
+did not write, in one process on the row's device, and flag rows whose median disagrees.
+
+For every row that passed and was timed, the row's inputs are rebuilt from its case and seed
+(the same source ``harness repro`` writes: harness/repro.py) and the backend's library call is
+taken from its ``standalone_call`` hook. The call's source is split at its first module-level
+``out = ...`` (what every hook does: setup, plans and metadata before it, the call after), the
+setup runs once, and the rest becomes the function the outside timers repeat:
+
+- GPU: FlashInfer's ``flashinfer.testing.bench_gpu_time`` (CUDA graph and L2 mode as the row was
+  timed; its signature is read at run time) and Triton's ``do_bench_cudagraph`` (graph-replayed
+  hot rows) or ``do_bench`` (eager cold rows: it flushes L2 before every call), when installed;
+- CPU: ``torch.utils.benchmark.Timer.blocked_autorange`` on the row's clock (wall or process).
+
+A row is flagged when its median is more than the tolerance away from the median of the outside
+timers' medians *and* outside their own spread (the range of their medians; one timer: its
+interquartile range), whichever is wider. Flags set exit status 1; rows that cannot be re-timed
+are listed with the reason. The table goes to ``crosscheck.md`` / ``crosscheck.json`` in the
+results folder (or ``--out FILE``), where the report's cross-check section reads it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import gc
+import inspect
+import json
+import math
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from harness.results import ResultRow, Status, _clean, read_rows
+
+JSON_FILE = "crosscheck.json"
+MD_FILE = "crosscheck.md"
+DEFAULT_TOLERANCE = "3%"
+
+
+class CrosscheckError(Exception):
+    """Why one row cannot be re-timed (listed, not fatal)."""
+
+
+# ------------------------------------------------------------------ the call as a function
+def split_call(source: str) -> tuple[str, str]:
+    """(setup, call): the source up to and including its first module-level assignment to
+    ``out``, and the statements after it. Raises CrosscheckError when there is none."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as e:
+        raise CrosscheckError(f"standalone_call source does not parse: {e.msg} (line {e.lineno})") from None
+    lines = source.splitlines()
+    for stmt in tree.body:
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else []
+        if any(isinstance(t, ast.Name) and t.id == "out" for t in targets):
+            end = stmt.end_lineno or stmt.lineno
+            call = "\n".join(lines[end:]).strip("\n")
+            if not call.strip():
+                break
+            return "\n".join(lines[:end]), call
+    raise CrosscheckError("standalone_call source has no module-level `out = ...` followed by the call "
+                          "(nothing separates the setup from the call to repeat)")
+
+
+def build_call(inputs: str, call_source: str) -> Callable[[], None]:
+    """Run the inputs and the call's setup once; return the call as a function of no arguments."""
+    setup, call = split_call(call_source)
+    ns: dict[str, Any] = {"__name__": "__crosscheck__"}
+    exec(compile(inputs + "\n" + setup, "<crosscheck setup>", "exec"), ns)  # noqa: S102 - our own repro source
+    body = "\n".join("    " + ln if ln.strip() else "" for ln in call.splitlines())
+    exec(compile(f"def _crosscheck_call():\n{body}\n    return None\n", "<crosscheck call>", "exec"), ns)  # noqa: S102
+    return ns["_crosscheck_call"]
+
+
+# ------------------------------------------------------------------ outside timers
+def _spread(ms: list[float]) -> tuple[float, float, float]:
+    xs = sorted(ms)
+    if len(xs) < 4:
+        return statistics.median(xs), xs[0], xs[-1]
+    q = statistics.quantiles(xs, n=4)
+    return statistics.median(xs), q[0], q[2]
+
+
+def time_cpu(fn: Callable[[], None], clock: str, min_run_s: float = 0.2) -> dict[str, Any]:
+    from torch.utils.benchmark import Timer
+
+    timer = time.process_time if clock == "process" else time.perf_counter
+    m = Timer(stmt="fn()", globals={"fn": fn}, timer=timer, num_threads=torch.get_num_threads()).blocked_autorange(
+        min_run_time=min_run_s)
+    times = [t * 1e6 for t in m.times]
+    med, q1, q3 = _spread(times)
+    return {"median_us": m.median * 1e6, "q1_us": q1, "q3_us": q3, "n": len(times),
+            "settings": f"torch.utils.benchmark.Timer.blocked_autorange(min_run_time={min_run_s}), "
+                        f"{'process_time' if clock == 'process' else 'perf_counter'} clock"}
+
+
+def gpu_timers(graph: bool, cold: bool) -> dict[str, Callable[[Callable[[], None]], dict[str, Any]] | str]:
+    """Each outside GPU timer that matches the row's timing (graph or eager, hot or cold L2): a
+    function timing ``fn``, or the reason it does not apply here."""
+    out: dict[str, Any] = {}
+    try:
+        from flashinfer.testing import bench_gpu_time
+    except Exception as e:  # not installed, or a build for another torch
+        out["flashinfer.bench_gpu_time"] = f"not available: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    else:
+        params = inspect.signature(bench_gpu_time).parameters
+        want = {"use_cuda_graph": graph, "cold_l2_cache": cold, "enable_cupti": False,
+                "dry_run_time_ms": 25, "repeat_time_ms": 100}
+        if cold and "cold_l2_cache" not in params:
+            out["flashinfer.bench_gpu_time"] = "this version has no cold_l2_cache: cannot time a cold-L2 row"
+        elif graph and "use_cuda_graph" not in params:
+            out["flashinfer.bench_gpu_time"] = "this version has no use_cuda_graph: cannot time a graph-replayed row"
+        else:
+            kw = {k: v for k, v in want.items() if k in params}
+
+            def fi(fn: Callable[[], None], kw: dict[str, Any] = kw) -> dict[str, Any]:
+                ms = [float(x) for x in bench_gpu_time(fn, **kw)]
+                med, q1, q3 = _spread(ms)
+                return {"median_us": med * 1e3, "q1_us": q1 * 1e3, "q3_us": q3 * 1e3, "n": len(ms),
+                        "settings": "bench_gpu_time(" + ", ".join(f"{k}={v!r}" for k, v in kw.items()) + ")"}
+            out["flashinfer.bench_gpu_time"] = fi
+    try:
+        import triton.testing as tt
+    except Exception as e:
+        out["triton"] = f"not available: {type(e).__name__}"
+        return out
+    if graph and not cold:
+        def tr(fn: Callable[[], None]) -> dict[str, Any]:
+            ms = float(tt.do_bench_cudagraph(fn, rep=100, return_mode="median"))
+            return {"median_us": ms * 1e3, "n": None, "settings": 'do_bench_cudagraph(rep=100, return_mode="median")'}
+        out["triton.do_bench_cudagraph"] = tr
+    elif cold and not graph:
+        def trc(fn: Callable[[], None]) -> dict[str, Any]:
+            ms = float(tt.do_bench(fn, rep=100, return_mode="median"))
+            return {"median_us": ms * 1e3, "n": None, "settings": 'do_bench(rep=100, return_mode="median"), L2 flushed'}
+        out["triton.do_bench"] = trc
+    else:
+        out["triton"] = ("do_bench_cudagraph replays hot and do_bench flushes L2 eagerly: neither times a "
+                         f"{'cold graph-replayed' if graph else 'hot eager'} row")
+    return out
+
+
+# ------------------------------------------------------------------ the verdict
+def verdict(harness_us: float, outside: dict[str, dict[str, Any]], tol: float) -> dict[str, Any]:
+    """Reference (median of the outside medians), ratios, the accepted band and the flag."""
+    meds = [o["median_us"] for o in outside.values()]
+    ref = statistics.median(meds)
+    if len(meds) >= 2:
+        lo, hi = min(meds), max(meds)
+    else:
+        one = next(iter(outside.values()))
+        lo, hi = one.get("q1_us") or ref, one.get("q3_us") or ref
+    lo, hi = min(lo, ref * (1 - tol)), max(hi, ref * (1 + tol))
+    ratio = harness_us / ref
+    flagged = not lo <= harness_us <= hi
+    reason = ""
+    if flagged:
+        reason = (f"harness {harness_us:.4g} us is {ratio:.3g}x the outside timers' median {ref:.4g} us, outside "
+                  f"{tol:.0%} and their spread [{lo:.4g}, {hi:.4g}] us")
+    return {"ref_us": ref, "ratio": ratio, "band_us": [lo, hi], "flagged": flagged, "reason": reason,
+            "ratios": {k: harness_us / o["median_us"] for k, o in outside.items()}}
+
+
+def skip_reason(row: ResultRow) -> str | None:
+    if row.status != Status.PASS:
+        return f"status {row.status.value}, not pass"
+    if row.timing is None:
+        return f"not timed ({row.timing_skipped})" if row.timing_skipped else "not timed"
+    return None
+
+
+def retime_row(row: ResultRow, tol: float, suite: str | None, min_run_s: float) -> dict[str, Any]:
+    """One row's cross-check record; raises CrosscheckError with the reason it cannot be re-timed."""
+    from harness import repro
+    from harness.registry import resolve
+
+    try:
+        case, spec = repro.case_of_row(row, suite)
+    except repro.ReproError as e:
+        raise CrosscheckError(str(e)) from None
+    try:
+        backend = resolve(spec)
+    except Exception as e:
+        raise CrosscheckError(f"backend {spec!r} cannot be loaded: {str(e).splitlines()[0] if str(e) else e}") from None
+    variant = dict(row.variant)
+    on_gpu = row.device.startswith("cuda")
+    if on_gpu and not torch.cuda.is_available():
+        raise CrosscheckError(f"row timed on {row.device}; torch sees no CUDA device here")
+    avail = backend.availability(variant)
+    if not avail.available:
+        raise CrosscheckError(f"library missing here: {avail.reason}")
+    try:
+        source = repro.call_source(backend, row, case, variant)
+    except repro.ReproError:
+        raise CrosscheckError(f"backend {backend.name} offers no standalone_call") from None
+    timing = row.timing
+    assert timing is not None
+    graph = bool((timing.cuda_graph or {}).get("used"))
+    cold = timing.mode == "cold"
+    sc = repro.script_case(case, backend, variant)
+    dev = torch.device(row.device) if on_gpu else torch.device("cpu")
+    if on_gpu and dev.index is not None and dev.index >= torch.cuda.device_count():
+        dev = torch.device("cuda")
+    ctx = torch.cuda.device(dev) if on_gpu else _Null()
+    with ctx:
+        try:
+            fn = build_call(repro.inputs_source(row, sc, backend), source)
+            fn()  # first call: JIT, workspaces
+            if on_gpu:
+                torch.cuda.synchronize()
+        except CrosscheckError:
+            raise
+        except Exception as e:
+            raise CrosscheckError(f"the standalone call raised: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]) from None
+        outside: dict[str, dict[str, Any]] = {}
+        unused: dict[str, str] = {}
+        if on_gpu:
+            for name, t in gpu_timers(graph, cold).items():
+                if isinstance(t, str):
+                    unused[name] = t
+                    continue
+                try:
+                    outside[name] = t(fn)
+                except Exception as e:
+                    unused[name] = f"failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+        else:
+            clock = "process" if timing.method == "process_time" else "wall"
+            outside["torch.utils.benchmark.Timer"] = time_cpu(fn, clock, min_run_s)
+    del fn
+    gc.collect()
+    if on_gpu:
+        torch.cuda.empty_cache()
+    if not outside:
+        raise CrosscheckError("no outside timer could time it: " + "; ".join(f"{k}: {v}" for k, v in unused.items()))
+    rec = {"case": row.case, "backend": row.backend, "variant": row.variant_label, "device": row.device,
+           "mode": timing.mode, "graph": graph, "clock": timing.method, "harness_us": timing.median_us,
+           "outside": outside, "timers_not_used": unused}
+    rec.update(verdict(timing.median_us, outside, tol))
+    return rec
+
+
+class _Null:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *a: Any) -> None:
+        return None
+
+
+# ------------------------------------------------------------------ the table
+def crosscheck(rows: list[ResultRow], tol: float, suite: str | None = None, min_run_s: float = 0.2,
+               log: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
+    checked, not_retimed = [], []
+    for i, row in enumerate(rows):
+        why = skip_reason(row)
+        if why is None:
+            try:
+                rec = retime_row(row, tol, suite, min_run_s)
+            except CrosscheckError as e:
+                why = str(e)
+            else:
+                checked.append({"row": i, **rec})
+                log(f"#{i} {row.case} / {row.backend} [{row.variant_label}]: harness {rec['harness_us']:.4g} us, "
+                    f"outside {rec['ref_us']:.4g} us, ratio {rec['ratio']:.3g}{'  FLAGGED' if rec['flagged'] else ''}")
+                continue
+        not_retimed.append({"row": i, "case": row.case, "backend": row.backend, "variant": row.variant_label,
+                            "reason": why})
+    timers = sorted({k for r in checked for k in r["outside"]})
+    return {"tolerance": tol, "timers": timers, "rows": checked, "not_retimed": not_retimed,
+            "flagged": sum(r["flagged"] for r in checked), "checked": len(checked),
+            "torch": torch.__version__, "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+def to_markdown(res: dict[str, Any], source: str) -> str:
+    timers = res["timers"]
+    out = [f"# Outside-timer cross-check of {source}", "",
+           f"{res['checked']} row(s) re-timed, **{res['flagged']} flagged** (more than {res['tolerance']:.0%} from the "
+           "outside timers' median and outside their spread); "
+           f"{len(res['not_retimed'])} not re-timed.", ""]
+    if res["rows"]:
+        head = ["row", "case", "backend [variant]", "timed as", "harness us", *[f"{t} us" for t in timers],
+                "outside median us", "harness / outside", "verdict"]
+        out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for r in res["rows"]:
+            mode = "graph" if r["graph"] else ("cpu " + r["clock"] if not r["device"].startswith("cuda") else "eager")
+            cells = [str(r["row"]), r["case"], f"{r['backend']} [{r['variant']}]", f"{mode}, {r['mode']}",
+                     f"{r['harness_us']:.4g}",
+                     *[f"{r['outside'][t]['median_us']:.4g}" if t in r["outside"] else "-" for t in timers],
+                     f"{r['ref_us']:.4g}", f"{r['ratio']:.3f}", "**FLAGGED**: " + r["reason"] if r["flagged"] else "ok"]
+            out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+        out.append("")
+    if res["not_retimed"]:
+        out += ["## Not re-timed", ""]
+        out += [f"- row {r['row']} {r['case']} / {r['backend']} [{r['variant']}]: {r['reason']}" for r in res["not_retimed"]]
+        out.append("")
+    return "\n".join(out)
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)  # nothing half-written
+
+
+# ------------------------------------------------------------------ command
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("crosscheck", help="re-time every timed row's library call with outside timers (FlashInfer "
+                                          "bench_gpu_time, Triton do_bench_cudagraph; CPU: torch.utils.benchmark); "
+                                          "exit 1 if a row is flagged")
+    p.add_argument("results", help="results folder or results.jsonl")
+    p.add_argument("--out", metavar="FILE", help=f"markdown table to write (JSON beside it, .json); default "
+                                                 f"RESULTS/{MD_FILE} and RESULTS/{JSON_FILE}")
+    p.add_argument("--tolerance", default=DEFAULT_TOLERANCE,
+                   help="flag a row further than this from the outside timers' median (and their spread), e.g. 3%% (default)")
+    p.add_argument("--suite", metavar="FILE", help="the suite file (default: the one each row's reproducer names)")
+    p.add_argument("--min-run-time", type=float, default=0.2, metavar="S",
+                   help="CPU: blocked_autorange's min_run_time per row (default 0.2)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Bad input (missing folder, no rows, bad flags): one line on stderr and exit 2."""
+    try:
+        return _run(args)
+    except _Usage as e:
+        from rich.console import Console
+        from rich.markup import escape
+
+        Console(stderr=True).print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
+        return 2
+
+
+class _Usage(Exception):
+    pass
+
+
+def _run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from harness.compare import parse_threshold
+
+    console = Console()
+    try:
+        tol = parse_threshold(args.tolerance)
+    except ValueError as e:
+        raise _Usage(str(e).replace("--threshold", "--tolerance")) from None
+    try:
+        rows = read_rows(args.results)
+    except (FileNotFoundError, ValueError) as e:
+        raise _Usage(str(e)) from None
+    if not rows:
+        raise _Usage(f"{args.results}: holds no rows")
+    src = Path(args.results)
+    if args.out:
+        md_path = Path(args.out)
+        json_path = md_path.with_suffix(".json") if md_path.suffix != ".json" else md_path.with_suffix(".json.json")
+    else:
+        folder = src if src.is_dir() else src.parent
+        md_path, json_path = folder / MD_FILE, folder / JSON_FILE
+    if not md_path.parent.is_dir():
+        raise _Usage(f"--out {md_path}: folder {md_path.parent} does not exist")
+    res = crosscheck(rows, tol, args.suite, args.min_run_time,
+                     log=lambda m: console.print(m, highlight=False, markup=False, soft_wrap=True))
+    res["results"] = str(src)
+    md = to_markdown(res, str(src))
+    _write(json_path, json.dumps(_clean(res), indent=2, allow_nan=False, default=str) + "\n")
+    _write(md_path, md + "\n")
+    console.print(md, highlight=False, markup=False, soft_wrap=True)
+    console.print(f"wrote {md_path} and {json_path}", highlight=False, markup=False, soft_wrap=True)
+    return 1 if res["flagged"] else 0
+
+
+__all__ = ["add_parser", "build_call", "crosscheck", "run", "split_call", "to_markdown", "verdict"]
