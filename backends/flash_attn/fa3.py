@@ -227,14 +227,15 @@ if not batched:  # varlen q [T, H, D]; batched q [B, 1, H, D] has no cu_seqlens_
     kw.update(cu_seqlens_q=seg_qsl, max_seqlen_q=seg_max_q)
 if takes_out(fa3.flash_attn_with_kvcache):
     kw["out"] = dst.view(qs4.shape)
-sched = None
-if hasattr(fa3, "get_scheduler_metadata"):  # AOT scheduling, built once per call as the adapter does
+sched = BUILT.get(i)  # the builder's (both forms): made by the first call, reused by the rest
+if sched is None and hasattr(fa3, "get_scheduler_metadata"):  # AOT scheduling
     sched = fa3.get_scheduler_metadata(
         batch_size=hi - lo, max_seqlen_q=seg_max_q, max_seqlen_k=seg_table.shape[1] * BLOCK_SIZE,
         num_heads_q=NUM_HEADS, num_heads_kv=NUM_KV_HEADS, headdim=HEAD_SIZE, cache_seqlens=seg_seq,
         qkv_dtype=torch.float8_e4m3fn if FP8 else DTYPE, headdim_v=HEAD_SIZE,
         cu_seqlens_q=None if batched else seg_qsl, page_size=BLOCK_SIZE, causal=CAUSAL, window_size=WINDOW,
         has_softcap=SOFTCAP > 0, num_splits=seg_splits, pack_gqa=None, sm_margin=0)
+    BUILT[i] = sched
 o = fa3.flash_attn_with_kvcache(
     qs4, key_cache, value_cache, cache_seqlens=seg_seq, page_table=seg_table, softmax_scale=SCALE,
     causal=CAUSAL, window_size=WINDOW, scheduler_metadata=sched, num_splits=seg_splits, pack_gqa=None,
