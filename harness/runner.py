@@ -20,6 +20,7 @@ from attn_contract import (
     Capabilities,
     CommonAttentionMetadata,
     decode_first_order,
+    lse_to_natural,
 )
 from harness.cascade import decide as decide_cascade
 from harness.check import check_output, tolerance_for
@@ -458,7 +459,9 @@ def run_cell(cell: Cell, case_data: CaseContext, suite: Suite, opts: RunOptions)
             view = prepared.view
 
             def judge(o: torch.Tensor, l: torch.Tensor | None, unwritten: torch.Tensor | None = None):
-                # Each request (and segment kind) judged on its own; see harness/check.py.
+                # Each request (and segment kind) judged on its own; see harness/check.py. The
+                # LSE is read in the base the backend declares: a wrong declaration fails here.
+                l = lse_to_natural(l, prepared.caps.lse_base) if l is not None else None
                 return check_output(o, ref_out, tol, l, ref_lse if l is not None else None, unwritten,
                                     query_start_loc=view.query_start_loc, kinds=view.kinds,
                                     seq_lens=view.seq_lens, request_ids=prepared.order)
