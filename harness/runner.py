@@ -424,6 +424,10 @@ def changed_inputs(prepared: PreparedCell, batch: Batch) -> str:
 
 def run_cell(cell: Cell, case_data: CaseContext, suite: Suite, opts: RunOptions) -> ResultRow:
     """Run one backend variant on one prepared case. Backend failures become an ``error`` row."""
+    if cell.case.context_parallel is not None:  # KV sharded over ranks: harness/context_parallel/
+        from harness.context_parallel.cell import run_cp_cell
+
+        return run_cp_cell(cell, case_data, suite, opts)
     row = _base_row(cell, suite, opts)
     batch = case_data.batch
     cfg = batch.config
