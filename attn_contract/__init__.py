@@ -15,7 +15,7 @@ from attn_contract.capabilities import (
     MultipleOf,
     SplitKV,
 )
-from attn_contract.merge import merge_attn_states
+from attn_contract.merge import lse_to_natural, merge_attn_states
 from attn_contract.metadata import (
     TORCH_DTYPES,
     AttentionConfig,
@@ -52,6 +52,7 @@ __all__ = [
     "cascade_batch_reason",
     "decode_first_order",
     "group_layout",
+    "lse_to_natural",
     "merge_attn_states",
     "split_decodes_and_prefills",
 ]

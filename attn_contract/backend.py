@@ -59,7 +59,7 @@ class AttentionImpl(ABC, Generic[M]):
     ) -> torch.Tensor:
         """query ``[num_tokens, num_heads, head_size]``; key/value are the new tokens'
         ``[num_tokens, num_kv_heads, head_size]`` (already written into ``kv_cache``);
-        ``lse_out`` is ``[num_tokens, num_heads]`` float32, natural log."""
+        ``lse_out`` is ``[num_tokens, num_heads]`` float32, in the base the capabilities declare (``lse_base``)."""
 
     def graph_safe(self, metadata: M) -> str | None:
         """None when ``forward`` with this metadata may be captured in a CUDA graph, else why not."""

@@ -102,6 +102,10 @@ class Capabilities:
     split_kv: SplitKV | None = None
     gqa: bool = True
     returns_lse: bool = False
+    # The base of the LSE ``forward`` writes into ``lse_out``: "e" (natural log; FA, torch) or 2
+    # (FlashInfer). The harness converts it explicitly (``merge.lse_to_natural``) wherever it
+    # checks or combines LSEs; a backend that declares the wrong base fails the LSE check.
+    lse_base: str | int = "e"
     devices: frozenset[str] = frozenset({"cuda"})
     cudagraph: CudaGraphSupport = CudaGraphSupport.NEVER
     # Largest query length a request may have and still count as decode for this backend's
@@ -149,6 +153,7 @@ class Capabilities:
             "cascade": self.cascade,
             "gqa": self.gqa,
             "returns_lse": self.returns_lse,
+            "lse_base": str(self.lse_base),
             "devices": sorted(self.devices),
             "cudagraph": self.cudagraph.name,
             "reorder_batch_threshold": self.reorder_batch_threshold,

@@ -6,7 +6,21 @@ separately and merges the two results here; the merge is exact, not an approxima
 
 from __future__ import annotations
 
+import math
+
 import torch
+
+LSE_BASES = ("e", 2)
+
+
+def lse_to_natural(lse: torch.Tensor, base: str | int) -> torch.Tensor:
+    """A backend's LSE in its declared ``base`` ("e" or 2) as a natural-log LSE (a new tensor for
+    base 2, ``lse`` itself for "e"): ``lse_e = lse_2 * ln 2``. Infinities stay infinite."""
+    if base == "e":
+        return lse
+    if base == 2:
+        return lse * math.log(2.0)
+    raise ValueError(f"unknown LSE base {base!r} (known: {LSE_BASES})")
 
 
 def merge_attn_states(

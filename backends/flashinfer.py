@@ -394,14 +394,13 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder[FlashInferMetadata]):
 
 # ---------------------------------------------------------------- kernel call
 def _run_into(run: Callable[..., Any], out: torch.Tensor, lse_out: torch.Tensor | None) -> None:
-    """Call a wrapper's run() writing ``out`` (and natural-log ``lse_out``) in place."""
+    """Call a wrapper's run() writing ``out`` (and FlashInfer's base-2 ``lse_out``) in place."""
     o = out if out.is_contiguous() else torch.empty(out.shape, dtype=out.dtype, device=out.device)
     if lse_out is None:
         run(out=o, lse=None, return_lse=False)
     else:
         lse = lse_out if lse_out.is_contiguous() else torch.empty(lse_out.shape, dtype=torch.float32, device=out.device)
-        run(out=o, lse=lse, return_lse=True)
-        lse.mul_(LN2)  # base 2 -> natural log
+        run(out=o, lse=lse, return_lse=True)  # base 2, as declared (Capabilities.lse_base)
         if lse is not lse_out:
             lse_out.copy_(lse)
     if o is not out:
@@ -520,6 +519,7 @@ class FlashInferBackend(AttentionBackend):
             cascade=False,
             gqa=True,
             returns_lse=True,
+            lse_base=2,  # the library's own: decode run() has no natural-log option
             devices=frozenset({"cuda"}),
             cudagraph=CudaGraphSupport.UNIFORM_SINGLE_TOKEN_DECODE,
             reorder_batch_threshold=1,

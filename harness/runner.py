@@ -20,6 +20,7 @@ from attn_contract import (
     Capabilities,
     CommonAttentionMetadata,
     decode_first_order,
+    lse_to_natural,
 )
 from harness.cascade import decide as decide_cascade
 from harness.check import check_output, tolerance_for
@@ -423,6 +424,10 @@ def changed_inputs(prepared: PreparedCell, batch: Batch) -> str:
 
 def run_cell(cell: Cell, case_data: CaseContext, suite: Suite, opts: RunOptions) -> ResultRow:
     """Run one backend variant on one prepared case. Backend failures become an ``error`` row."""
+    if cell.case.context_parallel is not None:  # KV sharded over ranks: harness/context_parallel/
+        from harness.context_parallel.cell import run_cp_cell
+
+        return run_cp_cell(cell, case_data, suite, opts)
     row = _base_row(cell, suite, opts)
     batch = case_data.batch
     cfg = batch.config
@@ -458,7 +463,9 @@ def run_cell(cell: Cell, case_data: CaseContext, suite: Suite, opts: RunOptions)
             view = prepared.view
 
             def judge(o: torch.Tensor, l: torch.Tensor | None, unwritten: torch.Tensor | None = None):
-                # Each request (and segment kind) judged on its own; see harness/check.py.
+                # Each request (and segment kind) judged on its own; see harness/check.py. The
+                # LSE is read in the base the backend declares: a wrong declaration fails here.
+                l = lse_to_natural(l, prepared.caps.lse_base) if l is not None else None
                 return check_output(o, ref_out, tol, l, ref_lse if l is not None else None, unwritten,
                                     query_start_loc=view.query_start_loc, kinds=view.kinds,
                                     seq_lens=view.seq_lens, request_ids=prepared.order)

@@ -234,9 +234,13 @@ def test_page_size_suite_covers_the_sweep():
 
 
 # ---------------------------------------------------------------- LSE plumbing
-def test_run_into_converts_base2_lse_and_fills_noncontiguous_outputs():
+def test_run_into_keeps_base2_lse_and_fills_noncontiguous_outputs():
     """_run_into with a real base-2 attention (torch) in place of the kernel: lse_out gets the
-    natural-log LSE of the reference and out the output, also through non-contiguous views."""
+    library's base-2 LSE (the declared ``lse_base``), which ``lse_to_natural`` turns into the
+    reference's natural-log LSE, and out the output, also through non-contiguous views."""
+    from attn_contract import lse_to_natural
+
+    assert FlashInferBackend.capabilities().lse_base == 2
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(s, generator=g) for s in ((5, 4, 8), (9, 2, 8), (9, 2, 8)))
     ref_o, ref_lse = attention_one_request(q, k, v, scale=8**-0.5, causal=True, compute_dtype=torch.float64)
@@ -251,13 +255,13 @@ def test_run_into_converts_base2_lse_and_fills_noncontiguous_outputs():
     out = torch.full((5, 4, 8), float("nan"))
     lse = torch.full((5, 4), float("nan"))
     _run_into(base2_attention, out, lse)
-    torch.testing.assert_close(lse.double(), ref_lse, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(lse_to_natural(lse, 2).double(), ref_lse, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(out.double(), ref_o, atol=1e-5, rtol=1e-5)
 
     out_t = torch.full((8, 4, 5), float("nan")).permute(2, 1, 0)  # non-contiguous [5, 4, 8]
     lse_t = torch.full((4, 5), float("nan")).t()
     _run_into(base2_attention, out_t, lse_t)
-    torch.testing.assert_close(lse_t.double(), ref_lse, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(lse_to_natural(lse_t, 2).double(), ref_lse, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(out_t.double(), ref_o, atol=1e-5, rtol=1e-5)
 
 

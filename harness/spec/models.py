@@ -167,6 +167,18 @@ class SharedPrefix(_Strict):
     sizes: list[Annotated[int, Field(ge=1, le=MAX_REQUESTS)]] | None = None
 
 
+class ContextParallel(_Strict):
+    """Run the case context-parallel (harness/context_parallel/, docs/context-parallel.md): each
+    request's KV sharded over ``degree`` ranks, each rank's backend call merged by its LSE."""
+
+    degree: Annotated[int, Field(ge=1, le=16)]
+    combine: Literal["ag_rs", "a2a"] = "ag_rs"
+    sharding: Literal["interleaved", "contiguous"] = "interleaved"
+    ranks: Literal["simulated", "distributed"] = "simulated"
+    # Tensor parallelism on top: each of tp_size head slices is its own CP group.
+    tp_size: Annotated[int, Field(ge=1, le=64)] = 1
+
+
 class CaseSpec(_Strict):
     """One fully expanded workload cell: an attention layer plus a batch of requests."""
 
@@ -197,6 +209,7 @@ class CaseSpec(_Strict):
     # multiplies q and k (logits grow with its square).
     adversarial: bool = False
     magnitude: Annotated[float, Field(gt=0, le=1000)] = 1.0
+    context_parallel: ContextParallel | None = None
     tags: list[str] = []
     # Set by the sweep expansion, not written in YAML: the suite case this one came from and
     # its swept values (e.g. {"block_size": 16, "count": 1}), so rows need not parse names.
@@ -209,6 +222,10 @@ class CaseSpec(_Strict):
             raise ValueError(
                 f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})"
             )
+        cp = self.context_parallel
+        if cp is not None and (self.num_heads % cp.tp_size or (self.num_kv_heads % cp.tp_size and cp.tp_size % self.num_kv_heads)):
+            raise ValueError(f"context_parallel.tp_size ({cp.tp_size}) must divide num_heads ({self.num_heads}) and"
+                             f" divide or be a multiple of num_kv_heads ({self.num_kv_heads})")
         total = sum(g.count for g in self.batch)
         if total > MAX_REQUESTS:
             raise ValueError(f"batch has {total} requests; at most {MAX_REQUESTS}")

@@ -266,6 +266,13 @@ UnwrittenTail = _mutant("UnwrittenTail", _UnwrittenTailImpl, "last token's outpu
 WindowOffByOne = _mutant("WindowOffByOne", _WindowOffByOneImpl, "sliding window one key too wide")
 IgnoreSoftcap = _mutant("IgnoreSoftcap", _IgnoreSoftcapImpl, "logit softcap ignored")
 LseBase2 = _mutant("LseBase2", _LseBase2Impl, "LSE returned in base 2")
+# The other lie: a natural-log LSE declared as base 2 (Capabilities.lse_base); the harness
+# converts by the declaration, so the check sees lse * ln 2.
+LseDeclaredBase2 = type("LseDeclaredBase2", (TorchMathBackend,), {
+    "name": "mutant-LseDeclaredBase2", "description": "natural-log LSE declared as base 2",
+    "__module__": __name__,
+    "capabilities": classmethod(lambda cls, variant=None: replace(TorchMathBackend.capabilities(variant), lse_base=2)),
+})
 WrongKVTokens = _mutant("WrongKVTokens", _WrongKVTokensImpl, "8 KV tokens per request read from wrong slots")
 DropLastContext = _mutant("DropLastContext", _DropLastContextImpl, "last cached context token masked out")
 MixedDecode = _mutant("MixedDecode", _MixedDecodeImpl, "decode outputs mixed up when the batch has prefills")
@@ -362,5 +369,5 @@ CascadeDropsPrefix = type("CascadeDropsPrefix", (TorchCascadeBackend,), {
 MUTANTS: list[type[TorchMathBackend]] = [
     TopLeftCausal, WrongGQAMap, PageOffByOne, IgnoreKVScale, SwappedKVScale, SwappedRequests, UnwrittenTail,
     WindowOffByOne, IgnoreSoftcap, LseBase2, WrongKVTokens, DropLastContext, MixedDecode, IgnoreCustomScale,
-    WritesInputs, MetadataDrift, IgnoreSinks, CausalAlways,
+    WritesInputs, MetadataDrift, IgnoreSinks, CausalAlways, LseDeclaredBase2,
 ]
