@@ -196,6 +196,8 @@ def parse_suite(data: Any, source: str = "<suite>", override: dict[str, Any] | N
             except ValidationError as e:
                 raise SpecError(f"{source}: case '{one.get('name', label)}': {_format_validation_error(e)}") from None
             if case.name in seen:
+                if override and "batch" in override and case in cases:
+                    continue  # --batch-spec replaced the batches that told these cases apart
                 raise SpecError(f"{source}: duplicate case name '{case.name}'")
             seen.add(case.name)
             cases.append(case)
