@@ -15,6 +15,7 @@ from typing import Any, Sequence
 from harness.engines import sglang_flags, sglang_setting, vllm_flags
 from harness.recommend import (
     BucketResult,
+    RAN_OK,
     Candidate,
     _case_id,
     _rank_bucket,
@@ -24,7 +25,7 @@ from harness.recommend import (
     load_inputs,
     vllm_setting,
 )
-from harness.results import RAN_OK, read_header
+from harness.results import read_header
 
 KIND_ORDER = {"decode": 0, "prefill": 1, "extend": 2, "mixed": 3}
 
