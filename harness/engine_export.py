@@ -207,9 +207,9 @@ def _pct(x: Any) -> str:
     return f"+{x:.1f}%" if isinstance(x, (int, float)) else ""
 
 
-def _md(records: list[dict[str, Any]]) -> str:
+def _md(records: list[dict[str, Any]], empty: str = "(none)") -> str:
     if not records:
-        return "(none)\n"
+        return empty + "\n"
     cols = list(dict.fromkeys(k for r in records for k in r))
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in records:
@@ -229,7 +229,7 @@ def engine_markdown(paths: Sequence[str | Path], engine: str, tie: float) -> str
     out = [f"# {name} settings per model shape", "",
            f"Measured with: {measured_with([read_header(p) for p in paths])}", "",
            "Cost: slowdown of that one setting against the fastest setting of each case (geometric mean, worst case).",
-           "", _md(recs)]
+           "", _md(recs, f"No backend+variant in these results is one that {name} runs.")]
     if single:
         out += [f"Single setting over all shapes: `{single['flags']}` over {single['cases']} cases, cost "
                 f"{_pct(single['geomean_cost_pct'])} geomean, {_pct(single['worst_cost_pct'])} worst.", ""]

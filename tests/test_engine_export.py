@@ -111,3 +111,20 @@ def test_recommend_engine_cli(tmp_path, capsys, engine, want):
     assert "NVIDIA H200, driver 570.1, CUDA runtime 12.8, torch 2.9.0, flash-attn 3.0.0, flashinfer 0.6.18" in md
     assert f"| llama-3.1-8b/tp1 | {want} |" in md
     assert "Single setting over all shapes" in md and md.index("settings per model shape") < md.index("# ")  + 40
+
+
+def test_report_opens_with_the_per_model_answer(tmp_path):
+    from harness.report import build_sections, load
+
+    out = tmp_path / "run"
+    with ResultWriter(out) as w:
+        for r in rows():
+            w.write(ResultRow.model_validate(r))
+    secs = build_sections(load([out]))
+    assert secs[0].id == "answer-per-model"
+    tables = [b for b in secs[0].blocks if b["kind"] == "table"]
+    assert [t["title"] for t in tables] == ["Winner per model shape and workload", "vLLM: one setting per model shape",
+                                            "SGLang: one setting per model shape"]
+    html = "".join(str(t) for t in tables)
+    assert "llama-3.1-8b/tp1" in html and "--decode-attention-backend flashinfer" in html
+    assert "--prefill-attention-backend fa3 --decode-attention-backend flashinfer" in html

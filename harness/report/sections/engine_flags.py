@@ -9,7 +9,7 @@ import pandas as pd
 
 from harness.engine_export import answer_records, answers, engine_settings
 from harness.recommend import DEFAULT_TIE, rows_from_frame
-from harness.report.core import Block, Table, Text, section
+from harness.report.core import Block, Table, Text, col, section
 
 
 def _pct(x: object) -> str:
@@ -21,7 +21,11 @@ def _pct(x: object) -> str:
 def answer_per_model(df: pd.DataFrame) -> list[Block]:
     if df.empty:
         return []
-    rows = [r for r in rows_from_frame(df) if r.get("batch")]
+    rows = rows_from_frame(df)
+    for r, params in zip(rows, col(df, "case_params")):  # a dict column: rows_from_frame leaves it out
+        if isinstance(params, dict):
+            r["case_params"] = params
+    rows = [r for r in rows if r.get("batch")]
     recs = answer_records(answers(rows, DEFAULT_TIE))
     if not any(r["winner"] != "no timed passing candidate" for r in recs):
         return []
