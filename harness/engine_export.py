@@ -39,6 +39,8 @@ def model_of(row: dict[str, Any]) -> str:
     if not c:
         return "unknown shape"
     s = f"H{c.get('num_heads')}/KV{c.get('num_kv_heads')} D{c.get('head_size')} {c.get('dtype')}"
+    if c.get("kv_cache_dtype") not in (None, "auto"):
+        s += f" kv {c['kv_cache_dtype']}"
     for key, text in (("sliding_window", "window {}"), ("softcap", "softcap {}"), ("sinks", "sinks")):
         if c.get(key):
             s += " " + text.format(c[key])
@@ -92,13 +94,11 @@ def _vllm_flag(c: Candidate) -> str:
 
 
 def answer_records(ans: list[Answer]) -> list[dict[str, Any]]:
-    """One table row per model shape and workload kind."""
+    """One table row per model shape and workload kind that has a timed passing candidate."""
     out = []
     for a in ans:
         w = a.result.winner
         if w is None:
-            out.append({"model shape": a.model, "workload": a.kind, "winner": "no timed passing candidate",
-                        "margin [interval]": "", "vLLM": "", "SGLang": ""})
             continue
         win = f"tie: {w.name} ~ {', '.join(a.result.tied_with)}" if a.result.tie else w.name
         out.append({"model shape": a.model, "workload": a.kind, "winner": win, "margin [interval]": _margin(a.result),
@@ -233,5 +233,6 @@ def engine_markdown(paths: Sequence[str | Path], engine: str, tie: float) -> str
     if single:
         out += [f"Single setting over all shapes: `{single['flags']}` over {single['cases']} cases, cost "
                 f"{_pct(single['geomean_cost_pct'])} geomean, {_pct(single['worst_cost_pct'])} worst.", ""]
-    out += ["## Winner per model shape and workload kind", "", _md(answer_records(answers(inputs.rows, tie))), ""]
+    out += ["## Winner per model shape and workload kind", "",
+            _md(answer_records(answers(inputs.rows, tie)), "No timed passing rows."), ""]
     return "\n".join(out)

@@ -26,14 +26,18 @@ def answer_per_model(df: pd.DataFrame) -> list[Block]:
         if isinstance(params, dict):
             r["case_params"] = params
     rows = [r for r in rows if r.get("batch")]
-    recs = answer_records(answers(rows, DEFAULT_TIE))
-    if not any(r["winner"] != "no timed passing candidate" for r in recs):
+    ans = answers(rows, DEFAULT_TIE)
+    recs = answer_records(ans)
+    if not recs:
         return []
+    untimed = len(ans) - len(recs)
     out: list[Block] = [
         Text(f"Per model shape (model/TP degree/kind of layer) and workload kind: the fastest backend that passed the "
              f"check, by the geometric mean of its medians; margin: runner-up / winner - 1 with the interval from the "
              f"medians' CIs; tie when the interval reaches 0 or the margin is under {DEFAULT_TIE * 100:g}%. vLLM runs "
-             "one backend per process; SGLang may set prefill and decode apart.", cls="lead"),
+             "one backend per process; SGLang may set prefill and decode apart."
+             + (f" {untimed} model shape / workload pair(s) without timed passing rows are left out (conformance-only"
+                " runs, or every backend unsupported)." if untimed else ""), cls="lead"),
         Table(pd.DataFrame(recs), title="Winner per model shape and workload", wrap=("vLLM", "SGLang", "winner"))]
     for engine, name in (("vllm", "vLLM"), ("sglang", "SGLang")):
         per, single = engine_settings(rows, engine)
