@@ -570,11 +570,13 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         rec = recommend(args.results, tie=tie)
         md = to_markdown(rec, command)
         if args.engine:  # the per-model engine settings lead (harness/engine_export.py)
-            from harness.engine_export import engine_markdown
+            from harness.engine_export import engine_markdown, write_engine_outputs
 
             md = engine_markdown(args.results, args.engine, tie) + "\n" + md
         n = write_suggest(rec, args.suggest) if args.suggest else None
         paths = write_outputs(rec, args.out, command) if args.out else []
+        if args.out and args.engine:
+            paths += write_engine_outputs(args.results, args.engine, tie, args.out)
     except ValueError as e:  # RecommendError is a ValueError; so is a bad --tie
         raise UsageError(str(e).replace("--threshold", "--tie")) from None
     print(md, end="")

@@ -217,6 +217,26 @@ def _md(records: list[dict[str, Any]], empty: str = "(none)") -> str:
     return "\n".join(lines) + "\n"
 
 
+def engine_json(paths: Sequence[str | Path], engine: str, tie: float) -> dict[str, Any]:
+    """The same as ``engine_markdown``, machine-readable (``recommend --engine E --out DIR``)."""
+    inputs = load_inputs(paths)
+    per, single = engine_settings(inputs.rows, engine)
+    return {"engine": engine, "measured_with": measured_with([read_header(p) for p in paths]),
+            "per_model": per, "single": single, "answers": answer_records(answers(inputs.rows, tie))}
+
+
+def write_engine_outputs(paths: Sequence[str | Path], engine: str, tie: float, out_dir: str | Path) -> list[Path]:
+    """``{engine}-per-model.md`` and ``.json`` in ``out_dir``."""
+    import json
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    md, js = out / f"{engine}-per-model.md", out / f"{engine}-per-model.json"
+    md.write_text(engine_markdown(paths, engine, tie), encoding="utf-8")
+    js.write_text(json.dumps(engine_json(paths, engine, tie), indent=1) + "\n", encoding="utf-8")
+    return [md, js]
+
+
 def engine_markdown(paths: Sequence[str | Path], engine: str, tie: float) -> str:
     """``recommend --engine``: per model shape, the engine's setting and what it costs against
     the per-case best; the single setting over all shapes; the answer table; the environment."""

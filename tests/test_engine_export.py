@@ -106,8 +106,13 @@ def test_recommend_engine_cli(tmp_path, capsys, engine, want):
     write_header(out, {"device": {"type": "cuda", "name": "NVIDIA H200", "capability": "9.0", "driver": "570.1",
                                   "cuda_runtime": "12.8"}, "torch": "2.9.0",
                        "backends": {"flash-attn": "3.0.0", "flashinfer": "0.6.18"}})
-    assert main(["recommend", str(out), "--engine", engine]) == 0
+    assert main(["recommend", str(out), "--engine", engine, "--out", str(tmp_path / "rec")]) == 0
     md = capsys.readouterr().out
+    import json
+
+    js = json.loads((tmp_path / "rec" / f"{engine}-per-model.json").read_text())
+    assert js["engine"] == engine and js["per_model"][0]["flags"] == want
+    assert (tmp_path / "rec" / f"{engine}-per-model.md").read_text().startswith("# ")
     assert "NVIDIA H200, driver 570.1, CUDA runtime 12.8, torch 2.9.0, flash-attn 3.0.0, flashinfer 0.6.18" in md
     assert f"| llama-3.1-8b/tp1 | {want} |" in md
     assert "Single setting over all shapes" in md and md.index("settings per model shape") < md.index("# ")  + 40
