@@ -314,7 +314,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from harness.executor import Executor
     from harness.runner import RunOptions, plan_cells
 
-    suite = load_suite(args.suite)
+    suite = load_suite(args.suite, _suite_override(args))
+    for note in suite.notes:  # a vLLM study file: what it could not map, and why
+        err_console.print(f"ignored: {escape(note)}", highlight=False, soft_wrap=True)
     check_suite_backends(suite)  # the checks `harness validate` makes, with file and field
     names = args.backends.split(",") if args.backends else (suite.backends or list(registry.known_backends()))
     try:
@@ -361,6 +363,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     finally:
         if executor is not None:
             executor.close()
+
+
+def _suite_override(args: argparse.Namespace) -> dict[str, Any] | None:
+    """``--model`` / ``--tp`` / ``--batch-spec``: fields set in every case of the suite."""
+    out: dict[str, Any] = {}
+    if getattr(args, "model", None):
+        out["model"], out["tp"] = args.model, args.tp
+    elif getattr(args, "tp", None):
+        raise UsageError("--tp slices a model's heads: give --model too")
+    if getattr(args, "batch_spec", None):
+        out["batch"] = [s for s in args.batch_spec.split(",") if s.strip()]
+    return out or None
 
 
 def _run_cells(args: argparse.Namespace, suite: Any, backends: list, opts: Any, exec_opts: Any,
@@ -555,8 +569,14 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         tie = parse_threshold(args.tie.replace("--threshold", "--tie"))
         rec = recommend(args.results, tie=tie)
         md = to_markdown(rec, command)
+        if args.engine:  # the per-model engine settings lead (harness/engine_export.py)
+            from harness.engine_export import engine_markdown, write_engine_outputs
+
+            md = engine_markdown(args.results, args.engine, tie) + "\n" + md
         n = write_suggest(rec, args.suggest) if args.suggest else None
         paths = write_outputs(rec, args.out, command) if args.out else []
+        if args.out and args.engine:
+            paths += write_engine_outputs(args.results, args.engine, tie, args.out)
     except ValueError as e:  # RecommendError is a ValueError; so is a bad --tie
         raise UsageError(str(e).replace("--threshold", "--tie")) from None
     print(md, end="")
@@ -588,6 +608,8 @@ _SHORT_DTYPE = {"bfloat16": "bf16", "float16": "fp16", "fp8_e4m3": "e4m3", "fp8_
 def cmd_validate(args: argparse.Namespace) -> int:
     """Load a suite with every check a run applies and print its expanded cases; runs nothing."""
     suite = load_suite(args.suite)
+    for note in suite.notes:
+        err_console.print(f"ignored: {escape(note)}", highlight=False, soft_wrap=True)
     check_suite_backends(suite)
     t = Table(title=f"{escape(suite.suite)}: {len(suite.cases)} cases")
     # 80 columns: the case name wraps, every figure stays whole (short dtype names, legend below).
@@ -688,6 +710,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--backends", help="comma-separated backend names or module:Class specs (default: the suite's, else all)")
     r.add_argument("--out", help="results folder (default: results/SUITE-TIMESTAMP)")
     r.add_argument("--seed", type=int, help="override every case's seed")
+    r.add_argument("--model", help="every case takes this model's attention shape: a built-in ID or a config.json path (comma-separated: several)")
+    r.add_argument("--tp", help="with --model: tensor-parallel degree(s), e.g. 1,2 (heads sliced as vLLM does)")
+    r.add_argument("--batch-spec", help="every case's batch in vLLM's grammar, e.g. 2q1k_32q1s1k (comma-separated: one case each)")
     r.add_argument("--case", action="append", help="only cases with this exact name, else this glob (repeatable)")
     r.add_argument("--variant", action="append", help="restrict a variant axis: BACKEND.AXIS=V[,V] (repeatable)")
     r.add_argument("--device", default=None, help="auto (default: cuda if available), cpu, cuda, cuda:N")
@@ -787,6 +812,7 @@ def build_parser() -> argparse.ArgumentParser:
     rc.add_argument("--tie", default="3%", help="margins under this are ties, e.g. 3%% (default)")
     rc.add_argument("--out", metavar="DIR", help="write recommend.md, policy.json and vllm.json into DIR")
     rc.add_argument("--suggest", metavar="SUITE.yaml", help="write a suite whose cases fill the unmeasured buckets")
+    rc.add_argument("--engine", choices=["vllm", "sglang"], help="one serving setting per model shape for this engine")
     rc.set_defaults(func=cmd_recommend)
 
     rpo = sub.add_parser("repro", help="write a standalone script (torch + the library only) reproducing one row; "

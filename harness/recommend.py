@@ -116,7 +116,7 @@ def inputs_of(rows: list[dict[str, Any]], headers: Sequence[tuple[str, dict[str,
                   next(iter(caps)) if len(caps) == 1 else None, notes)
 
 
-_NESTED = ("config", "batch", "timing", "call", "variant", "check", "metrics", "host")
+_NESTED = ("config", "batch", "timing", "call", "variant", "check", "metrics", "host", "case_params")
 
 
 def rows_from_frame(df: Any) -> list[dict[str, Any]]:

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 BASELINE = ROOT / "ci" / "baselines" / "cpu-smoke"
 H200 = ROOT / "reports" / "h200" / "2026-11-29"
 H200_FOLDERS = ["decode-1", "decode-2", "page-sizes", "cascade-sweep", "cascade-4k", "orientation", "conf-fi-rest"]
-ANSWER = ("verdict", "heatmap", "fastest-correct")
+ANSWER = ("answer-per-model", "heatmap", "verdict", "fastest-correct")
 
 # Three batch/context points of one shape at two page sizes, a shared-prefix case for the
 # cascade pair, and a softcap case sdpa does not support.
@@ -112,7 +112,7 @@ def h200_sections(h200_loaded, h200_built) -> dict[str, str]:
 def test_sections_in_page_order_answer_first_runs_last_and_collapsed(cpu_page):
     ids = re.findall(r'<section id="([\w-]+)"', cpu_page)
     assert ids == [i for i, _ in SECTIONS]
-    assert tuple(ids[:3]) == ANSWER and ids[-1] == "run-header"
+    assert tuple(ids[:4]) == ANSWER and ids[-1] == "run-header"
     assert "page-size" in ids and "variant-axes" in ids and "cascade" in ids and "roofline" in ids
     assert "fa-versions" not in ids  # the FA-only section became the generic variant-axis section
     runs = _sections(cpu_page)["run-header"]

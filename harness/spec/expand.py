@@ -14,10 +14,11 @@ from pydantic import ValidationError
 from harness.spec.errors import SpecError
 from harness.spec.limits import MAX_CASES, MAX_YAML_NODES, yaml_size
 from harness.spec.models import CaseSpec, Suite
+from harness.spec.shorthand import SHORTHAND_KEYS, expand_shorthand
 
 _LIST_KEYS = {"batch", "values", "tags", "sizes"}  # keys whose value is a list by type, not a sweep axis
 _EXPANSION_KEYS = {"group", "params"}  # filled in by expand_case
-_CASE_KEYS = (set(CaseSpec.model_fields) - _EXPANSION_KEYS) | {"sweep"}
+_CASE_KEYS = (set(CaseSpec.model_fields) - _EXPANSION_KEYS) | {"sweep"} | SHORTHAND_KEYS
 _SUITE_KEYS = {"suite", "description", "defaults", "cases", "backends", "variants"}
 
 
@@ -67,7 +68,7 @@ def expand_case(raw: dict[str, Any]) -> list[dict[str, Any]]:
     if mode not in ("product", "zip"):
         raise SpecError(f"field sweep: must be 'product' or 'zip', not {mode!r}")
     axes = _find_axes(raw)
-    raw["group"] = raw.get("name", "case")
+    raw["group"] = raw.get("group") or raw.get("name", "case")  # a model or batch spec may have set it
     if not axes:
         return [raw]
     leaves = [str(p[-1]) for p, _ in axes]
@@ -95,7 +96,7 @@ def expand_case(raw: dict[str, Any]) -> list[dict[str, Any]]:
             key, shown = _param(path, value, short)
             params[key] = shown
         case["name"] = f"{raw.get('name', 'case')}[{','.join(labels)}]"
-        case["params"] = params
+        case["params"] = {**raw.get("params", {}), **params}
         out.append(case)
     return out
 
@@ -137,8 +138,11 @@ def _expand_trace(case: dict[str, Any], src: dict[str, Any], source: str, label:
     return steps
 
 
-def parse_suite(data: Any, source: str = "<suite>") -> Suite:
-    """Validate a suite's parsed YAML and expand its sweeps."""
+def parse_suite(data: Any, source: str = "<suite>", override: dict[str, Any] | None = None,
+                notes: list[str] | None = None) -> Suite:
+    """Validate a suite's parsed YAML and expand its sweeps. ``override``: fields the command
+    line sets in every case (``--model``/``--tp``, ``--batch-spec``); ``notes``: what a converted
+    file (a vLLM study) left out, kept on the suite for the CLI to print."""
     if not isinstance(data, dict):
         raise SpecError(f"{source}: a suite must be a mapping with 'suite' and 'cases' keys")
     unknown = set(data) - _SUITE_KEYS
@@ -168,12 +172,21 @@ def parse_suite(data: Any, source: str = "<suite>") -> Suite:
                 f"{source}: case '{label}': unknown field(s) {sorted(map(str, unknown_case))}; allowed: {sorted(_CASE_KEYS)}"
             )
         merged = {**defaults, **raw}
+        if override:
+            from harness.models.cases import with_model
+
+            if "model" in override:
+                merged = with_model(merged, override["model"], override.get("tp"))
+            if "batch" in override:
+                merged["batch"] = override["batch"]
+        named = "name" in merged
         merged.setdefault("name", f"case{i}")
         trace_src = merged.pop("batch") if isinstance(merged.get("batch"), dict) else None
         try:
-            expanded = expand_case(merged)
+            expanded = [one for short in expand_shorthand(merged, source, label, named) for one in expand_case(short)]
         except SpecError as e:
-            raise SpecError(f"{source}: case '{label}': {e}") from None
+            msg = str(e)
+            raise SpecError(msg if msg.startswith(f"{source}:") else f"{source}: case '{label}': {msg}") from None
         if trace_src is not None:
             expanded = [one for sweep_case in expanded
                         for one in _expand_trace(sweep_case, trace_src, source, label)]
@@ -183,6 +196,8 @@ def parse_suite(data: Any, source: str = "<suite>") -> Suite:
             except ValidationError as e:
                 raise SpecError(f"{source}: case '{one.get('name', label)}': {_format_validation_error(e)}") from None
             if case.name in seen:
+                if override and "batch" in override and case in cases:
+                    continue  # --batch-spec replaced the batches that told these cases apart
                 raise SpecError(f"{source}: duplicate case name '{case.name}'")
             seen.add(case.name)
             cases.append(case)
@@ -194,6 +209,7 @@ def parse_suite(data: Any, source: str = "<suite>") -> Suite:
             variants=data.get("variants") or {},
             cases=cases,
             source=source,
+            notes=notes or [],
         )
     except ValidationError as e:
         raise SpecError(f"{source}: {_format_validation_error(e)}") from None

@@ -39,8 +39,9 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def load_suite(path: str | Path) -> Suite:
-    """Read and validate a suite file; every failure is a ``SpecError``."""
+def load_suite(path: str | Path, override: dict[str, Any] | None = None) -> Suite:
+    """Read and validate a suite file (or a vLLM attention-benchmark study, converted); every
+    failure is a ``SpecError``. ``override``: see ``parse_suite``."""
     p = Path(path)
     if p.is_dir():
         inside = sorted(str(f) for f in p.glob("*.yaml"))[:6]
@@ -67,8 +68,13 @@ def load_suite(path: str | Path) -> Suite:
             where = f" (character {e.position + 1})"
         raise SpecError(f"{path}: malformed YAML{where}: {' '.join(str(problem).split())}") from None
     yaml_size(data, str(path))
+    notes: list[str] = []
     try:
-        return parse_suite(data, str(path))
+        from harness.spec.vllm_study import from_study, is_study
+
+        if is_study(data):
+            data, notes = from_study(data, str(path))
+        return parse_suite(data, str(path), override=override, notes=notes)
     except SpecError:
         raise
     except (TypeError, ValueError, KeyError, AttributeError, IndexError, RecursionError) as e:

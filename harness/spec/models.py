@@ -307,6 +307,7 @@ class Suite(_Strict):
     variants: dict[str, dict[str, list[Any]]] = {}
     cases: list[CaseSpec]
     source: str = ""
+    notes: list[str] = []  # what a converted file (a vLLM study) left out, and why
 
     @field_validator("suite")
     @classmethod

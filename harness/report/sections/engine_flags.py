@@ -1,0 +1,52 @@
+"""The answer per model, first: one row per model shape and workload kind with the winner (or
+"tie"), its margin with the interval, and the vLLM and SGLang flags that run it; then each
+engine's one setting per model shape and what it costs (harness/engine_export.py, the same
+numbers as ``harness recommend --engine``)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from harness.engine_export import answer_records, answers, engine_settings
+from harness.recommend import DEFAULT_TIE, rows_from_frame
+from harness.report.core import Block, Table, Text, col, section
+
+
+def _pct(x: object) -> str:
+    return f"+{x:.1f}%" if isinstance(x, (int, float)) else ""
+
+
+@section("answer-per-model", "The answer per model: winner and the engine flags to paste", order=5,
+         looked_for="timed passing rows; cases made with model: / --model are named by their model shape")
+def answer_per_model(df: pd.DataFrame) -> list[Block]:
+    if df.empty:
+        return []
+    rows = rows_from_frame(df)
+    for r, params in zip(rows, col(df, "case_params")):  # a dict column: rows_from_frame leaves it out
+        if isinstance(params, dict):
+            r["case_params"] = params
+    rows = [r for r in rows if r.get("batch")]
+    ans = answers(rows, DEFAULT_TIE)
+    recs = answer_records(ans)
+    if not recs:
+        return []
+    untimed = len(ans) - len(recs)
+    out: list[Block] = [
+        Text(f"Per model shape (model/TP degree/kind of layer) and workload kind: the fastest backend that passed the "
+             f"check, by the geometric mean of its medians; margin: runner-up / winner - 1 with the interval from the "
+             f"medians' CIs; tie when the interval reaches 0 or the margin is under {DEFAULT_TIE * 100:g}%. vLLM runs "
+             "one backend per process; SGLang may set prefill and decode apart."
+             + (f" {untimed} model shape / workload pair(s) without timed passing rows are left out (conformance-only"
+                " runs, or every backend unsupported)." if untimed else ""), cls="lead"),
+        Table(pd.DataFrame(recs), title="Winner per model shape and workload", wrap=("vLLM", "SGLang", "winner"))]
+    for engine, name in (("vllm", "vLLM"), ("sglang", "SGLang")):
+        per, single = engine_settings(rows, engine)
+        if not per:
+            continue
+        data = pd.DataFrame([{"model shape": s["model shape"], "setting": s["flags"],
+                              "cost geomean": _pct(s.get("geomean_cost_pct")), "cost worst": _pct(s.get("worst_cost_pct"))}
+                             for s in per])
+        note = "" if single is None else (f"Single setting over all shapes: {single['flags']}, cost "
+                                          f"{_pct(single['geomean_cost_pct'])} geomean, {_pct(single['worst_cost_pct'])} worst.")
+        out.append(Table(data, title=f"{name}: one setting per model shape", note=note, wrap=("setting",)))
+    return out
