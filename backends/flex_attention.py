@@ -21,7 +21,9 @@ call of a shape class compiles; it is the cell's first call, which the harness r
 CPU torch 2.13's inductor cannot lower flex_attention with the LSE ("torch.compile on CPU only
 supports inference and `return_lse` is not supported yet") and compiling one shape took about
 2 minutes here, so the CPU runs eager flex_attention (the unfused reference path, fp32) in
-chunks of bounded size; ``describe_call`` says which mode ran."""
+chunks of bounded size, with dynamo's tracing of the mods switched off for the call
+(``_FLEX_ATTENTION_DISABLE_COMPILE_DEBUG``: same math, 0.5 s instead of 2.5 s a cell here);
+``describe_call`` says which mode ran."""
 
 from __future__ import annotations
 
@@ -118,11 +120,16 @@ class FlexMetadataBuilder(HostLoopMetadataBuilder):
         budget = CPU_SCORE_ELEMS if dev.type == "cpu" else GPU_SCORE_ELEMS
         segs = [s for chunk in plan_chunks(qlens, md.seq_lens, cfg.num_heads, budget, md.causal) for s in chunk]
         for call in pack_segments(segs, qlens, md.seq_lens, cfg.num_heads, budget):
-            md.calls.append(_build_call(call, md, qlens, cfg, dev))
+            md.calls.append(_build_call(call, md, qlens, cfg, dev, self.query_offset))
         return md
 
+    def query_offset(self, seq_len: int, query_len: int) -> int:
+        """Logical position of a request's first query row (bottom-right alignment)."""
+        return seq_len - query_len
 
-def _build_call(segs: list[Segment], md: FlexMetadata, qlens: list[int], cfg, dev: torch.device) -> FlexCall:
+
+def _build_call(segs: list[Segment], md: FlexMetadata, qlens: list[int], cfg, dev: torch.device,
+                query_offset) -> FlexCall:
     from torch.nn.attention.flex_attention import BlockMask
 
     qsl, causal, window = md.query_start_loc, md.causal, cfg.sliding_window
@@ -137,7 +144,7 @@ def _build_call(segs: list[Segment], md: FlexMetadata, qlens: list[int], cfg, de
     kv_req, kv_pos, kv_doc = [], [], []
     kst = 0
     for d, (r, lo, hi, keys) in enumerate(segs):
-        ctx = md.seq_lens[r] - qlens[r]
+        ctx = query_offset(md.seq_lens[r], qlens[r])
         for i in range(lo, hi):
             p = ctx + i
             a, b = 0, (p + 1 if causal else keys)
@@ -228,7 +235,7 @@ def _flex_fn(device_type: str):
     from torch.nn.attention.flex_attention import flex_attention
 
     if device_type != "cuda":
-        return flex_attention, "eager"
+        return flex_attention, "eager (unfused, no dynamo tracing)"
     if "cuda" not in _COMPILED:
         import torch._dynamo
 
@@ -246,6 +253,20 @@ class FlexImpl(AttentionImpl[FlexMetadata]):
         super().__init__(config, variant, device, layer)
         self._fn, self._mode = _flex_fn(device.type)
         self._compiled: dict[tuple, float] = {}  # shape class -> seconds of its first call here
+
+    def _call(self, q, k, v, kwargs):
+        if self._mode == "torch.compile":
+            return self._fn(q, k, v, **kwargs)
+        # Eager flex traces its mods with dynamo on every new closure (about 2.5 s a cell on this
+        # CPU); the switch torch names for debugging mods runs the same unfused math without it.
+        import torch.nn.attention.flex_attention as fa
+
+        flag = getattr(fa, "_FLEX_ATTENTION_DISABLE_COMPILE_DEBUG", False)
+        fa._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = True
+        try:
+            return self._fn(q, k, v, **kwargs)
+        finally:
+            fa._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = flag
 
     def _shape_class(self, call: FlexCall, dtype: torch.dtype) -> tuple:
         return (call.q_pad, call.kv_pad, call.q_block, str(dtype))
@@ -272,7 +293,7 @@ class FlexImpl(AttentionImpl[FlexMetadata]):
             key_ = self._shape_class(call, dtype)
             first = key_ not in self._compiled
             t0 = time.perf_counter()
-            res = self._fn(q, k, v, **kwargs)
+            res = self._call(q, k, v, kwargs)
             if first:
                 if query.device.type == "cuda":
                     torch.cuda.synchronize()
