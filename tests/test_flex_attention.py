@@ -107,3 +107,25 @@ def test_cpu_calls_are_bounded():
     calls = pack_segments(segs, [64] * 16, [512] * 16, 8, 1 << 20)
     assert len(calls) > 1 and sum(len(c) for c in calls) == 16
     assert all(8 * sum(s[2] - s[1] for s in c) * sum(s[3] for s in c) <= 1 << 20 for c in calls if len(c) > 1)
+
+
+# ---------------------------------------------------------------- sdpa-kernel (forced SDPA kernels)
+def test_sdpa_kernel_variants_and_reasons_without_a_gpu():
+    from backends.sdpa import SDPABackend
+    from backends.sdpa_kernel import SDPAKernelBackend
+
+    assert SDPABackend.variant_axes == {} and SDPABackend.default_variants() == [{}]  # sdpa's rows unchanged
+    assert set(SDPAKernelBackend.variant_axes["sdpa_backend"]) == {"cudnn", "flash", "efficient"}
+    assert {"sdpa_backend": "cudnn"} in SDPAKernelBackend.default_variants()
+    cfg = _case().attention_config()
+    for kernel in ("cudnn", "flash", "efficient"):
+        v = {"sdpa_backend": kernel}
+        reason = SDPAKernelBackend.check_support(cfg, v, "cpu")
+        assert reason and "runs on cuda, not cpu" in reason
+        if not torch.cuda.is_available():
+            av = SDPAKernelBackend.availability(v)
+            assert not av.available and kernel in av.reason and "CUDA" in av.reason
+    case = _case()
+    suite, opts = Suite(suite="k", cases=[case]), RunOptions(device=CPU, time=False)
+    rows = [r for g in group_by_case(plan_cells(suite, [SDPAKernelBackend], opts)) for r in iterate_case(g, suite, opts)]
+    assert rows and all(r.status in ("unsupported", "skipped") and r.reason for r in rows)
