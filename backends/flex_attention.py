@@ -352,6 +352,9 @@ class FlexAttentionBackend(AttentionBackend):
             devices=frozenset({"cpu", "cuda"}),
             # The compiled call re-enters dynamo's guards on the host every call; not captured.
             cudagraph=CudaGraphSupport.NEVER,
+            # On the CPU it is torch's unfused reference path (dense scores): checked, but timing it
+            # took 18-96 s a decode cell here; --time-references times it.
+            untimed_on=frozenset({"cpu"}),
             notes=("paged KV gathered into a packed key range inside the timed forward (the harness's cache "
                    "layout cannot be read in place as vLLM's FLEX_ATTENTION reads its own)",
                    "sinks merged after the call through the LSE; fp8 KV dequantized in the gather",
