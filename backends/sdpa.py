@@ -44,6 +44,9 @@ from backends._paged import (
 MAX_SCORE_ELEMS_GPU = 1 << 28
 MAX_SCORE_ELEMS_CPU = 1 << 26
 MASK_ALIGN = 16  # the memory-efficient kernel wants the mask's row stride aligned
+# The ``sdpa_backend`` axis of backends/sdpa_kernel.py: "auto" lets torch pick (what ``sdpa``
+# does); the others force one SDPA kernel through torch.nn.attention.sdpa_kernel (CUDA only).
+SDPA_KERNELS = {"auto": None, "cudnn": "CUDNN_ATTENTION", "flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION"}
 
 
 def compute_dtype(config, device_type: str) -> torch.dtype:
@@ -140,7 +143,8 @@ class SDPAImpl(AttentionImpl[SDPAMetadata]):
                 k.masked_fill_(unseen, 0.0), v.masked_fill_(unseen, 0.0)  # in place: fresh gathered copies
             k, v = k.transpose(1, 2), v.transpose(1, 2)  # [b, Hk, smax, D]
             q = query[pc.tok].to(dtype).view(b, qmax, hk, group, -1).permute(0, 2, 3, 1, 4).reshape(b, hk, group * qmax, -1)
-            o = F.scaled_dot_product_attention(q, k, v, attn_mask=ch.mask, scale=cfg.softmax_scale)
+            with _forced_kernel(self.variant):
+                o = F.scaled_dot_product_attention(q, k, v, attn_mask=ch.mask, scale=cfg.softmax_scale)
             o = o.view(b, hk, group, qmax, -1).permute(0, 3, 1, 2, 4).reshape(b, qmax, hq, -1)
             if ch.empty is not None:  # SDPA gives NaN for rows with no visible key; FA semantics are 0
                 o = o.masked_fill(ch.empty.view(b, qmax, 1, 1), 0.0)
@@ -149,9 +153,53 @@ class SDPAImpl(AttentionImpl[SDPAMetadata]):
 
     def describe_call(self, metadata) -> dict:
         dims = [chunk_dims(c.pc.segments) for c in metadata.chunks]
-        return {"sdpa_calls": len(dims), "padded_dims": [list(d) for d in dims[:4]],
+        forced = {"sdpa_backend": self.variant["sdpa_backend"]} if "sdpa_backend" in self.variant else {}
+        return {"sdpa_calls": len(dims), **forced, "padded_dims": [list(d) for d in dims[:4]],
                 "mask": "additive, per KV head (ALiBi)" if metadata.chunks and metadata.chunks[0].mask.shape[1] > 1
                 else "additive, broadcast over heads"}
+
+
+def _forced_kernel(variant: dict):
+    import contextlib
+
+    name = SDPA_KERNELS.get((variant or {}).get("sdpa_backend", "auto"))
+    if name is None:
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([getattr(SDPBackend, name)])
+
+
+_PROBES: dict[tuple, str | None] = {}
+
+
+def probe_kernel(config, kernel: str) -> str | None:
+    """Why torch's forced SDPA ``kernel`` cannot take this layer's calls (None: it can), asked of
+    torch itself (``torch.backends.cuda.can_use_*``, debug warnings give the reasons) on a small
+    call of the shapes and mask this backend passes; None too if torch cannot be asked."""
+    import warnings
+
+    key = (kernel, config.dtype, config.head_size, config.num_heads // config.num_kv_heads, config.alibi)
+    if key in _PROBES:
+        return _PROBES[key]
+    check = {"cudnn": "can_use_cudnn_attention", "flash": "can_use_flash_attention",
+             "efficient": "can_use_efficient_attention"}[kernel]
+    try:
+        fn, params_cls = getattr(torch.backends.cuda, check), torch.backends.cuda.SDPAParams
+        dev, dt = torch.device("cuda"), config.torch_dtype
+        hk, rows, d = config.num_kv_heads, config.num_heads // config.num_kv_heads * 4, config.head_size
+        q = torch.empty(2, hk, rows, d, device=dev, dtype=dt)
+        k = torch.empty(2, hk, 64, d, device=dev, dtype=dt)
+        mask = _aligned((2, hk if config.alibi else 1, rows, 64), dt, dev)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            ok = fn(params_cls(q, k, k, mask, 0.0, False, False), True)
+    except Exception:  # an older torch without the probe: the call itself decides
+        _PROBES[key] = None
+        return None
+    why = "; ".join(str(w.message).strip() for w in caught)[:300]
+    _PROBES[key] = None if ok else f"torch SDPA's {kernel} kernel declines this call: {why or 'no reason given'}"
+    return _PROBES[key]
 
 
 class SDPABackend(AttentionBackend):
@@ -164,6 +212,7 @@ class SDPABackend(AttentionBackend):
 
     @classmethod
     def capabilities(cls, variant=None) -> Capabilities:
+        forced = (variant or {}).get("sdpa_backend", "auto") != "auto"
         return Capabilities(
             dtypes=frozenset({"float16", "bfloat16"}),
             kv_cache_dtypes=frozenset({"auto", "fp8_e4m3", "fp8_e5m2"}),
@@ -175,10 +224,13 @@ class SDPABackend(AttentionBackend):
             softcap=False,
             sinks=False,
             returns_lse=False,
-            devices=frozenset({"cpu", "cuda"}),
+            # A forced kernel is a CUDA kernel; "auto" also runs on the CPU.
+            devices=frozenset({"cuda"}) if forced else frozenset({"cpu", "cuda"}),
             cudagraph=CudaGraphSupport.NEVER,
             notes=("one SDPA call per chunk of padded requests (a decode batch is one call); "
-                   "the paged-KV gather is part of the timed forward",),
+                   "the paged-KV gather is part of the timed forward",)
+            + (("the forced SDPA kernel: torch's can_use_* checks (with their reasons) decide support per layer; "
+                "flash takes no attn_mask, which every call here has",) if forced else ()),
         )
 
     @classmethod
@@ -214,7 +266,8 @@ class SDPABackend(AttentionBackend):
     @classmethod
     def standalone_call(cls, config, variant, call=None) -> str | None:
         # A subclass with its own impl makes a different call: it must say which itself.
-        return SDPA_CALL if cls.get_impl_cls() is SDPAImpl else None
+        forced = (variant or {}).get("sdpa_backend", "auto") != "auto"
+        return SDPA_CALL if cls.get_impl_cls() is SDPAImpl and not forced else None
 
     @classmethod
     def get_builder_cls(cls):
