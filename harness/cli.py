@@ -219,6 +219,9 @@ def _exec_options(args: argparse.Namespace, device: torch.device) -> Any:
         raise UsageError("--cell-timeout: seconds >= 0 (0 = no limit)")
     if args.memory_budget_mib is not None and args.memory_budget_mib <= 0:
         raise UsageError("--memory-budget-mib: a positive number of MiB")
+    for flag, v in (("--cpu-max-gflop", args.cpu_max_gflop), ("--cpu-max-kv-mib", args.cpu_max_kv_mib)):
+        if not v > 0:  # NaN too: a limit nothing passes would skip every cell
+            raise UsageError(f"{flag} {v:g}: a positive number ({'GFLOP' if 'gflop' in flag else 'MiB'})")
     timeout = args.cell_timeout if args.cell_timeout is not None else default_cell_timeout(torch.device(devices[0]).type)
     return ExecOptions(devices=devices, isolation=not args.no_isolation, cell_timeout=timeout or None,
                        memory_budget_mib=args.memory_budget_mib)
@@ -246,6 +249,7 @@ def _prepare_out_dir(args: argparse.Namespace, suite: Any, cells: list, device: 
             console.print(f"{out_dir}: every cell already has a result; nothing to resume")
         return out_dir, todo, header
     out_dir = Path(args.out) if args.out else default_out_dir(suite)
+    _check_out_path(out_dir)
     if (out_dir / RESULTS_FILE).exists():
         raise UsageError(f"--out {out_dir}: already holds {RESULTS_FILE}; choose another folder (or --resume it)")
     versions = {}
@@ -257,6 +261,16 @@ def _prepare_out_dir(args: argparse.Namespace, suite: Any, cells: list, device: 
                                                  "devices": devices, **(extra or {})})
     write_header(out_dir, header)
     return out_dir, cells, header
+
+
+def _check_out_path(out_dir: Path) -> None:
+    """--out must be a folder or a path a folder can be made at (not a file, not under one)."""
+    for p in (out_dir, *out_dir.parents):
+        if p.exists():
+            if not p.is_dir():
+                where = "is a file" if p == out_dir else f"lies under {p}, which is a file"
+                raise UsageError(f"--out {out_dir}: {where}; give a folder for the results")
+            return
 
 
 def _harness_version() -> str | None:
