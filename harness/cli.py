@@ -27,6 +27,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from harness import registry
+from harness.filters import FilterError, backend_names, empty_plan_reason
 from harness.results import FAILED, NOT_RUN, RESULTS_FILE, ResultRow, ResultWriter, Status, read_rows, variant_label, write_header
 from harness.spec import SpecError, load_suite
 from harness.suite_check import check_suite_backends
@@ -330,10 +331,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     suite = load_suite(args.suite)
     check_suite_backends(suite)  # the checks `harness validate` makes, with file and field
-    names = args.backends.split(",") if args.backends else (suite.backends or list(registry.known_backends()))
     try:
-        backends = registry.resolve_many([n.strip() for n in names if n.strip()])
-    except registry.BackendLookupError as e:
+        backends = registry.resolve_many(backend_names(args.backends, suite))
+    except (registry.BackendLookupError, FilterError) as e:
         raise UsageError(str(e)) from None
     _check_variant_flags(_parse_variants(args.variant or []), backends)
     device = _pick_device(args.device or "auto")
@@ -355,6 +355,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         cpu_max_kv_mib=args.cpu_max_kv_mib,
         timing=_timing_options(args, device),
     )
+    if problem := empty_plan_reason(suite, backends, opts):  # before any worker starts
+        raise UsageError(f"nothing to run: {problem}")
     if args.ray is not None:
         from harness.ray_executor import RayUnavailable, import_ray
 
@@ -364,6 +366,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             import_ray()
         except RayUnavailable as e:
             raise UsageError(str(e)) from None
+    if args.out and not args.resume:
+        _check_out_path(Path(args.out))  # before any worker starts
     executor: Any = None
     if args.ray is None:
         # Workers start now, importing the backends' libraries, while this process expands
@@ -843,24 +847,38 @@ def resume_command(argv: list[str], out_dir: Path) -> str:
     return shlex.join(["harness", *kept, "--resume", str(out_dir)])
 
 
-def _interrupted(args: argparse.Namespace | None, argv: list[str]) -> int:
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (kill, a job scheduler): unwinds like Ctrl-C, so workers stop and the resume
+    command is printed; exit 143."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
+def _interrupted(args: argparse.Namespace | None, argv: list[str], terminated: bool = False) -> int:
     out_dir = getattr(args, "started_out_dir", None)
+    what = "terminated (SIGTERM)" if terminated else "interrupted"
     if out_dir is None:
-        err_console.print("interrupted before anything was written", highlight=False)
+        err_console.print(f"{what} before anything was written", highlight=False)
     else:
         n = len(read_rows(out_dir)) if (out_dir / RESULTS_FILE).exists() else 0
-        err_console.print(f"interrupted: {n} finished row(s) are saved in {escape(str(out_dir))}; continue with:",
+        err_console.print(f"{what}: {n} finished row(s) are saved in {escape(str(out_dir))}; continue with:",
                           highlight=False)
         err_console.print(f"  {escape(resume_command(argv, out_dir))}", highlight=False, soft_wrap=True)
-    return 130
+    return 128 + signal.SIGTERM if terminated else 130
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = None
+    restore_term = False
     try:
         # From here on Ctrl-C is a KeyboardInterrupt handled below (the startup guard exits bare).
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:  # an embedding program's own handler stays
+            signal.signal(signal.SIGTERM, _on_sigterm)
+            restore_term = True
     except ValueError:  # not the main thread: leave signals alone
         pass
     try:
@@ -870,8 +888,11 @@ def main(argv: list[str] | None = None) -> int:
     except (SpecError, UsageError) as e:
         err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        return _interrupted(args, argv)
+    except KeyboardInterrupt as e:
+        return _interrupted(args, argv, terminated=isinstance(e, Terminated))
+    finally:
+        if restore_term:  # main() called from a program: SIGTERM is its own again afterwards
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 if __name__ == "__main__":
