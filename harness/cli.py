@@ -16,7 +16,6 @@ if __name__ == "__main__":  # python -m harness.cli: guard Ctrl-C before torch l
     from harness.startup import guard_startup
 
     guard_startup()
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +25,9 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from harness import registry
-from harness.results import FAILED, NOT_RUN, RESULTS_FILE, ResultRow, ResultWriter, Status, read_rows, variant_label, write_header
+from harness import registry, terminal
+from harness.filters import FilterError, backend_names, empty_plan_reason
+from harness.results import FAILED, RESULTS_FILE, ResultRow, ResultWriter, Status, read_rows, variant_label, write_header
 from harness.spec import SpecError, load_suite
 from harness.suite_check import check_suite_backends
 
@@ -65,125 +65,12 @@ def _pick_device(name: str) -> torch.device:
     return torch.device("cuda", device.index or 0) if device.type == "cuda" else device
 
 
-def _fmt(x: Any, spec: str) -> str:
-    return "" if x is None else format(x, spec)
-
-
-STATUS_STYLE = {Status.PASS: "green", Status.MISMATCH: "bold red", Status.ERROR: "red",
-                Status.UNSUPPORTED: "yellow", Status.SKIPPED: "dim", Status.TIMEOUT: "magenta"}
-
-
-_SIZE_FIGURE = re.compile(r"[\d,]+(\.\d+)?\s*(GFLOP|MiB)\s*>")
-
-
-def _reason_kind(reason: str) -> str:
-    """A skip reason with its case-specific figures elided ("12.5 GFLOP > limit" -> "... GFLOP > limit")."""
-    return _SIZE_FIGURE.sub(lambda m: f"... {m.group(2)} >", reason)
-
-
-def _ids(n: int) -> list[str]:
-    """Short ids A..Z, then AA, AB, ...: one per backend variant, explained in a legend."""
-    out = []
-    for i in range(n):
-        label, i = "", i + 1
-        while i:
-            i, r = divmod(i - 1, 26)
-            label = chr(65 + r) + label
-        out.append(label)
-    return out
-
-
 def print_summary(rows: list[ResultRow], out_dir: Path, max_rows: int = 80) -> None:
-    """The run's tables, readable at 80 columns (pipes, CI logs): backend variants get short
-    ids with a legend, long names wrap instead of being cut, numbers never wrap or shorten."""
-    # Table order: what ran, what failed, what did not run.
-    statuses = [str(s_) for s_ in (Status.PASS, Status.MISMATCH, Status.ERROR, Status.TIMEOUT, Status.UNSUPPORTED,
-                                   Status.SKIPPED)]
-    short = {Status.PASS: "pass", Status.MISMATCH: "mism", Status.ERROR: "err", Status.TIMEOUT: "tmo",
-             Status.UNSUPPORTED: "unsup", Status.SKIPPED: "skip"}
-    counts = Counter((r.backend, r.variant_label, str(r.status)) for r in rows)
-    keys = sorted({(b, v) for b, v, _ in counts})
-    ids = dict(zip(keys, _ids(len(keys))))
-    t = Table(title="Summary: cells by status", show_lines=False)
-    t.add_column("id", no_wrap=True)
-    t.add_column("backend", overflow="fold")
-    for s_ in statuses:
-        t.add_column(short[s_], justify="right", style=STATUS_STYLE[s_], no_wrap=True)
-    for b, v in keys:
-        t.add_row(ids[(b, v)], escape(b), *[str(counts.get((b, v, s_), 0) or "") for s_ in statuses])
-    console.print(t)
-    # The legend: every variant's full name on its own line, never cut (the terminal may wrap it).
-    for (b, v), i in ids.items():
-        if v:
-            console.print(escape(f"  {i} = {b} {v}"), soft_wrap=True, highlight=False)
-    abbreviated = [s_ for s_ in statuses if short[s_] != s_]
-    console.print(f"  {'/'.join(short[s_] for s_ in abbreviated)} = {'/'.join(abbreviated)}",
-                  highlight=False, soft_wrap=True)
-
-    ran = [r for r in rows if r.status not in NOT_RUN]  # attempted: failures included
-    if ran:
-        d = Table(title=f"Cells that ran ({len(ran)}; first {min(len(ran), max_rows)} shown)")
-        d.add_column("case", overflow="fold", ratio=1)  # wraps; everything else stays whole
-        d.add_column("id", no_wrap=True)
-        d.add_column("status", no_wrap=True)
-        for col in ("median us", "TFLOP/s", "TB/s", "max err"):
-            d.add_column(col, justify="right", no_wrap=True)
-        for r in ran[:max_rows]:
-            m, tm, ck = r.metrics or {}, r.timing or {}, r.check or {}
-            st = str(r.status)
-            # Names and reasons are data, not rich markup: sweep names look like "[tags]".
-            d.add_row(escape(r.case), ids[(r.backend, r.variant_label)], f"[{STATUS_STYLE[st]}]{st}",
-                      _fmt(tm.get("median_us"), ".1f"), _fmt(m.get("tflops"), ".3g"), _fmt(m.get("tbps"), ".3g"),
-                      _fmt(ck.get("max_abs_err"), ".2e"))
-        console.print(d)
-
-    # Size-dependent reasons differ only in their numbers: group them so the table stays short.
-    not_run = Counter((str(r.status), r.backend, _reason_kind(r.reason)) for r in rows
-                      if r.status in NOT_RUN)
-    if not_run:
-        s = Table(title="Not run, and why")
-        s.add_column("status", no_wrap=True)
-        s.add_column("backend", overflow="fold")
-        s.add_column("cells", justify="right", no_wrap=True)
-        s.add_column("reason", ratio=1)
-        for (st, b, reason), n in sorted(not_run.items()):
-            s.add_row(f"[{STATUS_STYLE[st]}]{st}", escape(b), str(n), escape(reason))
-        console.print(s)
-    _print_trace_costs(rows)
-    bad = [r for r in rows if r.status in FAILED]
-    for r in bad[:20]:
-        st = str(r.status)
-        err_console.print(f"[{STATUS_STYLE[st]}]{st}[/] " + escape(f"{r.case} {r.backend} {r.variant_label}: {r.reason}"),
-                          soft_wrap=True)
-        err_console.print(f"  reproduce: {escape(r.reproducer)}", soft_wrap=True)
-    console.print(f"Results: {out_dir / RESULTS_FILE}", soft_wrap=True)
+    """The run's tables and verdict (harness/terminal.py), on this module's consoles."""
+    terminal.print_summary(rows, out_dir, console, err_console, max_rows)
 
 
-def _print_trace_costs(rows: list[ResultRow]) -> None:
-    """Rows of a replayed trace (tags step=/weight=): the report's trace numbers as a table."""
-    if not any(any(str(t).startswith("weight=") for t in (r.config or {}).get("tags") or []) for r in rows):
-        return
-    from harness.report.core import Loaded, frame
-    from harness.report.sections.trace import trace_costs
-
-    costs = trace_costs(frame(Loaded(list(rows), [{}], ["run"], [0] * len(rows))))
-    if costs.empty or not costs["total_us"].notna().any():
-        return
-    def f(x: Any, spec: str) -> str:  # 4 significant digits, but never an exponent (80 columns)
-        return "" if x is None or x != x else format(x, ",.0f" if abs(x) >= 1e4 else spec)
-
-    suites = ", ".join(dict.fromkeys(str(x) for x in costs["suite"]))
-    # The suite goes in the title, not in every row: at 80 columns the backend column keeps
-    # about 18 characters next to the six numbers instead of one character per line.
-    t = Table(title=f"Trace {suites}: attention cost over the whole trace (docs/traces.md)")
-    t.add_column("backend", overflow="fold", ratio=1, min_width=16)
-    for c in ("p50 us", "p99 us", "trace ms", "us/gen", "us/prompt", "vs best"):
-        t.add_column(c, justify="right", no_wrap=True)
-    for _, c in costs.iterrows():
-        t.add_row(escape(str(c["short"]) if len(costs["suite"].unique()) == 1 else f"{c['suite']}: {c['short']}"), f(c["p50"], ".4g"), f(c["p99"], ".4g"),
-                  f(c["total_us"] / 1e3, ".4g"), f(c["us_per_gen"], ".4g"), f(c["us_per_prompt"], ".4g"),
-                  f"{c['vs_best']:.3g}x" if c["vs_best"] == c["vs_best"] else f"{c['timed']}/{c['steps']} st")
-    console.print(t)
+_fmt, _reason_kind, _ids = terminal.fmt, terminal.reason_kind, terminal.letter_ids  # older names
 
 
 def _timing_options(args: argparse.Namespace, device: torch.device) -> Any:
@@ -219,6 +106,9 @@ def _exec_options(args: argparse.Namespace, device: torch.device) -> Any:
         raise UsageError("--cell-timeout: seconds >= 0 (0 = no limit)")
     if args.memory_budget_mib is not None and args.memory_budget_mib <= 0:
         raise UsageError("--memory-budget-mib: a positive number of MiB")
+    for flag, v in (("--cpu-max-gflop", args.cpu_max_gflop), ("--cpu-max-kv-mib", args.cpu_max_kv_mib)):
+        if not v > 0:  # NaN too: a limit nothing passes would skip every cell
+            raise UsageError(f"{flag} {v:g}: a positive number ({'GFLOP' if 'gflop' in flag else 'MiB'})")
     timeout = args.cell_timeout if args.cell_timeout is not None else default_cell_timeout(torch.device(devices[0]).type)
     return ExecOptions(devices=devices, isolation=not args.no_isolation, cell_timeout=timeout or None,
                        memory_budget_mib=args.memory_budget_mib)
@@ -246,6 +136,7 @@ def _prepare_out_dir(args: argparse.Namespace, suite: Any, cells: list, device: 
             console.print(f"{out_dir}: every cell already has a result; nothing to resume")
         return out_dir, todo, header
     out_dir = Path(args.out) if args.out else default_out_dir(suite)
+    _check_out_path(out_dir)
     if (out_dir / RESULTS_FILE).exists():
         raise UsageError(f"--out {out_dir}: already holds {RESULTS_FILE}; choose another folder (or --resume it)")
     versions = {}
@@ -257,6 +148,16 @@ def _prepare_out_dir(args: argparse.Namespace, suite: Any, cells: list, device: 
                                                  "devices": devices, **(extra or {})})
     write_header(out_dir, header)
     return out_dir, cells, header
+
+
+def _check_out_path(out_dir: Path) -> None:
+    """--out must be a folder or a path a folder can be made at (not a file, not under one)."""
+    for p in (out_dir, *out_dir.parents):
+        if p.exists():
+            if not p.is_dir():
+                where = "is a file" if p == out_dir else f"lies under {p}, which is a file"
+                raise UsageError(f"--out {out_dir}: {where}; give a folder for the results")
+            return
 
 
 def _harness_version() -> str | None:
@@ -318,10 +219,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     for note in suite.notes:  # a vLLM study file: what it could not map, and why
         err_console.print(f"ignored: {escape(note)}", highlight=False, soft_wrap=True)
     check_suite_backends(suite)  # the checks `harness validate` makes, with file and field
-    names = args.backends.split(",") if args.backends else (suite.backends or list(registry.known_backends()))
     try:
-        backends = registry.resolve_many([n.strip() for n in names if n.strip()])
-    except registry.BackendLookupError as e:
+        backends = registry.resolve_many(backend_names(args.backends, suite))
+    except (registry.BackendLookupError, FilterError) as e:
         raise UsageError(str(e)) from None
     _check_variant_flags(_parse_variants(args.variant or []), backends)
     device = _pick_device(args.device or "auto")
@@ -343,6 +243,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         cpu_max_kv_mib=args.cpu_max_kv_mib,
         timing=_timing_options(args, device),
     )
+    if problem := empty_plan_reason(suite, backends, opts):  # before any worker starts
+        raise UsageError(f"nothing to run: {problem}")
     if args.ray is not None:
         from harness.ray_executor import RayUnavailable, import_ray
 
@@ -352,6 +254,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             import_ray()
         except RayUnavailable as e:
             raise UsageError(str(e)) from None
+    if args.out and not args.resume:
+        _check_out_path(Path(args.out))  # before any worker starts
     executor: Any = None
     if args.ray is None:
         # Workers start now, importing the backends' libraries, while this process expands
@@ -667,26 +571,18 @@ def cmd_list(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(backends, indent=1, default=str))
         return 0
-    t = Table(title="Backends" + (" (capabilities: harness list --verbose)" if not args.verbose else ""),
-              expand=True)
+    if args.verbose:
+        terminal.print_backends_verbose(backends, console)
+        return 0
+    t = Table(title="Backends (capabilities: harness list --verbose)", expand=True)
     # Names never wrap; the reasons take what is left (80 columns in a pipe or a CI log).
     t.add_column("backend", no_wrap=True)
-    t.add_column("variant" if args.verbose else "variants", overflow="fold", ratio=1)
+    t.add_column("variants", overflow="fold", ratio=1)
     t.add_column("ok", no_wrap=True)
-    t.add_column("why not / versions", overflow="fold", ratio=1)
-    if args.verbose:
-        t.add_column("capabilities", overflow="fold", ratio=3)
+    t.add_column("why not / versions", ratio=1)
     for b in backends:
         if b["error"]:
-            t.add_row(escape(b["name"]), "-", "[red]no", escape(b["error"]), *([""] if args.verbose else []))
-            continue
-        if args.verbose:
-            for v in b["variants"]:
-                info = v["reason"] if not v["available"] else ", ".join(f"{k} {x}" for k, x in v["versions"].items())
-                capstr = "; ".join(f"{k}={','.join(map(str, x)) if isinstance(x, list) else x}"
-                                   for k, x in v["capabilities"].items())
-                t.add_row(escape(b["name"]), escape(v["label"] or "-"), "[green]yes" if v["available"] else "[red]no",
-                          escape(info), escape(capstr))
+            t.add_row(escape(b["name"]), "-", "[red]no", escape(b["error"]))
             continue
         # Compact: variants that share an answer share a row; the backend is named once.
         groups: dict[tuple[bool, str], list[dict[str, Any]]] = {}
@@ -859,24 +755,38 @@ def resume_command(argv: list[str], out_dir: Path) -> str:
     return shlex.join(["harness", *kept, "--resume", str(out_dir)])
 
 
-def _interrupted(args: argparse.Namespace | None, argv: list[str]) -> int:
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (kill, a job scheduler): unwinds like Ctrl-C, so workers stop and the resume
+    command is printed; exit 143."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
+def _interrupted(args: argparse.Namespace | None, argv: list[str], terminated: bool = False) -> int:
     out_dir = getattr(args, "started_out_dir", None)
+    what = "terminated (SIGTERM)" if terminated else "interrupted"
     if out_dir is None:
-        err_console.print("interrupted before anything was written", highlight=False)
+        err_console.print(f"{what} before anything was written", highlight=False)
     else:
         n = len(read_rows(out_dir)) if (out_dir / RESULTS_FILE).exists() else 0
-        err_console.print(f"interrupted: {n} finished row(s) are saved in {escape(str(out_dir))}; continue with:",
+        err_console.print(f"{what}: {n} finished row(s) are saved in {escape(str(out_dir))}; continue with:",
                           highlight=False)
         err_console.print(f"  {escape(resume_command(argv, out_dir))}", highlight=False, soft_wrap=True)
-    return 130
+    return 128 + signal.SIGTERM if terminated else 130
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = None
+    restore_term = False
     try:
         # From here on Ctrl-C is a KeyboardInterrupt handled below (the startup guard exits bare).
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:  # an embedding program's own handler stays
+            signal.signal(signal.SIGTERM, _on_sigterm)
+            restore_term = True
     except ValueError:  # not the main thread: leave signals alone
         pass
     try:
@@ -886,8 +796,11 @@ def main(argv: list[str] | None = None) -> int:
     except (SpecError, UsageError) as e:
         err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        return _interrupted(args, argv)
+    except KeyboardInterrupt as e:
+        return _interrupted(args, argv, terminated=isinstance(e, Terminated))
+    finally:
+        if restore_term:  # main() called from a program: SIGTERM is its own again afterwards
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 if __name__ == "__main__":

@@ -44,6 +44,7 @@ from harness.memory import make_fit_check
 from harness.results import RESULTS_FILE, ResultRow, Status, Worker, read_header, read_rows, repair_torn_tail, variant_label
 from harness.runner import (Cell, RunOptions, cell_timed, group_by_case, iterate_case, row_busy_s, status_row,
                             warm_backend)
+from harness.spawn_main import main_not_reimported
 from harness.spec import Suite
 
 STARTUP_TIMEOUT_S = 300.0  # importing torch and a GPU library on a cold machine
@@ -212,7 +213,9 @@ def resume_plan(out_dir: Path, suite: Suite, cells: list[Cell], argv: list[str],
     if header.get("suite") not in (None, suite.suite):
         raise ResumeError(f"--resume {out_dir}: it holds suite {header.get('suite')!r}, not {suite.suite!r}")
     if "seed" in header and header.get("seed") != seed:
-        raise ResumeError(f"--resume {out_dir}: it ran with --seed {header.get('seed')}; resume with the same seed")
+        ran = "without --seed (each case's own seed)" if header.get("seed") is None else f"with --seed {header['seed']}"
+        now = "drop --seed" if header.get("seed") is None else f"give --seed {header['seed']}"
+        raise ResumeError(f"--resume {out_dir}: it ran {ran}; resume with the same seed: {now}")
     torn = repair_torn_tail(out_dir / RESULTS_FILE)
     try:
         rows = read_rows(out_dir) if (out_dir / RESULTS_FILE).exists() else []
@@ -437,7 +440,8 @@ class Executor:
         resource_tracker.ensure_running()
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
-            proc.start()
+            with main_not_reimported():  # harness/spawn_main.py: scripts without a guard, stdin
+                proc.start()
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         child_conn.close()  # so the parent sees EOF when the worker dies

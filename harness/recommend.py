@@ -361,6 +361,15 @@ def rank(rows: Sequence[dict[str, Any]], tie: float = DEFAULT_TIE) -> tuple[list
     return [_rank_bucket(b, rs, tie) for b, rs in sorted(per_bucket.items())], sorted(unbucketed)
 
 
+def rank_rows(rows: Sequence[dict[str, Any]], tie: float = DEFAULT_TIE) -> BucketResult:
+    """Rank a given set of rows as one group, by the rules of a bucket (``harness run``'s verdict
+    per case group); its ``bucket`` is that of the first row that has one."""
+    batches = case_batches(rows)
+    bucket = next((b for r in rows if (b := bucket_of(r.get("config") or {}, r.get("batch")
+                                                      or batches.get(_case_id(r)) or {})) is not None), None)
+    return _rank_bucket(bucket, list(rows), tie)  # type: ignore[arg-type]
+
+
 def _rank_bucket(bucket: Bucket, rows: list[dict[str, Any]], tie: float) -> BucketResult:
     by_cand: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in rows:

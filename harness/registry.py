@@ -34,9 +34,16 @@ def load_spec(spec: str) -> type[AttentionBackend]:
             if isinstance(e, ModuleNotFoundError) and e.name and module_name.startswith(e.name) else ""
         raise BackendLookupError(
             f"cannot import {module_name!r} for backend {spec!r}: {type(e).__name__}: {e}{hint}") from None
-    cls = getattr(module, attr, None)
+    if not hasattr(module, attr):
+        import difflib
+
+        near = difflib.get_close_matches(attr, [n for n in dir(module) if not n.startswith("_")], n=3)
+        raise BackendLookupError(f"backend {spec!r}: module {module_name!r} has no attribute {attr!r}"
+                                 + (f"; closest: {', '.join(near)}" if near else ""))
+    cls = getattr(module, attr)
     if not (isinstance(cls, type) and issubclass(cls, AttentionBackend)):
-        raise BackendLookupError(f"{spec!r} is not an AttentionBackend subclass")
+        what = f"class {cls.__qualname__}" if isinstance(cls, type) else f"a {type(cls).__name__}"
+        raise BackendLookupError(f"{spec!r} is {what}, not an AttentionBackend subclass")
     _check_class(cls, spec)
     return cls
 

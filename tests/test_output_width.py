@@ -13,7 +13,7 @@ import pytest
 from rich.console import Console
 
 from conftest import subprocess_env
-from harness import cli
+from harness import cli, terminal
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -96,22 +96,26 @@ def wide_rows(tmp_path_factory):
 
 
 def _ran_cells(text: str) -> dict[str, list[str]]:
-    """case name -> the table rows' other cells, with folded case names joined back."""
+    """case name -> the "Cells that ran" table's other cells: one line per cell (names never
+    wrap), the case shown by its short id and named in full in the legend below the table."""
     lines = text.splitlines()
     start = next(i for i, ln in enumerate(lines) if ln.strip().startswith("Cells that ran"))
+    rows, i = [], start + 4
+    while lines[i].startswith("│"):
+        rows.append([p.strip() for p in lines[i].split("│")[1:-1]])
+        i += 1
+    legend: dict[str, str] = {}
+    i += 1
+    while i < len(lines) and lines[i].startswith("  ") and " =" in lines[i]:
+        cid, _, name = lines[i].strip().partition(" =")
+        if not name.strip():  # a name too long for the line starts on the next one
+            i += 1
+            name = lines[i]
+        legend[cid] = name.strip()
+        i += 1
     cells: dict[str, list[str]] = {}
-    name, rest = "", None
-    for ln in lines[start + 4:]:
-        if not ln.startswith("│"):
-            break
-        parts = [p.strip() for p in ln.split("│")[1:-1]]
-        if parts[1]:  # a new row starts where the id column is filled
-            if rest is not None:
-                cells.setdefault(name, []).append(" ".join(rest))
-            name, rest = parts[0], parts[1:]
-        else:
-            name += parts[0]
-    cells.setdefault(name, []).append(" ".join(rest))
+    for r in rows:
+        cells.setdefault(legend.get(r[0], r[0]), []).append(" ".join(r[1:]))
     return cells
 
 
@@ -127,12 +131,12 @@ def test_run_summary_fits_and_keeps_every_number_and_name_whole(render, wide_row
     assert len(variants) >= 4
     for b, v in variants:
         assert any(f" = {b} {v}" in ln for ln in text.splitlines()), (b, v)
-    # every ran cell: its case name whole (wrapped, not cut) and every number intact
+    # every ran cell on one line, its case named whole in the legend, every number intact
     cells = _ran_cells(text)
     ran = [r for r in rows if str(r.status) in ("pass", "mismatch")]
-    assert len(ran) == 12
+    assert len(ran) == 12 and sum(map(len, cells.values())) == 12
     for r in ran:
-        nums = [cli._fmt(r.timing.get("median_us"), ".1f"), cli._fmt(r.metrics.get("tflops"), ".3g"),
+        nums = [terminal.fmt_time(r.timing.get("median_us")), cli._fmt(r.metrics.get("tflops"), ".3g"),
                 cli._fmt(r.metrics.get("tbps"), ".3g"), cli._fmt(r.check.get("max_abs_err"), ".2e")]
         assert r.case in cells, (r.case, list(cells))
         assert any(c.endswith(" ".join(nums)) for c in cells[r.case]), (nums, cells[r.case])

@@ -303,6 +303,18 @@ def _effective_bytes(df: pd.DataFrame) -> pd.Series:
     return out
 
 
+def case_ids(cases: Iterable[str], groups: Iterable[str]) -> dict[str, str]:
+    """Short case ids: the case group, numbered within it in order of appearance ("llama#3");
+    a case that is its own group keeps its name. The report and the terminal both use them."""
+    ids: dict[str, str] = {}
+    per_group: dict[str, int] = {}
+    for c, cg in zip(cases, groups):
+        if c not in ids:
+            per_group[cg] = per_group.get(cg, 0) + 1
+            ids[c] = cg if c == cg else f"{cg}#{per_group[cg]}"
+    return ids
+
+
 def frame(loaded: Loaded) -> pd.DataFrame:
     """One row per result: every JSON field flattened with dots, plus the ``DERIVED`` columns.
     Run headers and sources go in ``attrs`` (``runs``: list of (source, header, row count))."""
@@ -339,13 +351,7 @@ def frame(loaded: Loaded) -> pd.DataFrame:
     known = {c: k for c, k in zip(df["case"], df["kind"]) if k != "workload unknown"}
     df["kind"] = [known.get(c, k) for c, k in zip(df["case"], df["kind"])]
     df["group"] = df["kind"] + " · " + df["shape"]
-    ids: dict[str, str] = {}
-    per_group: dict[str, int] = {}
-    for c, cg in zip(df["case"], df["case_group"]):
-        if c not in ids:
-            per_group[cg] = per_group.get(cg, 0) + 1
-            ids[c] = cg if c == cg else f"{cg}#{per_group[cg]}"
-    df["case_id"] = df["case"].map(ids)
+    df["case_id"] = df["case"].map(case_ids(df["case"], df["case_group"]))
     df["workload"] = [f"b{n:.0f} · ctx {fmt_tokens(c)}" if _present(n) and _present(c) else ""
                       for n, c in zip(df["n_req"], df["ctx_mean"])]
     df["bytes_eff"] = _effective_bytes(df)

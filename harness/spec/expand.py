@@ -101,14 +101,33 @@ def expand_case(raw: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+_DIST_TAGS = {"fixed", "uniform", "normal", "lognormal", "list"}
+_TYPE_TAGS = {"float", "int", "str", "bool", "none", "list", "dict"}
+
+
+def _is_tag(x: Any) -> bool:
+    """A location part that names a union member ("constrained-float", "literal['auto']"), not a field."""
+    return isinstance(x, str) and (x in _DIST_TAGS or x in _TYPE_TAGS or not x.isidentifier())
+
+
 def _format_validation_error(err: ValidationError) -> str:
-    lines = []
+    # One message per field: a union's members each fail (kv_scale: "> 0", "'auto'"); join them
+    # with "or" instead of showing pydantic's member names.
+    by_loc: dict[str, list[str]] = {}
+    got: dict[str, str] = {}
     for e in err.errors():
-        loc = ".".join(str(x) for x in e["loc"] if not (isinstance(x, str) and x in {"fixed", "uniform", "normal", "lognormal", "list"}))
+        loc = ".".join(str(x) for x in e["loc"] if not _is_tag(x))
         msg = e["msg"].removeprefix("Value error, ")
-        if e["type"].endswith("_type") and not isinstance(e.get("input"), (dict, list)):
-            msg += f", got {str(repr(e.get('input')))[:40]}"  # e.g. `true` for an int: say what was read
-        lines.append(f"field {loc or '(case)'}: {msg}")
+        if e["type"].endswith("_type") or any(_is_tag(x) for x in e["loc"][-1:]):
+            if not isinstance(e.get("input"), (dict, list)):
+                got[loc] = f", got {str(repr(e.get('input')))[:40]}"  # e.g. `true` for an int: say what was read
+        msgs = by_loc.setdefault(loc, [])
+        if msg not in msgs:
+            msgs.append(msg)
+    lines = []
+    for loc, msgs in by_loc.items():
+        first, rest = msgs[0], [m.removeprefix("Input should be ") for m in msgs[1:]]
+        lines.append(f"field {loc or '(case)'}: {' or '.join([first, *rest])}{got.get(loc, '')}")
     return "; ".join(lines)
 
 
@@ -181,6 +200,12 @@ def parse_suite(data: Any, source: str = "<suite>", override: dict[str, Any] | N
                 merged["batch"] = override["batch"]
         named = "name" in merged
         merged.setdefault("name", f"case{i}")
+        name = merged["name"]
+        if not isinstance(name, str) or not name.strip():
+            # A list here would otherwise be swept like any list field and fail as "field group".
+            got = "a list (a name is not swept: give each case its own entry)" if isinstance(name, list) \
+                else repr(name)
+            raise SpecError(f"{source}: cases[{i}]: field name: must be a non-empty string; got {got}")
         trace_src = merged.pop("batch") if isinstance(merged.get("batch"), dict) else None
         try:
             expanded = [one for short in expand_shorthand(merged, source, label, named) for one in expand_case(short)]

@@ -64,6 +64,8 @@ class TimingOptions:
             raise ValueError(f"target noise {self.target_rel_noise}: expected a fraction in (0, 1), e.g. 0.01 for 1%")
         if not self.energy_window_s >= 0:
             raise ValueError(f"energy window {self.energy_window_s}: must be 0 (off) or positive seconds")
+        if self.max_samples < 1:  # before min: a small max alone pulls min down with it
+            raise ValueError(f"max samples {self.max_samples}: must be at least 1")
         if self.min_samples < 1:
             raise ValueError(f"min samples {self.min_samples}: must be at least 1")
         if self.max_samples < self.min_samples:

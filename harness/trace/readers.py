@@ -15,7 +15,8 @@ HASH_BLOCK_TOKENS = 512  # Mooncake's hash_ids: one id per 512-token prompt bloc
 
 class TraceError(SpecError):
     def __init__(self, path: Path | str, line: int, field: str, why: str) -> None:
-        super().__init__(f"{path}: line {line}: field {field!r}: {why}")
+        # Line 0: the file as a whole (missing, unknown format), not a field of a line.
+        super().__init__(f"{path}: {why}" if line == 0 else f"{path}: line {line}: field {field!r}: {why}")
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from harness.trace.readers import read_trace, select
+from harness.trace.readers import TraceError, read_trace, select
 from harness.trace.replay import Sampled, sample_steps, step_case
 from harness.trace.scheduler import SchedulerParams, simulate
 
@@ -78,6 +78,12 @@ def sampled_steps(src: TraceSource, block_size: int, suite_dir: Path | None = No
     """The sampled steps of the source (TraceError / ValueError on a bad trace or parameters)
     and a one-line description of the replay."""
     path = resolve(src.trace, suite_dir)
+    if not path.is_file():
+        given = Path(src.trace)
+        tried = [given] if given.is_absolute() else [*([suite_dir / given] if suite_dir is not None else []),
+                                                     Path.cwd() / given]
+        raise TraceError(src.trace, 0, "file", "no such file (looked for "
+                         + " and ".join(str(t.resolve()) for t in dict.fromkeys(tried)) + ")")
     reqs = select(read_trace(path), first=src.first_n,
                   window_s=tuple(src.window) if src.window else None, rate_scale=src.rate_scale)
     if not reqs:
