@@ -44,6 +44,7 @@ from harness.memory import make_fit_check
 from harness.results import RESULTS_FILE, ResultRow, Status, Worker, read_header, read_rows, repair_torn_tail, variant_label
 from harness.runner import (Cell, RunOptions, cell_timed, group_by_case, iterate_case, row_busy_s, status_row,
                             warm_backend)
+from harness.planning import backend_versions
 from harness.spec import Suite
 
 STARTUP_TIMEOUT_S = 300.0  # importing torch and a GPU library on a cold machine
@@ -93,6 +94,7 @@ class WorkerReady:
 
     pid: int
     import_s: dict[str, float] = field(default_factory=dict)
+    versions: dict[str, dict[str, Any]] = field(default_factory=dict)  # the run header's "backends"
 
 
 @dataclass(frozen=True)
@@ -276,6 +278,7 @@ def _worker_main(conn: Any, device_name: str, suite: Suite, opts: RunOptions, bu
                                fit_check=make_fit_check(device, opts.check, budget_mib, cpu_share))
     cuda_ready = False
     import_s: dict[str, float] = {}
+    versions: dict[str, dict[str, Any]] = {}
     if warm:
         # The backends' libraries now, while the parent expands the suite (and, on --devices N,
         # in every worker at once), not in the first cell's precheck. On the worker's own device:
@@ -285,7 +288,11 @@ def _worker_main(conn: Any, device_name: str, suite: Suite, opts: RunOptions, bu
             cuda_ready = True
         for b in warm:
             import_s[b.name] = round(warm_backend(b, suite, opts), 4)
-    conn.send(WorkerReady(os.getpid(), import_s))
+            try:
+                versions[b.name] = backend_versions(b)
+            except Exception as e:  # the cells' own prechecks report it; the header says so too
+                versions[b.name] = {"available": False, "reason": f"availability() raised {type(e).__name__}"}
+    conn.send(WorkerReady(os.getpid(), import_s, versions))
 
     def on_event(event: str, cell: Cell | None) -> None:
         conn.send(PreparingCase() if event == "prepare" else CellStarted(cell_key(suite, cell)))
@@ -364,6 +371,7 @@ class Executor:
         self.t_spawned: float | None = None
         self.t_all_ready: float | None = None
         self.t_done: float | None = None
+        self.backend_versions: dict[str, dict[str, Any]] = {}  # from the first ready worker
 
     # In-process: the reference engine, with the memory planner.
     def _run_inline(self, cases: list[list[Cell]], on_start: Callable[[Cell], None] | None) -> Iterator[ResultRow]:
@@ -628,6 +636,7 @@ class Executor:
                 slot.ready, slot.pid = True, msg.pid
                 if slot.ready_s is None:
                     slot.ready_s, slot.import_s = now - slot.spawned_at, dict(msg.import_s)
+                    self.backend_versions = self.backend_versions or dict(msg.versions)
                     if all(s.ready_s is not None for s in self.slots):
                         self.t_all_ready = now
                 if slot.phase == SlotPhase.SENT and timeout:

@@ -71,6 +71,13 @@ def warm_backend(backend: type[AttentionBackend], suite: Suite, opts: RunOptions
     return time.perf_counter() - t0
 
 
+def backend_versions(backend: type[AttentionBackend]) -> dict[str, Any]:
+    """What the run header records about ``backend``: available or why not, library versions.
+    Imports the library: a worker asks this at start (``WorkerReady.versions``), not the parent."""
+    a = backend.availability()
+    return {"available": a.available, "reason": a.reason, **a.versions}
+
+
 def segment_kinds(query_lens: Sequence[int], seq_lens: Sequence[int]) -> set[str]:
     """Kinds of the requests in a batch, by their lengths (what a backend's split sees):
     ``decode`` (one query token), ``prefill`` (no cached context) or ``extend``."""
@@ -117,10 +124,12 @@ def plan_cells(suite: Suite, backends: list[type[AttentionBackend]], opts: RunOp
                 lay = case_layout(case)
                 kinds = segment_kinds(lay.query_lens, lay.seq_lens)
 
+            # Declared data only (check_support reads the capabilities tables): the parent
+            # imports no library to plan. Availability is the worker's to find; it does not
+            # differ within a group for the backends' declared axis orders.
             def runnable(v: dict[str, Any], b: type[AttentionBackend] = b) -> bool:
                 try:
-                    return (b.availability(v).available
-                            and b.check_support(case.attention_config(), v, opts.device.type) is None)
+                    return b.check_support(case.attention_config(), v, opts.device.type) is None
                 except Exception:  # a probe that fails only loses the preference
                     return False
 

@@ -474,14 +474,12 @@ def timing_skip_reason(caps: Any, device_type: str, opts: RunOptions) -> str | N
 
 
 def cell_timed(cell: Cell, device_type: str, opts: RunOptions) -> bool:
-    """Whether ``cell`` will be timed on ``device_type`` (for cost estimates, before it runs)."""
+    """Whether ``cell`` will be timed on ``device_type`` (for cost estimates, before it runs),
+    from the backend's declared ``untimed_on``: the parent plans without importing a library
+    (``capabilities()`` may need one; the cell itself obeys its capabilities' same set)."""
     if not opts.time:
         return False
-    try:
-        caps = cell.backend.capabilities(cell.variant)
-    except Exception:  # the cell's own precheck reports a broken capabilities()
-        return True
-    return timing_skip_reason(caps, device_type, opts) is None
+    return opts.time_references or device_type not in cell.backend.untimed_on
 
 
 def row_busy_s(row: Any, case_seen: set[str]) -> float:
