@@ -82,6 +82,10 @@ class AttentionBackend(ABC):
     # planner runs one variant where the only differences are axes that do not apply to the
     # case's batch (e.g. FlashInfer's prefill_backend on a decode-only batch).
     variant_axis_kinds: ClassVar[dict[str, frozenset[str]]] = {}
+    # Device types whose cells are not timed by default (a correctness reference), declared as
+    # class data so a run's parent can plan without importing any library; ``capabilities()``
+    # must carry the same set (``Capabilities.untimed_on``, which the cell itself obeys).
+    untimed_on: ClassVar[frozenset[str]] = frozenset()
 
     @classmethod
     def applicable_axes(cls, segment_kinds: Iterable[str]) -> tuple[str, ...]:

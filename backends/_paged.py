@@ -105,6 +105,12 @@ class PaddedChunk:
     dist: torch.Tensor  # [b, qmax, smax] int
     qmax: int
     smax: int
+    # Flat padded rows (b * qmax) that are real query tokens, and their tokens: the scatter back
+    # reads them instead of indexing by ``row_valid``, a boolean index whose size the host must
+    # read from the device (a sync in every forward, which kept launches from being hidden and
+    # a CUDA graph from being captured).
+    src: torch.Tensor | None = None
+    dst: torch.Tensor | None = None
 
 
 def padded_chunk(chunk: list[Segment], md: HostLoopMetadata, num_tokens: int, sliding_window: int | None,
@@ -135,13 +141,15 @@ def padded_chunk(chunk: list[Segment], md: HostLoopMetadata, num_tokens: int, sl
         if not md.causal:
             keep = keep & (j - diag < sliding_window)
     keep = keep & row_valid.unsqueeze(-1)
-    return PaddedChunk(chunk, blocks, offsets, tok, row_valid, keep, diag - j, qmax, smax)
+    src = row_valid.flatten().nonzero().squeeze(1)  # built once per batch: the sync is the builder's
+    return PaddedChunk(chunk, blocks, offsets, tok, row_valid, keep, diag - j, qmax, smax,
+                       src=src, dst=tok.flatten()[src])
 
 
 def scatter_rows(out: torch.Tensor, o: torch.Tensor, pc: PaddedChunk, md: HostLoopMetadata) -> None:
-    """Padded per-chunk output ``o [b, qmax, H, ...]`` back into token order in ``out``."""
-    sel = pc.row_valid
-    out[pc.tok[sel]] = o[sel].to(out.dtype)
+    """Padded per-chunk output ``o [b, qmax, H, ...]`` back into token order in ``out``, by the
+    chunk's precomputed row indices: no op here waits on the device."""
+    out.index_copy_(0, pc.dst, o.flatten(0, 1).index_select(0, pc.src).to(out.dtype))
 
 
 # ---------------------------------------------------------------- standalone reproducer source

@@ -6,7 +6,8 @@ GQA without copying K/V: a KV head's query heads stack into the query rows
 (``[B, Hk, group * Q_max, D]``), so the call is plain multi-head attention. The mask depends
 only on the lengths, so the builder makes it once per batch (as a model makes it once per
 step for all its layers); the gather, the call and the scatter back to token order run in
-``forward``, i.e. are timed. Masks make CUDA pick the memory-efficient kernel (FlashAttention's
+``forward``, i.e. are timed; nothing in ``forward`` waits on the device, so the call is
+graph-captured like the kernels' (docs/measurement.md, "The host-bound baseline"). Masks make CUDA pick the memory-efficient kernel (FlashAttention's
 SDPA path takes no mask). Runs on CPU (fp32 compute) and GPU (model dtype).
 ``sdpa-loop`` keeps the one-call-per-request version as a cross-check."""
 
@@ -226,9 +227,13 @@ class SDPABackend(AttentionBackend):
             returns_lse=False,
             # A forced kernel is a CUDA kernel; "auto" also runs on the CPU.
             devices=frozenset({"cuda"}) if forced else frozenset({"cpu", "cuda"}),
-            cudagraph=CudaGraphSupport.NEVER,
+            # The forward is static per batch: index tensors, masks and chunk shapes are the
+            # builder's, and no op in it reads device data on the host (the scatter uses
+            # precomputed row indices), so any batch can be replayed from a CUDA graph.
+            cudagraph=CudaGraphSupport.ALWAYS,
             notes=("one SDPA call per chunk of padded requests (a decode batch is one call); "
-                   "the paged-KV gather is part of the timed forward",)
+                   "the paged-KV gather is part of the timed forward",
+                   "graph-safe: no host sync in forward (gather, SDPA, scatter by precomputed indices)")
             + (("the forced SDPA kernel: torch's can_use_* checks (with their reasons) decide support per layer; "
                 "flash takes no attn_mask, which every call here has",) if forced else ()),
         )

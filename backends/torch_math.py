@@ -102,6 +102,7 @@ class MathImpl(AttentionImpl[MathMetadata]):
 class TorchMathBackend(AttentionBackend):
     name = "torch-math"
     description = "padded, batched softmax(QK^T)V in fp32 over the gathered paged KV (all features, LSE)"
+    untimed_on = frozenset({"cuda"})  # the correctness reference (see capabilities)
 
     @classmethod
     def availability(cls, variant=None) -> Availability:
@@ -126,7 +127,7 @@ class TorchMathBackend(AttentionBackend):
             # ate a third of the decode suite's time (H200 2026-11-30 decode-1: 73 s of 209 s);
             # the timed torch baseline is `sdpa` (batched). On CPU it stays timed.
             role="reference",
-            untimed_on=frozenset({"cuda"}),
+            untimed_on=cls.untimed_on,
             notes=("fp32 math with padding; requests chunked so each padded score matrix stays under 2**26 elements",),
         )
 

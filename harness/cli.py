@@ -115,9 +115,12 @@ def _exec_options(args: argparse.Namespace, device: torch.device) -> Any:
 
 
 def _prepare_out_dir(args: argparse.Namespace, suite: Any, cells: list, device: torch.device,
-                     backends: list, devices: list[str], extra: dict | None = None) -> tuple[Path, list, dict]:
+                     backends: list, devices: list[str], extra: dict | None = None,
+                     probe_versions: bool = True) -> tuple[Path, list, dict]:
     """A fresh results folder with its header, or (--resume) the old one with only the
-    missing cells left to run and this run added to the header's ``resumed`` list."""
+    missing cells left to run and this run added to the header's ``resumed`` list.
+    ``probe_versions=False``: the workers report the backends' versions (they import the
+    libraries anyway); the header's ``backends`` is filled in when they do."""
     from harness.env import run_header
     from harness.executor import ResumeError, resume_plan
     from harness.runner import default_out_dir
@@ -139,10 +142,9 @@ def _prepare_out_dir(args: argparse.Namespace, suite: Any, cells: list, device: 
     _check_out_path(out_dir)
     if (out_dir / RESULTS_FILE).exists():
         raise UsageError(f"--out {out_dir}: already holds {RESULTS_FILE}; choose another folder (or --resume it)")
-    versions = {}
-    for b in backends:
-        a = b.availability()
-        versions[b.name] = {"available": a.available, "reason": a.reason, **a.versions}
+    from harness.planning import backend_versions
+
+    versions = {b.name: backend_versions(b) for b in backends} if probe_versions else {}
     header = run_header(device, versions, argv, {"suite": suite.suite, "suite_file": args.suite,
                                                  "cells": len(cells), "seed": args.seed,
                                                  "devices": devices, **(extra or {})})
@@ -289,7 +291,9 @@ def _run_cells(args: argparse.Namespace, suite: Any, backends: list, opts: Any, 
     if not cells:
         raise UsageError("nothing to run: no case/backend/variant matches the filters")
     cells, extra = _apply_shard(args, suite, cells, opts)
-    out_dir, cells, header = _prepare_out_dir(args, suite, cells, device, backends, exec_opts.devices, extra)
+    # Isolated workers report the versions: the parent imports no GPU library to plan.
+    out_dir, cells, header = _prepare_out_dir(args, suite, cells, device, backends, exec_opts.devices, extra,
+                                              probe_versions=executor is None or not exec_opts.isolation)
     args.started_out_dir = out_dir  # from here an interrupt can be resumed
     t_planned = time.perf_counter()
     rows: list[ResultRow] = []
@@ -319,6 +323,8 @@ def _run_cells(args: argparse.Namespace, suite: Any, backends: list, opts: Any, 
         progress.update(task, description="done")
     t_rows = time.perf_counter()
     this_run = rows
+    if getattr(executor, "backend_versions", None) and not header.get("backends") and not header.get("resumed"):
+        header["backends"] = {b.name: executor.backend_versions.get(b.name, {}) for b in backends}
     if executor.queue is not None and len(exec_opts.devices) > 1:
         # The shared queue (harness/balance.py): cases and estimated seconds each worker took.
         header["devices_plan"] = executor.queue.summary()

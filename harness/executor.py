@@ -44,6 +44,7 @@ from harness.memory import make_fit_check
 from harness.results import RESULTS_FILE, ResultRow, Status, Worker, read_header, read_rows, repair_torn_tail, variant_label
 from harness.runner import (Cell, RunOptions, cell_timed, group_by_case, iterate_case, row_busy_s, status_row,
                             warm_backend)
+from harness.planning import backend_versions
 from harness.spawn_main import main_not_reimported
 from harness.spec import Suite
 
@@ -73,69 +74,9 @@ STICKY_CUDA_ERRORS = (
 
 
 # ------------------------------------------------------------------ messages and phases
-# Parent -> worker
-@dataclass(frozen=True)
-class RunCase:
-    """Run these cells (all of one case; the worker makes its batch and reference once)."""
-
-    cells: list[Cell]
-
-
-@dataclass(frozen=True)
-class Shutdown:
-    """Exit now (the worker is idle)."""
-
-
-# Worker -> parent
-@dataclass(frozen=True)
-class WorkerReady:
-    """The worker has imported everything (the suite's backends' libraries included) and waits
-    for a case; ``import_s``: seconds each backend's first availability probe took."""
-
-    pid: int
-    import_s: dict[str, float] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class PreparingCase:
-    """Generating the case's batch and reference (a crash or hang now is the case's)."""
-
-
-@dataclass(frozen=True)
-class CellStarted:
-    """The cell with this key (``cell_key``) is running (a crash or hang now is this cell's)."""
-
-    key: tuple[str, str, str, str]
-
-
-@dataclass(frozen=True)
-class RowDone:
-    """A finished cell's typed row, with the worker's pid and device (pickled as it is)."""
-
-    row: ResultRow
-
-
-@dataclass(frozen=True)
-class CaseDone:
-    """Every cell of the case has its row; the worker is idle again."""
-
-
-@dataclass(frozen=True)
-class CaseFailed:
-    """A harness error outside any cell; the case's remaining cells get ``error`` rows."""
-
-    error: str
-    traceback: str
-
-
-@dataclass(frozen=True)
-class RestartMe:
-    """The worker's CUDA context is no longer trustworthy (sent after the failing row); it exits."""
-
-    reason: str
-
-
-WorkerMessage = WorkerReady | PreparingCase | CellStarted | RowDone | CaseDone | CaseFailed | RestartMe
+from harness.worker_messages import (  # noqa: E402,F401  (moved there; importers keep this path)
+    CaseDone, CaseFailed, CellStarted, PreparingCase, RestartMe, RowDone, RunCase, Shutdown, WorkerMessage,
+    WorkerReady)
 
 
 class SlotPhase(StrEnum):
@@ -279,6 +220,7 @@ def _worker_main(conn: Any, device_name: str, suite: Suite, opts: RunOptions, bu
                                fit_check=make_fit_check(device, opts.check, budget_mib, cpu_share))
     cuda_ready = False
     import_s: dict[str, float] = {}
+    versions: dict[str, dict[str, Any]] = {}
     if warm:
         # The backends' libraries now, while the parent expands the suite (and, on --devices N,
         # in every worker at once), not in the first cell's precheck. On the worker's own device:
@@ -288,7 +230,11 @@ def _worker_main(conn: Any, device_name: str, suite: Suite, opts: RunOptions, bu
             cuda_ready = True
         for b in warm:
             import_s[b.name] = round(warm_backend(b, suite, opts), 4)
-    conn.send(WorkerReady(os.getpid(), import_s))
+            try:
+                versions[b.name] = backend_versions(b)
+            except Exception as e:  # the cells' own prechecks report it; the header says so too
+                versions[b.name] = {"available": False, "reason": f"availability() raised {type(e).__name__}"}
+    conn.send(WorkerReady(os.getpid(), import_s, versions))
 
     def on_event(event: str, cell: Cell | None) -> None:
         conn.send(PreparingCase() if event == "prepare" else CellStarted(cell_key(suite, cell)))
@@ -367,6 +313,7 @@ class Executor:
         self.t_spawned: float | None = None
         self.t_all_ready: float | None = None
         self.t_done: float | None = None
+        self.backend_versions: dict[str, dict[str, Any]] = {}  # from the first ready worker
 
     # In-process: the reference engine, with the memory planner.
     def _run_inline(self, cases: list[list[Cell]], on_start: Callable[[Cell], None] | None) -> Iterator[ResultRow]:
@@ -632,6 +579,7 @@ class Executor:
                 slot.ready, slot.pid = True, msg.pid
                 if slot.ready_s is None:
                     slot.ready_s, slot.import_s = now - slot.spawned_at, dict(msg.import_s)
+                    self.backend_versions = self.backend_versions or dict(msg.versions)
                     if all(s.ready_s is not None for s in self.slots):
                         self.t_all_ready = now
                 if slot.phase == SlotPhase.SENT and timeout:

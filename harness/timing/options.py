@@ -20,6 +20,10 @@ class TimingOptions:
     max_samples: int = 500
     target_rel_noise: float = 0.01  # relative half-width of the median's CI
     max_time_s: float = 2.0  # sampling budget per cell (warm-up and capture not included)
+    # Budget of an eagerly timed cell whose launches were not hidden behind the hold kernel
+    # (host time in every sample; compare's noise-dominated "host-bound" class, not gated):
+    # more samples do not make such a row repeatable (harness.timing.stopping, "host_bound").
+    host_bound_max_time_s: float = 0.25
     mode: str = "hot"  # "hot" (L2 as the previous call left it) or "cold" (flushed per sample)
     cuda_graph: bool = True  # use CUDA graphs where the backend allows them
     confidence: float = 0.95
@@ -72,6 +76,8 @@ class TimingOptions:
             raise ValueError(f"max samples {self.max_samples} is below min samples {self.min_samples}")
         if not self.max_time_s > 0:
             raise ValueError(f"max time {self.max_time_s}: must be positive seconds")
+        if not self.host_bound_max_time_s > 0:
+            raise ValueError(f"host-bound time {self.host_bound_max_time_s}: must be positive seconds")
         if self.warmup < 0:
             raise ValueError(f"warm-up {self.warmup}: must not be negative")
         if not 0 < self.confidence < 1:

@@ -1,8 +1,9 @@
 """When sampling stops: pluggable stopping criteria, chosen by name (``TimingOptions.stop_criterion``,
 ``harness run --stop NAME``), in the manner of nvbench's ``stopping_criterion_base``.
 
-A criterion is pure: after every sample the loop hands it the samples so far (sorted) and the
-seconds spent sampling, and it answers a reason to stop (one of the ``STOP_*`` strings) or None.
+A criterion is pure: after every sample the loop hands it the samples so far (sorted), the
+seconds spent sampling and whether the cell is host-bound so far (eagerly timed, most samples'
+launches not hidden behind the hold kernel; never for a graph replay), and it answers a reason to stop (one of the ``STOP_*`` strings) or None.
 It also writes the row's one-line ``stop`` sentence. The row records the criterion's name
 (``stop_criterion``), the reason (``stop_reason``) and the sentence (``stop``).
 
@@ -12,6 +13,8 @@ Adding a criterion: subclass ``StoppingCriterion`` here, give it a ``name`` and 
 
 from __future__ import annotations
 
+import functools
+import inspect
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
@@ -23,6 +26,7 @@ if TYPE_CHECKING:
 STOP_NOISE = "noise_target"
 STOP_MAX_SAMPLES = "max_samples"
 STOP_TIME = "time_budget"
+STOP_HOST_BOUND = "host_bound"  # host time in every sample: the short host-bound budget spent
 MIN_SAMPLES_ON_TIMEOUT = 3  # the time budget never leaves fewer samples than this
 
 
@@ -36,7 +40,7 @@ class StoppingCriterion(ABC):
         self.opts = opts
 
     @abstractmethod
-    def stop_reason(self, samples: Sequence[float], elapsed_s: float) -> str | None:
+    def stop_reason(self, samples: Sequence[float], elapsed_s: float, host_bound: bool = False) -> str | None:
         """Why sampling should stop now, or None. ``samples`` are sorted ascending."""
 
     def describe(self, reason: str, summary: dict[str, Any]) -> str:
@@ -48,6 +52,10 @@ class StoppingCriterion(ABC):
             return f"noise {noise:.2%} <= target {opts.target_rel_noise:.2%} after {n} samples"
         if reason == STOP_MAX_SAMPLES:
             return f"sample cap {opts.max_samples} reached; noise {noise:.2%} (target {opts.target_rel_noise:.2%})"
+        if reason == STOP_HOST_BOUND:
+            return (f"host-bound (launches not hidden: host time in every sample): "
+                    f"{opts.host_bound_max_time_s:g} s budget spent after {n} samples; noise {noise:.2%} "
+                    f"(target {opts.target_rel_noise:.2%}, not gated by compare)")
         extra = f", below min samples {opts.min_samples}" if n < opts.min_samples else ""
         return (f"time budget {opts.max_time_s:g} s spent after {n} samples{extra}; "
                 f"noise {noise:.2%} (target {opts.target_rel_noise:.2%})")
@@ -62,6 +70,19 @@ def register_criterion(cls: type[StoppingCriterion]) -> type[StoppingCriterion]:
         raise ValueError(f"stopping criterion {cls.name!r} registered twice")
     STOPPING_CRITERIA[cls.name] = cls
     return cls
+
+
+@functools.lru_cache(maxsize=None)
+def _takes_host_bound(cls: type) -> bool:
+    return "host_bound" in inspect.signature(cls.stop_reason).parameters
+
+
+def ask(criterion: StoppingCriterion, samples: Sequence[float], elapsed_s: float, host_bound: bool) -> str | None:
+    """``criterion.stop_reason``, with ``host_bound`` for criteria that take it (one written
+    before the flag existed is asked as before)."""
+    if _takes_host_bound(type(criterion)):
+        return criterion.stop_reason(samples, elapsed_s, host_bound=host_bound)
+    return criterion.stop_reason(samples, elapsed_s)
 
 
 def criterion_for(opts: "TimingOptions") -> StoppingCriterion:
@@ -79,14 +100,17 @@ class NoiseCriterion(StoppingCriterion):
     time budget.
 
     Order: the sample cap; the noise target once ``min_samples`` are in and the median's CI
-    reaches its confidence; the time budget (which may stop below ``min_samples``, but never
-    below 3 samples, or ``min_samples`` if that is smaller).
+    reaches its confidence; for a host-bound cell, ``host_bound_max_time_s`` once
+    ``min_samples`` are in (its noise is the host's: on the H200 such rows moved by -14% to
+    +155% between two idle runs at the full budget, so the full budget buys no repeatability);
+    the time budget (which may stop below ``min_samples``, but never below 3 samples, or
+    ``min_samples`` if that is smaller).
     """
 
     name = "noise"
     help = "until the median's CI half-width is under --target-noise (bounded by --max-samples, --max-time)"
 
-    def stop_reason(self, samples: Sequence[float], elapsed_s: float) -> str | None:
+    def stop_reason(self, samples: Sequence[float], elapsed_s: float, host_bound: bool = False) -> str | None:
         opts = self.opts
         n = len(samples)
         if n >= opts.max_samples:
@@ -95,6 +119,8 @@ class NoiseCriterion(StoppingCriterion):
         if (n >= opts.min_samples and median_ci_ranks(n, opts.confidence)[2] >= opts.confidence
                 and rel_ci_half_width(samples, opts.confidence) <= opts.target_rel_noise):
             return STOP_NOISE
+        if host_bound and n >= opts.min_samples and elapsed_s >= min(opts.host_bound_max_time_s, opts.max_time_s):
+            return STOP_HOST_BOUND
         if elapsed_s >= opts.max_time_s and n >= min(MIN_SAMPLES_ON_TIMEOUT, opts.min_samples):
             return STOP_TIME
         return None
@@ -108,7 +134,7 @@ class SampleCountCriterion(StoppingCriterion):
     name = "samples"
     help = "exactly --max-samples samples (no noise target, no time budget)"
 
-    def stop_reason(self, samples: Sequence[float], elapsed_s: float) -> str | None:
+    def stop_reason(self, samples: Sequence[float], elapsed_s: float, host_bound: bool = False) -> str | None:
         return STOP_MAX_SAMPLES if len(samples) >= self.opts.max_samples else None
 
     def describe(self, reason: str, summary: dict[str, Any]) -> str:
@@ -126,7 +152,7 @@ class TimeBudgetCriterion(StoppingCriterion):
     name = "time"
     help = "for the whole --max-time budget (at least --min-samples, at most --max-samples)"
 
-    def stop_reason(self, samples: Sequence[float], elapsed_s: float) -> str | None:
+    def stop_reason(self, samples: Sequence[float], elapsed_s: float, host_bound: bool = False) -> str | None:
         n = len(samples)
         if n >= self.opts.max_samples:
             return STOP_MAX_SAMPLES
@@ -145,10 +171,12 @@ class TimeBudgetCriterion(StoppingCriterion):
         return super().describe(reason, summary)
 
 
-def stop_reason(samples: Sequence[float], elapsed_s: float, opts: "TimingOptions") -> str | None:
+def stop_reason(samples: Sequence[float], elapsed_s: float, opts: "TimingOptions",
+                host_bound: bool = False) -> str | None:
     """Why sampling should stop now, or None to take another sample, by the options' criterion.
-    Pure: the loop feeds it the samples so far and the seconds spent sampling."""
-    return criterion_for(opts).stop_reason(samples, elapsed_s)
+    Pure: the loop feeds it the samples so far, the seconds spent sampling and whether the cell
+    is host-bound so far."""
+    return ask(criterion_for(opts), samples, elapsed_s, host_bound)
 
 
 def describe_stop(reason: str, summary: dict[str, Any], opts: "TimingOptions") -> str:

@@ -12,8 +12,9 @@ from backends.torch_math import TorchMathBackend
 
 class CpuReferenceMath(TorchMathBackend):
     name = "cpu-reference-math"
+    untimed_on = TorchMathBackend.untimed_on | {"cpu"}
 
     @classmethod
     def capabilities(cls, variant=None) -> Capabilities:
         caps = TorchMathBackend.capabilities(variant)
-        return dataclasses.replace(caps, untimed_on=caps.untimed_on | {"cpu"})
+        return dataclasses.replace(caps, untimed_on=cls.untimed_on)

@@ -1,0 +1,138 @@
+"""Suite -> cells: the cases and backend variants a run selects, and the variants whose
+differences cannot apply to a case's batch collapsed into one cell. Moved out of runner.py."""
+
+from __future__ import annotations
+
+import fnmatch
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+from attn_contract import AttentionBackend
+from harness.layout import case_layout
+from harness.results import variant_label
+from harness.spec import CaseSpec, Suite
+
+if TYPE_CHECKING:
+    from harness.runner import RunOptions
+
+
+@dataclass
+class Cell:
+    case: CaseSpec
+    backend: type[AttentionBackend]
+    variant: dict[str, Any]
+    # Which variant axes applied to this case's batch, and the values of those that did not
+    # (the cell stands for all of them: their result cannot differ). None: nothing collapsed.
+    axes: dict[str, Any] | None = None
+
+
+def select_cases(suite: Suite, opts: RunOptions) -> list[CaseSpec]:
+    cases = suite.cases
+    if opts.case_patterns:
+        # A pattern that is some case's exact name selects that case only, so a reproducer's
+        # --case picks one cell even when the name holds glob characters (`c*`, `llama[count=8]`).
+        names = {c.name for c in cases}
+        cases = [c for c in cases if any(c.name == p if p in names else fnmatch.fnmatchcase(c.name, p)
+                                         for p in opts.case_patterns)]
+    if opts.seed is not None:
+        cases = [c.model_copy(update={"seed": opts.seed}) for c in cases]
+    if opts.adversarial:
+        cases = [c.model_copy(update={"adversarial": True}) for c in cases]
+    return cases
+
+
+def select_variants(backend: type[AttentionBackend], suite: Suite, opts: RunOptions) -> list[dict[str, Any]]:
+    """The backend's variants, narrowed by the suite's ``variants:`` and ``--variant`` filters."""
+    filters = [suite.variants.get(backend.name, {}), opts.variant_filters.get(backend.name, {})]
+    pool = backend.variants() if any(filters) else backend.default_variants()
+    out = []
+    for v in pool:
+        if all(str(v.get(axis)) in {str(x) for x in allowed} for f in filters for axis, allowed in f.items()):
+            out.append(v)
+    return out
+
+
+# Backends whose availability this process has asked once: the first ask imports the backend's
+# library (FA4 ~8.6 s, FlashInfer ~2.3 s on the H200), which rows record as "import", not "precheck".
+_IMPORTED: set[type] = set()
+
+
+def warm_backend(backend: type[AttentionBackend], suite: Suite, opts: RunOptions) -> float:
+    """Import ``backend``'s library now (its availability for every selected variant), so that
+    a worker pays it while the parent still expands the suite. Seconds taken."""
+    t0 = time.perf_counter()
+    try:
+        for v in select_variants(backend, suite, opts) or [{}]:
+            backend.availability(v)
+    except Exception:  # the cell's own precheck reports it, with the cell's name
+        pass
+    _IMPORTED.add(backend)
+    return time.perf_counter() - t0
+
+
+def backend_versions(backend: type[AttentionBackend]) -> dict[str, Any]:
+    """What the run header records about ``backend``: available or why not, library versions.
+    Imports the library: a worker asks this at start (``WorkerReady.versions``), not the parent."""
+    a = backend.availability()
+    return {"available": a.available, "reason": a.reason, **a.versions}
+
+
+def segment_kinds(query_lens: Sequence[int], seq_lens: Sequence[int]) -> set[str]:
+    """Kinds of the requests in a batch, by their lengths (what a backend's split sees):
+    ``decode`` (one query token), ``prefill`` (no cached context) or ``extend``."""
+    kinds = set()
+    for q, s in zip(query_lens, seq_lens):
+        kinds.add("decode" if q == 1 else "prefill" if s == q else "extend")
+    return kinds
+
+
+def collapse_variants(backend: type[AttentionBackend], variants: list[dict[str, Any]], kinds: set[str],
+                      runnable: Callable[[dict[str, Any]], bool] | None = None,
+                      ) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
+    """One variant per group that differs only in axes that do not apply to ``kinds``
+    (``backend.applicable_axes``), with what the row records about it. The group's first
+    variant that ``runnable`` accepts represents it (else its first)."""
+    applied = backend.applicable_axes(kinds)
+    idle = [a for a in backend.variant_axes if a not in applied]
+    if not idle:
+        return [(v, None) for v in variants]
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for v in variants:
+        groups.setdefault(tuple(str(v.get(a)) for a in applied), []).append(v)
+    out = []
+    for members in groups.values():
+        rep = next((v for v in members if runnable is None or runnable(v)), members[0])
+        out.append((rep, {"applied": list(applied), "segment_kinds": sorted(kinds),
+                          "not_applied": {a: sorted({str(v.get(a)) for v in members}) for a in idle},
+                          "stands_for": [variant_label(v) for v in members]}))
+    return out
+
+
+def plan_cells(suite: Suite, backends: list[type[AttentionBackend]], opts: RunOptions) -> list[Cell]:
+    """Every case x backend x selected variant, with variants whose differences cannot apply to
+    the case's batch collapsed into one cell (``RunOptions.collapse_variants``)."""
+    cells = []
+    for case in select_cases(suite, opts):
+        kinds: set[str] | None = None
+        for b in backends:
+            variants = select_variants(b, suite, opts)
+            if not (opts.collapse_variants and b.variant_axis_kinds and len(variants) > 1):
+                cells += [Cell(case, b, v) for v in variants]
+                continue
+            if kinds is None:
+                lay = case_layout(case)
+                kinds = segment_kinds(lay.query_lens, lay.seq_lens)
+
+            # Declared data only (check_support reads the capabilities tables): the parent
+            # imports no library to plan. Availability is the worker's to find; it does not
+            # differ within a group for the backends' declared axis orders.
+            def runnable(v: dict[str, Any], b: type[AttentionBackend] = b) -> bool:
+                try:
+                    return b.check_support(case.attention_config(), v, opts.device.type) is None
+                except Exception:  # a probe that fails only loses the preference
+                    return False
+
+            cells += [Cell(case, b, v, info) for v, info in collapse_variants(b, variants, kinds, runnable)]
+    return cells
+
