@@ -1,7 +1,7 @@
 """``harness matrix`` / ``harness bisect`` with real environments: the test writes wheels of a
 small plugin backend package (``attn-matrix-probe``, registered in the ``attn_harness.backends``
 entry-point group), versions of which are wrong (output scaled by 1.05) or slower (every forward
-run 8 times, timed on the process clock), installs them offline from its own wheelhouse into
+run 16 times, timed on the process clock), installs them offline from its own wheelhouse into
 cached environments, and runs the real commands in subprocesses."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from harness.matrix.envs import EnvError, EnvSpec, build_env, parse_env_arg, pip
 ROOT = Path(__file__).resolve().parents[1]
 PKG = "attn-matrix-probe"
 # version -> (output scale, forward repeats); 1.2 is where the wrong answer starts.
-VERSIONS = {"1.0": (1.0, 1), "1.1": (1.0, 1), "1.2": (1.05, 1), "1.3": (1.05, 1), "1.4": (1.05, 1), "2.0": (1.0, 8)}
+VERSIONS = {"1.0": (1.0, 1), "1.1": (1.0, 1), "1.2": (1.05, 1), "1.3": (1.05, 1), "1.4": (1.05, 1), "2.0": (1.0, 16)}
 
 SUITE = """suite: matrix-probe
 description: one small decode cell for the environment-matrix tests
@@ -132,15 +132,16 @@ def test_matrix_side_by_side_flags_the_slower_release(world):
     out = world["base"] / "matrix"
     p = harness("matrix", str(world["suite"]), "--env", f"old={PKG}==1.0", "--env", f"slow={PKG}==2.0",
                 "--wheelhouse", str(world["wheels"]), "--env-cache", str(world["cache"]), "--out", str(out),
-                "--threshold", "100%", *RUN, cwd=world["base"])
+                "--threshold", "300%", *RUN, "--min-samples", "5", cwd=world["base"])
     assert p.returncode == 1, p.stdout + p.stderr
-    assert "env old: reused" in p.stdout  # built by the bisect test: cached by its requirements' hash
+    if (world["base"] / "bisect").exists():  # built by the bisect test: cached by its requirements' hash
+        assert "env old: reused" in p.stdout
     summary = json.loads((out / "matrix.json").read_text())
     (reg,) = summary["regressions"]["slow"]
     assert reg["problem"].startswith("slower: +") and "reproduce" not in reg["problem"]
     rows = {n: json.loads((out / n / "results.jsonl").read_text()) for n in ("old", "slow")}
     ratio = rows["slow"]["timing"]["median_us"] / rows["old"]["timing"]["median_us"]
-    assert ratio > 4, ratio  # 8 forwards vs 1 on the process clock
+    assert ratio > 4, ratio  # 16 forwards vs 1 on the process clock
     assert rows["slow"]["environment"] == {"name": "slow", "versions": {PKG: "2.0", "torch": rows["old"]["environment"]["versions"]["torch"]}}
     md = (out / "comparison.md").read_text()
     assert "| old |" in md and "| slow |" in md and "slower: +" in md

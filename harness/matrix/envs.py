@@ -223,6 +223,36 @@ print(json.dumps({"packages": own, "requested": requested, "torch": torch,
 """
 
 
+_DEPS = r"""
+import importlib.metadata as md, sys
+from packaging.requirements import Requirement
+missing = []
+for d in md.distributions(path=[sys.argv[1]]):
+    for text in d.requires or []:
+        r = Requirement(text)
+        if r.marker is not None and not r.marker.evaluate({"extra": ""}):
+            continue
+        try:
+            v = md.version(r.name)
+        except md.PackageNotFoundError:
+            missing.append(text)
+            continue
+        if r.specifier and not r.specifier.contains(v, prereleases=True):
+            missing.append(text)
+print(len(missing))
+"""
+
+
+def _missing_deps(site: Path, python: Path) -> bool:
+    """Whether the env's new packages need anything this interpreter lacks (unsure: True)."""
+    try:
+        proc = subprocess.run([str(python), "-c", _DEPS, str(site)], capture_output=True, text=True,
+                              env=run_environ(site), timeout=300)
+        return proc.returncode != 0 or proc.stdout.strip() != "0"
+    except (OSError, subprocess.SubprocessError):
+        return True
+
+
 def probe(site: Path, python: Path, names: list[str]) -> dict[str, Any]:
     """The env's versions as a run in it sees them (importlib.metadata, inside the env)."""
     proc = subprocess.run([str(python), "-c", _PROBE, str(site), json.dumps(names)], capture_output=True, text=True,
@@ -279,7 +309,8 @@ def build_env(spec: EnvSpec, cache_dir: Path, wheelhouse: Path | None = None) ->
             (site / "_attn_harness_parent.pth").write_text("\n".join(_site.getsitepackages()) + "\n")
         what = f"env {spec.name} ({' '.join(spec.requirements)})"
         _pip(tmp, ["--no-deps", "--ignore-installed"], spec.requirements, wheelhouse, what)
-        _pip(tmp, [], spec.requirements, wheelhouse, what)
+        if _missing_deps(site, _python(tmp)):  # pip's resolver costs seconds: only when something is lacking
+            _pip(tmp, [], spec.requirements, wheelhouse, what)
         try:
             os.replace(tmp, final)
         except OSError:  # another process finished the same env first
