@@ -195,10 +195,9 @@ for d in md.distributions(path=[site]):
             mods.add(p[:-3])
         elif p.endswith("/__init__.py") and 1 <= p.count("/") <= 2:
             mods.add(p[: -len("/__init__.py")].replace("/", "."))
-        elif p.count("/") >= 1:
-            top = p.split("/")[0]
-            if top.isidentifier() and not os.path.exists(os.path.join(site, top, "__init__.py")):
-                mods.add("ns:" + top)
+        top = p.split("/")[0]
+        if "/" in p and top.isidentifier() and not os.path.exists(os.path.join(site, top, "__init__.py")):
+            mods.add("ns:" + top)
 shadowed, bridges = [], {}
 for m in sorted(mods):
     if m.startswith("ns:"):  # a namespace portion: a regular package elsewhere would take the name
@@ -215,7 +214,9 @@ for m in sorted(mods):
     except Exception:
         continue
     origin = s.origin if s is not None else None
-    if origin and origin not in ("namespace", "built-in") and not os.path.realpath(origin).startswith(real):
+    if s is None:  # the env ships it, yet it does not import: a package outside took the name
+        shadowed.append(f"{m} -> not importable")
+    elif origin and origin not in ("namespace", "built-in") and not os.path.realpath(origin).startswith(real):
         shadowed.append(f"{m} -> {origin}")
 print(json.dumps({"packages": own, "requested": requested, "torch": torch,
                   "torch_path": spec.origin if spec else None, "python": sys.version.split()[0],
