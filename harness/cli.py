@@ -742,8 +742,9 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--json", action="store_true", help="everything --verbose shows, as JSON")
     ls.set_defaults(func=cmd_list)
     from harness import crosscheck, plan  # commands that live in their own module register themselves
+    from harness.matrix import bisect, matrix
 
-    for command in (plan, crosscheck):
+    for command in (plan, crosscheck, matrix, bisect):
         command.add_parser(sub)
     return p
 

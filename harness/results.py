@@ -255,6 +255,9 @@ class ResultRow(BaseModel):
     # Why a cell that ran carries no timing although the run timed (e.g. "reference, not timed
     # on cuda by default"); absent on rows that were timed and on older rows.
     timing_skipped: str | None = None
+    # The isolated environment a `harness matrix` / `harness bisect` row ran in: its name and the
+    # exact versions of its requirements and torch; absent on rows of a plain run.
+    environment: dict[str, Any] | None = None
 
     @model_validator(mode="after")
     def _payload_fits_status(self, info: ValidationInfo) -> "ResultRow":
@@ -295,7 +298,7 @@ class ResultRow(BaseModel):
         # Fields rows gained later are written only when set, so an old row writes back as it was.
         for k, empty in (("worker", None), ("traceback", None), ("layout", None), ("case_group", ""),
                          ("case_params", {}), ("variant_axes", None),
-                         ("timing_skipped", None)):
+                         ("timing_skipped", None), ("environment", None)):
             if k in d and d[k] == empty and (empty is not None or d[k] is None):
                 del d[k]
         return d

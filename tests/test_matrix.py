@@ -1,0 +1,190 @@
+"""``harness matrix`` / ``harness bisect`` with real environments: the test writes wheels of a
+small plugin backend package (``attn-matrix-probe``, registered in the ``attn_harness.backends``
+entry-point group), versions of which are wrong (output scaled by 1.05) or slower (every forward
+run 16 times, timed on the process clock), installs them offline from its own wheelhouse into
+cached environments, and runs the real commands in subprocesses."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from harness.matrix.envs import EnvError, EnvSpec, build_env, parse_env_arg, pip_failure, torch_mismatch
+
+ROOT = Path(__file__).resolve().parents[1]
+PKG = "attn-matrix-probe"
+# version -> (output scale, forward repeats); 1.2 is where the wrong answer starts.
+VERSIONS = {"1.0": (1.0, 1), "1.1": (1.0, 1), "1.2": (1.05, 1), "1.3": (1.05, 1), "1.4": (1.05, 1), "2.0": (1.0, 16)}
+
+SUITE = """suite: matrix-probe
+description: one small decode cell for the environment-matrix tests
+defaults: {num_heads: 4, num_kv_heads: 2, head_size: 32, block_size: 16, seed: 3, dtype: float16}
+cases:
+  - name: decode
+    batch:
+      - kind: decode
+        count: 2
+        context_len: 64
+"""
+
+MODULE = '''"""attn-matrix-probe {version}: torch-math, output scaled by {scale}, forward run {repeat} time(s)."""
+from backends.torch_math import TorchMathBackend
+
+SCALE, REPEAT = {scale!r}, {repeat!r}
+_Base = TorchMathBackend.get_impl_cls()
+
+
+class ProbeImpl(_Base):
+    def forward(self, query, key, value, kv_cache, metadata, out, lse_out=None):
+        for _ in range(REPEAT):
+            super().forward(query, key, value, kv_cache, metadata, out, lse_out)
+        if SCALE != 1.0:
+            out.mul_(SCALE)
+        return out
+
+
+class ProbeBackend(TorchMathBackend):
+    name = "matrix-probe"
+    description = "torch-math as released in attn-matrix-probe {version}"
+
+    @classmethod
+    def get_impl_cls(cls):
+        return ProbeImpl
+'''
+
+
+def _record_line(name: str, data: bytes) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{name},sha256={digest},{len(data)}"
+
+
+def write_wheel(folder: Path, version: str, scale: float, repeat: int) -> Path:
+    """A pure-python wheel written directly (zipfile): no build backend, no network."""
+    dist = f"attn_matrix_probe-{version}.dist-info"
+    files = {
+        "attn_matrix_probe/__init__.py": MODULE.format(version=version, scale=scale, repeat=repeat).encode(),
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {PKG}\nVersion: {version}\n".encode(),
+        f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: attn-harness-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        f"{dist}/entry_points.txt": b"[attn_harness.backends]\nmatrix-probe = attn_matrix_probe:ProbeBackend\n",
+        f"{dist}/top_level.txt": b"attn_matrix_probe\n",
+    }
+    record = [_record_line(n, d) for n, d in files.items()] + [f"{dist}/RECORD,,"]
+    files[f"{dist}/RECORD"] = ("\n".join(record) + "\n").encode()
+    path = folder / f"attn_matrix_probe-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as z:
+        for n, d in files.items():
+            z.writestr(n, d)
+    return path
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    base = tmp_path_factory.mktemp("matrix")
+    wheels = base / "wheels"
+    wheels.mkdir()
+    for v, (scale, repeat) in VERSIONS.items():
+        write_wheel(wheels, v, scale, repeat)
+    suite = base / "suite.yaml"
+    suite.write_text(SUITE)
+    return {"base": base, "wheels": wheels, "cache": base / "envs", "suite": suite}
+
+
+def harness(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, cwd=cwd, env=env,
+                          timeout=600)
+
+
+RUN = ["--", "--backends", "matrix-probe", "--device", "cpu", "--cpu-clock", "process", "--max-time", "0.3",
+       "--no-isolation"]
+
+
+def test_bisect_finds_first_wrong_release(world):
+    out = world["base"] / "bisect"
+    p = harness("bisect", str(world["suite"]), "--versions", f"{PKG}==1.0,1.1,1.2,1.3,1.4",
+                "--wheelhouse", str(world["wheels"]), "--env-cache", str(world["cache"]), "--out", str(out), *RUN,
+                cwd=world["base"])
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert f"first bad version: {PKG}==1.2 (last good: 1.1)" in p.stdout
+    assert "correctness: pass -> mismatch" in p.stdout
+    assert "reproduce: PYTHONPATH=" in p.stdout and "--backends matrix-probe" in p.stdout
+    data = json.loads((out / "bisect.json").read_text())
+    assert data["first_bad"] == "1.2" and data["last_good"] == "1.1"
+    # ends + two steps, each measured: 1.4 (ends), then 1.2 (bad), then 1.1 (good)
+    assert [s["version"] for s in data["steps"]] == ["1.4", "1.2", "1.1"]
+    assert sorted(d.name for d in out.iterdir() if d.is_dir()) == ["1.0", "1.1", "1.2", "1.4"]
+    row = json.loads((out / "1.2" / "results.jsonl").read_text().splitlines()[0])
+    assert row["status"] == "mismatch" and row["environment"]["versions"][PKG] == "1.2"
+    header = json.loads((out / "1.1" / "run.json").read_text())
+    assert header["environment"]["versions"][PKG] == "1.1"
+    assert header["environment"]["packages"] == {PKG: "1.1"}  # only the package: torch is the interpreter's
+
+
+def test_matrix_side_by_side_flags_the_slower_release(world):
+    out = world["base"] / "matrix"
+    p = harness("matrix", str(world["suite"]), "--env", f"old={PKG}==1.0", "--env", f"slow={PKG}==2.0",
+                "--wheelhouse", str(world["wheels"]), "--env-cache", str(world["cache"]), "--out", str(out),
+                "--threshold", "300%", *RUN, "--min-samples", "5", cwd=world["base"])
+    md = (out / "comparison.md").read_text()
+    # A 16x slowdown on the process clock is gated unless this box's load makes the rows' own
+    # CIs wider than the threshold (then compare reports it as noise-dominated, by design).
+    assert p.returncode == (0 if "noise-dominated" in md else 1), p.stdout + p.stderr
+    if (world["base"] / "bisect").exists():  # built by the bisect test: cached by its requirements' hash
+        assert "env old: reused" in p.stdout
+    summary = json.loads((out / "matrix.json").read_text())
+    if p.returncode == 1:
+        (reg,) = summary["regressions"]["slow"]
+        assert reg["problem"].startswith("slower: +") and "slower: +" in md
+    rows = {n: json.loads((out / n / "results.jsonl").read_text()) for n in ("old", "slow")}
+    ratio = rows["slow"]["timing"]["median_us"] / rows["old"]["timing"]["median_us"]
+    assert ratio > 4, ratio  # 16 forwards vs 1 on the process clock
+    assert rows["slow"]["environment"] == {"name": "slow", "versions": {PKG: "2.0", "torch": rows["old"]["environment"]["versions"]["torch"]}}
+    assert "| old |" in md and "| slow |" in md
+
+
+def test_missing_version_is_one_clear_line(world):
+    p = harness("matrix", str(world["suite"]), "--env", f"gone={PKG}==9.9", "--wheelhouse", str(world["wheels"]),
+                "--env-cache", str(world["cache"]), "--out", str(world["base"] / "gone"), *RUN, cwd=world["base"])
+    assert p.returncode == 2
+    err = " ".join(p.stderr.split())
+    assert f"{PKG}==9.9: no such version, or no wheel for this platform" in err
+    assert "available there: 1.0, 1.1, 1.2, 1.3, 1.4, 2.0" in err and "Traceback" not in p.stderr
+    left = list(world["cache"].iterdir()) if world["cache"].exists() else []
+    assert not any(".tmp-" in d.name for d in left)  # a failed build leaves nothing half-made
+
+
+def test_bad_env_arguments(world, tmp_path):
+    with pytest.raises(EnvError, match="expected NAME=REQUIREMENTS"):
+        parse_env_arg("no-equals-sign")
+    assert parse_env_arg("new=a==1 b>=2,<3").requirements == ("a==1", "b>=2,<3")
+    with pytest.raises(EnvError, match="no such folder"):
+        build_env(EnvSpec("x", ("a==1",)), tmp_path, tmp_path / "nowhere")
+
+
+def test_pip_failures_translated():
+    offline = "WARNING: Retrying ... NewConnectionError('<pip._vendor.urllib3.connection.HTTPSConnection>: " \
+              "Failed to establish a new connection: [Errno 101] Network is unreachable')\nERROR: Could not find a " \
+              "version that satisfies the requirement foo==1 (from versions: none)"
+    # pip reports "no version" also when it could not reach the index: the network cause wins.
+    assert "no network" in pip_failure(offline, ("foo==1",), None)
+    assert "no such version" in pip_failure(offline.splitlines()[1], ("foo==1",), None)
+    assert "no network" in pip_failure("ERROR: ... Failed to establish a new connection", ("foo==1",), None)
+    assert "from source failed" in pip_failure("error: subprocess-exited-with-error\nERROR: Failed building wheel for foo",
+                                               ("foo==1",), None)
+
+
+def test_torch_mismatch_is_refused():
+    same = {"a": {"torch": "2.13.0", "torch_path": "/x/torch/__init__.py"},
+            "b": {"torch": "2.13.0", "torch_path": "/x/torch/__init__.py"}}
+    assert torch_mismatch(same) is None
+    other = {**same, "c": {"torch": "2.12.0", "torch_path": "/env/torch/__init__.py"}}
+    msg = torch_mismatch(other)
+    assert msg is not None and "c: torch 2.12.0" in msg and "--allow-torch-mismatch" in msg
