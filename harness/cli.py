@@ -477,16 +477,21 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     command = " ".join(["harness", *sys.argv[1:]]) if sys.argv[1:2] == ["recommend"] else ""
     try:
         tie = parse_threshold(args.tie.replace("--threshold", "--tie"))
-        rec = recommend(args.results, tie=tie)
+        rec = recommend(args.results, tie=tie, call_form=args.call_form)
         md = to_markdown(rec, command)
+        from harness.callform_gap import gap_markdown
+        from harness.recommend import load_inputs
+
+        gap = gap_markdown(load_inputs(args.results, "any").rows, tie)  # both forms, whatever --call-form ranks
+        md += ("\n" + gap) if gap else ""
         if args.engine:  # the per-model engine settings lead (harness/engine_export.py)
             from harness.engine_export import engine_markdown, write_engine_outputs
 
-            md = engine_markdown(args.results, args.engine, tie) + "\n" + md
+            md = engine_markdown(args.results, args.engine, tie, args.call_form) + "\n" + md
         n = write_suggest(rec, args.suggest) if args.suggest else None
         paths = write_outputs(rec, args.out, command) if args.out else []
         if args.out and args.engine:
-            paths += write_engine_outputs(args.results, args.engine, tie, args.out)
+            paths += write_engine_outputs(args.results, args.engine, tie, args.out, args.call_form)
     except ValueError as e:  # RecommendError is a ValueError; so is a bad --tie
         raise UsageError(str(e).replace("--threshold", "--tie")) from None
     print(md, end="")
@@ -715,6 +720,8 @@ def build_parser() -> argparse.ArgumentParser:
     rc.add_argument("--out", metavar="DIR", help="write recommend.md, policy.json and vllm.json into DIR")
     rc.add_argument("--suggest", metavar="SUITE.yaml", help="write a suite whose cases fill the unmeasured buckets")
     rc.add_argument("--engine", choices=["vllm", "sglang"], help="one serving setting per model shape for this engine")
+    rc.add_argument("--call-form", choices=["vllm", "fastest", "any"], default="vllm",
+                    help="which flash-attn/flashinfer call form the verdicts rank (default vllm: as vLLM calls them)")
     rc.set_defaults(func=cmd_recommend)
 
     rpo = sub.add_parser("repro", help="write a standalone script (torch + the library only) reproducing one row; "

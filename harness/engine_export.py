@@ -217,30 +217,31 @@ def _md(records: list[dict[str, Any]], empty: str = "(none)") -> str:
     return "\n".join(lines) + "\n"
 
 
-def engine_json(paths: Sequence[str | Path], engine: str, tie: float) -> dict[str, Any]:
+def engine_json(paths: Sequence[str | Path], engine: str, tie: float, call_form: str = "vllm") -> dict[str, Any]:
     """The same as ``engine_markdown``, machine-readable (``recommend --engine E --out DIR``)."""
-    inputs = load_inputs(paths)
+    inputs = load_inputs(paths, call_form)
     per, single = engine_settings(inputs.rows, engine)
-    return {"engine": engine, "measured_with": measured_with([read_header(p) for p in paths]),
+    return {"engine": engine, "call_form": call_form, "measured_with": measured_with([read_header(p) for p in paths]),
             "per_model": per, "single": single, "answers": answer_records(answers(inputs.rows, tie))}
 
 
-def write_engine_outputs(paths: Sequence[str | Path], engine: str, tie: float, out_dir: str | Path) -> list[Path]:
+def write_engine_outputs(paths: Sequence[str | Path], engine: str, tie: float, out_dir: str | Path,
+                         call_form: str = "vllm") -> list[Path]:
     """``{engine}-per-model.md`` and ``.json`` in ``out_dir``."""
     import json
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     md, js = out / f"{engine}-per-model.md", out / f"{engine}-per-model.json"
-    md.write_text(engine_markdown(paths, engine, tie), encoding="utf-8")
-    js.write_text(json.dumps(engine_json(paths, engine, tie), indent=1) + "\n", encoding="utf-8")
+    md.write_text(engine_markdown(paths, engine, tie, call_form), encoding="utf-8")
+    js.write_text(json.dumps(engine_json(paths, engine, tie, call_form), indent=1) + "\n", encoding="utf-8")
     return [md, js]
 
 
-def engine_markdown(paths: Sequence[str | Path], engine: str, tie: float) -> str:
+def engine_markdown(paths: Sequence[str | Path], engine: str, tie: float, call_form: str = "vllm") -> str:
     """``recommend --engine``: per model shape, the engine's setting and what it costs against
     the per-case best; the single setting over all shapes; the answer table; the environment."""
-    inputs = load_inputs(paths)
+    inputs = load_inputs(paths, call_form)
     settings, single = engine_settings(inputs.rows, engine)
     recs = [{"model shape": s["model shape"], "setting": s["flags"], "cases": s.get("cases", ""),
              "cost geomean": _pct(s.get("geomean_cost_pct")), "cost worst": _pct(s.get("worst_cost_pct"))}
@@ -249,7 +250,7 @@ def engine_markdown(paths: Sequence[str | Path], engine: str, tie: float) -> str
     out = [f"# {name} settings per model shape", "",
            f"Measured with: {measured_with([read_header(p) for p in paths])}", "",
            "Cost: slowdown of that one setting against the fastest setting of each case (geometric mean, worst case).",
-           "", _md(recs, f"No backend+variant in these results is one that {name} runs.")]
+           "", *inputs.notes[-1:], "", _md(recs, f"No backend+variant in these results is one that {name} runs.")]
     if single:
         out += [f"Single setting over all shapes: `{single['flags']}` over {single['cases']} cases, cost "
                 f"{_pct(single['geomean_cost_pct'])} geomean, {_pct(single['worst_cost_pct'])} worst.", ""]

@@ -74,9 +74,10 @@ class Inputs:
     gpu: str
     capability: str | None
     notes: list[str] = field(default_factory=list)
+    call_form: str = "vllm"  # which call form the verdicts rank (harness/callform_gap.py)
 
 
-def load_inputs(paths: Sequence[str | Path]) -> Inputs:
+def load_inputs(paths: Sequence[str | Path], call_form: str = "vllm") -> Inputs:
     """Rows of every results folder / .jsonl, refusing runs of different GPUs."""
     rows: list[dict[str, Any]] = []
     headers: list[tuple[str, dict[str, Any]]] = []
@@ -92,10 +93,10 @@ def load_inputs(paths: Sequence[str | Path]) -> Inputs:
         rows.extend(r.model_dump() for r in got)
     if not rows:
         raise RecommendError(f"{', '.join(map(str, paths))}: no result rows")
-    return inputs_of(rows, headers)
+    return inputs_of(rows, headers, call_form)
 
 
-def inputs_of(rows: list[dict[str, Any]], headers: Sequence[tuple[str, dict[str, Any]]]) -> Inputs:
+def inputs_of(rows: list[dict[str, Any]], headers: Sequence[tuple[str, dict[str, Any]]], call_form: str = "vllm") -> Inputs:
     """Rows with the GPU their run headers name; refuses headers of different GPUs."""
     gpus: dict[str, list[str]] = defaultdict(list)
     caps: set[str] = set()
@@ -112,8 +113,13 @@ def inputs_of(rows: list[dict[str, Any]], headers: Sequence[tuple[str, dict[str,
     if len(gpus) > 1:
         detail = "; ".join(f"{g}: {', '.join(srcs)}" for g, srcs in sorted(gpus.items()))
         raise RecommendError(f"results come from different GPUs ({detail}); recommend ranks one GPU at a time")
+    from harness.callform_gap import form_note, only_call_form  # serving verdicts rank one call form
+
+    notes.append(form_note(call_form, rows))
+    if rows and not (rows := only_call_form(rows, call_form)):
+        raise RecommendError(f"--call-form {call_form}: no result rows of that call form")
     return Inputs(rows, [src for src, _ in headers], next(iter(gpus), "unknown"),
-                  next(iter(caps)) if len(caps) == 1 else None, notes)
+                  next(iter(caps)) if len(caps) == 1 else None, notes, call_form)
 
 
 _NESTED = ("config", "batch", "timing", "call", "variant", "check", "metrics", "host", "case_params")
@@ -679,8 +685,8 @@ class Recommendation:
         return [b for b in self.buckets if len(b.ranked) == 1]
 
 
-def recommend(paths: Sequence[str | Path], tie: float = DEFAULT_TIE) -> Recommendation:
-    inputs = load_inputs(paths)
+def recommend(paths: Sequence[str | Path], tie: float = DEFAULT_TIE, call_form: str = "vllm") -> Recommendation:
+    inputs = load_inputs(paths, call_form)
     return recommend_rows(inputs, tie)
 
 
@@ -731,7 +737,7 @@ def winners_records(rec: Recommendation) -> list[dict[str, Any]]:
         out.append({"bucket": res.bucket.label, "winner": w.name,
                     "median us": f"{statistics.median(t.median for t in w.times.values()):.1f}",
                     "runner-up": ru.name if ru else "-", "margin [interval]": _ratio_text(r), "verdict": verdict,
-                    "cases": len(res.cases)})
+                    "cases": len(res.cases), "call form": str(w.variant.get("call_form", "-"))})
     return out
 
 
@@ -894,7 +900,7 @@ def policy(rec: Recommendation) -> dict[str, Any]:
     return {
         "format": POLICY_FORMAT,
         "gpu": rec.inputs.gpu, "capability": rec.inputs.capability,
-        "tie_band": rec.tie,
+        "tie_band": rec.tie, "call_form": rec.inputs.call_form,
         "match": "first rule whose `when` holds: equal fields; num_reqs min <= n <= max (max null: no bound); "
                  "mean_seq_len gt < mean KV length per request <= le; features: the layer's non-default features "
                  "(window=W, softcap=X, alibi, sinks, non-causal, shared-prefix), all must match",
@@ -939,6 +945,7 @@ def vllm_export(rec: Recommendation) -> dict[str, Any]:
                                         + (f"; closest setting runs {choice.name}" if choice else "; no measured setting"))
         out.append(entry)
     return {"format": "attn-harness.vllm/1", "gpu": rec.inputs.gpu, "capability": rec.inputs.capability,
+            "call_form": rec.inputs.call_form,
             "buckets": out, "single_setting": rec.single[0] if rec.single else None,
             "all_settings": rec.single, "cannot_express": VLLM_NOT_EXPRESSIBLE,
             "cascade": [{"backend": f.backend, "vllm_rule_agreement": f"{f.vllm_agree}/{len(f.cells)}",

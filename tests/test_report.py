@@ -287,7 +287,7 @@ def test_h200_verdict_for_llama3_8b_batch_64_4k_is_the_measured_winner(h200_buil
 
 def test_h200_sections_all_filled(h200_sections):
     for sid, _ in SECTIONS:
-        if sid == "trace":  # 2026-11-29 has no trace rows; tests/test_trace_report.py renders 2026-11-30's
+        if sid in ("trace", "callform-gap", "crosscheck"):  # 2026-11-29: no trace rows, no call_form axis, no crosscheck.json
             assert "no data in these results" in h200_sections[sid]
             continue
         assert "no data in these results" not in h200_sections[sid], sid

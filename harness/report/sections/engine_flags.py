@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from harness.callform_gap import DEFAULT_CALL_FORM, form_note, only_call_form
 from harness.engine_export import answer_records, answers, engine_settings
 from harness.recommend import DEFAULT_TIE, rows_from_frame
 from harness.report.core import Block, Table, Text, col, section
@@ -26,6 +27,8 @@ def answer_per_model(df: pd.DataFrame) -> list[Block]:
         if isinstance(params, dict):
             r["case_params"] = params
     rows = [r for r in rows if r.get("batch")]
+    note = form_note(DEFAULT_CALL_FORM, rows)
+    rows = only_call_form(rows, DEFAULT_CALL_FORM)  # a serving answer: the form vLLM calls
     ans = answers(rows, DEFAULT_TIE)
     recs = answer_records(ans)
     if not recs:
@@ -37,7 +40,7 @@ def answer_per_model(df: pd.DataFrame) -> list[Block]:
              f"medians' CIs; tie when the interval reaches 0 or the margin is under {DEFAULT_TIE * 100:g}%. vLLM runs "
              "one backend per process; SGLang may set prefill and decode apart."
              + (f" {untimed} model shape / workload pair(s) without timed passing rows are left out (conformance-only"
-                " runs, or every backend unsupported)." if untimed else ""), cls="lead"),
+                " runs, or every backend unsupported)." if untimed else "") + " " + note, cls="lead"),
         Table(pd.DataFrame(recs), title="Winner per model shape and workload", wrap=("vLLM", "SGLang", "winner"))]
     for engine, name in (("vllm", "vLLM"), ("sglang", "SGLang")):
         per, single = engine_settings(rows, engine)

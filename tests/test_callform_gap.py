@@ -1,0 +1,115 @@
+"""Call forms in verdicts: recommend ranks the vllm form by default, --call-form selects, and the
+call-form gap lists pairs that differ beyond the noise (recommend output and the report)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from harness.callform_gap import gap_records, gaps, only_call_form
+from harness.cli import main
+from harness.recommend import inputs_of, policy, recommend_rows
+from harness.report import load, render_html
+from harness.results import ResultRow
+from typed_rows import check, host, timing
+
+CFG = {"num_heads": 32, "num_kv_heads": 8, "head_size": 128, "dtype": "bfloat16", "kv_cache_dtype": "auto",
+       "block_size": 16, "kv_layout": "NHD", "causal": True, "sliding_window": None, "softcap": 0.0,
+       "alibi": False, "sinks": False}
+BATCH = {"num_reqs": 64, "num_tokens": 64, "num_decode": 64, "num_prefill": 0, "num_extend": 0,
+         "max_query_len": 1, "max_seq_len": 4000, "mean_seq_len": 3000.0, "prefix_groups": 0}
+FI = {"decode_tensor_cores": True, "prefill_backend": "auto"}
+
+
+def row(backend: str, median: float, variant: dict, *, case: str = "c1", half: float = 0.2) -> dict:
+    return ResultRow(suite="s", case=case, backend=backend, variant=variant,
+                     variant_label=",".join(f"{k}={v}" for k, v in sorted(variant.items())), status="pass",
+                     config=CFG, batch=BATCH, check=check(True), host=host(),
+                     timing=timing(median, median - half, median + half)).model_dump()
+
+
+def fa(v: int, form: str) -> dict:
+    return {"fa_version": v, "call_form": form}
+
+
+# FA3 wins in its vllm form, FA4 only in its fastest form; flashinfer has no call_form on this row.
+ROWS = [row("flash-attn", 100.0, fa(3, "vllm")), row("flash-attn", 120.0, fa(3, "fastest")),
+        row("flash-attn", 110.0, fa(4, "vllm")), row("flash-attn", 80.0, fa(4, "fastest")),
+        row("flashinfer", 105.0, FI)]
+
+
+def rec_of(rows: list[dict], form: str = "vllm"):
+    return recommend_rows(inputs_of(rows, [("<test>", {"device": {"name": "NVIDIA H200", "capability": "9.0"}})], form))
+
+
+def test_default_ranks_vllm_form_rows_and_rows_without_the_axis_only():
+    rec = rec_of(ROWS)
+    (res,) = rec.measured
+    names = [c.name for c in res.ranked]
+    assert names == ["flash-attn [call_form=vllm,fa_version=3]", "flashinfer [decode_tensor_cores=True,prefill_backend=auto]",
+                     "flash-attn [call_form=vllm,fa_version=4]"]
+    assert policy(rec)["call_form"] == "vllm" and policy(rec)["rules"][0]["use"]["variant"] == fa(3, "vllm")
+    assert any("Call form: `vllm`" in n and "left out: 2" in n for n in rec.inputs.notes)
+
+
+def test_call_form_fastest_changes_the_winner():
+    rec = rec_of(ROWS, "fastest")
+    (res,) = rec.measured
+    assert res.winner.variant == fa(4, "fastest")
+    assert {c.name for c in res.ranked} == {"flash-attn [call_form=fastest,fa_version=3]",
+                                           "flash-attn [call_form=fastest,fa_version=4]",
+                                           "flashinfer [decode_tensor_cores=True,prefill_backend=auto]"}
+    assert len(rec_of(ROWS, "any").measured[0].ranked) == 5
+
+
+def test_a_row_standing_for_both_forms_counts_under_either():
+    r = {**row("flashinfer", 90.0, {**FI, "call_form": "vllm"}),
+         "variant_axes": {"not_applied": {"call_form": ["fastest", "vllm"]}}}
+    assert only_call_form([r], "fastest") == [r]
+    assert only_call_form([row("flashinfer", 90.0, {**FI, "call_form": "vllm"})], "fastest") == []
+
+
+def test_gap_lists_a_pair_20pct_apart_and_counts_one_half_a_pct_apart():
+    rows = [row("flash-attn", 100.0, fa(3, "vllm"), case="far"), row("flash-attn", 120.0, fa(3, "fastest"), case="far"),
+            row("flash-attn", 100.0, fa(3, "vllm"), case="near", half=0.05),
+            row("flash-attn", 100.5, fa(3, "fastest"), case="near", half=0.05),
+            row("flashinfer", 50.0, FI, case="far")]  # one form only: no pair
+    gs = gaps(rows, 0.03)
+    assert [(g.case, g.tie) for g in gs] == [("s/far", ""), ("s/near", "band")]
+    (rec,) = gap_records(gs)
+    assert rec["case"] == "s/far" and rec["other variant axes"] == "fa_version=3" and rec["faster form"] == "vllm"
+    assert rec["fastest / vllm [interval]"] == "1.200 [1.196, 1.204]"
+    # The fastest form 20% faster than the vllm form is listed too, and overlapping CIs are noise.
+    fast = gaps([row("flash-attn", 100.0, fa(4, "vllm")), row("flash-attn", 80.0, fa(4, "fastest"))], 0.03)
+    assert fast[0].tie == "" and gap_records(fast)[0]["faster form"] == "fastest"
+    wide = gaps([row("flash-attn", 100.0, fa(4, "vllm"), half=10), row("flash-attn", 95.0, fa(4, "fastest"), half=10)], 0.03)
+    assert wide[0].tie == "noise" and gap_records(wide) == []
+
+
+def _write(folder: Path, rows: list[dict]) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / "run.json").write_text(json.dumps({"device": {"name": "NVIDIA H200", "capability": "9.0"}}))
+    return folder
+
+
+def test_recommend_cli_says_the_form_and_prints_the_gap(tmp_path, capsys):
+    d = _write(tmp_path / "r", ROWS)
+    assert main(["recommend", str(d), "--out", str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out
+    assert "Call form: `vllm`" in out and "## Call-form gap" in out
+    assert "2 case x backend x variant pair(s) timed in both call forms: 2 differ beyond the noise" in out
+    assert json.loads((tmp_path / "o" / "vllm.json").read_text().replace("\n", ""))["call_form"] == "vllm"
+    assert main(["recommend", str(d), "--call-form", "fastest", "--engine", "vllm"]) == 0
+    out = capsys.readouterr().out
+    assert "Call form: `fastest`" in out
+    assert re.search(r"\| flash-attn \[call_form=fastest,fa_version=4\] \|", out)
+
+
+def test_report_shows_the_gap_section_and_the_answer_names_the_form(tmp_path):
+    d = _write(tmp_path / "r", ROWS)
+    secs = dict(re.findall(r'<section id="([\w-]+)"[^>]*>(.*?)</section>', render_html(load([d])), flags=re.S))
+    gap = secs["callform-gap"]
+    assert "differ beyond the noise" in gap and "fa_version=4" in gap and "0.727" in gap
+    assert "Call form: `vllm`" in secs["answer-per-model"] and "call_form=fastest" not in secs["answer-per-model"]
