@@ -270,11 +270,15 @@ def test_a_real_8x_slowdown_fails(slowed_runs, capsys):
 
 def test_gate_remeasures_and_confirms_a_real_slowdown(slowed_runs, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("ATTN_HARNESS_SLOW_REPEAT", str(SLOW))
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the gate's runs use worker processes
-    rc = _gate()(["--suite", str(slowed_runs["suite"]), "--baseline", str(slowed_runs["base"]),
-                  "--backends", SLOWED, "--cpu-clock", "process", "--max-time", "0.3", "--threshold", "50%",
-                  "--remeasure", "1", "--out", str(tmp_path / "new"), "--case", "prefill*",
-                  "--allow-missing", "*/decode*"])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the gate runs in this process (--no-isolation: worker isolation is not under test)
+    try:
+        rc = _gate()(["--suite", str(slowed_runs["suite"]), "--baseline", str(slowed_runs["base"]),
+                      "--backends", SLOWED, "--cpu-clock", "process", "--max-time", "0.3", "--threshold", "50%",
+                      "--remeasure", "1", "--no-isolation", "--out", str(tmp_path / "new"), "--case", "prefill*",
+                      "--allow-missing", "*/decode*"])
+    finally:
+        torch.set_num_threads(threads)
     captured = capsys.readouterr()
     assert "re-measured 2 slower row(s)" in captured.err
     assert rc == 1 and "confirmed by 1 re-measurement" in captured.out
