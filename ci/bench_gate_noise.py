@@ -14,6 +14,8 @@ the numbers depend on this machine's load, which is why the test suite does not 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import os
 import sys
 import tempfile
@@ -85,9 +87,10 @@ def main(argv: list[str] | None = None) -> int:
     for name, repeat in RUNS:
         os.environ["ATTN_HARNESS_SLOW_REPEAT"] = str(repeat)
         t0 = time.monotonic()
-        rc = harness_main(["run", str(suite), "--backends", SLOWED, "--out", str(root / name), "--device", "cpu",
-                           "--quiet", "--no-isolation", "--cpu-clock", "process", "--min-samples", "10",
-                           "--max-samples", "30", "--max-time", args.max_time, "--target-noise", "0.01"])
+        with contextlib.redirect_stdout(io.StringIO()):  # the run's own tables: only the numbers below are printed
+            rc = harness_main(["run", str(suite), "--backends", SLOWED, "--out", str(root / name), "--device", "cpu",
+                               "--quiet", "--no-isolation", "--cpu-clock", "process", "--min-samples", "10",
+                               "--max-samples", "30", "--max-time", args.max_time, "--target-noise", "0.01"])
         print(f"  run {name} (forward x{repeat}): exit {rc}, {time.monotonic() - t0:.1f} s")
         if rc != 0:
             return rc
