@@ -21,7 +21,15 @@ slower by the same factor is a regression (a shared code path), not noise; a war
 A class is *noise-dominated*, and its timings are reported but never fail the gate, when
 its timings are CPU wall-clock times (shared cores, frequency scaling: medians move several-
 fold between runs), when its run-to-run spread is wider than the threshold, or when its rows'
-own confidence intervals are. ``ci/gate.py`` also re-measures the rows it finds slower and
+own confidence intervals are, unless the rows share a shift far outside that noise (below).
+
+The shared-shift rule. A class dominated only by its spread or its rows' CIs (never one noisy
+whatever the data says, such as CPU wall clock) is judged after all when most rows moved
+together by far more than that noise: the median log ratio exceeds the threshold, SHIFT_K
+times the rows' typical CI half-width and the noise band (when a spread is known), and at least
+SHIFT_AGREE of the rows moved the same way. Such a shift cannot come from the per-row noise the
+class was dominated by; one moved row leaves the median, and so the class, where they were.
+``ci/gate.py`` also re-measures the rows it finds slower and
 keeps only the slowdowns every re-measurement confirms.
 """
 
@@ -40,6 +48,10 @@ Speed = Literal["faster", "slower", "same", "ambiguous", "noisy", "not timed"]
 ATTEMPTED = RAN | FAILED  # the cell was tried: it ran, or it failed trying
 NOISE_K = 3.0  # the noise band's half-width in robust standard deviations
 MIN_ROWS_FOR_SPREAD = 5  # fewer matched timed rows in a class: no spread estimate (CIs only)
+# The shared-shift rule: a typical move this many times the rows' CI half-width (and beyond the
+# threshold and the band), in this share of the rows, is a shift the per-row noise cannot explain.
+SHIFT_K = 3.0
+SHIFT_AGREE = 0.75
 # Timing methods whose numbers are noise-dominated whatever the data says, and why.
 NOISY_METHODS = {
     "wall_clock": "CPU wall-clock time: on shared cores medians move several-fold between runs of the same "
@@ -78,6 +90,7 @@ class NoiseModel:
     sigma: float | None  # robust standard deviation of log(NEW/BASE); None: too few rows
     row_noise: float | None  # the rows' own median relative CI half-width (the wider side)
     dominated: str = ""  # non-empty: the timings are noise-dominated, and why (never gated)
+    shared_shift: str = ""  # non-empty: judged despite wide noise, because most rows shared a large shift
 
     @property
     def band(self) -> float:
@@ -199,7 +212,29 @@ def estimate_noise(device_class_name: str, pairs: Sequence[tuple[ResultRow, Resu
     elif model.row_noise is not None and model.row_noise > threshold:
         model.dominated = (f"the rows' own 95% CIs (median half-width ±{model.row_noise * 100:.1f}%) are wider than "
                            f"the {threshold * 100:g}% threshold")
+    if model.dominated and method not in NOISY_METHODS:
+        model.shared_shift = shared_shift(logs, model, threshold)
+        if model.shared_shift:
+            model.dominated = ""
     return model
+
+
+def shared_shift(logs: Sequence[float], model: NoiseModel, threshold: float) -> str:
+    """Why most rows' common move is far outside the class's noise ("" when it is not): the
+    median log ratio beyond the threshold, SHIFT_K x the rows' typical CI half-width and the noise
+    band, with at least SHIFT_AGREE of the rows moved the same way."""
+    if len(logs) < MIN_ROWS_FOR_SPREAD or model.row_noise is None:
+        return ""
+    med = statistics.median(logs)
+    shift = abs(med)
+    ci = math.log1p(model.row_noise)  # the CI half-width on the log scale of the ratios
+    band = NOISE_K * model.sigma if model.sigma else 0.0
+    same_way = sum(1 for x in logs if x * med > 0) / len(logs)
+    if shift <= math.log1p(threshold) or shift <= SHIFT_K * ci or shift <= band or same_way < SHIFT_AGREE:
+        return ""
+    return (f"{same_way * 100:.0f}% of {len(logs)} rows moved the same way, typically by {_pct(math.exp(med))}: "
+            f"{shift / ci:.1f}x the rows' CI half-width (±{model.row_noise * 100:.1f}%), beyond the "
+            f"{threshold * 100:g}% threshold" + (f" and the ±{math.expm1(band) * 100:.1f}% band" if band else ""))
 
 
 def classify_speed(base: ResultRow, new: ResultRow, threshold: float,
@@ -296,6 +331,9 @@ def compare_rows(
         if d.speed == "slower":
             d.problem = f"slower: {_pct(d.ratio)} beyond the noise ({_ci(d.base)} -> {_ci(d.new)})"
     for m in comp.noise.values():
+        if m.shared_shift:
+            warnings.append(f"{m.device_class}: a shift shared by most rows, far outside their noise, is judged "
+                            f"(rows' CIs or spread alone would leave the class noise-dominated): {m.shared_shift}")
         if m.dominated:
             warnings.append(f"{m.device_class} timings are noise-dominated ({m.dominated}): "
                             f"{m.rows} row(s) compared on correctness only")
@@ -394,7 +432,8 @@ def to_markdown(comp: Comparison, baseline: str = "baseline", new: str = "new", 
             sd = f"±{math.expm1(m.sigma) * 100:.1f}%" if m.sigma is not None else f"- (< {MIN_ROWS_FOR_SPREAD} rows)"
             band = f"±{m.band * 100:.1f}%" if m.sigma is not None else "-"
             ci = f"±{m.row_noise * 100:.1f}%" if m.row_noise is not None else "-"
-            verdict = f"not gated: {m.dominated}" if m.dominated else "gated"
+            verdict = (f"not gated: {m.dominated}" if m.dominated else
+                       f"gated: shared shift ({m.shared_shift})" if m.shared_shift else "gated")
             lines.append("| " + " | ".join(_md_escape(c) for c in (
                 m.device_class, str(m.rows), _pct(m.median_ratio), sd, band, ci, verdict)) + " |")
         lines.append("")

@@ -58,13 +58,14 @@ def test_run_end_to_end(tiny, tmp_path, capsys):
 
 def test_reproducer_reruns_one_cell(tiny, tmp_path):
     out = tmp_path / "res"
-    main(["run", str(tiny), "--backends", "torch-math", "--device", "cpu", "--out", str(out), "--quiet", "--no-time"])
+    main(["run", str(tiny), "--backends", "torch-math", "--device", "cpu", "--out", str(out), "--quiet", "--no-time",
+          "--no-isolation"])
     first = json.loads((out / "results.jsonl").read_text().splitlines()[0])
     argv = first["reproducer"].split(" ", 1)[1]
     import shlex
 
     out2 = tmp_path / "again"
-    assert main(shlex.split(argv) + ["--out", str(out2), "--quiet", "--no-time"]) == 0
+    assert main(shlex.split(argv) + ["--out", str(out2), "--quiet", "--no-time", "--no-isolation"]) == 0
     again = [json.loads(x) for x in (out2 / "results.jsonl").read_text().splitlines()]
     assert len(again) == 1 and again[0]["case"] == first["case"]
     assert again[0]["check"]["max_abs_err"] == first["check"]["max_abs_err"]
@@ -73,7 +74,7 @@ def test_reproducer_reruns_one_cell(tiny, tmp_path):
 def test_large_cells_are_skipped_on_cpu_with_the_reason(tiny, tmp_path):
     out = tmp_path / "res"
     main(["run", str(tiny), "--backends", "torch-math", "--device", "cpu", "--out", str(out), "--quiet",
-          "--cpu-max-gflop", "0.000001"])
+          "--cpu-max-gflop", "0.000001", "--no-isolation"])
     rows = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
     assert rows and all(r["status"] == "skipped" and "too large for the CPU" in r["reason"] for r in rows)
 

@@ -46,7 +46,7 @@ def two_runs(tmp_path_factory) -> tuple[Path, Path]:
     outs = []
     for i in range(2):
         out = tmp_path_factory.mktemp(f"run{i}") / "res"
-        rc = main(["run", str(SMOKE), "--device", "cpu", "--out", str(out), "--quiet",
+        rc = main(["run", str(SMOKE), "--device", "cpu", "--out", str(out), "--quiet", "--no-isolation",
                    "--case", "decode-context[[]context_len=32]", "--case", "softcap-sinks"])
         assert rc == 0
         outs.append(out)
@@ -194,7 +194,7 @@ def test_full_smoke_run_against_the_committed_baseline_passes(tmp_path, capsys):
     # The whole ci/smoke.yaml on the CPU backends, timed, against the committed baseline (an
     # earlier real run of the same suite): exit 0, with the noise said.
     out = tmp_path / "smoke"
-    assert main(["run", str(SMOKE), "--device", "cpu", "--out", str(out), "--quiet"]) == 0
+    assert main(["run", str(SMOKE), "--device", "cpu", "--out", str(out), "--quiet", "--no-isolation"]) == 0
     capsys.readouterr()
     assert main(["compare", str(BASELINE), str(out)]) == 0
     text = capsys.readouterr().out

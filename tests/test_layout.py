@@ -103,7 +103,7 @@ def test_rows_carry_the_case_parameters_and_layout(tmp_path):
     suite.write_text(SWEEP)
     out = tmp_path / "r"
     assert cli_main(["run", str(suite), "--device", "cpu", "--backends", "torch-math", "--quiet", "--no-time",
-                     "--out", str(out)]) == 0
+                     "--no-isolation", "--out", str(out)]) == 0
     rows = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
     by_case = {r["case"]: r for r in rows}
     r = by_case["decode[block_size=16,count=2]"]

@@ -27,7 +27,7 @@ def results(tmp_path_factory):
     os.chdir(ROOT)  # the rows' reproducers name the suite relative to the repository root
     try:
         main(["run", str(SUITE.relative_to(ROOT)), "--case", "mixed", "--backends", f"torch-math,sdpa,{MUTANT}",
-              "--device", "cpu", "--no-time", "--out", str(out), "--quiet"])
+              "--device", "cpu", "--no-time", "--no-isolation", "--out", str(out), "--quiet"])
     finally:
         os.chdir(cwd)
     return out
@@ -129,7 +129,7 @@ def test_backend_without_standalone_call_is_refused(tmp_path, capfd):
     os.chdir(ROOT)
     try:
         main(["run", str(SUITE.relative_to(ROOT)), "--case", "mixed", "--backends", "mutants.cpu:DropLastContext",
-              "--device", "cpu", "--no-time", "--out", str(out), "--quiet"])
+              "--device", "cpu", "--no-time", "--no-isolation", "--out", str(out), "--quiet"])
     finally:
         os.chdir(cwd)
     capfd.readouterr()

@@ -67,7 +67,8 @@ def test_the_good_suite_passes_both(tmp_path, capsys):
     p = tmp_path / "s.yaml"
     p.write_text("variants: {flash-attn: {fa_version: [3, 4]}}\nbackends: [torch-math]\n" + GOOD)
     assert main(["validate", str(p)]) == 0
-    assert main(["run", str(p), "--device", "cpu", "--out", str(tmp_path / "r"), "--quiet", "--no-time"]) == 0
+    assert main(["run", str(p), "--device", "cpu", "--out", str(tmp_path / "r"), "--quiet", "--no-time",
+                 "--no-isolation"]) == 0
 
 
 def test_yaml_merge_keys_may_still_override(tmp_path, capsys):

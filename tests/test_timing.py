@@ -271,7 +271,7 @@ def test_cli_timing_flags(tmp_path):
     out = tmp_path / "r"
     rc = cli_main(["run", "ci/smoke.yaml", "--device", "cpu", "--backends", "torch-math", "--quiet",
                    "--case", "decode-gqa[block_size=16,count=1]", "--out", str(out),
-                   "--timing-mode", "cold", "--max-samples", "7", "--target-noise", "0.2"])
+                   "--timing-mode", "cold", "--max-samples", "7", "--target-noise", "0.2", "--no-isolation"])
     assert rc == 0
     row = json.loads((out / "results.jsonl").read_text().splitlines()[0])
     t = row["timing"]
@@ -286,7 +286,7 @@ def test_cli_timing_flags(tmp_path):
     out = tmp_path / "s"
     assert cli_main(["run", "ci/smoke.yaml", "--device", "cpu", "--backends", "torch-math", "--quiet",
                      "--case", "decode-gqa[block_size=16,count=1]", "--out", str(out),
-                     "--stop", "samples", "--max-samples", "4"]) == 0
+                     "--stop", "samples", "--max-samples", "4", "--no-isolation"]) == 0
     row = json.loads((out / "results.jsonl").read_text().splitlines()[0])
     assert row["timing"]["samples"] == 4 and row["timing"]["stop_criterion"] == "samples"
     assert row["timing"]["stop_reason"] == STOP_MAX_SAMPLES and "fixed count" in row["timing"]["stop"]
