@@ -82,6 +82,10 @@ class AttentionBackend(ABC):
     # planner runs one variant where the only differences are axes that do not apply to the
     # case's batch (e.g. FlashInfer's prefill_backend on a decode-only batch).
     variant_axis_kinds: ClassVar[dict[str, frozenset[str]]] = {}
+    # The library versions the project was tested with: distribution name -> PEP 440 specifier
+    # (e.g. {"flashinfer-python": ">=0.6.18,<0.7"}); `harness list` and `harness --version`
+    # mark an installed version outside it.
+    tested_versions: ClassVar[dict[str, str]] = {}
 
     @classmethod
     def applicable_axes(cls, segment_kinds: Iterable[str]) -> tuple[str, ...]:

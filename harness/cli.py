@@ -18,18 +18,37 @@ if __name__ == "__main__":  # python -m harness.cli: guard Ctrl-C before torch l
     guard_startup()
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from harness import registry
-from harness.results import FAILED, NOT_RUN, RESULTS_FILE, ResultRow, ResultWriter, Status, read_rows, variant_label, write_header
-from harness.spec import SpecError, load_suite
-from harness.suite_check import check_suite_backends
+from harness.cli_flags import add_global_flags, configure_logging
+from harness.versions import untested, untested_note
+from harness.lazy import LazyModule, LazyText, lazy_function
+from attn_contract.status import FAILED, NOT_RUN, Status  # no torch, no pydantic
+
+# Imported on first use: building the parser (--help, --version) loads neither torch nor pandas.
+torch = LazyModule("torch")
+registry = LazyModule("harness.registry")
+check_suite_backends = lazy_function("harness.suite_check", "check_suite_backends")
+load_suite = lazy_function("harness.spec", "load_suite")
+ResultWriter = lazy_function("harness.results", "ResultWriter")
+read_rows = lazy_function("harness.results", "read_rows")
+variant_label = lazy_function("harness.results", "variant_label")
+write_header = lazy_function("harness.results", "write_header")
+RESULTS_FILE = "results.jsonl"  # harness.results.RESULTS_FILE without its pydantic import (a test keeps them equal)
+
+if TYPE_CHECKING:
+    from harness.results import ResultRow
+
+
+def _spec_error() -> type[Exception]:
+    from harness.spec import SpecError
+
+    return SpecError
 
 EXIT_USAGE = 2
 
@@ -624,13 +643,14 @@ def list_backends() -> list[dict[str, Any]]:
     """Every registered backend with each variant's availability and capabilities (``list --json``)."""
     out = []
     for name, spec in sorted(registry.known_backends().items()):
-        entry: dict[str, Any] = {"name": name, "spec": spec, "error": None, "variants": []}
+        entry: dict[str, Any] = {"name": name, "spec": spec, "error": None, "variants": [], "untested": []}
         try:
             cls = registry.resolve(name)  # the checks a run applies (one name, no duplicates)
         except registry.BackendLookupError as e:
             entry["error"] = str(e)
             out.append(entry)
             continue
+        entry["untested"] = untested(cls)  # installed libraries outside the backend's tested range
         for v in cls.variants():
             a = cls.availability(v)
             entry["variants"].append({"variant": v, "label": variant_label(v), "available": a.available,
@@ -661,6 +681,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         if args.verbose:
             for v in b["variants"]:
                 info = v["reason"] if not v["available"] else ", ".join(f"{k} {x}" for k, x in v["versions"].items())
+                info = "; ".join(x for x in (info, untested_note(b["untested"])) if x)
                 capstr = "; ".join(f"{k}={','.join(map(str, x)) if isinstance(x, list) else x}"
                                    for k, x in v["capabilities"].items())
                 t.add_row(escape(b["name"]), escape(v["label"] or "-"), "[green]yes" if v["available"] else "[red]no",
@@ -671,6 +692,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         for v in b["variants"]:
             info = v["reason"] if not v["available"] else ", ".join(f"{k} {x}" for k, x in v["versions"].items())
             info = _NOT_INSTALLED.sub(r"\1 not installed", info)  # the full text: --verbose
+            info = "; ".join(x for x in (info, untested_note(b["untested"])) if x)
             groups.setdefault((v["available"], info), []).append(v["variant"])
         for i, ((ok, info), vs) in enumerate(groups.items()):
             t.add_row(escape(b["name"]) if i == 0 else "", escape(_axes_label(vs)), "[green]yes" if ok else "[red]no",
@@ -681,6 +703,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="harness", description="Benchmark and conformance harness for GPU attention backends.")
+    add_global_flags(p)  # --version, -v/-vv (harness/cli_flags.py)
     sub = p.add_subparsers(dest="command", required=True)
 
     r = sub.add_parser("run", help="run a suite: check every cell against the reference and time it")
@@ -707,7 +730,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "stands for them, its row says which axes applied; docs/measurement.md)")
     r.add_argument("--cpu-max-gflop", type=float, default=0.5, help="on CPU, skip cases above this many GFLOP (default 0.5)")
     r.add_argument("--cpu-max-kv-mib", type=float, default=128.0, help="on CPU, skip cases whose KV cache exceeds this (default 128)")
-    from harness.timing.stopping import STOPPING_CRITERIA  # the criteria registered by name
+    def stop_help() -> str:
+        from harness.timing.stopping import STOPPING_CRITERIA  # the criteria registered by name (torch)
+
+        return "when sampling stops: " + "; ".join(f"{name}: {cls.help}" for name, cls in
+                                                   sorted(STOPPING_CRITERIA.items())) + " (default noise)"
 
     tg = r.add_argument_group("timing (docs/measurement.md)")
     tg.add_argument("--timing-mode", choices=["hot", "cold"], default="hot",
@@ -727,9 +754,7 @@ def build_parser() -> argparse.ArgumentParser:
     tg.add_argument("--max-samples", type=int,
                     help="sample cap per cell, the exact count under --stop samples (default 500 GPU, 20 CPU)")
     tg.add_argument("--stop", metavar="CRITERION",
-                    help="when sampling stops: " + "; ".join(f"{name}: {cls.help}" for name, cls in
-                                                             sorted(STOPPING_CRITERIA.items()))
-                         + " (default noise)")
+                    help=LazyText(stop_help))
     tg.add_argument("--cpu-clock", choices=["wall", "process"],
                     help="CPU timing clock: wall (default, elapsed time) or process (CPU time the call "
                          "used: far steadier on a shared machine; what `harness compare` can gate on)")
@@ -852,8 +877,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         args.argv = argv
+        configure_logging(args)
         return args.func(args)
-    except (SpecError, UsageError) as e:
+    except Exception as e:  # a SpecError or UsageError; the suite models load only if something was raised
+        if not isinstance(e, (_spec_error(), UsageError)):
+            raise
         err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
         return EXIT_USAGE
     except KeyboardInterrupt:

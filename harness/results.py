@@ -12,12 +12,14 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any, ClassVar, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Iterator
 
-import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_serializer, model_validator
 
 from attn_contract.status import FAILED, NOT_RUN, RAN, Status
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["Status", "RAN", "FAILED", "NOT_RUN", "STATUSES", "Check", "Timing", "Metrics", "Host", "Call",
            "Worker", "ResultRow", "Environment", "RunHeader", "rows_frame", "read_rows", "read_header",
@@ -351,6 +353,8 @@ def rows_frame(rows: Iterable[ResultRow]) -> pd.DataFrame:
     ``case_id``: a short id per (suite, case), ``c1``, ``c2``, ... in first-seen order over the
     rows given (pass every run at once for ids shared across runs; ``df.attrs["case_legend"]``
     maps them back) and ``label`` (backend [variant])."""
+    import pandas as pd  # here, not at import: readers and `harness --help` stay light
+
     recs = []
     ids: dict[tuple[str, str], str] = {}
     for r in rows:
