@@ -28,6 +28,7 @@ from rich.table import Table
 from harness.cli_flags import add_global_flags, configure_logging
 from harness.versions import untested, untested_note
 from harness import export as export_command
+from harness import schema as schema_command
 from harness.lazy import LazyModule, LazyText, lazy_function
 from attn_contract.status import FAILED, NOT_RUN, Status  # no torch, no pydantic
 
@@ -840,6 +841,7 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--json", action="store_true", help="everything --verbose shows, as JSON")
     ls.set_defaults(func=cmd_list)
     export_command.add_parser(sub)
+    schema_command.add_parser(sub)
     return p
 
 

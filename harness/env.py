@@ -74,8 +74,11 @@ def device_info(device: torch.device) -> dict[str, Any]:
 
 def run_header(device: torch.device, backend_versions: dict[str, dict[str, str]], argv: list[str],
                extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    from harness.schema import RUN_SCHEMA_VERSION
+
     return {
         "tool": "attn-harness",
+        "schema_version": RUN_SCHEMA_VERSION,
         "time_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "command": " ".join(argv),
         "git_sha": git_sha(),

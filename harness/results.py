@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Iterator
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_serializer, model_validator
 
 from attn_contract.status import FAILED, NOT_RUN, RAN, Status
+from harness.schema import ROW_SCHEMA_VERSION, RUN_SCHEMA_VERSION, check_version
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -228,6 +229,8 @@ class ResultRow(BaseModel):
 
     model_config = ConfigDict(strict=True, extra="forbid")
 
+    # The format's version (harness/schema.py); rows read without the key are version 1.
+    schema_version: int = ROW_SCHEMA_VERSION
     suite: str
     case: str
     backend: str
@@ -293,7 +296,7 @@ class ResultRow(BaseModel):
         d = handler(self)
         d["status"] = self.status.value
         # Fields rows gained later are written only when set, so an old row writes back as it was.
-        for k, empty in (("worker", None), ("traceback", None), ("layout", None), ("case_group", ""),
+        for k, empty in (("schema_version", 1), ("worker", None), ("traceback", None), ("layout", None), ("case_group", ""),
                          ("case_params", {}), ("variant_axes", None),
                          ("timing_skipped", None)):
             if k in d and d[k] == empty and (empty is not None or d[k] is None):
@@ -312,6 +315,7 @@ class Environment(BaseModel):
 
     model_config = ConfigDict(extra="allow")  # device probes add keys per device type
     tool: str = "attn-harness"
+    schema_version: int = 1  # absent: written before run.json carried it (harness/schema.py)
     time_utc: str = ""
     command: str = ""
     git_sha: str = ""
@@ -467,6 +471,9 @@ def read_rows(path: str | Path) -> list[ResultRow]:
             if n == len(lines) - 1:
                 break  # interrupted mid-write
             raise ValueError(f"{p}: line {n + 1} is not JSON") from None
+        if isinstance(data, dict):
+            check_version(data.get("schema_version"), ROW_SCHEMA_VERSION, f"{p}: line {n + 1}", "result row")
+            data.setdefault("schema_version", 1)  # written before rows carried it
         try:
             rows.append(ResultRow.model_validate(data))
         except ValueError as e:
@@ -522,7 +529,10 @@ def read_header(path: str | Path) -> dict[str, Any]:
     if p.is_file():
         p = p.parent
     f = p / HEADER_FILE
-    return json.loads(f.read_text(encoding="utf-8")) if f.exists() else {}
+    header = json.loads(f.read_text(encoding="utf-8")) if f.exists() else {}
+    if isinstance(header, dict):
+        check_version(header.get("schema_version"), RUN_SCHEMA_VERSION, str(f), "run.json")
+    return header
 
 
 def read_run_header(path: str | Path) -> RunHeader:
