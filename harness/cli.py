@@ -29,6 +29,7 @@ from harness.cli_flags import add_global_flags, configure_logging
 from harness.versions import untested, untested_note
 from harness import export as export_command
 from harness import schema as schema_command
+from harness import suite_copy
 from harness.lazy import LazyModule, LazyText, lazy_function
 from attn_contract.status import FAILED, NOT_RUN, Status  # no torch, no pydantic
 
@@ -274,9 +275,11 @@ def _prepare_out_dir(args: argparse.Namespace, suite: Any, cells: list, device: 
         a = b.availability()
         versions[b.name] = {"available": a.available, "reason": a.reason, **a.versions}
     header = run_header(device, versions, argv, {"suite": suite.suite, "suite_file": args.suite,
+                                                 **suite_copy.header_fields(args.suite),
                                                  "cells": len(cells), "seed": args.seed,
                                                  "devices": devices, **(extra or {})})
     write_header(out_dir, header)
+    suite_copy.save(out_dir, args.suite)  # repro and --resume find it from any directory
     return out_dir, cells, header
 
 
@@ -296,6 +299,9 @@ def cmd_merge(args: argparse.Namespace) -> int:
     try:
         res = merge_dirs([Path(d) for d in args.dirs])
         out = write_merged(res, Path(args.output))
+        copies = [Path(d) / suite_copy.SUITE_COPY for d in args.dirs if (Path(d) / suite_copy.SUITE_COPY).is_file()]
+        if copies:  # shards of one suite: the merged folder keeps its copy too
+            suite_copy.save(out, copies[0])
     except MergeError as e:
         raise UsageError(str(e)) from None
     console.print(f"{len(res.rows)} rows from {len(args.dirs)} folder(s) -> {out}")
@@ -335,6 +341,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from harness.executor import Executor
     from harness.runner import RunOptions, plan_cells
 
+    if args.resume and not Path(args.suite).is_file():  # typed relative to where the run started
+        args.suite = suite_copy.find_suite(args.resume, args.suite) or args.suite
     suite = load_suite(args.suite)
     check_suite_backends(suite)  # the checks `harness validate` makes, with file and field
     names = args.backends.split(",") if args.backends else (suite.backends or list(registry.known_backends()))
@@ -530,6 +538,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 1 if comp.regressed else 0
 
 
+def _row_suite(results: str, row: Any) -> str | None:
+    """The suite a row's reproducer names, found from any directory (harness/suite_copy.py)."""
+    try:
+        parts = shlex.split(row.reproducer)
+    except ValueError:
+        parts = []
+    return suite_copy.find_suite(results, parts[2] if parts[:2] == ["harness", "run"] and len(parts) > 2 else None)
+
+
 def cmd_repro(args: argparse.Namespace) -> int:
     """A standalone script reproducing one row (harness/repro.py); --shrink first."""
     from harness import repro
@@ -538,7 +555,7 @@ def cmd_repro(args: argparse.Namespace) -> int:
     try:
         rows = read_rows(args.results)
         index, row = repro.select_row(rows, args.row, backend=args.backend, variant=args.variant)
-        case, spec = repro.case_of_row(row, args.suite)
+        case, spec = repro.case_of_row(row, args.suite or _row_suite(args.results, row))
         try:
             backend = resolve(spec)
         except Exception as e:  # an unknown name or a plugin that does not import
@@ -855,6 +872,10 @@ def resume_command(argv: list[str], out_dir: Path) -> str:
             next(it, None)
         elif not a.startswith(("--out=", "--resume=")):
             kept.append(a)
+    if kept[:1] == ["run"] and len(kept) > 1 and (Path(out_dir) / suite_copy.SUITE_COPY).is_file():
+        # The folder's copy of the suite and absolute paths: the command works from any directory.
+        kept[1] = str((Path(out_dir) / suite_copy.SUITE_COPY).resolve())
+        out_dir = Path(out_dir).resolve()
     return shlex.join(["harness", *kept, "--resume", str(out_dir)])
 
 
