@@ -29,7 +29,7 @@ from harness.cli_flags import add_global_flags, configure_logging
 from harness.versions import untested, untested_note
 from harness import export as export_command
 from harness import schema as schema_command
-from harness import suite_copy
+from harness import ci_output, suite_copy
 from harness.lazy import LazyModule, LazyText, lazy_function
 from attn_contract.status import FAILED, NOT_RUN, Status  # no torch, no pydantic
 
@@ -535,6 +535,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     print(md, end="")
     if args.markdown:
         Path(args.markdown).write_text(md, encoding="utf-8")
+    ci_output.emit(args, comp, md)  # $GITHUB_STEP_SUMMARY, ::error lines, --junit, --benchmark-json
     return 1 if comp.regressed else 0
 
 
@@ -824,6 +825,7 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--allow-skip", action="append", nargs="?", const="*", metavar="PATTERN",
                     help="accept rows that became skipped/unsupported (all, or those matching PATTERN; repeatable)")
     cp.add_argument("--markdown", metavar="FILE", help="also write the markdown summary to FILE")
+    ci_output.add_flags(cp)  # --junit, --benchmark-json (harness/ci_output.py)
     cp.set_defaults(func=cmd_compare)
 
     rc = sub.add_parser("recommend", help="fastest passing backend+variant per shape bucket, vLLM export, policy JSON")
