@@ -28,6 +28,7 @@ from rich.table import Table
 from harness.cli_flags import add_global_flags, configure_logging
 from harness.versions import untested, untested_note
 from harness import export as export_command
+from harness import gate as gate_command
 from harness import schema as schema_command
 from harness import ci_output, suite_copy
 from harness.lazy import LazyModule, LazyText, lazy_function
@@ -861,6 +862,7 @@ def build_parser() -> argparse.ArgumentParser:
     ls.set_defaults(func=cmd_list)
     export_command.add_parser(sub)
     schema_command.add_parser(sub)
+    gate_command.add_parser(sub)
     return p
 
 

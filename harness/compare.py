@@ -21,7 +21,7 @@ slower by the same factor is a regression (a shared code path), not noise; a war
 A class is *noise-dominated*, and its timings are reported but never fail the gate, when
 its timings are CPU wall-clock times (shared cores, frequency scaling: medians move several-
 fold between runs), when its run-to-run spread is wider than the threshold, or when its rows'
-own confidence intervals are. ``ci/gate.py`` also re-measures the rows it finds slower and
+own confidence intervals are. ``harness gate`` (harness/gate.py) also re-measures the rows it finds slower and
 keeps only the slowdowns every re-measurement confirms.
 """
 
