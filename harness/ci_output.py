@@ -1,5 +1,6 @@
 """`harness compare` for CI: the markdown table appended to ``$GITHUB_STEP_SUMMARY``, one
-``::error file=...,title=...::`` workflow command per regression, ``--junit FILE`` (testsuites
+``::error file=...,title=...::`` workflow command per regression (under GitHub Actions:
+``GITHUB_ACTIONS=true``), ``--junit FILE`` (testsuites
 ``correctness`` and ``speed``, one testcase per row in each) and ``--benchmark-json FILE`` in
 github-action-benchmark's ``customSmallerIsBetter`` format (docs/ci.md)."""
 
@@ -118,8 +119,9 @@ def emit(args: argparse.Namespace, comp: Any, md: str) -> None:
     if summary:
         with open(summary, "a", encoding="utf-8") as fh:
             fh.write(md)
-    for line in annotations(comp, args.new):
-        print(line)
+    if os.environ.get("GITHUB_ACTIONS") == "true":  # elsewhere stdout stays the markdown alone
+        for line in annotations(comp, args.new):
+            print(line)
     if getattr(args, "junit", None):
         _write(args.junit, junit_xml(comp))
     if getattr(args, "benchmark_json", None):

@@ -183,8 +183,9 @@ def gate(args: argparse.Namespace) -> int:
         if summary:
             with open(summary, "a", encoding="utf-8") as fh:
                 fh.write(md)
-        for line in annotations(comp, new):
-            print(line)
+        if os.environ.get("GITHUB_ACTIONS") == "true":
+            for line in annotations(comp, new):
+                print(line)
         if args.junit:
             Path(args.junit).write_text(junit_xml(comp), encoding="utf-8")
         if args.benchmark_json:

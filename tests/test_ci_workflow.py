@@ -18,7 +18,7 @@ import yaml
 from harness.cli import build_parser, main
 from harness.compare import compare_rows
 from harness.ci_output import annotations, benchmark_entries, junit_xml
-from harness.results import read_rows
+from harness.results import Status, read_rows, row_json
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = (ROOT / "docs" / "ci.md").read_text()
@@ -82,13 +82,13 @@ def test_the_gpu_jobs_compare_on_committed_h200_results(tmp_path, capsys, monkey
     assert summary.read_text().strip()
 
 
-def test_a_regression_is_an_annotation_and_a_junit_failure():
+def test_a_regression_is_an_annotation_and_a_junit_failure(tmp_path, monkeypatch, capsys):
     base, new = read_rows(H200_BASE), read_rows(H200_NEW)
     # A graph-timed row for the slowdown (eager/host-bound classes are noise-dominated, not gated).
     timed = [i for i, r in enumerate(new) if r.status == "pass" and r.timing is not None]
     i_slow = next(i for i in timed if (new[i].timing.cuda_graph or {}).get("used"))
     i_err = next(i for i in timed if i != i_slow)
-    broken = [r.model_copy(update={"status": "error", "reason": "forward: boom", "timing": None, "metrics": None})
+    broken = [r.model_copy(update={"status": Status.ERROR, "reason": "forward: boom", "timing": None, "metrics": None})
               if i == i_err else r for i, r in enumerate(new)]
     slow = [r.model_copy(update={"timing": r.timing.model_copy(update={
         "median_us": r.timing.median_us * 3, "ci_low_us": r.timing.ci_low_us * 3, "ci_high_us": r.timing.ci_high_us * 3})})
@@ -102,3 +102,12 @@ def test_a_regression_is_an_annotation_and_a_junit_failure():
     fails = {s.get("name"): [f.get("type") for f in s.iter("failure")] for s in root}
     assert fails["correctness"] == ["correctness"] and "speed" in fails["speed"]
     assert len(benchmark_entries(comp)) == sum(1 for r in slow if r.timing is not None and r.timing.median_us)
+    # From the command line: the ::error lines only under GitHub Actions, after the table.
+    new_file = tmp_path / "new.jsonl"
+    new_file.write_text("".join(row_json(r) + "\n" for r in slow))
+    assert main(["compare", str(H200_BASE), str(new_file)]) == 1
+    assert "::error" not in capsys.readouterr().out
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    assert main(["compare", str(H200_BASE), str(new_file)]) == 1
+    out = capsys.readouterr().out
+    assert out.count("::error file=") == 2 and out.index("::error") > out.index("REGRESSED")
