@@ -9,9 +9,25 @@ shortcuts; ``compare`` and ``report`` are reached as ``harness.api.compare`` /
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import Any
 
 __all__ = ["api", "run", "load"]
+
+
+def _started_as_command() -> bool:
+    """``python -m harness`` / ``python -m harness.cli`` while Python is still locating the
+    module (sys.argv[0] is "-m" then): the package is imported before the command's own code."""
+    argv = getattr(sys, "orig_argv", [])
+    return sys.argv[:1] == ["-m"] and "-m" in argv and argv[argv.index("-m") + 1:][:1] in (["harness"], ["harness.cli"])
+
+
+if _started_as_command():
+    # Guard Ctrl-C from here, not only once the command's module has been compiled and runs
+    # (seconds on a loaded machine without cached bytecode): an early Ctrl-C exits 130 quietly.
+    from harness.startup import guard_startup
+
+    guard_startup()
 
 
 def __getattr__(name: str) -> Any:  # PEP 562: nothing heavy until asked for
