@@ -5,28 +5,42 @@ builder/impl/backend bases, cell statuses, the LSE merge op and the shared-prefi
 preconditions all live here.
 """
 
-from attn_contract.backend import AttentionBackend, AttentionImpl, AttentionMetadataBuilder
-from attn_contract.capabilities import (
-    AlibiLse,
-    Availability,
-    Capabilities,
-    CudaGraphSupport,
-    HeadSizes,
-    MultipleOf,
-    SplitKV,
-)
-from attn_contract.merge import lse_to_natural, merge_attn_states
-from attn_contract.metadata import (
-    TORCH_DTYPES,
-    AttentionConfig,
-    CommonAttentionMetadata,
-    DecodePrefillSplit,
-    LayerParams,
-    decode_first_order,
-    split_decodes_and_prefills,
-)
-from attn_contract.shared_prefix import GroupLayout, cascade_batch_reason, group_layout
-from attn_contract.status import FAILED, NOT_RUN, RAN, Status
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# Names resolve on first use (PEP 562): `harness --help`, the schemas and the result readers
+# import the statuses without torch, which attn_contract.backend and .metadata need.
+_EXPORTS = {
+    "AlibiLse": "attn_contract.capabilities",
+    "AttentionBackend": "attn_contract.backend",
+    "AttentionConfig": "attn_contract.metadata",
+    "AttentionImpl": "attn_contract.backend",
+    "AttentionMetadataBuilder": "attn_contract.backend",
+    "Availability": "attn_contract.capabilities",
+    "Capabilities": "attn_contract.capabilities",
+    "CommonAttentionMetadata": "attn_contract.metadata",
+    "CudaGraphSupport": "attn_contract.capabilities",
+    "DecodePrefillSplit": "attn_contract.metadata",
+    "FAILED": "attn_contract.status",
+    "GroupLayout": "attn_contract.shared_prefix",
+    "HeadSizes": "attn_contract.capabilities",
+    "LayerParams": "attn_contract.metadata",
+    "MultipleOf": "attn_contract.capabilities",
+    "NOT_RUN": "attn_contract.status",
+    "RAN": "attn_contract.status",
+    "SplitKV": "attn_contract.capabilities",
+    "Status": "attn_contract.status",
+    "TORCH_DTYPES": "attn_contract.metadata",
+    "cascade_batch_reason": "attn_contract.shared_prefix",
+    "decode_first_order": "attn_contract.metadata",
+    "group_layout": "attn_contract.shared_prefix",
+    "lse_to_natural": "attn_contract.merge",
+    "merge_attn_states": "attn_contract.merge",
+    "split_decodes_and_prefills": "attn_contract.metadata",
+}
+
 
 __all__ = [
     "FAILED",
@@ -56,3 +70,16 @@ __all__ = [
     "merge_attn_states",
     "split_decodes_and_prefills",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'attn_contract' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # once: later lookups are plain attribute reads
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -86,6 +86,10 @@ class AttentionBackend(ABC):
     # class data so a run's parent can plan without importing any library; ``capabilities()``
     # must carry the same set (``Capabilities.untimed_on``, which the cell itself obeys).
     untimed_on: ClassVar[frozenset[str]] = frozenset()
+    # The library versions the project was tested with: distribution name -> PEP 440 specifier
+    # (e.g. {"flashinfer-python": ">=0.6.18,<0.7"}); `harness list` and `harness --version`
+    # mark an installed version outside it.
+    tested_versions: ClassVar[dict[str, str]] = {}
 
     @classmethod
     def applicable_axes(cls, segment_kinds: Iterable[str]) -> tuple[str, ...]:

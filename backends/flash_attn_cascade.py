@@ -34,6 +34,7 @@ from attn_contract import (
     group_layout,
     merge_attn_states,
 )
+from backends.flash_attn.backend import FlashAttentionBackend
 from backends.flash_attn import GENERATIONS, availability_from, cuda_capability, detect_features
 from backends.torch_cascade import shifted_block_table
 
@@ -157,6 +158,7 @@ class FACascadeImpl(AttentionImpl[FACascadeMetadata]):
 
 class FlashAttnCascadeBackend(AttentionBackend):
     name = "flash-attn-cascade"
+    tested_versions = FlashAttentionBackend.tested_versions  # the same libraries
     description = "cascade through FlashAttention 3/4 paged calls: shared-prefix pass + suffix pass + LSE merge"
     variant_axes = {"fa_version": (3, 4)}
 

@@ -463,6 +463,7 @@ class FlashInferImpl(AttentionImpl[FlashInferMetadata]):
 # ---------------------------------------------------------------- backend
 class FlashInferBackend(AttentionBackend):
     name = "flashinfer"
+    tested_versions = {"flashinfer-python": ">=0.6.18,<0.7"}  # measured: 0.6.18.post1
     description = "FlashInfer batch decode + paged/ragged prefill wrappers (plan/run), as vLLM v1 uses them"
     # All six combinations run by default: decode_tensor_cores only matters when a batch has
     # decodes and prefill_backend only when it has prefills ("auto" resolves to fa3 on Hopper for

@@ -1,172 +1,34 @@
 #!/usr/bin/env python
-"""CI regression gate: run a small suite (or take finished results), compare with a baseline,
-exit non-zero on a regression.
+"""The CI regression gate of this repository: `harness gate` (harness/gate.py) with this
+checkout's ci/smoke.yaml and ci/baselines/cpu-smoke as defaults, runnable from any folder.
 
-    python ci/gate.py --correctness-only                    # CPU CI: ci/smoke.yaml vs ci/baselines/cpu-smoke
-    python ci/gate.py --results results/decode-x --baseline ci/baselines/h200-decode   # speed + correctness
-    python ci/gate.py --update-baseline                     # rewrite the baseline from a fresh run
-    python ci/gate.py --device cuda --baseline B --remeasure 2   # GPU: rows found slower are re-run twice
-
-What fails: a correctness regression, a missing row, a row that stopped running, and (only
-where timings are not noise-dominated: see harness/compare.py and docs/reports.md) a row
-slower beyond the threshold, the device class's run-to-run noise band and both CIs. When
-the gate ran the suite itself it re-measures the rows it found slower (--remeasure times)
-and keeps only the slowdowns every re-measurement confirms.
-
-Exit codes: 0 no regression, 1 regression, 2 bad input (missing suite/baseline/results).
-The markdown summary goes to stdout, to --markdown FILE, and to $GITHUB_STEP_SUMMARY if set.
+    python ci/gate.py --correctness-only      # the same as `harness gate --correctness-only` at the root
 """
 
 from __future__ import annotations
 
-import argparse
-import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # runnable as a plain script from any folder
 
-from harness.cli import main as harness_main  # noqa: E402
-from harness.compare import compare_paths, confirm_slowdowns, parse_threshold, to_markdown  # noqa: E402
-from harness.results import read_rows  # noqa: E402
+from harness.gate import build_parser as _build_parser  # noqa: E402
+from harness.gate import main as _main  # noqa: E402
+from harness.gate import run_args, run_suite  # noqa: E402,F401  (kept for scripts importing them)
 
 DEFAULT_SUITE = ROOT / "ci" / "smoke.yaml"
 DEFAULT_BASELINE = ROOT / "ci" / "baselines" / "cpu-smoke"
 
 
-def run_suite(suite: Path, out: Path, device: str, backends: str | None, no_time: bool,
-              extra: list[str] | None = None) -> int:
-    try:
-        suite = suite.resolve().relative_to(Path.cwd())  # a short path in the rows' reproducers
-    except ValueError:
-        pass
-    argv = ["run", str(suite), "--device", device, "--out", str(out), "--quiet", *(extra or [])]
-    if backends:
-        argv += ["--backends", backends]
-    if no_time:
-        argv.append("--no-time")
-    saved = sys.argv
-    sys.argv = ["harness", *argv]  # the run header records sys.argv as the command
-    try:
-        return harness_main(argv)
-    finally:
-        sys.argv = saved
-
-
-def run_args(args: argparse.Namespace, cases: list[str] | None = None) -> list[str]:
-    """The harness run flags the gate passes through (``cases``: instead of --case)."""
-    out: list[str] = []
-    for c in args.case if cases is None else cases:
-        out += ["--case", c]
-    for v in args.variant:
-        out += ["--variant", v]
-    if args.max_time:
-        out += ["--max-time", str(args.max_time)]
-    if args.cpu_clock:
-        out += ["--cpu-clock", args.cpu_clock]
-    if args.no_isolation:
-        out.append("--no-isolation")
-    return out
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--suite", type=Path, default=DEFAULT_SUITE, help="suite to run (default ci/smoke.yaml)")
-    p.add_argument("--baseline", type=Path, default=DEFAULT_BASELINE, help="baseline results folder")
-    p.add_argument("--results", type=Path, help="compare these results instead of running the suite")
-    p.add_argument("--out", type=Path, help="keep the new results here (default: a temporary folder)")
-    p.add_argument("--device", default="cpu", help="device for the run (default cpu)")
-    p.add_argument("--backends", help="override the suite's backends")
-    p.add_argument("--case", action="append", default=[], metavar="PATTERN", help="run only these cases (repeatable)")
-    p.add_argument("--variant", action="append", default=[], metavar="BACKEND.AXIS=VALUE",
-                   help="narrow a backend's variants, as harness run --variant (repeatable)")
-    p.add_argument("--max-time", metavar="SECONDS", help="sampling budget per cell, as harness run --max-time")
-    p.add_argument("--cpu-clock", choices=["wall", "process"],
-                   help="CPU timing clock for the run (process: CPU timings the gate can judge)")
-    p.add_argument("--no-isolation", action="store_true",
-                   help="run the cells in this process, as harness run --no-isolation (no worker start-up; "
-                        "a crashing backend then ends the gate)")
-    p.add_argument("--remeasure", type=int, default=2, metavar="N",
-                   help="re-run the cells of rows found slower N times; a slowdown stands only if every "
-                        "re-measurement confirms it (default 2; 0: off; only when the gate ran the suite)")
-    p.add_argument("--correctness-only", action="store_true", help="statuses and missing rows only (CPU CI)")
-    p.add_argument("--threshold", default="5%",
-                   help="speed threshold (default 5%%); also beyond the noise band and non-overlapping CIs")
-    p.add_argument("--allow-missing", action="append", metavar="PATTERN", default=[])
-    p.add_argument("--allow-skip", action="append", nargs="?", const="*", metavar="PATTERN", default=[])
-    p.add_argument("--markdown", type=Path, help="also write the summary here")
-    p.add_argument("--report", action="store_true", help="write report.html (baseline + new) next to the new results")
-    p.add_argument("--update-baseline", action="store_true", help="run the suite and replace the baseline with it")
+def build_parser():
+    p = _build_parser(prog="ci/gate.py")
+    p.set_defaults(suite=DEFAULT_SUITE, baseline=DEFAULT_BASELINE)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if not args.results and not args.suite.is_file():
-        print(f"gate: error: no such suite file {args.suite}", file=sys.stderr)
-        return 2
-    tmp = None
-    try:
-        if args.results:
-            new = args.results
-        else:
-            new = args.out or Path(tempfile.mkdtemp(prefix="gate-")) / "new"
-            tmp = None if args.out else new.parent
-            rc = run_suite(args.suite, new, args.device, args.backends,
-                           no_time=args.correctness_only and not args.update_baseline, extra=run_args(args))
-            if rc == 2:
-                return 2
-        if args.update_baseline:
-            if args.baseline.exists():
-                shutil.rmtree(args.baseline)
-            shutil.copytree(new, args.baseline, ignore=shutil.ignore_patterns("report.html"))
-            print(f"gate: baseline {args.baseline} rewritten from {new}")
-            return 0
-        if not args.baseline.exists():
-            print(f"gate: error: no baseline at {args.baseline} (create one with --update-baseline)", file=sys.stderr)
-            return 2
-        try:
-            comp = compare_paths(args.baseline, new, threshold=parse_threshold(args.threshold),
-                                 correctness_only=args.correctness_only, allow_missing=args.allow_missing,
-                                 allow_skip=args.allow_skip)
-        except (FileNotFoundError, ValueError) as e:
-            print(f"gate: error: {e}", file=sys.stderr)
-            return 2
-        slow = comp.of("slower")
-        if slow and not args.results and args.remeasure > 0:
-            again = []
-            for i in range(args.remeasure):
-                # The suspect cases only (exact names), every backend of the run.
-                extra = run_args(args, cases=sorted({d.key[1] for d in slow}))
-                out = Path(tempfile.mkdtemp(prefix="gate-remeasure-")) / "r"
-                try:
-                    if run_suite(args.suite, out, args.device, args.backends, no_time=False, extra=extra) == 2:
-                        return 2
-                    again.append(read_rows(out))
-                finally:
-                    shutil.rmtree(out.parent, ignore_errors=True)
-                print(f"gate: re-measured {len(slow)} slower row(s) ({i + 1}/{args.remeasure})", file=sys.stderr)
-            confirm_slowdowns(comp, again)
-        md = to_markdown(comp, str(args.baseline), str(new))
-        print(md, end="")
-        if args.markdown:
-            args.markdown.write_text(md, encoding="utf-8")
-        summary = os.environ.get("GITHUB_STEP_SUMMARY")
-        if summary:
-            with open(summary, "a", encoding="utf-8") as fh:
-                fh.write(md)
-        if args.report and not tmp:
-            from harness.report import write_report
-
-            print(f"gate: report {write_report([args.baseline, new], Path(new) / 'report.html')}")
-        print("gate: REGRESSED" if comp.regressed else "gate: OK", file=sys.stderr)
-        return 1 if comp.regressed else 0
-    finally:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
+    return _main(argv, prog="ci/gate.py", suite=DEFAULT_SUITE, baseline=DEFAULT_BASELINE)
 
 
 if __name__ == "__main__":

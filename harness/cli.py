@@ -17,19 +17,42 @@ if __name__ == "__main__":  # python -m harness.cli: guard Ctrl-C before torch l
 
     guard_startup()
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from harness import registry, terminal
+from harness.cli_flags import add_global_flags, configure_logging
+from harness.versions import untested, untested_note
+from harness import export as export_command
+from harness import gate as gate_command
+from harness import schema as schema_command
+from harness import ci_output, suite_copy, terminal
 from harness.filters import FilterError, backend_names, empty_plan_reason
-from harness.results import FAILED, RESULTS_FILE, ResultRow, ResultWriter, Status, read_rows, variant_label, write_header
-from harness.spec import SpecError, load_suite
-from harness.suite_check import check_suite_backends
+from harness.lazy import LazyModule, LazyText, lazy_function
+from attn_contract.status import FAILED, NOT_RUN, Status  # no torch, no pydantic
+
+# Imported on first use: building the parser (--help, --version) loads neither torch nor pandas.
+torch = LazyModule("torch")
+registry = LazyModule("harness.registry")
+check_suite_backends = lazy_function("harness.suite_check", "check_suite_backends")
+load_suite = lazy_function("harness.spec", "load_suite")
+ResultWriter = lazy_function("harness.results", "ResultWriter")
+read_rows = lazy_function("harness.results", "read_rows")
+variant_label = lazy_function("harness.results", "variant_label")
+write_header = lazy_function("harness.results", "write_header")
+RESULTS_FILE = "results.jsonl"  # harness.results.RESULTS_FILE without its pydantic import (a test keeps them equal)
+
+if TYPE_CHECKING:
+    from harness.results import ResultRow
+
+
+def _spec_error() -> type[Exception]:
+    from harness.spec import SpecError
+
+    return SpecError
 
 EXIT_USAGE = 2
 
@@ -146,9 +169,11 @@ def _prepare_out_dir(args: argparse.Namespace, suite: Any, cells: list, device: 
 
     versions = {b.name: backend_versions(b) for b in backends} if probe_versions else {}
     header = run_header(device, versions, argv, {"suite": suite.suite, "suite_file": args.suite,
+                                                 **suite_copy.header_fields(args.suite),
                                                  "cells": len(cells), "seed": args.seed,
                                                  "devices": devices, **(extra or {})})
     write_header(out_dir, header)
+    suite_copy.save(out_dir, args.suite)  # repro and --resume find it from any directory
     return out_dir, cells, header
 
 
@@ -178,6 +203,9 @@ def cmd_merge(args: argparse.Namespace) -> int:
     try:
         res = merge_dirs([Path(d) for d in args.dirs])
         out = write_merged(res, Path(args.output))
+        copies = [Path(d) / suite_copy.SUITE_COPY for d in args.dirs if (Path(d) / suite_copy.SUITE_COPY).is_file()]
+        if copies:  # shards of one suite: the merged folder keeps its copy too
+            suite_copy.save(out, copies[0])
     except MergeError as e:
         raise UsageError(str(e)) from None
     console.print(f"{len(res.rows)} rows from {len(args.dirs)} folder(s) -> {out}")
@@ -217,6 +245,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from harness.executor import Executor
     from harness.runner import RunOptions, plan_cells
 
+    if args.resume and not Path(args.suite).is_file():  # typed relative to where the run started
+        args.suite = suite_copy.find_suite(args.resume, args.suite) or args.suite
     suite = load_suite(args.suite, _suite_override(args))
     for note in suite.notes:  # a vLLM study file: what it could not map, and why
         err_console.print(f"ignored: {escape(note)}", highlight=False, soft_wrap=True)
@@ -430,7 +460,17 @@ def cmd_compare(args: argparse.Namespace) -> int:
     print(md, end="")
     if args.markdown:
         Path(args.markdown).write_text(md, encoding="utf-8")
+    ci_output.emit(args, comp, md)  # $GITHUB_STEP_SUMMARY, ::error lines, --junit, --benchmark-json
     return 1 if comp.regressed else 0
+
+
+def _row_suite(results: str, row: Any) -> str | None:
+    """The suite a row's reproducer names, found from any directory (harness/suite_copy.py)."""
+    try:
+        parts = shlex.split(row.reproducer)
+    except ValueError:
+        parts = []
+    return suite_copy.find_suite(results, parts[2] if parts[:2] == ["harness", "run"] and len(parts) > 2 else None)
 
 
 def cmd_repro(args: argparse.Namespace) -> int:
@@ -441,7 +481,7 @@ def cmd_repro(args: argparse.Namespace) -> int:
     try:
         rows = read_rows(args.results)
         index, row = repro.select_row(rows, args.row, backend=args.backend, variant=args.variant)
-        case, spec = repro.case_of_row(row, args.suite)
+        case, spec = repro.case_of_row(row, args.suite or _row_suite(args.results, row))
         try:
             backend = resolve(spec)
         except Exception as e:  # an unknown name or a plugin that does not import
@@ -561,13 +601,14 @@ def list_backends() -> list[dict[str, Any]]:
     """Every registered backend with each variant's availability and capabilities (``list --json``)."""
     out = []
     for name, spec in sorted(registry.known_backends().items()):
-        entry: dict[str, Any] = {"name": name, "spec": spec, "error": None, "variants": []}
+        entry: dict[str, Any] = {"name": name, "spec": spec, "error": None, "variants": [], "untested": []}
         try:
             cls = registry.resolve(name)  # the checks a run applies (one name, no duplicates)
         except registry.BackendLookupError as e:
             entry["error"] = str(e)
             out.append(entry)
             continue
+        entry["untested"] = untested(cls)  # installed libraries outside the backend's tested range
         for v in cls.variants():
             a = cls.availability(v)
             entry["variants"].append({"variant": v, "label": variant_label(v), "available": a.available,
@@ -600,6 +641,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         for v in b["variants"]:
             info = v["reason"] if not v["available"] else ", ".join(f"{k} {x}" for k, x in v["versions"].items())
             info = _NOT_INSTALLED.sub(r"\1 not installed", info)  # the full text: --verbose
+            info = "; ".join(x for x in (info, untested_note(b["untested"])) if x)
             groups.setdefault((v["available"], info), []).append(v["variant"])
         for i, ((ok, info), vs) in enumerate(groups.items()):
             t.add_row(escape(b["name"]) if i == 0 else "", escape(_axes_label(vs)), "[green]yes" if ok else "[red]no",
@@ -610,6 +652,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="harness", description="Benchmark and conformance harness for GPU attention backends.")
+    add_global_flags(p)  # --version, -v/-vv (harness/cli_flags.py)
     sub = p.add_subparsers(dest="command", required=True)
 
     r = sub.add_parser("run", help="run a suite: check every cell against the reference and time it")
@@ -639,7 +682,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "stands for them, its row says which axes applied; docs/measurement.md)")
     r.add_argument("--cpu-max-gflop", type=float, default=0.5, help="on CPU, skip cases above this many GFLOP (default 0.5)")
     r.add_argument("--cpu-max-kv-mib", type=float, default=128.0, help="on CPU, skip cases whose KV cache exceeds this (default 128)")
-    from harness.timing.stopping import STOPPING_CRITERIA  # the criteria registered by name
+    def stop_help() -> str:
+        from harness.timing.stopping import STOPPING_CRITERIA  # the criteria registered by name (torch)
+
+        return "when sampling stops: " + "; ".join(f"{name}: {cls.help}" for name, cls in
+                                                   sorted(STOPPING_CRITERIA.items())) + " (default noise)"
 
     tg = r.add_argument_group("timing (docs/measurement.md)")
     tg.add_argument("--timing-mode", choices=["hot", "cold"], default="hot",
@@ -659,9 +706,7 @@ def build_parser() -> argparse.ArgumentParser:
     tg.add_argument("--max-samples", type=int,
                     help="sample cap per cell, the exact count under --stop samples (default 500 GPU, 20 CPU)")
     tg.add_argument("--stop", metavar="CRITERION",
-                    help="when sampling stops: " + "; ".join(f"{name}: {cls.help}" for name, cls in
-                                                             sorted(STOPPING_CRITERIA.items()))
-                         + " (default noise)")
+                    help=LazyText(stop_help))
     tg.add_argument("--cpu-clock", choices=["wall", "process"],
                     help="CPU timing clock: wall (default, elapsed time) or process (CPU time the call "
                          "used: far steadier on a shared machine; what `harness compare` can gate on)")
@@ -712,6 +757,7 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--allow-skip", action="append", nargs="?", const="*", metavar="PATTERN",
                     help="accept rows that became skipped/unsupported (all, or those matching PATTERN; repeatable)")
     cp.add_argument("--markdown", metavar="FILE", help="also write the markdown summary to FILE")
+    ci_output.add_flags(cp)  # --junit, --benchmark-json (harness/ci_output.py)
     cp.set_defaults(func=cmd_compare)
 
     rc = sub.add_parser("recommend", help="fastest passing backend+variant per shape bucket, vLLM export, policy JSON")
@@ -751,7 +797,7 @@ def build_parser() -> argparse.ArgumentParser:
     from harness import crosscheck, plan  # commands that live in their own module register themselves
     from harness.matrix import bisect, matrix
 
-    for command in (plan, crosscheck, matrix, bisect):
+    for command in (plan, crosscheck, matrix, bisect, export_command, schema_command, gate_command):
         command.add_parser(sub)
     return p
 
@@ -766,6 +812,10 @@ def resume_command(argv: list[str], out_dir: Path) -> str:
             next(it, None)
         elif not a.startswith(("--out=", "--resume=")):
             kept.append(a)
+    if kept[:1] == ["run"] and len(kept) > 1 and (Path(out_dir) / suite_copy.SUITE_COPY).is_file():
+        # The folder's copy of the suite and absolute paths: the command works from any directory.
+        kept[1] = str((Path(out_dir) / suite_copy.SUITE_COPY).resolve())
+        out_dir = Path(out_dir).resolve()
     return shlex.join(["harness", *kept, "--resume", str(out_dir)])
 
 
@@ -806,8 +856,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         args.argv = argv
+        configure_logging(args)
         return args.func(args)
-    except (SpecError, UsageError) as e:
+    except Exception as e:  # a SpecError or UsageError; the suite models load only if something was raised
+        if not isinstance(e, (_spec_error(), UsageError)):
+            raise
         err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
         return EXIT_USAGE
     except KeyboardInterrupt as e:

@@ -26,6 +26,25 @@ def git_sha() -> str:
         return "unknown"
 
 
+def _driver_version(idx: int) -> str | None:
+    """The driver version: nvidia-ml-py (pip install 'attn-harness[gpu]') where installed, else
+    nvidia-smi (a process start)."""
+    try:
+        import pynvml  # type: ignore[import-not-found]
+
+        pynvml.nvmlInit()
+        v = pynvml.nvmlSystemGetDriverVersion()
+        return v.decode() if isinstance(v, bytes) else str(v)
+    except Exception:  # not installed, or no driver: the fallback says what it can
+        pass
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader", f"--id={idx}"],
+                             capture_output=True, text=True, timeout=10)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
 @functools.lru_cache(maxsize=None)  # nvidia-smi is slow; the answer does not change within a run
 def device_info(device: torch.device) -> dict[str, Any]:
     if device.type == "cuda":
@@ -40,12 +59,7 @@ def device_info(device: torch.device) -> dict[str, Any]:
             "l2_bytes": getattr(p, "L2_cache_size", None),
             "cuda_runtime": torch.version.cuda,
         }
-        try:
-            out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader", f"--id={idx}"],
-                                 capture_output=True, text=True, timeout=10)
-            info["driver"] = out.stdout.strip() or None
-        except (OSError, subprocess.SubprocessError):
-            info["driver"] = None
+        info["driver"] = _driver_version(idx)
         return info
     cpu = platform.processor() or platform.machine()
     try:
@@ -60,8 +74,11 @@ def device_info(device: torch.device) -> dict[str, Any]:
 
 def run_header(device: torch.device, backend_versions: dict[str, dict[str, str]], argv: list[str],
                extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    from harness.schema import RUN_SCHEMA_VERSION
+
     return {
         "tool": "attn-harness",
+        "schema_version": RUN_SCHEMA_VERSION,
         "time_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "command": " ".join(argv),
         "git_sha": git_sha(),

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import logging
 import multiprocessing as mp
 import os
 import signal
@@ -47,6 +48,8 @@ from harness.runner import (Cell, RunOptions, cell_timed, group_by_case, iterate
 from harness.planning import backend_versions
 from harness.spawn_main import main_not_reimported
 from harness.spec import Suite
+
+log = logging.getLogger(__name__)  # -v / -vv (harness/cli_flags.py): workers and rows
 
 STARTUP_TIMEOUT_S = 300.0  # importing torch and a GPU library on a cold machine
 MAX_FAILED_STARTS = 3  # a slot whose worker dies this often without progress is given up
@@ -330,10 +333,14 @@ class Executor:
         cases = group_by_case(cells)
         if not cases:
             return
-        if not self.exec_opts.isolation:
-            yield from self._run_inline(cases, on_start)
-            return
-        yield from self._run_isolated(cases, on_start)
+        where = ("in this process" if not self.exec_opts.isolation
+                 else f"{len(self.exec_opts.devices)} worker(s) on {','.join(self.exec_opts.devices)}")
+        log.info("%d cell(s) in %d case(s), %s", len(cells), len(cases), where)
+        rows = self._run_inline(cases, on_start) if not self.exec_opts.isolation else self._run_isolated(cases, on_start)
+        for row in rows:
+            log.debug("row %s / %s%s: %s%s", row.case, row.backend, f" [{row.variant_label}]" if row.variant_label else "",
+                      row.status, f" ({row.reason})" if row.reason else "")
+            yield row
 
     # ---------------------------------------------------------------- workers
     def start(self, backends: list[type] = ()) -> None:
@@ -403,6 +410,7 @@ class Executor:
         # precheck imports what it needs.
         slot.proc, slot.conn = spare or self._start_process(slot.device, warm=warm)
         slot.pid, slot.ready = slot.proc.pid, False
+        log.info("worker pid %s on %s %s", slot.pid, slot.device, "restarted" if restart else "started")
         slot.started_at = time.monotonic()
         if slot.spawned_at is None:
             slot.spawned_at = slot.started_at

@@ -1,7 +1,9 @@
 """pytest-benchmark integration: a suite's cells as benchmark tests.
 
-    pytest tests/benchmarks/test_suite_bench.py --bench-suite suites/decode.yaml \\
-        --bench-backends flash-attn,flashinfer --benchmark-json out.json
+    pytest --bench-suite suites/decode.yaml --bench-backends flash-attn,flashinfer --benchmark-json out.json
+
+(pip install 'attn-harness[bench]'; the tests are harness/benchmarks/test_suite_bench.py, in
+the package: with --bench-suite and no test paths on the command line, pytest collects them)
 
 Each cell is run by the harness itself (check against the reference, then the harness timer:
 CUDA events, CUDA graphs where declared, launch hiding, cold L2 on request); the per-sample
@@ -19,18 +21,30 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from pathlib import Path
+
 import pytest
+
+BENCH_TESTS = Path(__file__).resolve().parent / "benchmarks" / "test_suite_bench.py"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     g = parser.getgroup("attn-harness", "attention harness suites as pytest-benchmark tests")
     g.addoption("--bench-suite", metavar="YAML", default=None,
-                help="run this suite's cells as benchmark tests (tests/benchmarks/test_suite_bench.py)")
+                help="run this suite's cells as benchmark tests (harness/benchmarks/test_suite_bench.py, "
+                     "collected by itself when no test paths are given)")
     g.addoption("--bench-backends", metavar="NAMES", default=None,
                 help="comma-separated backends (default: the suite's, else all)")
     g.addoption("--bench-device", metavar="DEV", default="auto", help="auto (cuda if present), cpu, cuda, cuda:N")
     g.addoption("--bench-case", metavar="GLOB", action="append", default=None, help="only these cases (repeatable)")
     g.addoption("--bench-mode", choices=("hot", "cold"), default=None, help="harness timing mode (default: hot)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # `pytest --bench-suite X` with no paths: collect the packaged benchmark module (not the
+    # testpaths or the current directory), so it works wherever the package is installed.
+    if config.getoption("bench_suite", default=None) and config.args_source != pytest.Config.ArgsSource.ARGS:
+        config.args[:] = [str(BENCH_TESTS)]
 
 
 # ---------------------------------------------------------------- the replay clock

@@ -12,12 +12,15 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any, ClassVar, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Iterator
 
-import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_serializer, model_validator
 
 from attn_contract.status import FAILED, NOT_RUN, RAN, Status
+from harness.schema import ROW_SCHEMA_VERSION, RUN_SCHEMA_VERSION, check_version
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["Status", "RAN", "FAILED", "NOT_RUN", "STATUSES", "Check", "Timing", "Metrics", "Host", "Call",
            "Worker", "ResultRow", "Environment", "RunHeader", "rows_frame", "read_rows", "read_header",
@@ -228,6 +231,8 @@ class ResultRow(BaseModel):
 
     model_config = ConfigDict(strict=True, extra="forbid")
 
+    # The format's version (harness/schema.py); rows read without the key are version 1.
+    schema_version: int = ROW_SCHEMA_VERSION
     suite: str
     case: str
     backend: str
@@ -296,7 +301,7 @@ class ResultRow(BaseModel):
         d = handler(self)
         d["status"] = self.status.value
         # Fields rows gained later are written only when set, so an old row writes back as it was.
-        for k, empty in (("worker", None), ("traceback", None), ("layout", None), ("case_group", ""),
+        for k, empty in (("schema_version", 1), ("worker", None), ("traceback", None), ("layout", None), ("case_group", ""),
                          ("case_params", {}), ("variant_axes", None),
                          ("timing_skipped", None), ("environment", None)):
             if k in d and d[k] == empty and (empty is not None or d[k] is None):
@@ -315,6 +320,7 @@ class Environment(BaseModel):
 
     model_config = ConfigDict(extra="allow")  # device probes add keys per device type
     tool: str = "attn-harness"
+    schema_version: int = 1  # absent: written before run.json carried it (harness/schema.py)
     time_utc: str = ""
     command: str = ""
     git_sha: str = ""
@@ -356,6 +362,8 @@ def rows_frame(rows: Iterable[ResultRow]) -> pd.DataFrame:
     ``case_id``: a short id per (suite, case), ``c1``, ``c2``, ... in first-seen order over the
     rows given (pass every run at once for ids shared across runs; ``df.attrs["case_legend"]``
     maps them back) and ``label`` (backend [variant])."""
+    import pandas as pd  # here, not at import: readers and `harness --help` stay light
+
     recs = []
     ids: dict[tuple[str, str], str] = {}
     for r in rows:
@@ -468,6 +476,9 @@ def read_rows(path: str | Path) -> list[ResultRow]:
             if n == len(lines) - 1:
                 break  # interrupted mid-write
             raise ValueError(f"{p}: line {n + 1} is not JSON") from None
+        if isinstance(data, dict):
+            check_version(data.get("schema_version"), ROW_SCHEMA_VERSION, f"{p}: line {n + 1}", "result row")
+            data.setdefault("schema_version", 1)  # written before rows carried it
         try:
             rows.append(ResultRow.model_validate(data))
         except ValueError as e:
@@ -523,7 +534,10 @@ def read_header(path: str | Path) -> dict[str, Any]:
     if p.is_file():
         p = p.parent
     f = p / HEADER_FILE
-    return json.loads(f.read_text(encoding="utf-8")) if f.exists() else {}
+    header = json.loads(f.read_text(encoding="utf-8")) if f.exists() else {}
+    if isinstance(header, dict):
+        check_version(header.get("schema_version"), RUN_SCHEMA_VERSION, str(f), "run.json")
+    return header
 
 
 def read_run_header(path: str | Path) -> RunHeader:

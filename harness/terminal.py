@@ -237,6 +237,9 @@ def print_backends_verbose(backends: list[dict[str, Any]], console: Console) -> 
         for v in b["variants"]:
             ok = "yes" if v["available"] else "no"
             info = v["reason"] if not v["available"] else ", ".join(f"{k} {x}" for k, x in v["versions"].items())
+            from harness.versions import untested_note  # installed libraries outside the tested range
+
+            info = "; ".join(x for x in (info, untested_note(b.get("untested") or [])) if x)
             caps = "; ".join(f"{k}={','.join(map(str, x)) if isinstance(x, list) else x}"
                              for k, x in v["capabilities"].items())
             head = Text(f"{v['label'] or '(one variant)'}: ")

@@ -136,10 +136,11 @@ def test_ctrl_c_saves_rows_and_exits_130(suite, tmp_path):
 
 
 def _resume_as_told(err, suite, out):
-    """The interrupt message names the exact command that continues the run; it does."""
+    """The interrupt message names the exact command that continues the run; it does, from any
+    directory: it names the results folder's copy of the suite, by absolute path."""
     import shlex
 
-    expected = shlex.join(["harness", "run", str(suite), "--device", "cpu", "--backends", BACKENDS,
+    expected = shlex.join(["harness", "run", str((out / "suite.yaml").resolve()), "--device", "cpu", "--backends", BACKENDS,
                            "--no-time", "--quiet", "--resume", str(out)])
     assert expected in " ".join(err.split()), err
     argv = shlex.split(expected)[1:]

@@ -177,6 +177,10 @@ class FlashAttentionImpl(AttentionImpl[FlashAttentionMetadata]):
 # ------------------------------------------------------------------ the backend
 class FlashAttentionBackend(AttentionBackend):
     name = "flash-attn"
+    # Measured: flash_attn 2.8.3.post2, tokenspeed_fa3 3.0.0.post20260810, flash-attn-4 4.0.0b36
+    # (FA4's betas change its API, so only the one tested).
+    tested_versions = {"flash-attn": ">=2.8.3,<2.9", "tokenspeed_fa3": "==3.0.0.post20260810",
+                       "flash-attn-4": "==4.0.0b36"}
     description = "FlashAttention 2/3/4 (flash_attn, flash_attn_interface, flash_attn.cute) over vLLM's paged KV cache"
     # call_form: vLLM's call or the library's fastest documented call (common.CALL_FORMS).
     variant_axes = {"fa_version": ("auto", 2, 3, 4), "call_form": CALL_FORMS}

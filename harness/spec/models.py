@@ -4,11 +4,10 @@ fully expanded case (``CaseSpec``) and the suite. Strict: YAML says what it mean
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from attn_contract import AttentionConfig
 from harness.spec.limits import (
     _NAME_RE,
     MAX_KV_TOKENS_PER_CASE,
@@ -16,6 +15,9 @@ from harness.spec.limits import (
     MAX_SEED,
     MAX_TOKENS_PER_REQUEST,
 )
+
+if TYPE_CHECKING:
+    from attn_contract import AttentionConfig
 
 
 class _Strict(BaseModel):
@@ -259,6 +261,8 @@ class CaseSpec(_Strict):
         return sum(g.count for g in self.batch)
 
     def attention_config(self) -> AttentionConfig:
+        from attn_contract import AttentionConfig  # torch: not needed to load or validate a suite
+
         return AttentionConfig(
             num_heads=self.num_heads,
             num_kv_heads=self.num_kv_heads,

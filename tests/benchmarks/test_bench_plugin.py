@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_benchmark_json_holds_the_harness_samples(tmp_path):
     out = tmp_path / "bench.json"
     r = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "harness.pytest_plugin", "tests/benchmarks/test_suite_bench.py",
+        [sys.executable, "-m", "pytest", "-p", "harness.pytest_plugin",
          "--bench-suite", "ci/smoke.yaml", "--bench-device", "cpu", "--bench-backends", "torch-math,sdpa",
          "--bench-case", "softcap-sinks", f"--benchmark-json={out}", "-p", "no:cacheprovider", "-rs"],
         cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -33,7 +33,7 @@ def test_benchmark_json_holds_the_harness_samples(tmp_path):
 
 
 def test_bad_suite_is_one_usage_error():
-    r = subprocess.run([sys.executable, "-m", "pytest", "tests/benchmarks/test_suite_bench.py",
+    r = subprocess.run([sys.executable, "-m", "pytest",
                         "--bench-suite", "no/such.yaml", "-q", "-p", "no:cacheprovider"],
                        cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode != 0 and "no such suite file" in (r.stdout + r.stderr)

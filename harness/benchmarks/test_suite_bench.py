@@ -1,7 +1,9 @@
 """A suite's cells as pytest-benchmark tests (opt-in: nothing runs without --bench-suite).
 
-    pytest tests/benchmarks/test_suite_bench.py --bench-suite suites/decode.yaml \\
-        --bench-backends flash-attn --benchmark-json out.json
+    pytest --bench-suite suites/decode.yaml --bench-backends flash-attn --benchmark-json out.json
+
+(the attn-harness pytest plugin collects this module when --bench-suite is given and no test
+paths are, so it works after `pip install 'attn-harness[bench]'` from any directory)
 
 Every cell is checked against the reference first (a wrong result fails the test, an
 unsupported or skipped cell is skipped with its reason); the harness timer's samples are then
