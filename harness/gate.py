@@ -68,6 +68,8 @@ def run_args(args: argparse.Namespace, cases: list[str] | None = None) -> list[s
         out += ["--max-time", str(args.max_time)]
     if args.cpu_clock:
         out += ["--cpu-clock", args.cpu_clock]
+    if args.no_isolation:
+        out.append("--no-isolation")
     return out
 
 
@@ -85,6 +87,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-time", metavar="SECONDS", help="sampling budget per cell, as harness run --max-time")
     p.add_argument("--cpu-clock", choices=["wall", "process"],
                    help="CPU timing clock for the run (process: CPU timings the gate can judge)")
+    p.add_argument("--no-isolation", action="store_true",
+                   help="run the cells in this process, as harness run --no-isolation (no worker start-up; "
+                        "a crashing backend then ends the gate)")
     p.add_argument("--remeasure", type=int, default=2, metavar="N",
                    help="re-run the cells of rows found slower N times; a slowdown stands only if every "
                         "re-measurement confirms it (default 2; 0: off; only when the gate ran the suite)")

@@ -14,4 +14,7 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     keep = os.environ.get("PYTHONPATH", "")
     first = extra.pop("PYTHONPATH", "")  # a caller's own entries (e.g. a plugin's folder) come first
     path = os.pathsep.join([*([first] if first else []), str(ROOT / "tests"), str(ROOT), *([keep] if keep else [])])
-    return {**os.environ, **extra, "PYTHONPATH": path}
+    # A child pytest started from an xdist worker must not think it is one (pytest-benchmark
+    # disables itself when PYTEST_XDIST_WORKER is set).
+    base = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
+    return {**base, **extra, "PYTHONPATH": path}

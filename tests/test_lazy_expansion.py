@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from conftest import subprocess_env
+
 ROOT = Path(__file__).resolve().parents[1]
 GPU_LIBS = ("flashinfer", "flash_attn", "flash_attn_interface", "flash_attn_config")
 
@@ -35,7 +37,7 @@ print("RESULT " + json.dumps({"rc": rc, "libs": libs, "cuda_initialized": torch.
 
 
 def _parent_run(tmp_path: Path, *args: str) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = subprocess_env()  # the caller's PYTHONPATH kept: on the GPU machine torch and pydantic come from it
     p = subprocess.run([sys.executable, "-c", PARENT, *args], cwd=ROOT, env=env, capture_output=True,
                        text=True, timeout=300)
     line = next((ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")), None)

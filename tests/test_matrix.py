@@ -134,15 +134,14 @@ def test_matrix_side_by_side_flags_the_slower_release(world):
                 "--wheelhouse", str(world["wheels"]), "--env-cache", str(world["cache"]), "--out", str(out),
                 "--threshold", "300%", *RUN, "--min-samples", "5", cwd=world["base"])
     md = (out / "comparison.md").read_text()
-    # A 16x slowdown on the process clock is gated unless this box's load makes the rows' own
-    # CIs wider than the threshold (then compare reports it as noise-dominated, by design).
-    assert p.returncode == (0 if "noise-dominated" in md else 1), p.stdout + p.stderr
+    # A 16x slowdown on the process clock, against a 300% threshold: far outside any CI this box
+    # gives a one-thread process-clock row, so the verdict cannot depend on its load.
+    assert p.returncode == 1, p.stdout + p.stderr + md
     if (world["base"] / "bisect").exists():  # built by the bisect test: cached by its requirements' hash
         assert "env old: reused" in p.stdout
     summary = json.loads((out / "matrix.json").read_text())
-    if p.returncode == 1:
-        (reg,) = summary["regressions"]["slow"]
-        assert reg["problem"].startswith("slower: +") and "slower: +" in md
+    (reg,) = summary["regressions"]["slow"]
+    assert reg["problem"].startswith("slower: +") and "slower: +" in md
     rows = {n: json.loads((out / n / "results.jsonl").read_text()) for n in ("old", "slow")}
     ratio = rows["slow"]["timing"]["median_us"] / rows["old"]["timing"]["median_us"]
     assert ratio > 4, ratio  # 16 forwards vs 1 on the process clock

@@ -174,7 +174,8 @@ def test_chunk_plan_bounds_the_padded_scores():
 # ---------------------------------------------------------------- variant axes that cannot apply
 def test_flashinfer_prefill_backend_collapses_on_decode_only_batches():
     """FlashInfer declares decode_tensor_cores for decodes and prefill_backend for prefill/extend:
-    on a decode-only case its six variants are two cells, on a mixed case all six run."""
+    on a decode-only case its twelve variants (x call_form, which changes nothing on a one-kind
+    batch) are two cells, on a mixed case all twelve run."""
     from backends.flashinfer import FlashInferBackend
     from harness.runner import RunOptions, plan_cells, segment_kinds
 
@@ -189,11 +190,11 @@ def test_flashinfer_prefill_backend_collapses_on_decode_only_batches():
     assert len(cells) == 2 * 2  # two cases x decode_tensor_cores
     for c in cells:
         assert c.axes["applied"] == ["decode_tensor_cores"] and c.axes["segment_kinds"] == ["decode"]
-        assert c.axes["not_applied"] == {"prefill_backend": ["auto", "fa2", "fa3"]}
-        assert len(c.axes["stands_for"]) == 3 and c.variant["prefill_backend"] == "auto"
-    assert len(plan_cells(decode, [FlashInferBackend], RunOptions(device=cpu, collapse_variants=False))) == 2 * 6
+        assert c.axes["not_applied"] == {"prefill_backend": ["auto", "fa2", "fa3"], "call_form": ["fastest", "vllm"]}
+        assert len(c.axes["stands_for"]) == 6 and c.variant["prefill_backend"] == "auto"
+    assert len(plan_cells(decode, [FlashInferBackend], RunOptions(device=cpu, collapse_variants=False))) == 2 * 12
     mixed_cells = plan_cells(mixed_suite, [FlashInferBackend], RunOptions(device=cpu))
-    assert len(mixed_cells) == 2 * 6 and all(c.axes is None for c in mixed_cells)
+    assert len(mixed_cells) == 2 * 12 and all(c.axes is None for c in mixed_cells)
 
 
 def test_collapsed_rows_say_which_axes_applied(tmp_path):
@@ -204,7 +205,7 @@ def test_collapsed_rows_say_which_axes_applied(tmp_path):
     assert main([*base, "--out", str(out)]) == 0
     assert main([*base, "--out", str(out_all), "--all-variants"]) == 0
     rows, rows_all = read_rows(out), read_rows(out_all)
-    assert len(rows) == 4 and len(rows_all) == 12
+    assert len(rows) == 4 and len(rows_all) == 24
     for r in rows:
         assert r.variant_axes["applied"] == ["decode_tensor_cores"]
         assert r.variant_label in r.variant_axes["stands_for"]

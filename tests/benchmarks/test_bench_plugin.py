@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from conftest import subprocess_env
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -18,7 +20,7 @@ def test_benchmark_json_holds_the_harness_samples(tmp_path):
         [sys.executable, "-m", "pytest", "-p", "harness.pytest_plugin",
          "--bench-suite", "ci/smoke.yaml", "--bench-device", "cpu", "--bench-backends", "torch-math,sdpa",
          "--bench-case", "softcap-sinks", f"--benchmark-json={out}", "-p", "no:cacheprovider", "-rs"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300)
+        cwd=ROOT, capture_output=True, text=True, timeout=300, env=subprocess_env())
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "1 passed, 1 skipped" in r.stdout and "logits softcap not supported" in r.stdout
     data = json.loads(out.read_text())
