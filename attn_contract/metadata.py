@@ -20,7 +20,7 @@ class AttentionConfig:
     num_kv_heads: int
     head_size: int
     dtype: str = "bfloat16"  # model dtype of q, k, v and the output
-    kv_cache_dtype: str = "auto"  # "auto" (= dtype), "fp8_e4m3", "fp8_e5m2"
+    kv_cache_dtype: str = "auto"  # "auto" (= dtype), "fp8_e4m3", "fp8_e5m2", "nvfp4" (no torch dtype)
     block_size: int = 16
     kv_layout: str = "NHD"
     causal: bool = True

@@ -38,6 +38,7 @@ from attn_contract import (
     split_decodes_and_prefills,
 )
 
+from backends._flashinfer_nvfp4 import NVFP4, NVFP4_NOTE, nvfp4_reason
 from backends._flashinfer_source import standalone_source
 
 T = TypeVar("T")
@@ -506,7 +507,7 @@ class FlashInferBackend(AttentionBackend):
     def capabilities(cls, variant: dict[str, Any] | None = None) -> Capabilities:
         return Capabilities(
             dtypes=frozenset({"float16", "bfloat16"}),
-            kv_cache_dtypes=frozenset({"auto", "fp8_e4m3", "fp8_e5m2"}),
+            kv_cache_dtypes=frozenset({"auto", "fp8_e4m3", "fp8_e5m2", NVFP4}),  # nvfp4: see check_support
             # JIT compiles per head dim; 64/128/256 are the dims FA3 and the AOT table cover.
             head_sizes=HeadSizes(values=(64, 128, 256)),
             block_sizes=(MultipleOf(1),),
@@ -533,12 +534,19 @@ class FlashInferBackend(AttentionBackend):
                 "prefill_backend=fa3 needs sm90a and rejects fp8 KV (fp8 Q required); auto picks fa2 there",
                 "non-causal: no sliding window; without cached context runs the ragged wrapper on key/value",
                 "ALiBi and sinks declared unsupported (see check_support reasons)",
+                NVFP4_NOTE,
                 "plan() JIT-compiles on first use; the builder warms up so build() times plan only",
             ),
         )
 
     @classmethod
+    def check_support_early(cls, config: AttentionConfig, variant: dict[str, Any], device: str) -> str | None:
+        return nvfp4_reason(device) if config.kv_cache_dtype == NVFP4 else None
+
+    @classmethod
     def check_support(cls, config: AttentionConfig, variant: dict[str, Any], device: str) -> str | None:
+        if config.kv_cache_dtype == NVFP4:
+            return nvfp4_reason(device)
         v = {**DEFAULT_VARIANT, **(variant or {})}
         caps = cls.capabilities(v)
         if device not in caps.devices:

@@ -6,7 +6,8 @@ Lengths come from the case's seed alone (a numpy generator of their own), so the
 exactly what ``workload.generate`` builds, without making a tensor.
 
 Element sizes: one table for the whole project, the contract's dtype names -> torch dtypes
-(``TORCH_DTYPES``); a name's size is its torch dtype's ``itemsize`` (fp8: 1 byte).
+(``TORCH_DTYPES``); a name's size is its torch dtype's ``itemsize`` (fp8: 1 byte). KV formats
+with no torch dtype have their size in ``PACKED_KV_BYTES`` (nvfp4: 0.5625 byte).
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from attn_contract import TORCH_DTYPES, AttentionConfig
 from harness.spec import CaseSpec, Explicit, Fixed, LogNormal, Normal, Uniform
 
 INDEX_BYTES = 4  # block-table entries, query_start_loc and seq_lens are int32
+# Packed KV formats with no torch dtype: bytes per element, scales included. nvfp4 stores 4-bit
+# values (0.5 byte) plus one fp8 scale per 16 elements (1/16 byte).
+PACKED_KV_BYTES: dict[str, float] = {"nvfp4": 0.5 + 1 / 16}
 
 
 def dtype_bytes(name: str, what: str = "dtype") -> int:
@@ -31,10 +35,13 @@ def dtype_bytes(name: str, what: str = "dtype") -> int:
         raise ValueError(f"{what} {name!r}: unknown element size (known: {sorted(TORCH_DTYPES)})") from None
 
 
-def kv_element_bytes(dtype: str, kv_cache_dtype: str) -> int:
-    """Bytes of one KV-cache element: the model dtype's when the cache dtype is "auto"."""
+def kv_element_bytes(dtype: str, kv_cache_dtype: str) -> float:
+    """Bytes of one KV-cache element: the model dtype's when the cache dtype is "auto"; a
+    fraction for packed formats (nvfp4)."""
     if kv_cache_dtype == "auto":
         return dtype_bytes(dtype)
+    if kv_cache_dtype in PACKED_KV_BYTES:
+        return PACKED_KV_BYTES[kv_cache_dtype]
     return dtype_bytes(kv_cache_dtype, "kv_cache_dtype")
 
 
@@ -90,7 +97,7 @@ class CaseLayout:
     num_blocks_used: int
     num_blocks: int  # the pool: used + spares
     elt_bytes: int  # model dtype (q, k, v, output)
-    kv_elt_bytes: int  # KV-cache element (1 for fp8)
+    kv_elt_bytes: float  # KV-cache element (1 for fp8, 0.5625 for nvfp4)
 
     @property
     def block_size(self) -> int:
@@ -123,8 +130,9 @@ class CaseLayout:
 
     @property
     def kv_token_bytes(self) -> int:
-        """K and V of one token over all KV heads, at the cache's element size."""
-        return 2 * self.config.num_kv_heads * self.config.head_size * self.kv_elt_bytes
+        """K and V of one token over all KV heads, at the cache's element size (whole bytes:
+        a packed format's fraction rounds up)."""
+        return math.ceil(2 * self.config.num_kv_heads * self.config.head_size * self.kv_elt_bytes)
 
     @property
     def logical_kv_bytes(self) -> int:

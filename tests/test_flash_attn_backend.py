@@ -322,7 +322,7 @@ def test_suites_load_and_give_every_version_cells(name):
     for v in (2, 3, 4) if name != "fp8" else (3,):
         assert any(reason(v, c) is None for c in configs), f"no {name} cell FA{v} can run"
     if name == "fp8":
-        assert {c.kv_cache_dtype for c in configs} == {"auto", "fp8_e4m3", "fp8_e5m2"}
+        assert {c.kv_cache_dtype for c in configs} == {"auto", "fp8_e4m3", "fp8_e5m2", "nvfp4"}
 
 
 # ------------------------------------------------------------------ one class per generation

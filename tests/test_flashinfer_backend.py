@@ -130,7 +130,7 @@ def test_capabilities_declared():
     assert caps.returns_lse and caps.reorder_batch_threshold == 1
     assert caps.cudagraph == CudaGraphSupport.UNIFORM_SINGLE_TOKEN_DECODE
     assert caps.kv_layouts == {"NHD", "HND"}
-    assert caps.kv_cache_dtypes == {"auto", "fp8_e4m3", "fp8_e5m2"}
+    assert caps.kv_cache_dtypes == {"auto", "fp8_e4m3", "fp8_e5m2", "nvfp4"}
     assert all(caps.block_size_allowed(b) for b in (1, 16, 32, 64, 128, 256, 512, 48))
     assert caps.devices == {"cuda"} and not caps.alibi and not caps.sinks
     assert len(FlashInferBackend.variants()) == 12  # x call_form vllm/fastest

@@ -189,7 +189,9 @@ class CaseSpec(_Strict):
     num_kv_heads: Annotated[int, Field(ge=1, le=1024)]
     head_size: Annotated[int, Field(ge=1, le=1024)]
     dtype: Literal["float16", "bfloat16"] = "bfloat16"
-    kv_cache_dtype: Literal["auto", "fp8_e4m3", "fp8_e5m2"] = "auto"
+    # nvfp4: 4-bit values with one fp8 scale per 16 (FlashInfer, Blackwell). Accepted so a
+    # backend can say why it does not serve it; no generator makes an nvfp4 cache yet.
+    kv_cache_dtype: Literal["auto", "fp8_e4m3", "fp8_e5m2", "nvfp4"] = "auto"
     kv_scale: Annotated[float, Field(gt=0)] | Literal["auto"] = "auto"
     # Per-layer fp8 dequantization scales of K and V; each defaults to ``kv_scale`` (the shorthand
     # for both). Unequal values catch a kernel that swaps them.
@@ -280,7 +282,7 @@ class CaseSpec(_Strict):
         )
 
     @property
-    def kv_element_bytes(self) -> int:
+    def kv_element_bytes(self) -> float:
         """Bytes of one KV-cache element (the project's one dtype table: harness.layout)."""
         from harness.layout import kv_element_bytes  # harness.layout imports this module
 
