@@ -128,13 +128,6 @@ class AttentionBackend(ABC):
         return cls.capabilities(variant).unsupported_reason(config, device)
 
     @classmethod
-    def check_support_early(cls, config: AttentionConfig, variant: dict[str, Any], device: str) -> str | None:
-        """A reason asked before ``availability``: a limit that holds whether or not the library
-        imports here (declared data and torch's device query only), so the cell is
-        ``unsupported`` with it instead of ``skipped`` for a missing library. None by default."""
-        return None
-
-    @classmethod
     def check_batch_support(cls, common: CommonAttentionMetadata, variant: dict[str, Any]) -> str | None:
         """Reason this backend variant cannot serve this particular batch (None if it can).
 

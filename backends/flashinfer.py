@@ -540,10 +540,6 @@ class FlashInferBackend(AttentionBackend):
         )
 
     @classmethod
-    def check_support_early(cls, config: AttentionConfig, variant: dict[str, Any], device: str) -> str | None:
-        return nvfp4_reason(device) if config.kv_cache_dtype == NVFP4 else None
-
-    @classmethod
     def check_support(cls, config: AttentionConfig, variant: dict[str, Any], device: str) -> str | None:
         if config.kv_cache_dtype == NVFP4:
             return nvfp4_reason(device)

@@ -590,9 +590,6 @@ def iterate_case(
 
 
 def _precheck(cell: Cell, opts: RunOptions) -> tuple[str | None, Status | None]:
-    early = cell.backend.check_support_early(cell.case.attention_config(), cell.variant, opts.device.type)
-    if early:
-        return early, Status.UNSUPPORTED
     avail = cell.backend.availability(cell.variant)
     if not avail.available:
         return f"backend unavailable: {avail.reason}", Status.SKIPPED
