@@ -183,6 +183,9 @@ def verdict_lines(rows: list[ResultRow], ids: dict[tuple[str, str], str]) -> lis
 
 
 def print_verdict(rows: list[ResultRow], ids: dict[tuple[str, str], str], console: Console) -> None:
+    from harness.terminal_models import print_model_answers
+
+    print_model_answers(rows, ids, console)  # the answer per model shape first, when cases name one
     lines = verdict_lines(rows, ids)
     if not lines:
         return
