@@ -29,14 +29,14 @@ from harness.versions import untested, untested_note
 from harness import export as export_command
 from harness import gate as gate_command
 from harness import schema as schema_command
-from harness import ci_output, suite_copy, terminal
-from harness.filters import FilterError, backend_names, empty_plan_reason
+from harness import ci_output, suite_copy
 from harness.lazy import LazyModule, LazyText, lazy_function
 from attn_contract.status import FAILED, NOT_RUN, Status  # no torch, no pydantic
 
 # Imported on first use: building the parser (--help, --version) loads neither torch nor pandas.
 torch = LazyModule("torch")
 registry = LazyModule("harness.registry")
+terminal = LazyModule("harness.terminal")  # imports the result models (pydantic)
 check_suite_backends = lazy_function("harness.suite_check", "check_suite_backends")
 load_suite = lazy_function("harness.spec", "load_suite")
 ResultWriter = lazy_function("harness.results", "ResultWriter")
@@ -93,7 +93,16 @@ def print_summary(rows: list[ResultRow], out_dir: Path, max_rows: int = 80) -> N
     terminal.print_summary(rows, out_dir, console, err_console, max_rows)
 
 
-_fmt, _reason_kind, _ids = terminal.fmt, terminal.reason_kind, terminal.letter_ids  # older names
+def _fmt(*a: Any, **k: Any) -> Any:  # older names of the terminal's helpers
+    return terminal.fmt(*a, **k)
+
+
+def _reason_kind(*a: Any, **k: Any) -> Any:
+    return terminal.reason_kind(*a, **k)
+
+
+def _ids(*a: Any, **k: Any) -> Any:
+    return terminal.letter_ids(*a, **k)
 
 
 def _timing_options(args: argparse.Namespace, device: torch.device) -> Any:
@@ -251,6 +260,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     for note in suite.notes:  # a vLLM study file: what it could not map, and why
         err_console.print(f"ignored: {escape(note)}", highlight=False, soft_wrap=True)
     check_suite_backends(suite)  # the checks `harness validate` makes, with file and field
+    from harness.filters import FilterError, backend_names, empty_plan_reason  # imports the registry
+
     try:
         backends = registry.resolve_many(backend_names(args.backends, suite))
     except (registry.BackendLookupError, FilterError) as e:

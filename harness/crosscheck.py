@@ -33,9 +33,15 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-import torch
+from typing import TYPE_CHECKING
 
-from harness.results import ResultRow, Status, _clean, read_rows
+from harness.lazy import LazyModule
+
+# Imported on first use: `harness --help` builds this command's parser without torch or pydantic.
+torch = LazyModule("torch")
+results = LazyModule("harness.results")
+if TYPE_CHECKING:
+    from harness.results import ResultRow
 
 JSON_FILE = "crosscheck.json"
 MD_FILE = "crosscheck.md"
@@ -167,7 +173,7 @@ def verdict(harness_us: float, outside: dict[str, dict[str, Any]], tol: float) -
 
 
 def skip_reason(row: ResultRow) -> str | None:
-    if row.status != Status.PASS:
+    if row.status != results.Status.PASS:
         return f"status {row.status.value}, not pass"
     if row.timing is None:
         return f"not timed ({row.timing_skipped})" if row.timing_skipped else "not timed"
@@ -350,7 +356,7 @@ def _run(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise _Usage(str(e).replace("--threshold", "--tolerance")) from None
     try:
-        rows = read_rows(args.results)
+        rows = results.read_rows(args.results)
     except (FileNotFoundError, ValueError) as e:
         raise _Usage(str(e)) from None
     if not rows:
@@ -368,7 +374,7 @@ def _run(args: argparse.Namespace) -> int:
                      log=lambda m: console.print(m, highlight=False, markup=False, soft_wrap=True))
     res["results"] = str(src)
     md = to_markdown(res, str(src))
-    _write(json_path, json.dumps(_clean(res), indent=2, allow_nan=False, default=str) + "\n")
+    _write(json_path, json.dumps(results._clean(res), indent=2, allow_nan=False, default=str) + "\n")
     _write(md_path, md + "\n")
     console.print(md, highlight=False, markup=False, soft_wrap=True)
     console.print(f"wrote {md_path} and {json_path}", highlight=False, markup=False, soft_wrap=True)

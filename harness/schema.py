@@ -88,8 +88,17 @@ def suite_schema() -> dict[str, Any]:
     props = case.setdefault("properties", {})
     props["sweep"] = {"enum": ["product", "zip"], "default": "product",
                       "description": "how list-valued fields combine: cartesian product or zipped"}
-    if "batch" in props:  # a list of request groups, or a trace source (docs/traces.md)
-        props["batch"] = {"anyOf": [props["batch"], {"type": "object"}]}
+    spec = {"type": "string", "description": "vLLM's batch grammar, e.g. 2q1k_32q1s1k (docs/models.md)"}
+    if "batch" in props:  # request groups, a trace source (docs/traces.md), or vLLM batch strings
+        props["batch"] = {"anyOf": [props["batch"], {"type": "object"}, spec,
+                                    {"type": "array", "minItems": 1, "items": spec}]}
+    # The model shorthand (harness/spec/shorthand.py): the geometry from a config.json, sliced by
+    # TP; such a case is named after its model (so it needs no name).
+    one_model = {"type": "string", "description": "a built-in model id or a config.json path"}
+    props["model"] = {"anyOf": [one_model, {"type": "array", "minItems": 1, "items": one_model}]}
+    one_tp = {"type": "integer", "minimum": 1}
+    props["tp"] = {"anyOf": [one_tp, {"type": "array", "minItems": 1, "items": one_tp}]}
+    case["required"] = []  # a name, a model or a batch string names the case (checked on load)
     defaults = copy.deepcopy(case)
     defaults.pop("required", None)
     defaults.pop("title", None)

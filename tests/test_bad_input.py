@@ -206,7 +206,10 @@ def test_sigterm_keeps_rows_and_prints_the_resume_command(tmp_path):
     assert rc == 128 + signal.SIGTERM and "terminated (SIGTERM)" in err and "Traceback" not in err, err
     rows = read_rows(out)
     assert rows and all(r.status == "pass" for r in rows)
-    told = shlex.join(["harness", *argv[:argv.index("--out")], *argv[argv.index("--out") + 2:], "--resume", str(out)])
+    # The command names the suite's copy in the results folder (it resumes from any directory).
+    resumed = [str(out / "suite.yaml") if a == str(suite) else a for a in argv]
+    told = shlex.join(["harness", *resumed[:resumed.index("--out")], *resumed[resumed.index("--out") + 2:],
+                       "--resume", str(out)])
     assert told in " ".join(err.split()), err
     assert main([*shlex.split(told)[1:], "--no-isolation"]) == 0
     assert len(read_rows(out)) == 6

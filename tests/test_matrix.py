@@ -128,25 +128,25 @@ def test_bisect_finds_first_wrong_release(world):
     assert header["environment"]["packages"] == {PKG: "1.1"}  # only the package: torch is the interpreter's
 
 
-def test_matrix_side_by_side_flags_the_slower_release(world):
+def test_matrix_side_by_side_flags_the_wrong_release(world):
+    """Two real environments side by side: the release whose output is 5% off is a correctness
+    regression, listed first. (Speed verdicts are compare's, tested on synthesized samples: a real
+    timing in a unit test would depend on this shared box's load.)"""
     out = world["base"] / "matrix"
-    p = harness("matrix", str(world["suite"]), "--env", f"old={PKG}==1.0", "--env", f"slow={PKG}==2.0",
+    p = harness("matrix", str(world["suite"]), "--env", f"old={PKG}==1.0", "--env", f"wrong={PKG}==1.2",
                 "--wheelhouse", str(world["wheels"]), "--env-cache", str(world["cache"]), "--out", str(out),
-                "--threshold", "300%", *RUN, "--min-samples", "5", cwd=world["base"])
+                *RUN, "--min-samples", "5", cwd=world["base"])
     md = (out / "comparison.md").read_text()
-    # A 16x slowdown on the process clock, against a 300% threshold: far outside any CI this box
-    # gives a one-thread process-clock row, so the verdict cannot depend on its load.
     assert p.returncode == 1, p.stdout + p.stderr + md
     if (world["base"] / "bisect").exists():  # built by the bisect test: cached by its requirements' hash
-        assert "env old: reused" in p.stdout
+        assert "env old: reused" in p.stdout and "env wrong: reused" in p.stdout
     summary = json.loads((out / "matrix.json").read_text())
-    (reg,) = summary["regressions"]["slow"]
-    assert reg["problem"].startswith("slower: +") and "slower: +" in md
-    rows = {n: json.loads((out / n / "results.jsonl").read_text()) for n in ("old", "slow")}
-    ratio = rows["slow"]["timing"]["median_us"] / rows["old"]["timing"]["median_us"]
-    assert ratio > 4, ratio  # 16 forwards vs 1 on the process clock
-    assert rows["slow"]["environment"] == {"name": "slow", "versions": {PKG: "2.0", "torch": rows["old"]["environment"]["versions"]["torch"]}}
-    assert "| old |" in md and "| slow |" in md
+    (reg,) = summary["regressions"]["wrong"]
+    assert "pass -> mismatch" in reg["problem"], reg
+    rows = {n: json.loads((out / n / "results.jsonl").read_text()) for n in ("old", "wrong")}
+    assert rows["old"]["status"] == "pass" and rows["wrong"]["status"] == "mismatch"
+    assert rows["wrong"]["environment"] == {"name": "wrong", "versions": {PKG: "1.2", "torch": rows["old"]["environment"]["versions"]["torch"]}}
+    assert "| old |" in md and "| wrong |" in md
 
 
 def test_missing_version_is_one_clear_line(world):

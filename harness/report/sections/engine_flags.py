@@ -27,6 +27,12 @@ def answer_per_model(df: pd.DataFrame) -> list[Block]:
         if isinstance(params, dict):
             r["case_params"] = params
     rows = [r for r in rows if r.get("batch")]
+    if not any((r.get("case_params") or {}).get("model") for r in rows):
+        # Without model-shaped cases the layer shapes already lead the page (the answer section):
+        # a second, longer table of them would only push that answer off the first screen.
+        return [Text("No case of these results was made from a model (`model:` in a suite, or "
+                     "`harness run SUITE --model ID --tp N`): the answer per layer shape is below. Run with "
+                     "--model for the winner and the vLLM / SGLang flags per model shape.", cls="lead")]
     note = form_note(DEFAULT_CALL_FORM, rows)
     rows = only_call_form(rows, DEFAULT_CALL_FORM)  # a serving answer: the form vLLM calls
     ans = answers(rows, DEFAULT_TIE)
