@@ -568,7 +568,7 @@ def _check_variant_flags(filters: dict[str, dict[str, list[str]]], backends: lis
             raise UsageError(f"--variant {name}: {problem}")
 
 
-_SHORT_DTYPE = {"bfloat16": "bf16", "float16": "fp16", "fp8_e4m3": "e4m3", "fp8_e5m2": "e5m2"}
+_SHORT_DTYPE = {"bfloat16": "bf16", "float16": "fp16", "fp8_e4m3": "e4m3", "fp8_e5m2": "e5m2", "nvfp4": "nvfp4"}
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
