@@ -82,6 +82,10 @@ class AttentionBackend(ABC):
     # planner runs one variant where the only differences are axes that do not apply to the
     # case's batch (e.g. FlashInfer's prefill_backend on a decode-only batch).
     variant_axis_kinds: ClassVar[dict[str, frozenset[str]]] = {}
+    # Axes whose values outside ``default_variants()`` run only where a suite's ``variants:`` or a
+    # ``--variant`` filter names the axis (e.g. extra kernel families): a filter on another axis
+    # then does not pull them in.
+    opt_in_axes: ClassVar[frozenset[str]] = frozenset()
     # Device types whose cells are not timed by default (a correctness reference), declared as
     # class data so a run's parent can plan without importing any library; ``capabilities()``
     # must carry the same set (``Capabilities.untimed_on``, which the cell itself obeys).

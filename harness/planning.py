@@ -46,6 +46,10 @@ def select_variants(backend: type[AttentionBackend], suite: Suite, opts: RunOpti
     """The backend's variants, narrowed by the suite's ``variants:`` and ``--variant`` filters."""
     filters = [suite.variants.get(backend.name, {}), opts.variant_filters.get(backend.name, {})]
     pool = backend.variants() if any(filters) else backend.default_variants()
+    named = {axis for f in filters for axis in f}
+    for axis in backend.opt_in_axes - named:  # an opt-in axis no filter names keeps its default values
+        keep = {str(d.get(axis)) for d in backend.default_variants()}
+        pool = [v for v in pool if str(v.get(axis)) in keep]
     out = []
     for v in pool:
         if all(str(v.get(axis)) in {str(x) for x in allowed} for f in filters for axis, allowed in f.items()):
