@@ -327,3 +327,101 @@ def test_cascade_backend_shares_the_workspace_sizing():
     assert not hasattr(fic, "WORKSPACE_BYTES")  # no fixed 128 MB of its own
     assert fic.plan_growing_workspace is __import__("backends.flashinfer").flashinfer.plan_growing_workspace
     assert fic.workspace_size is __import__("backends.flashinfer").flashinfer.workspace_size
+
+
+# ---------------------------------------------------------------- kernel families
+from backends.flashinfer import families  # noqa: E402
+
+
+def test_family_axes_are_opt_in_so_default_runs_keep_their_cells():
+    """The families add no cell where no filter names their axes: the default variants are the
+    wrapper's twelve, and a filter on another axis (page_sizes narrows prefill_backend only)
+    still leaves decode_backend at the wrapper."""
+    from harness.planning import select_variants
+    from harness.runner import RunOptions
+
+    opts = RunOptions(device=torch.device("cpu"))
+    assert FlashInferBackend.opt_in_axes == {"decode_backend", "prefill_backend"}
+    for path in ("suites/decode.yaml", "suites/conformance.yaml", "suites/page_sizes.yaml"):
+        picked = select_variants(FlashInferBackend, load_suite(path), opts)
+        assert {v["decode_backend"] for v in picked} == {"wrapper"}, path
+        assert {v["prefill_backend"] for v in picked} <= set(families.DEFAULT_PREFILL_BACKENDS), path
+    assert len(select_variants(FlashInferBackend, load_suite("suites/decode.yaml"), opts)) == 12
+    # Naming the axis (a suite's variants: or --variant) runs the families.
+    ok = select_variants(FlashInferBackend, load_suite("suites/other_kernels.yaml"), opts)
+    assert {v["decode_backend"] for v in ok} == set(families.DECODE_BACKENDS)
+    assert {v["prefill_backend"] for v in ok} == set(families.PREFILL_BACKENDS)
+    # The trtllm/cuDNN decode families ignore decode_tensor_cores and the fastest call form.
+    assert all(v["decode_tensor_cores"] and v["call_form"] == "vllm"
+               for v in FlashInferBackend.variants() if v["decode_backend"] != "wrapper")
+
+
+def test_family_reasons_follow_flashinfer_rules():
+    xqa, cudnn = {"decode_backend": "xqa"}, {"decode_backend": "cudnn"}
+    assert reason(xqa) is None and reason(xqa, kv_cache_dtype="fp8_e4m3", sliding_window=512) is None
+    assert "page size 256" in reason(xqa, block_size=256) and "16, 32, 64, 128" in reason(xqa, block_size=8)
+    assert "fp8_e5m2 is not one" in reason(xqa, kv_cache_dtype="fp8_e5m2")
+    assert "soft-cap" in reason(xqa, softcap=30.0)
+    assert reason(cudnn) is None  # bf16 by default
+    assert "BFLOAT16" in reason(cudnn, dtype="float16")
+    assert "fp8" in reason(cudnn, kv_cache_dtype="fp8_e4m3")
+    assert "window" in reason(cudnn, sliding_window=128)
+    assert "ragged" in reason({"prefill_backend": "cutlass"})  # causal: the paged wrapper has no cutlass
+    assert reason({"prefill_backend": "cutlass"}, causal=False) is None
+    assert "not wired" not in (reason({"prefill_backend": "auto"}) or "")
+    assert "element offsets" in reason({"prefill_backend": "cudnn"})
+    assert "unknown decode_backend" in reason({"decode_backend": "fa9"})
+
+
+def test_family_architectures_as_flashinfer_checks_them():
+    h200, b200, a100 = (9, 0), (10, 0), (8, 0)
+    assert families.arch_reason(h200, "xqa", "auto") is None
+    assert "SM90, SM100, SM120" in families.arch_reason(a100, "xqa", "auto")
+    assert "Blackwell" in families.arch_reason(h200, "trtllm-gen", "auto")
+    assert families.arch_reason(b200, "trtllm-gen", "trtllm-gen") is None
+    assert "SM100a" in families.arch_reason(h200, "wrapper", "cutlass")
+    assert families.arch_reason(b200, "wrapper", "cutlass") is None
+    assert "Blackwell" in families.arch_reason(h200, "wrapper", "trtllm-gen")
+
+
+def test_family_capabilities_and_memory():
+    from backends.flashinfer.decode_kernels import TRTLLM_WORKSPACE_BYTES
+
+    assert FlashInferBackend.capabilities().returns_lse
+    for name in ("xqa", "trtllm-gen", "cudnn"):
+        caps = FlashInferBackend.capabilities({"decode_backend": name})
+        assert not caps.returns_lse and caps.split_kv is None  # no LSE out of these calls
+    cfg = AttentionConfig(**LLAMA)
+    assert (FlashInferBackend.workspace_bytes(cfg, {"decode_backend": "xqa"})
+            - FlashInferBackend.workspace_bytes(cfg, {}) == TRTLLM_WORKSPACE_BYTES)
+    assert FlashInferBackend.standalone_call(cfg, {"decode_backend": "xqa"}) is None
+    src = FlashInferBackend.standalone_call(cfg, {"prefill_backend": "fa2", "call_form": "fastest"})
+    assert "backend='fa2'" in src and "CALL_FORM = 'fastest'" in src and "use_tensor_cores=True" in src
+    compile(src, "standalone", "exec")  # the template substitutes to valid Python
+
+
+def test_cutlass_takes_only_batches_without_cached_context():
+    batch = generate(mixed_case(causal=False))
+    common = batch.common_metadata()
+    assert "ragged" in FlashInferBackend.check_batch_support(common, {"prefill_backend": "cutlass"})
+    assert FlashInferBackend.check_batch_support(common, {"prefill_backend": "fa2"}) is None
+
+
+@pytest.mark.skipif(importlib.util.find_spec("flashinfer") is not None, reason="flashinfer is installed here")
+def test_other_kernels_suite_family_cells_skip_with_reason_on_cpu():
+    """Each family is its own cell (decode families on decode batches, prefill families on prefill
+    batches), recorded with its variant; without FlashInfer every one is skipped with that reason."""
+    from harness.runner import RunOptions, group_by_case, iterate_case, plan_cells
+
+    suite = load_suite("suites/other_kernels.yaml")
+    opts = RunOptions(device=torch.device("cpu"))
+    rows = [r for cells in group_by_case(plan_cells(suite, [FlashInferBackend], opts))
+            for r in iterate_case(cells, suite, opts)]
+    decode = [r for r in rows if r.case.startswith("decode")]
+    prefill = [r for r in rows if r.case.startswith("prefill")]
+    n_decode_cases = len({r.case for r in decode})
+    assert len(decode) == 4 * n_decode_cases and len(prefill) == 6 * len({r.case for r in prefill})
+    assert {r.variant["decode_backend"] for r in decode} == set(families.DECODE_BACKENDS)
+    assert {r.variant["prefill_backend"] for r in prefill} == set(families.PREFILL_BACKENDS)
+    assert {r.status for r in rows} == {"skipped"}
+    assert all("flashinfer is not installed" in r.reason for r in rows)
