@@ -17,7 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.matrix.envs import DEFAULT_CACHE, BuiltEnv, EnvError, EnvSpec, build_env, parse_env_arg, torch_mismatch
+from harness.matrix.envs import (DEFAULT_CACHE, BuiltEnv, EnvError, EnvSpec, build_env, parse_env_arg, torch_mismatch,
+                                 torch_request_mismatch)
 from harness.results import HEADER_FILE, RESULTS_FILE, ResultRow, read_header, read_rows, row_json, write_header
 
 
@@ -85,6 +86,10 @@ def out_root(args: argparse.Namespace, prefix: str) -> Path:
 
 def build_all(specs: list[EnvSpec], args: argparse.Namespace) -> list[BuiltEnv]:
     wheelhouse = Path(args.wheelhouse) if args.wheelhouse else None
+    # Refused before a build: a torch release is gigabytes to install.
+    msg = torch_request_mismatch(specs)
+    if msg and not args.allow_torch_mismatch:
+        raise EnvError(msg)
     envs = []
     for spec in specs:
         t0 = time.perf_counter()
