@@ -206,8 +206,8 @@ def test_torch_request_checked_before_any_build():
     assert torch_request_mismatch([EnvSpec("a", (f"torch=={base}",)), EnvSpec("b", (f"{PKG}==1.0",))]) is None
     for req in ("torch==2.12.0", "torch>=2.0", "/wheels/torch-2.14.1-cp311-cp311-manylinux_2_28_x86_64.whl"):
         msg = torch_request_mismatch([EnvSpec("a", (f"torch=={base}",)), EnvSpec("b", (f"{PKG}==1.0", req))])
-        assert msg is not None and msg.startswith("b asks for torch") and f"runs torch {current}" in msg, (req, msg)
-        assert "--allow-torch-mismatch" in msg and "a asks" not in msg
+        assert msg is not None and msg.startswith("env b asks for torch") and f"runs torch {current}" in msg, (req, msg)
+        assert "--allow-torch-mismatch" in msg and "env a asks" not in msg
 
 
 def test_torch_upgrade_refused_unless_allowed(world):
@@ -222,7 +222,7 @@ def test_torch_upgrade_refused_unless_allowed(world):
     p = harness("matrix", str(world["suite"]), *envs, *common, "--out", str(world["base"] / "t1"), *RUN,
                 cwd=world["base"])
     err = " ".join(p.stderr.split())
-    assert p.returncode == 2 and "old asks for torch==2.12.0" in err and "--allow-torch-mismatch" in err, p.stderr
+    assert p.returncode == 2 and "env old asks for torch==2.12.0" in err and "--allow-torch-mismatch" in err, p.stderr
     assert "Traceback" not in p.stderr and not cache.exists()  # nothing built
     p = harness("matrix", str(world["suite"]), *envs, *common, "--allow-torch-mismatch",
                 "--out", str(world["base"] / "t2"), *RUN, cwd=world["base"])

@@ -168,7 +168,7 @@ def torch_request_mismatch(specs: list[EnvSpec]) -> str | None:
     from packaging.utils import canonicalize_name
 
     current = installed_version("torch")
-    odd = [f"{s.name} asks for {r}" for s in specs for r in map(parse_requirement, s.requirements)
+    odd = [f"env {s.name} asks for {r}" for s in specs for r in map(parse_requirement, s.requirements)
            if r is not None and canonicalize_name(r.name) == "torch" and not pinned_to_installed(r)]
     if not odd:
         return None

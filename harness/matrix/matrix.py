@@ -94,9 +94,8 @@ def build_all(specs: list[EnvSpec], args: argparse.Namespace) -> list[BuiltEnv]:
     for spec in specs:
         t0 = time.perf_counter()
         env = build_env(spec, Path(args.env_cache), wheelhouse)
-        got = ", ".join(f"{k} {v}" for k, v in env.versions.get("requested", {}).items())
-        say(f"env {spec.name}: {'reused' if env.reused else 'built'} {env.path} ({got}; torch {env.versions.get('torch')})"
-            f" in {time.perf_counter() - t0:.1f} s")
+        got = ", ".join(f"{k} {v}" for k, v in env.record()["versions"].items())
+        say(f"env {spec.name}: {'reused' if env.reused else 'built'} {env.path} ({got}) in {time.perf_counter() - t0:.1f} s")
         envs.append(env)
     msg = torch_mismatch({e.spec.name: e.versions for e in envs})
     if msg and not args.allow_torch_mismatch:
