@@ -182,6 +182,9 @@ def test_pip_failures_translated():
     capped = ("ERROR: Cannot install torch==2.12.0 because these package versions have conflicting dependencies.\n"
               "The conflict is caused by:\n    The user requested torch==2.12.0\n"
               "    The user requested (constraint) torch<=2.14.1\nERROR: ResolutionImpossible: for help visit ...")
+    full = "ERROR: Could not install packages due to an OSError: [Errno 28] No space left on device"
+    msg = pip_failure(full, ("torch==2.14.1",), None, Path("/cache/envs/abc.tmp-1"))
+    assert "no space left on the disk under /cache/envs" in msg and "--env-cache DIR" in msg
     # pip's words when a configured constraint file is in force and the release is not found.
     msg = pip_failure(capped, ("torch==2.12.0",), Path("/wh"))
     assert msg.startswith("torch==2.12.0: no such version") and "within pip's configured constraint torch<=2.14.1" in msg

@@ -186,9 +186,13 @@ def _requirement_names(reqs: tuple[str, ...]) -> list[str]:
     return out
 
 
-def pip_failure(output: str, reqs: tuple[str, ...], wheelhouse: Path | None) -> str:
-    """pip's failure as one line a user can act on."""
+def pip_failure(output: str, reqs: tuple[str, ...], wheelhouse: Path | None, target: Path | None = None) -> str:
+    """pip's failure as one line a user can act on (``target``: the env being built)."""
     where = f"wheelhouse {wheelhouse}" if wheelhouse else "the package index"
+    if "No space left on device" in output:  # a torch release with its CUDA libraries is ~5.5 GB
+        at = f" under {target.parent}" if target is not None else ""
+        return (f"no space left on the disk{at} while installing {' '.join(reqs)}: free some, or build the "
+                "environments elsewhere with --env-cache DIR")
     if re.search(r"NewConnectionError|Failed to establish a new connection|Temporary failure in name resolution|"
                  r"Name or service not known|Network is unreachable|ProxyError|ConnectTimeout|Max retries exceeded",
                  output):
@@ -235,7 +239,7 @@ def _pip(venv: Path, args: list[str], reqs: tuple[str, ...], wheelhouse: Path | 
     except subprocess.TimeoutExpired:
         raise EnvError(f"{what}: pip did not finish in 30 minutes") from None
     if proc.returncode != 0:
-        raise EnvError(f"{what}: {pip_failure(proc.stdout + proc.stderr, reqs, wheelhouse)}")
+        raise EnvError(f"{what}: {pip_failure(proc.stdout + proc.stderr, reqs, wheelhouse, venv)}")
 
 
 _PROBE = r"""
