@@ -213,8 +213,10 @@ def pip_failure(output: str, reqs: tuple[str, ...], wheelhouse: Path | None, tar
     # is reported as a conflict between the request and the constraint.
     asked = re.findall(r"The user requested (?!\(constraint\))(\S+)", output)
     capped = re.findall(r"The user requested \(constraint\) (\S+)", output)
-    if asked and capped and len(asked) == 1 and re.match(r"[A-Za-z0-9._-]+", asked[0]).group(0).lower() == \
-            re.match(r"[A-Za-z0-9._-]+", capped[0]).group(0).lower():
+    def _name(r: str) -> str:
+        return re.split(r"[<>=!~;\[(]", r, maxsplit=1)[0].strip().lower()
+
+    if len(asked) == 1 and capped and _name(asked[0]) == _name(capped[0]):
         return (f"{asked[0]}: no such version, or no wheel for this platform (Python {sys.version_info.major}."
                 f"{sys.version_info.minor}, {sysconfig.get_platform()}), in {where} within pip's configured "
                 f"constraint {capped[0]}")
