@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.matrix.envs import EnvError, EnvSpec, build_env, parse_env_arg, pip_failure, torch_mismatch
+from harness.matrix.envs import (EnvError, EnvSpec, build_env, installed_version, parse_env_arg, pip_failure,
+                                torch_mismatch, torch_request_mismatch)
 
 ROOT = Path(__file__).resolve().parents[1]
 PKG = "attn-matrix-probe"
@@ -178,6 +179,15 @@ def test_pip_failures_translated():
     assert "no network" in pip_failure("ERROR: ... Failed to establish a new connection", ("foo==1",), None)
     assert "from source failed" in pip_failure("error: subprocess-exited-with-error\nERROR: Failed building wheel for foo",
                                                ("foo==1",), None)
+    capped = ("ERROR: Cannot install torch==2.12.0 because these package versions have conflicting dependencies.\n"
+              "The conflict is caused by:\n    The user requested torch==2.12.0\n"
+              "    The user requested (constraint) torch<=2.14.1\nERROR: ResolutionImpossible: for help visit ...")
+    full = "ERROR: Could not install packages due to an OSError: [Errno 28] No space left on device"
+    msg = pip_failure(full, ("torch==2.14.1",), None, Path("/cache/envs/abc.tmp-1"))
+    assert "no space left on the disk under /cache/envs" in msg and "--env-cache DIR" in msg
+    # pip's words when a configured constraint file is in force and the release is not found.
+    msg = pip_failure(capped, ("torch==2.12.0",), Path("/wh"))
+    assert msg.startswith("torch==2.12.0: no such version") and "within pip's configured constraint torch<=2.14.1" in msg
 
 
 def test_torch_mismatch_is_refused():
@@ -187,3 +197,42 @@ def test_torch_mismatch_is_refused():
     other = {**same, "c": {"torch": "2.12.0", "torch_path": "/env/torch/__init__.py"}}
     msg = torch_mismatch(other)
     assert msg is not None and "c: torch 2.12.0" in msg and "--allow-torch-mismatch" in msg
+
+
+def test_torch_request_checked_before_any_build():
+    """On the requirements, against the torch this interpreter really has (its metadata): an env
+    that names no torch, or pins exactly this release, runs this torch; any other torch request
+    (another pin, a range, a wheel file) is refused before gigabytes are installed."""
+    current = installed_version("torch")
+    assert current is not None
+    base = current.split("+")[0]  # torch==2.13.0 matches 2.13.0+cpu (PEP 440: no local label in the pin)
+    assert torch_request_mismatch([EnvSpec("a", (f"torch=={base}",)), EnvSpec("b", (f"{PKG}==1.0",))]) is None
+    for req in ("torch==2.12.0", "torch>=2.0", "/wheels/torch-2.14.1-cp311-cp311-manylinux_2_28_x86_64.whl"):
+        msg = torch_request_mismatch([EnvSpec("a", (f"torch=={base}",)), EnvSpec("b", (f"{PKG}==1.0", req))])
+        assert msg is not None and msg.startswith("env b asks for torch") and f"runs torch {current}" in msg, (req, msg)
+        assert "--allow-torch-mismatch" in msg and "env a asks" not in msg
+
+
+def test_torch_upgrade_refused_unless_allowed(world):
+    """The CLI: refused before any env is built; with --allow-torch-mismatch the build goes on (the
+    env pinned to this torch is made without installing anything; the other release is then looked
+    for in the wheelhouse, which here lacks it: one clear line)."""
+    current = installed_version("torch")
+    empty, cache = world["base"] / "empty-wheelhouse", world["base"] / "torch-envs"
+    empty.mkdir()
+    envs = ["--env", f"cur=torch=={current.split('+')[0]}", "--env", "old=torch==2.12.0"]
+    common = ["--wheelhouse", str(empty), "--env-cache", str(cache)]
+    p = harness("matrix", str(world["suite"]), *envs, *common, "--out", str(world["base"] / "t1"), *RUN,
+                cwd=world["base"])
+    err = " ".join(p.stderr.split())
+    assert p.returncode == 2 and "env old asks for torch==2.12.0" in err and "--allow-torch-mismatch" in err, p.stderr
+    assert "Traceback" not in p.stderr and not cache.exists()  # nothing built
+    p = harness("matrix", str(world["suite"]), *envs, *common, "--allow-torch-mismatch",
+                "--out", str(world["base"] / "t2"), *RUN, cwd=world["base"])
+    err = " ".join(p.stderr.split())
+    assert p.returncode == 2 and "env cur: built" in p.stdout, p.stdout + p.stderr
+    assert "torch==2.12.0: no such version, or no wheel for this platform" in err and "Traceback" not in p.stderr
+    (made,) = [d for d in cache.iterdir() if (d / "env.json").exists()]
+    versions = json.loads((made / "env.json").read_text())["versions"]
+    assert versions["torch"] == current and versions["packages"] == {}  # this interpreter's torch, no copy
+    assert not Path(versions["torch_path"]).is_relative_to(made)

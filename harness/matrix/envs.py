@@ -5,7 +5,9 @@ outer pip installs into it with ``pip --python``), so everything the current int
 torch above all — stays visible, and only what the requirements add lives in the env:
 
 1. ``pip install --no-deps --ignore-installed REQS``: the requested packages themselves, exactly,
-   inside the env even when the same name is visible outside it;
+   inside the env even when another release of the same name is visible outside it (a pin to the
+   very release this interpreter has, ``torch==2.13.0`` over torch 2.13.0, installs nothing: a
+   copy would run the same code);
 2. ``pip install REQS``: only the dependencies the current interpreter lacks (pip sees the outer
    packages, PYTHONPATH included, as installed).
 
@@ -117,6 +119,64 @@ def _python(venv: Path) -> Path:
     return venv / "bin" / "python"
 
 
+def installed_version(name: str) -> str | None:
+    """The release of ``name`` this interpreter imports (importlib.metadata), or None."""
+    import importlib.metadata as md
+
+    try:
+        return md.version(name)
+    except md.PackageNotFoundError:
+        return None
+
+
+def parse_requirement(text: str) -> Any:
+    """A ``packaging`` Requirement, or None for what is not one (a path or URL to a wheel other
+    than a wheel file name, a pip flag): such entries are only checked after the build."""
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+    if text.startswith("-"):
+        return None
+    try:
+        return Requirement(text)
+    except InvalidRequirement:
+        pass
+    if text.endswith(".whl"):
+        try:
+            name, version, _, _ = parse_wheel_filename(Path(text).name)
+        except InvalidWheelFilename:
+            return None
+        return Requirement(f"{name}=={version}")
+    return None
+
+
+def pinned_to_installed(req: Any) -> bool:
+    """``NAME==V`` where this interpreter already has release V of NAME (no extras, no URL)."""
+    if req is None or req.extras or req.url or req.marker is not None:
+        return False
+    specs = list(req.specifier)
+    have = installed_version(req.name)
+    return (have is not None and len(specs) == 1 and specs[0].operator in ("==", "===")
+            and req.specifier.contains(have, prereleases=True))
+
+
+def torch_request_mismatch(specs: list[EnvSpec]) -> str | None:
+    """Before anything is built: None when every env runs this interpreter's torch, as far as the
+    requirements say (an env that names no torch, or pins exactly this torch's release); else
+    the one-line refusal. A torch that a package pulls in as a dependency is caught after the
+    build (``torch_mismatch``)."""
+    from packaging.utils import canonicalize_name
+
+    current = installed_version("torch")
+    odd = [f"env {s.name} asks for {r}" for s in specs for r in map(parse_requirement, s.requirements)
+           if r is not None and canonicalize_name(r.name) == "torch" and not pinned_to_installed(r)]
+    if not odd:
+        return None
+    return (f"{'; '.join(odd)}, while this interpreter runs torch {current}: the environments would run "
+            "different torch builds, and timings and results would compare torch as well as the package; "
+            "pass --allow-torch-mismatch if that is the point (a torch upgrade check)")
+
+
 def _requirement_names(reqs: tuple[str, ...]) -> list[str]:
     out = []
     for r in reqs:
@@ -126,9 +186,13 @@ def _requirement_names(reqs: tuple[str, ...]) -> list[str]:
     return out
 
 
-def pip_failure(output: str, reqs: tuple[str, ...], wheelhouse: Path | None) -> str:
-    """pip's failure as one line a user can act on."""
+def pip_failure(output: str, reqs: tuple[str, ...], wheelhouse: Path | None, target: Path | None = None) -> str:
+    """pip's failure as one line a user can act on (``target``: the env being built)."""
     where = f"wheelhouse {wheelhouse}" if wheelhouse else "the package index"
+    if "No space left on device" in output:  # a torch release with its CUDA libraries is ~5.5 GB
+        at = f" under {target.parent}" if target is not None else ""
+        return (f"no space left on the disk{at} while installing {' '.join(reqs)}: free some, or build the "
+                "environments elsewhere with --env-cache DIR")
     if re.search(r"NewConnectionError|Failed to establish a new connection|Temporary failure in name resolution|"
                  r"Name or service not known|Network is unreachable|ProxyError|ConnectTimeout|Max retries exceeded",
                  output):
@@ -145,6 +209,17 @@ def pip_failure(output: str, reqs: tuple[str, ...], wheelhouse: Path | None) -> 
         last = [ln.strip() for ln in output.splitlines() if ln.strip().lower().startswith("error")]
         return (f"building {' '.join(reqs)} from source failed ({last[-1] if last else 'see pip output'}); "
                 "give a version with a wheel for this platform, or a wheelhouse holding one")
+    # With a pip constraint file in force (pip.conf, PIP_CONSTRAINT), a release that does not exist
+    # is reported as a conflict between the request and the constraint.
+    asked = re.findall(r"The user requested (?!\(constraint\))(\S+)", output)
+    capped = re.findall(r"The user requested \(constraint\) (\S+)", output)
+    def _name(r: str) -> str:
+        return re.split(r"[<>=!~;\[(]", r, maxsplit=1)[0].strip().lower()
+
+    if len(asked) == 1 and capped and _name(asked[0]) == _name(capped[0]):
+        return (f"{asked[0]}: no such version, or no wheel for this platform (Python {sys.version_info.major}."
+                f"{sys.version_info.minor}, {sysconfig.get_platform()}), in {where} within pip's configured "
+                f"constraint {capped[0]}")
     if "ResolutionImpossible" in output or "conflicting dependencies" in output:
         return f"pip cannot resolve {' '.join(reqs)} together with what this interpreter has installed (in {where})"
     lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
@@ -166,7 +241,7 @@ def _pip(venv: Path, args: list[str], reqs: tuple[str, ...], wheelhouse: Path | 
     except subprocess.TimeoutExpired:
         raise EnvError(f"{what}: pip did not finish in 30 minutes") from None
     if proc.returncode != 0:
-        raise EnvError(f"{what}: {pip_failure(proc.stdout + proc.stderr, reqs, wheelhouse)}")
+        raise EnvError(f"{what}: {pip_failure(proc.stdout + proc.stderr, reqs, wheelhouse, venv)}")
 
 
 _PROBE = r"""
@@ -309,9 +384,11 @@ def build_env(spec: EnvSpec, cache_dir: Path, wheelhouse: Path | None = None) ->
 
             (site / "_attn_harness_parent.pth").write_text("\n".join(_site.getsitepackages()) + "\n")
         what = f"env {spec.name} ({' '.join(spec.requirements)})"
-        _pip(tmp, ["--no-deps", "--ignore-installed"], spec.requirements, wheelhouse, what)
-        if _missing_deps(site, _python(tmp)):  # pip's resolver costs seconds: only when something is lacking
-            _pip(tmp, [], spec.requirements, wheelhouse, what)
+        todo = tuple(r for r in spec.requirements if not pinned_to_installed(parse_requirement(r)))
+        if todo:
+            _pip(tmp, ["--no-deps", "--ignore-installed"], todo, wheelhouse, what)
+        if todo and _missing_deps(site, _python(tmp)):  # pip's resolver costs seconds: only when something is lacking
+            _pip(tmp, [], todo, wheelhouse, what)
         try:
             os.replace(tmp, final)
         except OSError:  # another process finished the same env first

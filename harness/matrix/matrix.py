@@ -17,7 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.matrix.envs import DEFAULT_CACHE, BuiltEnv, EnvError, EnvSpec, build_env, parse_env_arg, torch_mismatch
+from harness.matrix.envs import (DEFAULT_CACHE, BuiltEnv, EnvError, EnvSpec, build_env, parse_env_arg, torch_mismatch,
+                                 torch_request_mismatch)
 from harness.results import HEADER_FILE, RESULTS_FILE, ResultRow, read_header, read_rows, row_json, write_header
 
 
@@ -85,13 +86,16 @@ def out_root(args: argparse.Namespace, prefix: str) -> Path:
 
 def build_all(specs: list[EnvSpec], args: argparse.Namespace) -> list[BuiltEnv]:
     wheelhouse = Path(args.wheelhouse) if args.wheelhouse else None
+    # Refused before a build: a torch release is gigabytes to install.
+    msg = torch_request_mismatch(specs)
+    if msg and not args.allow_torch_mismatch:
+        raise EnvError(msg)
     envs = []
     for spec in specs:
         t0 = time.perf_counter()
         env = build_env(spec, Path(args.env_cache), wheelhouse)
-        got = ", ".join(f"{k} {v}" for k, v in env.versions.get("requested", {}).items())
-        say(f"env {spec.name}: {'reused' if env.reused else 'built'} {env.path} ({got}; torch {env.versions.get('torch')})"
-            f" in {time.perf_counter() - t0:.1f} s")
+        got = ", ".join(f"{k} {v}" for k, v in env.record()["versions"].items())
+        say(f"env {spec.name}: {'reused' if env.reused else 'built'} {env.path} ({got}) in {time.perf_counter() - t0:.1f} s")
         envs.append(env)
     msg = torch_mismatch({e.spec.name: e.versions for e in envs})
     if msg and not args.allow_torch_mismatch:
