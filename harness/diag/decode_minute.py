@@ -2,7 +2,7 @@
 included), `harness compare` between them, and the figures the targets are about, per run and
 between the two.
 
-    python ci/decode_minute.py OUT_DIR [--suite suites/decode.yaml] [--timeout 280] [-- RUN_FLAGS...]
+    harness diag decode-minute OUT_DIR [--suite suites/decode.yaml] [--timeout 280] [-- RUN_FLAGS...]
 
 Writes OUT_DIR/run-a, OUT_DIR/run-b (results folders), OUT_DIR/compare.md, OUT_DIR/summary.json
 and prints one line per target. Targets (decode on one GPU): wall_s <= 60; the first case starts
@@ -26,10 +26,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]  # the checkout: suites/ and the results it reads
 
-from harness.results import read_header, read_rows  # noqa: E402
+from harness.results import read_header, read_rows
 
 WALL_TARGET_S = 60.0
 FIRST_CASE_TARGET_S = 5.0
@@ -114,13 +113,13 @@ def between(a: Path, b: Path) -> dict[str, Any]:
             "cases_with_a_winner": len(wa.keys() & wb.keys()), "winners_differ": differ}
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     extra: list[str] = []
     if "--" in argv:
         i = argv.index("--")
         argv, extra = argv[:i], argv[i + 1:]
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     p.add_argument("out", type=Path)
     p.add_argument("--suite", default="suites/decode.yaml")
     p.add_argument("--timeout", type=float, default=280.0, help="seconds per run (two runs + compare < 10 min)")

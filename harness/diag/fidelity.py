@@ -1,7 +1,7 @@
 """Does the harness's kernel time agree with what the GPU profiler sees? A benchmark script,
 not a test: run it on the GPU machine.
 
-    python ci/fidelity.py --out results/fidelity [--backends flash-attn,flashinfer]
+    harness diag fidelity --out results/fidelity [--backends flash-attn,flashinfer]
                           [--suite suites/decode.yaml --case 'llama3-8b*']
 
 For every available backend (default variants) on about ten representative cells (decode and
@@ -47,15 +47,13 @@ from typing import Any, Callable
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from harness import registry  # noqa: E402
-from harness.spec import SpecError, load_suite, parse_suite  # noqa: E402
-from harness.layout import case_layout  # noqa: E402
-from harness.runner import CellUnsupported, case_work, prepare_cell  # noqa: E402
-from harness.timing import TimingOptions, select_flush, time_callable, verify_cold_l2  # noqa: E402
-from harness.workload import generate  # noqa: E402
+from harness import registry
+from harness.spec import SpecError, load_suite, parse_suite
+from harness.layout import case_layout
+from harness.runner import CellUnsupported, case_work, prepare_cell
+from harness.timing import TimingOptions, select_flush, time_callable, verify_cold_l2
+from harness.workload import generate
 
 GATE_MIN_US = 20.0
 GATE_MAX_DIFF = 0.03
@@ -376,8 +374,8 @@ def run_cells(cases: list, backends: list, args: Any, device: torch.device, writ
             torch.cuda.empty_cache()
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, required=True, help="folder for fidelity.csv and fidelity.json")
     p.add_argument("--backends", help="comma-separated backends (default: every registered one available here)")
     p.add_argument("--suite", help="a suite YAML instead of the built-in cells")
@@ -397,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     args.t_start = time.perf_counter()  # the total budget counts from here (probes and ceilings included)
     if not torch.cuda.is_available():
-        print("error: ci/fidelity.py needs a CUDA device", file=sys.stderr)
+        print("error: harness diag fidelity needs a CUDA device (torch.cuda.is_available() is False here)", file=sys.stderr)
         return 2
     if not args.time_budget > 0 or not args.total_budget > 0:
         print("error: --time-budget and --total-budget must be positive seconds", file=sys.stderr)

@@ -1,6 +1,6 @@
 """Where do the adapter's call and a library's plain call part? A GPU diagnostic, one factor a line.
 
-    python ci/callform_diag.py --out DIR [--shapes NAME,...] [--libs fa3,fa4,flashinfer] [--max-time S]
+    harness diag callform --out DIR [--shapes NAME,...] [--libs fa3,fa4,flashinfer] [--max-time S]
 
 For each orientation shape (the first three cases of suites/callforms.yaml: MQA 8/1 x 128 x 2k
 page 16, GQA 32/8 x 16 x 32k page 64, GQA 32/8 x 64 x 4k page 16) it builds ONE batch
@@ -24,7 +24,7 @@ replays with events, the noise-based stopping rule), so a factor's line and a ro
 `harness run` are measured the same way. Writes DIR/callform-diag.json and DIR/callform-diag.md:
 per shape and library, each factor's median (us), its 95% CI, its difference from that
 library's plain call and (JSON) the kernels it launched (torch.profiler over graph replays,
-ci/fidelity.py; --no-kernels skips that). Without CUDA, or without a library, it prints `skipped: <why>` (per library
+`harness diag fidelity`; --no-kernels skips that). Without CUDA, or without a library, it prints `skipped: <why>` (per library
 where only some are missing), writes the skip reasons and exits 0: the diagnostic is evidence,
 not a gate. Exit 2: bad arguments.
 """
@@ -41,8 +41,7 @@ from typing import Any, Callable
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]  # the checkout: suites/ and the results it reads
 
 SUITE = ROOT / "suites" / "callforms.yaml"
 SHAPES = ("orient-mqa-b128-2k-p16", "orient-gqa-b16-32k-p64", "orient-gqa-b64-4k-p16")
@@ -50,8 +49,8 @@ LIBS = {"fa3": "flash_attn_interface", "fa4": "flash_attn.cute", "flashinfer": "
 PLAIN = "plain"  # each library's first factor: what the others are compared with
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parse_args(argv: list[str] | None, prog: str | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, required=True, help="folder for callform-diag.json and .md")
     p.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated case names of {SUITE.name}")
     p.add_argument("--libs", default=",".join(LIBS), help="comma-separated: " + ", ".join(LIBS))
@@ -248,10 +247,8 @@ def adapter_lines(lib: str, batch: Any, dev: torch.device, max_time: float) -> d
 
 
 def kernel_names(fn: Callable[[], Any]) -> list[dict[str, Any]] | str:
-    """The kernels one call launches (torch.profiler over CUDA-graph replays, ci/fidelity.py)."""
-    spec = importlib.util.spec_from_file_location("fidelity", ROOT / "ci" / "fidelity.py")
-    fid = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(fid)
+    """The kernels one call launches (torch.profiler over CUDA-graph replays, harness diag fidelity)."""
+    from harness.diag import fidelity as fid
     try:
         st = fid.profile_kernels(fid.graph_replay(fn), 10, warmup=2)
     except Exception as e:
@@ -302,8 +299,8 @@ def markdown(results: list[dict[str, Any]], skipped: dict[str, str]) -> str:
     return "\n".join(out) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    args = parse_args(argv, prog)
     skipped = {lib: why for lib in args.libs if (why := skip_reason(lib))}
     for lib, why in skipped.items():
         print(f"{lib}: skipped: {why}")

@@ -1,9 +1,9 @@
 """Time the raw library calls (no harness code in the timed path) for the orientation cells,
 and print the harness's figure for the same case beside each line.
 
-    python ci/direct_timing.py [--harness-results results/orientation] [--out direct.json]
+    harness diag direct [--harness-results results/orientation] [--out direct.json]
 
-Cells (ci/orientation.yaml names the same shapes for the harness):
+Cells (suites/orientation.yaml names the same shapes for the harness):
 - dense-prefill: bf16 non-causal, 2 sequences x 16 heads x 8192 tokens, head 128, through FA2
   ``flash_attn_varlen_func``, FA3 ``flash_attn_interface.flash_attn_varlen_func`` and FA4
   ``flash_attn.cute.flash_attn_varlen_func`` on dense (non-paged) K/V; reports TFLOP/s
@@ -40,8 +40,6 @@ from typing import Any, Callable
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 DENSE = dict(batch=2, heads=16, seqlen=8192, head=128)
 PAGED_PREFILL = dict(DENSE, page=256)
@@ -319,15 +317,15 @@ def comparison_lines(lines: list[dict[str, Any]]) -> list[str]:
     return txt
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--harness-results", type=Path, help="results folder of `harness run ci/orientation.yaml`")
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    p.add_argument("--harness-results", type=Path, help="results folder of `harness run suites/orientation.yaml`")
     p.add_argument("--reps", type=int, default=30, help="timed replays per line (default 30)")
     p.add_argument("--no-graph", action="store_true", help="eager calls only")
     p.add_argument("--out", type=Path, help="write the lines as JSON here")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
-        print("error: ci/direct_timing.py needs a CUDA device", file=sys.stderr)
+        print("error: harness diag direct needs a CUDA device (torch.cuda.is_available() is False here)", file=sys.stderr)
         return 2
     if args.harness_results and not args.harness_results.exists():
         print(f"error: --harness-results {args.harness_results}: no such folder", file=sys.stderr)

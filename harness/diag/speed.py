@@ -2,7 +2,7 @@
 the correctness-only overhead per cell, energy coverage; with two folders (1 GPU, then
 ``--devices 0,1``), the speed-up and whether every verdict agrees.
 
-    python ci/speed_summary.py RESULTS_1GPU [RESULTS_2GPU] [--json OUT.json]
+    harness diag speed RESULTS_1GPU [RESULTS_2GPU] [--json OUT.json]
 
 Exit 0 when the verdicts agree (or one folder given), 1 when they differ, 2 on bad input.
 """
@@ -16,10 +16,8 @@ import statistics
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from harness.results import read_header, read_rows  # noqa: E402
+from harness.results import read_header, read_rows
 
 
 def summarize(folder: Path) -> dict:
@@ -50,18 +48,18 @@ def summarize(folder: Path) -> dict:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     p.add_argument("results", nargs="+", type=Path)
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
     if len(args.results) > 2:
-        print("speed_summary: give one or two results folders", file=sys.stderr)
+        print("harness diag speed: give one or two results folders", file=sys.stderr)
         return 2
     try:
         runs = [summarize(f) for f in args.results]
     except (OSError, ValueError) as e:
-        print(f"speed_summary: {e}", file=sys.stderr)
+        print(f"harness diag speed: {e}", file=sys.stderr)
         return 2
     rc = 0
     for s in runs:
