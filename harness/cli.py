@@ -1,4 +1,4 @@
-"""The ``harness`` command line: run suites, list backends."""
+"""The ``harness`` command line: the parser, ``run`` and the small commands; the others register from their own modules."""
 
 from __future__ import annotations
 
