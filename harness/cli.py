@@ -1,4 +1,4 @@
-"""The ``harness`` command line: run suites, list backends."""
+"""The ``harness`` command line: the parser, ``run`` and the small commands; the others register from their own modules."""
 
 from __future__ import annotations
 
@@ -810,6 +810,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     for command in (plan, crosscheck, matrix, bisect, export_command, schema_command, gate_command):
         command.add_parser(sub)
+    __import__("harness.diag").diag.add_parser(sub)  # `harness diag NAME`: harness/diag/
     return p
 
 

@@ -1,4 +1,4 @@
-"""Metamorphic checks (issue 12): properties a correct kernel has whatever the reference says,
+"""Metamorphic checks: properties a correct kernel has whatever the reference says,
 each reported as its own check with a status.
 
 - ``batch-invariance``: each request run alone gives the output it got inside the batch

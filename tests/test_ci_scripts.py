@@ -1,9 +1,8 @@
-"""CPU checks of the GPU benchmark scripts' pure parts (ci/fidelity.py, ci/direct_timing.py)."""
+"""CPU checks of the GPU diagnostics' pure parts (harness diag fidelity, direct, callform) and of ci/."""
 
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -14,15 +13,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"ci_{name}", ROOT / "ci" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-fidelity = _load("fidelity")
-direct = _load("direct_timing")
+from harness.diag import callform, direct, fidelity  # noqa: E402  (GPU diagnostics: they import without a GPU)
 
 
 def test_gate_applies_to_kernel_bound_rows_only():
@@ -100,7 +91,7 @@ def test_scripts_exit_2_without_a_gpu(tmp_path):
 
 
 def test_callform_diag_skips_cleanly_without_a_gpu_and_checks_its_arguments(tmp_path, capsys):
-    diag = _load("callform_diag")
+    diag = callform
     if not torch.cuda.is_available():
         assert diag.main(["--out", str(tmp_path / "d")]) == 0  # evidence, not a gate: skip, exit 0
         out = capsys.readouterr().out
@@ -123,7 +114,7 @@ def test_callform_diag_shapes_are_the_orientation_cases():
     from harness.spec import load_suite
     from harness.workload import generate
 
-    diag = _load("callform_diag")
+    diag = callform
     cases = {c.name: c for c in load_suite(ROOT / "suites" / "callforms.yaml").cases}
     assert set(diag.SHAPES) <= set(cases)
     for name in diag.SHAPES:
@@ -135,8 +126,8 @@ def test_callform_diag_shapes_are_the_orientation_cases():
 
 
 def test_direct_comparison_names_the_calls_and_flags_big_differences():
-    res = ROOT / "reports/h200/2026-11-29/orientation"
-    if not (res / "results.jsonl").exists():
+    res = ROOT / "tests/data/h200/2026-11-29/orientation"
+    if not (res / "run.json").exists():
         pytest.skip("no committed orientation results")
     hrows = direct.harness_rows(res, "dense-prefill", "flash-attn", "2")
     assert len(hrows) == 1 and abs(hrows[0]["median_us"] - 3451.9) < 1
@@ -194,3 +185,24 @@ def test_harness_subprocesses_keep_the_callers_pythonpath(tmp_path, monkeypatch)
     for test in ("test_cli.py", "test_resume.py"):
         text = (ROOT / "tests" / test).read_text()
         assert "subprocess_env(" in text and '"PYTHONPATH":' not in text and "env={" not in text
+
+
+def test_ci_holds_product_ci_only_and_the_diagnostics_are_commands(tmp_path, capsys):
+    # ci/: the gate, its baselines and suite, the browser and GPU test-suite installers; an
+    # evidence session is a plan file (harness plan), a diagnostic a `harness diag` module.
+    assert sorted(p.name for p in (ROOT / "ci").iterdir()) == [
+        "baselines", "gate.py", "gpu_pytest.sh", "install_browser.sh", "smoke.yaml"]
+    from harness.cli import main
+    from harness.diag import DIAGNOSTICS
+
+    for name, (module, _) in DIAGNOSTICS.items():
+        text = (ROOT / "harness" / "diag" / f"{module}.py").read_text()
+        assert "sys.path" not in text and "from test" not in text and "import test" not in text, name
+        assert main(["diag", name, "--help"]) == 0, name  # every diagnostic answers --help through the CLI
+        assert f"harness diag {name}" in capsys.readouterr().out
+    assert main(["diag", "callform", "--out", str(tmp_path / "c"), "--libs", "fa5"]) == 2
+    assert not (tmp_path / "c").exists()
+    if not torch.cuda.is_available():  # a GPU diagnostic says plainly why it cannot run here
+        for name in ("fidelity", "direct"):
+            assert main(["diag", name, "--out", str(tmp_path / name)]) == 2
+            assert f"harness diag {name} needs a CUDA device" in capsys.readouterr().err

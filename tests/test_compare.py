@@ -20,7 +20,7 @@ from typed_rows import as_status, ran_row
 ROOT = Path(__file__).resolve().parent.parent
 BASELINE = ROOT / "ci" / "baselines" / "cpu-smoke"
 SMOKE = ROOT / "ci" / "smoke.yaml"
-H200 = ROOT / "reports" / "h200" / "2026-11-29"
+H200 = ROOT / "tests" / "data" / "h200" / "2026-11-29"  # copies of reports/h200/2026-11-29 rows
 
 
 def _write(rows: list[ResultRow], path: Path) -> Path:
@@ -256,7 +256,7 @@ def test_committed_baseline_covers_the_smoke_suite(real_rows):
     assert keys == {(c.name, b) for c in suite.cases for b in suite.backends}
 
 
-H200_TODAY = Path(__file__).resolve().parents[1] / "reports" / "h200" / "2026-11-30"
+H200_TODAY = Path(__file__).resolve().parents[1] / "tests" / "data" / "h200" / "2026-11-30"
 
 
 def test_h200_identical_runs_pass_and_a_real_slowdown_fails():

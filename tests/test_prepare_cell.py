@@ -1,4 +1,4 @@
-"""prepare_cell: the one place a generated batch becomes a callable cell (runner, ci/fidelity.py
+"""prepare_cell: the one place a generated batch becomes a callable cell (runner, harness diag fidelity
 and anything else that times a backend use it, so none of them mirrors the runner)."""
 
 import pytest

@@ -15,7 +15,7 @@ from harness.selection_rules import vllm_default, vllm_flash_attn_version
 from typed_rows import check, host, timing
 
 ROOT = Path(__file__).resolve().parents[1]
-H200 = ROOT / "reports" / "h200" / "2026-11-29"
+H200 = ROOT / "tests" / "data" / "h200" / "2026-11-29"  # copies of reports/h200/2026-11-29 rows
 
 CFG = {"num_heads": 32, "num_kv_heads": 8, "head_size": 128, "dtype": "bfloat16", "kv_cache_dtype": "auto",
        "block_size": 16, "kv_layout": "NHD", "causal": True, "sliding_window": None, "softcap": 0.0,

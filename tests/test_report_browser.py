@@ -156,13 +156,13 @@ def test_a_js_error_would_be_caught(report, driver, tmp_path):
     assert any("undefinedFunction" in m for m in _severe(driver))
 
 
-H200 = Path(__file__).resolve().parent.parent / "reports" / "h200" / "2026-11-29"
+H200 = Path(__file__).resolve().parent / "data" / "h200" / "2026-11-29"  # copies of reports/h200 rows
 
 
 LLAMA_B64_4K = "llama3-8b[count=64,context_len=low=2048,high=4096]"
 
 
-@pytest.mark.skipif(not (H200 / "decode-1" / "results.jsonl").exists(), reason="no committed H200 results")
+@pytest.mark.skipif(not (H200 / "decode-1" / "run.json").exists(), reason="no committed H200 results")
 def test_report_from_committed_h200_results(driver, tmp_path):
     """From the committed H200 rows every section fills, the answers lead the first screen, and the
     verdict row for Llama-3-8B decode at batch 64 / 4k context is right."""

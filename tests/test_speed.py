@@ -266,16 +266,12 @@ def test_two_cpu_workers_take_every_case_exactly_once_from_the_shared_queue(tmp_
     wb = header["wall_breakdown_s"]
     assert set(wb) == {"startup", "expand", "wait_workers", "cases", "finish"}
     assert math.isclose(sum(wb.values()), header["wall_s"], abs_tol=0.05)
-    # ci/speed_summary.py (ci/gpu/speed.sh): one worker vs two, same verdicts, a speed-up figure
-    import importlib.util
+    # harness diag speed: one worker vs two, same verdicts, a speed-up figure
 
     one = tmp_path / "one"
     assert main(["run", str(suite), "--device", "cpu", "--backends", "torch-math,sdpa", "--out", str(one),
                  "--quiet", "--no-time"]) == 0
-    spec = importlib.util.spec_from_file_location("speed_summary", "ci/speed_summary.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    assert mod.main([str(one), str(out), "--json", str(tmp_path / "s.json")]) == 0
+    assert main(["diag", "speed", str(one), str(out), "--json", str(tmp_path / "s.json")]) == 0
     summary = json.loads((tmp_path / "s.json").read_text())
     assert summary["verdicts_differ"] == [] and summary["speedup"] > 0
 

@@ -208,7 +208,7 @@ class CaseSpec(_Strict):
     batch: Annotated[list[RequestGroup], Field(min_length=1)]
     shared_prefix: SharedPrefix | None = None
     seed: Annotated[int, Field(ge=0, le=MAX_SEED)] = 0
-    # Adversarial inputs (issue 12, ``--adversarial``): unused KV slots (spare pages and the tail
+    # Adversarial inputs (``--adversarial``): unused KV slots (spare pages and the tail
     # of each request's last page) hold NaN, which a correct kernel never reads; ``magnitude``
     # multiplies q and k (logits grow with its square).
     adversarial: bool = False

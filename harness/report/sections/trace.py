@@ -1,4 +1,4 @@
-"""Replayed serving traces (issue 17): attention cost per served token, per backend.
+"""Replayed serving traces: attention cost per served token, per backend.
 
 Rows come from a trace when their case carries the tags ``trace``, ``step=I`` and ``weight=W``
 (``harness.trace`` writes them: W = how many scheduler steps of the trace this sampled step
