@@ -37,6 +37,7 @@ from attn_contract import (
     SplitKV,
     split_decodes_and_prefills,
 )
+from attn_contract.engines import EngineName
 
 from backends._flashinfer_nvfp4 import NVFP4, NVFP4_NOTE, nvfp4_reason
 from backends._flashinfer_source import standalone_source
@@ -465,6 +466,13 @@ class FlashInferImpl(AttentionImpl[FlashInferMetadata]):
 class FlashInferBackend(AttentionBackend):
     name = "flashinfer"
     tested_versions = {"flashinfer-python": ">=0.6.18,<0.7"}  # measured: 0.6.18.post1
+    # vLLM decodes with tensor cores and lets FlashInfer pick its prefill: other values have no switch.
+    engine_names = {
+        "vllm": EngineName("FLASHINFER", runs={"decode_tensor_cores": True, "prefill_backend": "auto"},
+                           aliases=("flashinfer",)),
+        "sglang": EngineName("flashinfer", runs={"prefill_backend": "auto"},
+                             caveat="SGLang picks FlashInfer's tensor-core decode by its own GQA-group rule"),
+    }
     description = "FlashInfer batch decode + paged/ragged prefill wrappers (plan/run), as vLLM v1 uses them"
     # All six combinations run by default: decode_tensor_cores only matters when a batch has
     # decodes and prefill_backend only when it has prefills ("auto" resolves to fa3 on Hopper for

@@ -151,9 +151,9 @@ def verdict_lines(rows: list[ResultRow], ids: dict[tuple[str, str], str]) -> lis
     with the interval, or a tie; ranked by ``harness recommend``'s rules (harness/recommend.py)."""
     from harness.recommend import DEFAULT_TIE, _ratio_text, rank_rows
 
-    groups: dict[str, list[dict[str, Any]]] = {}
+    groups: dict[str, list[ResultRow]] = {}
     for r in rows:
-        groups.setdefault(r.case_group or r.case.split("[", 1)[0], []).append(r.model_dump())
+        groups.setdefault(r.case_group or r.case.split("[", 1)[0], []).append(r)
     out = []
     for g, rs in groups.items():
         res = rank_rows(rs, DEFAULT_TIE)
