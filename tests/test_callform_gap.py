@@ -87,9 +87,9 @@ def test_gap_lists_a_pair_20pct_apart_and_counts_one_half_a_pct_apart():
     assert wide[0].tie == "noise" and gap_records(wide) == []
 
 
-def _write(folder: Path, rows: list[dict]) -> Path:
+def _write(folder: Path, rows: list[ResultRow]) -> Path:
     folder.mkdir(parents=True)
-    (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / "results.jsonl").write_text("".join(r.model_dump_json() + "\n" for r in rows))
     (folder / "run.json").write_text(json.dumps({"device": {"name": "NVIDIA H200", "capability": "9.0"}}))
     return folder
 
