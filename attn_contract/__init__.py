@@ -23,6 +23,7 @@ _EXPORTS = {
     "CommonAttentionMetadata": "attn_contract.metadata",
     "CudaGraphSupport": "attn_contract.capabilities",
     "DecodePrefillSplit": "attn_contract.metadata",
+    "EngineName": "attn_contract.engines",
     "FAILED": "attn_contract.status",
     "GroupLayout": "attn_contract.shared_prefix",
     "HeadSizes": "attn_contract.capabilities",

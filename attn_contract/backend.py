@@ -94,6 +94,9 @@ class AttentionBackend(ABC):
     # (e.g. {"flashinfer-python": ">=0.6.18,<0.7"}); `harness list` and `harness --version`
     # mark an installed version outside it.
     tested_versions: ClassVar[dict[str, str]] = {}
+    # How serving engines name this backend ("vllm", "sglang" -> attn_contract.engines.EngineName);
+    # engines that cannot run it are absent.
+    engine_names: ClassVar[dict[str, Any]] = {}
 
     @classmethod
     def applicable_axes(cls, segment_kinds: Iterable[str]) -> tuple[str, ...]:

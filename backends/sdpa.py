@@ -28,6 +28,7 @@ from attn_contract import (
     HeadSizes,
     MultipleOf,
 )
+from attn_contract.engines import EngineName
 from backends._paged import (
     SDPA_CALL,
     HostLoopMetadata,
@@ -206,6 +207,8 @@ def probe_kernel(config, kernel: str) -> str | None:
 class SDPABackend(AttentionBackend):
     name = "sdpa"
     description = "torch SDPA, one batched call over padded requests gathered from the paged KV (what a PyTorch user runs)"
+    engine_names = {"sglang": EngineName("torch_native",
+                                         caveat="SGLang's torch_native runs torch SDPA per request, unpaged")}
 
     @classmethod
     def availability(cls, variant=None) -> Availability:

@@ -20,31 +20,33 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-from harness.recommend import RAN_OK, Candidate, Ratio, _merge, _timing, ratio, tie_kind
+from harness.recommend import rows as R
+from harness.recommend.rank import RAN_OK, Candidate, Ratio, _merge, ratio, tie_kind
+from harness.results import ResultRow
 
 CALL_FORMS = ("vllm", "fastest", "any")
 DEFAULT_CALL_FORM = "vllm"
 AXIS = "call_form"
 
 
-def _stands_for_both(row: dict[str, Any]) -> bool:
-    return AXIS in ((row.get("variant_axes") or {}).get("not_applied") or {})
+def _stands_for_both(row: ResultRow) -> bool:
+    return AXIS in R.not_applied(row)
 
 
-def keeps(row: dict[str, Any], form: str) -> bool:
+def keeps(row: ResultRow, form: str) -> bool:
     """Whether a serving verdict in ``form`` counts this row."""
-    v = (row.get("variant") or {}).get(AXIS)
+    v = R.variant(row).get(AXIS)
     return form == "any" or v is None or str(v) == form or _stands_for_both(row)
 
 
-def only_call_form(rows: Iterable[dict[str, Any]], form: str = DEFAULT_CALL_FORM) -> list[dict[str, Any]]:
+def only_call_form(rows: Iterable[ResultRow], form: str = DEFAULT_CALL_FORM) -> list[ResultRow]:
     """The rows a verdict in ``form`` ranks (``any``: all of them)."""
     if form not in CALL_FORMS:
         raise ValueError(f"--call-form {form}: expected one of {', '.join(CALL_FORMS)}")
     return [r for r in rows if keeps(r, form)]
 
 
-def form_note(form: str, rows: Sequence[dict[str, Any]]) -> str:
+def form_note(form: str, rows: Sequence[ResultRow]) -> str:
     """One line saying which call form the verdicts use and what that left out."""
     left = sum(not keeps(r, form) for r in rows)
     if form == "any":
@@ -73,20 +75,20 @@ def _other_label(variant: dict[str, Any]) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(variant.items()) if k != AXIS)
 
 
-def gaps(rows: Sequence[dict[str, Any]], tie: float) -> list[Gap]:
+def gaps(rows: Sequence[ResultRow], tie: float) -> list[Gap]:
     """Every case x backend x other-variant pair with both forms timed on passing rows."""
     per: dict[tuple[str, str, str], dict[str, list[tuple[float, float, float]]]] = defaultdict(lambda: defaultdict(list))
     variants: dict[tuple[str, str, str], dict[str, Any]] = {}
     for r in rows:
-        form = (r.get("variant") or {}).get(AXIS)
-        if form not in ("vllm", "fastest") or _stands_for_both(r) or r.get("status") != RAN_OK:
+        form = R.variant(r).get(AXIS)
+        if form not in ("vllm", "fastest") or _stands_for_both(r) or R.status(r) != RAN_OK:
             continue
-        t = _timing(r)
+        t = R.timing(r)
         if t is None:
             continue
-        key = (f"{r.get('suite')}/{r.get('case')}", str(r["backend"]), _other_label(r.get("variant") or {}))
+        key = (R.case_id(r), str(r.backend), _other_label(R.variant(r)))
         per[key][str(form)].append(t)
-        variants[key] = r.get("variant") or {}
+        variants[key] = R.variant(r)
     out = []
     for key in sorted(per):
         forms = per[key]
@@ -125,7 +127,7 @@ def gap_summary(gs: Sequence[Gap], tie: float) -> str:
             "recommend's margins.")
 
 
-def gap_markdown(rows: Sequence[dict[str, Any]], tie: float) -> str:
+def gap_markdown(rows: Sequence[ResultRow], tie: float) -> str:
     """``harness recommend``'s call-form gap block ('' when no pair has both forms timed)."""
     gs = gaps(rows, tie)
     if not gs:

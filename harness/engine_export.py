@@ -13,29 +13,22 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from harness.engines import sglang_flags, sglang_setting, vllm_flags
-from harness.recommend import (
-    BucketResult,
-    RAN_OK,
-    Candidate,
-    _case_id,
-    _rank_bucket,
-    _timing,
-    batch_kind,
-    case_batches,
-    load_inputs,
-    vllm_setting,
-)
-from harness.results import read_header
+from harness.recommend import rows as R
+from harness.recommend.buckets import batch_kind
+from harness.recommend.load import load_inputs
+from harness.recommend.rank import RAN_OK, BucketResult, Candidate, case_batches, rank_bucket
+from harness.recommend.vllm import vllm_setting
+from harness.results import ResultRow, read_header
 
 KIND_ORDER = {"decode": 0, "prefill": 1, "extend": 2, "mixed": 3}
 
 
-def model_of(row: dict[str, Any]) -> str:
+def model_of(row: ResultRow) -> str:
     """The model shape a row belongs to: 'llama-3.1-8b/tp2', else 'H32/KV8 D128 bfloat16'."""
-    m = (row.get("case_params") or {}).get("model")
+    m = R.model(row)
     if m:
-        return str(m)
-    c = row.get("config") or {}
+        return m
+    c = R.config(row)
     if not c:
         return "unknown shape"
     s = f"H{c.get('num_heads')}/KV{c.get('num_kv_heads')} D{c.get('head_size')} {c.get('dtype')}"
@@ -54,19 +47,19 @@ class Answer:
     result: BucketResult
 
 
-def answers(rows: Sequence[dict[str, Any]], tie: float) -> list[Answer]:
+def answers(rows: Sequence[ResultRow], tie: float) -> list[Answer]:
     """Per model shape and workload kind, the candidates ranked (recommend's ranking rule)."""
     batches = case_batches(rows)
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    groups: dict[tuple[str, str], list[ResultRow]] = defaultdict(list)
     order: dict[str, int] = {}
     for r in rows:
-        b = r.get("batch") or batches.get(_case_id(r))
+        b = R.batch(r) or batches.get(R.case_id(r))
         if not b:
             continue
         m = model_of(r)
         order.setdefault(m, len(order))
         groups[(m, batch_kind(b))].append(r)
-    out = [Answer(m, k, _rank_bucket((m, k), rs, tie)) for (m, k), rs in groups.items()]  # type: ignore[arg-type]
+    out = [Answer(m, k, rank_bucket((m, k), rs, tie)) for (m, k), rs in groups.items()]  # type: ignore[arg-type]
     return sorted(out, key=lambda a: (order[a.model], KIND_ORDER.get(a.kind, 9), a.kind))
 
 
@@ -109,27 +102,27 @@ def answer_records(ans: list[Answer]) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------- one setting per engine
 
 
-def _engine_times(rows: Sequence[dict[str, Any]], engine: str) -> tuple[dict[str, dict[str, float]], dict[str, str]]:
+def _engine_times(rows: Sequence[ResultRow], engine: str) -> tuple[dict[str, dict[str, float]], dict[str, str]]:
     """case id -> {engine setting: fastest median of the harness candidates it runs}, and each
     case's kind. Only candidates the engine runs exactly count."""
     batches = case_batches(rows)
     times: dict[str, dict[str, float]] = defaultdict(dict)
     kinds: dict[str, str] = {}
     for r in rows:
-        t = _timing(r) if r.get("status") == RAN_OK else None
-        b = r.get("batch") or batches.get(_case_id(r))
+        t = R.timing(r) if R.status(r) == RAN_OK else None
+        b = R.batch(r) or batches.get(R.case_id(r))
         if t is None or not b:
             continue
-        variant = r.get("variant") or {}
+        variant = R.variant(r)
         if engine == "vllm":
-            s = vllm_setting(Candidate(r["backend"], variant, r.get("variant_label", ""), {}))
+            s = vllm_setting(Candidate(r.backend, variant, r.variant_label, {}))
             key = s["cli"] if s and s["exact"] else None
         else:
-            s = sglang_setting(r["backend"], variant)
+            s = sglang_setting(r.backend, variant)
             key = s["attention_backend"] if s and s["exact"] else None
         if key is None:
             continue
-        cid = _case_id(r)
+        cid = R.case_id(r)
         kinds[cid] = batch_kind(b)
         times[cid][key] = min(t[0], times[cid].get(key, math.inf))
     return times, kinds
@@ -177,12 +170,12 @@ def engine_setting(cases: list[str], times: dict[str, dict[str, float]], kinds: 
             "worst_cost_pct": None if cost is None else cost[1] * 100}
 
 
-def engine_settings(rows: Sequence[dict[str, Any]], engine: str) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+def engine_settings(rows: Sequence[ResultRow], engine: str) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     """One setting per model shape, and the single setting over all of them."""
     times, kinds = _engine_times(rows, engine)
     per_model: dict[str, list[str]] = defaultdict(list)
     for r in rows:
-        cid = _case_id(r)
+        cid = R.case_id(r)
         if cid in times and cid not in per_model[model_of(r)]:
             per_model[model_of(r)].append(cid)
     out = []

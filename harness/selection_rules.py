@@ -192,29 +192,6 @@ def vllm_default(
     return VllmChoice(prio[-1], None, prio, rejected)  # unreachable: the last resorts always pass
 
 
-# vLLM's backends in this harness's names: harness backend -> (vLLM name, the variant axis
-# that carries vLLM's FA version or None, the variant vLLM runs: other values have no vLLM
-# switch). FlashInfer in vLLM decodes with tensor cores and lets FlashInfer pick its prefill.
-VLLM_BACKENDS: dict[str, tuple[str, str | None, dict[str, Any]]] = {
-    "flash-attn": (FLASH_ATTN, "fa_version", {}),
-    "flashinfer": (FLASHINFER, None, {"decode_tensor_cores": True, "prefill_backend": "auto"}),
-}
-
-
-def harness_candidates(choice: VllmChoice) -> list[tuple[str, dict[str, Any]]]:
-    """The harness backend+variant that runs what vLLM would run, best match first."""
-    out = []
-    for name, (vllm_name, version_axis, fixed) in VLLM_BACKENDS.items():
-        if vllm_name != choice.backend:
-            continue
-        want = {**fixed, **({version_axis: choice.fa_version} if version_axis else {})}
-        out.append((name, want))
-        if len(fixed) > 1:  # then any value of the axes after the first
-            first = next(iter(fixed))
-            out.append((name, {first: fixed[first], **({version_axis: choice.fa_version} if version_axis else {})}))
-    return out
-
-
 # ---------------------------------------------------------------- cascade: fitted rule
 
 # Features of one cascade cell, all read from its result row. "kv reads saved" is what
@@ -346,8 +323,6 @@ __all__ = [
     "CascadeRule",
     "VllmChoice",
     "fit_cascade_rule",
-    "VLLM_BACKENDS",
-    "harness_candidates",
     "leave_one_out",
     "vllm_default",
     "vllm_flash_attn_version",

@@ -148,12 +148,12 @@ def print_summary(rows: list[ResultRow], out_dir: Path, console: Console, err_co
 
 def verdict_lines(rows: list[ResultRow], ids: dict[tuple[str, str], str]) -> list[str]:
     """Per case group: the fastest passing backend+variant and its margin over the runner-up
-    with the interval, or a tie; ranked by ``harness recommend``'s rules (harness/recommend.py)."""
+    with the interval, or a tie; ranked by ``harness recommend``'s rules (harness/recommend/)."""
     from harness.recommend import DEFAULT_TIE, _ratio_text, rank_rows
 
-    groups: dict[str, list[dict[str, Any]]] = {}
+    groups: dict[str, list[ResultRow]] = {}
     for r in rows:
-        groups.setdefault(r.case_group or r.case.split("[", 1)[0], []).append(r.model_dump())
+        groups.setdefault(r.case_group or r.case.split("[", 1)[0], []).append(r)
     out = []
     for g, rs in groups.items():
         res = rank_rows(rs, DEFAULT_TIE)

@@ -21,11 +21,11 @@ def model_answer_lines(rows: Sequence[ResultRow], ids: dict[tuple[str, str], str
     from harness.engine_export import _sglang_flag, _vllm_flag, answers
     from harness.recommend import DEFAULT_TIE, _ratio_text
 
-    dicts = [r.model_dump() for r in rows if (r.case_params or {}).get("model")]
-    if not dicts:
+    modelled = [r for r in rows if (r.case_params or {}).get("model")]
+    if not modelled:
         return []
     out = []
-    for a in answers(only_call_form(dicts, DEFAULT_CALL_FORM), DEFAULT_TIE):
+    for a in answers(only_call_form(modelled, DEFAULT_CALL_FORM), DEFAULT_TIE):
         res, w = a.result, a.result.winner
         if w is None:
             continue

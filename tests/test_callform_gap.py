@@ -22,11 +22,11 @@ BATCH = {"num_reqs": 64, "num_tokens": 64, "num_decode": 64, "num_prefill": 0, "
 FI = {"decode_tensor_cores": True, "prefill_backend": "auto"}
 
 
-def row(backend: str, median: float, variant: dict, *, case: str = "c1", half: float = 0.2) -> dict:
+def row(backend: str, median: float, variant: dict, *, case: str = "c1", half: float = 0.2) -> ResultRow:
     return ResultRow(suite="s", case=case, backend=backend, variant=variant,
                      variant_label=",".join(f"{k}={v}" for k, v in sorted(variant.items())), status="pass",
                      config=CFG, batch=BATCH, check=check(True), host=host(),
-                     timing=timing(median, median - half, median + half)).model_dump()
+                     timing=timing(median, median - half, median + half))
 
 
 def fa(v: int, form: str) -> dict:
@@ -64,8 +64,8 @@ def test_call_form_fastest_changes_the_winner():
 
 
 def test_a_row_standing_for_both_forms_counts_under_either():
-    r = {**row("flashinfer", 90.0, {**FI, "call_form": "vllm"}),
-         "variant_axes": {"not_applied": {"call_form": ["fastest", "vllm"]}}}
+    r = row("flashinfer", 90.0, {**FI, "call_form": "vllm"}).model_copy(
+        update={"variant_axes": {"not_applied": {"call_form": ["fastest", "vllm"]}}})
     assert only_call_form([r], "fastest") == [r]
     assert only_call_form([row("flashinfer", 90.0, {**FI, "call_form": "vllm"})], "fastest") == []
 
@@ -87,9 +87,9 @@ def test_gap_lists_a_pair_20pct_apart_and_counts_one_half_a_pct_apart():
     assert wide[0].tie == "noise" and gap_records(wide) == []
 
 
-def _write(folder: Path, rows: list[dict]) -> Path:
+def _write(folder: Path, rows: list[ResultRow]) -> Path:
     folder.mkdir(parents=True)
-    (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / "results.jsonl").write_text("".join(r.model_dump_json() + "\n" for r in rows))
     (folder / "run.json").write_text(json.dumps({"device": {"name": "NVIDIA H200", "capability": "9.0"}}))
     return folder
 

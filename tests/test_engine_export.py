@@ -31,7 +31,7 @@ def row(cand, median, case, model, batch, half=0.2):
                      variant_label=",".join(f"{k}={v}" for k, v in sorted(variant.items())), status="pass",
                      config=CFG, batch=batch, check=check(True), host=host(),
                      timing=timing(median, median - half, median + half), case_group=model,
-                     case_params={"model": model}).model_dump()
+                     case_params={"model": model})
 
 
 def rows():
@@ -46,7 +46,7 @@ def rows():
 def test_model_of_prefers_the_model_shape_name():
     r = rows()[0]
     assert model_of(r) == "llama-3.1-8b/tp1"
-    assert model_of({**r, "case_params": {}}) == "H32/KV8 D128 bfloat16"
+    assert model_of(r.model_copy(update={"case_params": {}})) == "H32/KV8 D128 bfloat16"
 
 
 def test_answer_rows_winner_margin_tie_and_flags():

@@ -10,7 +10,7 @@ import pytest
 
 from harness import cli
 from harness.recommend import Inputs, RecommendError, load_inputs, policy, recommend_rows, vllm_export
-from harness.results import ResultRow, ResultWriter, write_header
+from harness.results import Call, ResultRow, ResultWriter, write_header
 from harness.selection_rules import vllm_default, vllm_flash_attn_version
 from typed_rows import check, host, timing
 
@@ -25,7 +25,7 @@ BATCH = {"num_reqs": 64, "num_tokens": 64, "num_decode": 64, "num_prefill": 0, "
 
 
 def row(backend: str, median: float | None, *, variant: dict | None = None, case: str = "c1", half: float = 0.5,
-        status: str = "pass", cfg: dict | None = None, batch: dict | None = None) -> dict:
+        status: str = "pass", cfg: dict | None = None, batch: dict | None = None) -> ResultRow:
     variant = variant or {}
     ran = status in ("pass", "mismatch")
     t = None if median is None or not ran else timing(median, median - half, median + half)
@@ -34,7 +34,7 @@ def row(backend: str, median: float | None, *, variant: dict | None = None, case
                      reason="" if status == "pass" else f"test: {status}",
                      config={**CFG, **(cfg or {})}, batch={} if status == "unsupported" else {**BATCH, **(batch or {})},
                      check=check(status == "pass") if ran else None, host=host() if ran else None,
-                     timing=t).model_dump()
+                     timing=t)
 
 
 def rec_of(rows: list[dict], tie: float = 0.03, capability: str | None = "9.0"):
@@ -246,31 +246,31 @@ def test_vllm_export_when_vllm_cannot_select_the_winner():
 def test_default_on_shared_prefix_batches_follows_vllms_cascade_rule():
     prefix = {"prefix_groups": 1}
     casc = row("flash-attn-cascade", 50.0, variant=FA3, batch=prefix)
-    casc["call"] = {"rule_says_cascade": True, "compare_with": "flash-attn"}
+    casc.call = Call(rule_says_cascade=True, compare_with="flash-attn")
     rows = [row("flash-attn", 200.0, variant=FA3, batch=prefix), casc, row("flashinfer", 150.0, variant=FI, batch=prefix)]
     rec = rec_of(rows)
     (d,) = rec.defaults
     assert d.status == "winner" and d.candidate == "flash-attn [fa_version=3] + vLLM cascade rule"
     # the same rows with vLLM's rule saying plain: the default is plain FA3, 4x slower than the winner
-    casc["call"]["rule_says_cascade"] = False
+    casc.call = Call(rule_says_cascade=False, compare_with="flash-attn")
     (d,) = rec_of(rows).defaults
     assert d.status == "slower" and d.cost.pct == pytest.approx(300.0)
     (b,) = vllm_export(rec)["buckets"]
     assert b["vllm"]["flash_attn_version"] == 3 and "cascade" in b["vllm"]["note"]
 
 
-def test_rows_survive_a_flattened_frame():
-    import pandas as pd
-
-    from harness.recommend import rows_from_frame
+def test_report_sections_read_the_typed_rows_behind_the_frame():
+    from harness.report.core import Loaded, frame, result_rows
 
     rows = [row("flash-attn", 100.0, variant=FA3), row("flashinfer", 110.0, variant=FI),
             row("flash-attn", None, variant={"fa_version": 2}, status="unsupported")]
-    back = rows_from_frame(pd.json_normalize(rows))
-    a, b = rec_of(rows), rec_of(back)
-    assert [r["bucket"] for r in policy(a)["rules"]] == [r["bucket"] for r in policy(b)["rules"]]
-    assert policy(a)["rules"][0]["use"] == policy(b)["rules"][0]["use"] == {"backend": "flash-attn", "variant": FA3}
-    assert [d.status for d in a.defaults] == [d.status for d in b.defaults] == ["winner"]
+    df = frame(Loaded(rows, [{}], ["<test>"], [0, 0, 0]))
+    # derived frames share the rows (pandas deep-copies attrs), and they are the rows as read
+    assert result_rows(df[df["passed"]]) == result_rows(df) == rows
+    assert result_rows(df[df["passed"]])[0] is rows[0]
+    a, b = rec_of(rows), rec_of(result_rows(df))
+    assert policy(a)["rules"] == policy(b)["rules"]
+    assert policy(b)["rules"][0]["use"] == {"backend": "flash-attn", "variant": FA3}
 
 
 def test_report_has_the_recommendation_section(tmp_path):

@@ -27,6 +27,7 @@ from attn_contract import (
     CommonAttentionMetadata,
     split_decodes_and_prefills,
 )
+from attn_contract.engines import EngineName
 from backends.flash_attn.common import CALL_FORMS, DOCUMENTED_CC, FASegment, FlashAttentionMetadata, cuda_capability
 from backends.flash_attn.common import standalone_call as fa_standalone_call
 from backends.flash_attn.selector import (
@@ -184,6 +185,12 @@ class FlashAttentionBackend(AttentionBackend):
     description = "FlashAttention 2/3/4 (flash_attn, flash_attn_interface, flash_attn.cute) over vLLM's paged KV cache"
     # call_form: vLLM's call or the library's fastest documented call (common.CALL_FORMS).
     variant_axes = {"fa_version": ("auto", 2, 3, 4), "call_form": CALL_FORMS}
+    # vLLM: one backend, the FA version a setting; SGLang names FA3 and FA4 apart and has no FA2.
+    engine_names = {
+        "vllm": EngineName("FLASH_ATTN", version_axis="fa_version", aliases=("flash", "flash_attn", "fa"),
+                           version_tag="fa"),
+        "sglang": EngineName(version_axis="fa_version", version_names={3: "fa3", 4: "fa4"}),
+    }
 
     @classmethod
     def default_variants(cls) -> list[dict[str, Any]]:

@@ -21,6 +21,8 @@ from attn_contract import (
     SplitKV,
 )
 
+from attn_contract.engines import EngineName
+
 from backends._flashinfer_nvfp4 import NVFP4, NVFP4_NOTE, nvfp4_reason
 from backends.flashinfer import families
 from backends.flashinfer._host import (
@@ -47,6 +49,15 @@ from backends.flashinfer.standalone import standalone_source
 class FlashInferBackend(AttentionBackend):
     name = "flashinfer"
     tested_versions = {"flashinfer-python": ">=0.6.18,<0.7"}  # measured: 0.6.18.post1
+    # vLLM (v0.25.1) decodes through the wrapper with tensor cores and lets FlashInfer pick its
+    # prefill: other values have no switch there.
+    engine_names = {
+        "vllm": EngineName("FLASHINFER", runs={"decode_tensor_cores": True, "prefill_backend": "auto",
+                                               "decode_backend": "wrapper"},
+                           aliases=("flashinfer",)),
+        "sglang": EngineName("flashinfer", runs={"prefill_backend": "auto", "decode_backend": "wrapper"},
+                             caveat="SGLang picks FlashInfer's tensor-core decode by its own GQA-group rule"),
+    }
     description = "FlashInfer batch decode + paged/ragged prefill wrappers (plan/run), as vLLM v1 uses them"
     # The default run is the wrapper families' twelve variants: decode_tensor_cores only matters
     # when a batch has decodes and prefill_backend only when it has prefills ("auto" resolves to

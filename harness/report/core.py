@@ -315,6 +315,19 @@ def case_ids(cases: Iterable[str], groups: Iterable[str]) -> dict[str, str]:
     return ids
 
 
+class RowsRef(tuple):
+    """The typed rows behind a frame, carried in ``attrs["rows"]`` for sections that read rows
+    (recommend): pandas deep-copies attrs into every derived frame; this one is shared instead."""
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> "RowsRef":
+        return self
+
+
+def result_rows(df: pd.DataFrame) -> list[Any]:
+    """The ``ResultRow``s of the report's frame, in its order."""
+    return list(df.attrs.get("rows", ()))
+
+
 def frame(loaded: Loaded) -> pd.DataFrame:
     """One row per result: every JSON field flattened with dots, plus the ``DERIVED`` columns.
     Run headers and sources go in ``attrs`` (``runs``: list of (source, header, row count))."""
@@ -324,6 +337,7 @@ def frame(loaded: Loaded) -> pd.DataFrame:
         df = pd.DataFrame({c: pd.Series([], dtype=object) for c in
                            ["suite", "case", "backend", "status", "variant_label", "reason", "reproducer", *DERIVED]})
         df.attrs["runs"] = runs
+        df.attrs["rows"] = RowsRef(loaded.rows)
         return df
     df = rows_frame(loaded.rows).reset_index(drop=True)
     df.attrs.pop("case_legend", None)  # the report numbers cases per case group (case_id below)
@@ -356,6 +370,7 @@ def frame(loaded: Loaded) -> pd.DataFrame:
                       for n, c in zip(df["n_req"], df["ctx_mean"])]
     df["bytes_eff"] = _effective_bytes(df)
     df.attrs["runs"] = runs
+    df.attrs["rows"] = RowsRef(loaded.rows)
     return df
 
 

@@ -34,7 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-num-seqs", type=int, default=256)
     ap.add_argument("--block-size", type=int, default=16)
     ap.add_argument("--num-blocks", type=int, default=65536)
-    ap.add_argument("--backends", default="flash-attn,flashinfer,sdpa,torch-math")
+    ap.add_argument("--backends", default=None,
+                    help="backends the suite lists (default: none, so `harness run` picks them)")
     ap.add_argument("--heads", type=int, nargs=3, default=[8, 1, 128], metavar=("Q", "KV", "D"))
     a = ap.parse_args(argv)
     try:
@@ -52,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
              "description": f"{len(cases)} steps sampled from {Path(a.trace).name} "
                             f"({len(reqs)} requests, {len(res.steps)} steps, "
                             f"{res.preemptions} preemptions, {res.prefix_hit_tokens} prefix-hit tokens)",
-             "backends": a.backends.split(","),
+             **({"backends": a.backends.split(",")} if a.backends else {}),
              "defaults": {"dtype": "bfloat16", "kv_layout": "NHD", "causal": True,
                           "block_size": a.block_size, "seed": 0, "num_heads": a.heads[0],
                           "num_kv_heads": a.heads[1], "head_size": a.heads[2]},

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pandas as pd
 
 from harness.callform_gap import gap_records, gap_summary, gaps
-from harness.recommend import DEFAULT_TIE, rows_from_frame
-from harness.report.core import Block, Table, Text, section
+from harness.recommend import DEFAULT_TIE
+from harness.report.core import Block, Table, Text, result_rows, section
 
 
 @section("callform-gap", "Call-form gap: the vLLM call against the library's fastest call", order=35,
@@ -16,7 +16,7 @@ from harness.report.core import Block, Table, Text, section
 def callform_gap(df: pd.DataFrame) -> list[Block]:
     if df.empty or "variant.call_form" not in df.columns:
         return []
-    gs = gaps(rows_from_frame(df), DEFAULT_TIE)
+    gs = gaps(result_rows(df), DEFAULT_TIE)
     if not gs:
         return []
     out: list[Block] = [Text(gap_summary(gs, DEFAULT_TIE) + " The answer above ranks the vllm form.", cls="note")]

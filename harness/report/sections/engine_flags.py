@@ -9,8 +9,9 @@ import pandas as pd
 
 from harness.callform_gap import DEFAULT_CALL_FORM, form_note, only_call_form
 from harness.engine_export import answer_records, answers, engine_settings
-from harness.recommend import DEFAULT_TIE, rows_from_frame
-from harness.report.core import Block, Table, Text, col, section
+from harness.recommend import DEFAULT_TIE
+from harness.recommend import rows as R
+from harness.report.core import Block, Table, Text, result_rows, section
 
 
 def _pct(x: object) -> str:
@@ -22,12 +23,8 @@ def _pct(x: object) -> str:
 def answer_per_model(df: pd.DataFrame) -> list[Block]:
     if df.empty:
         return []
-    rows = rows_from_frame(df)
-    for r, params in zip(rows, col(df, "case_params")):  # a dict column: rows_from_frame leaves it out
-        if isinstance(params, dict):
-            r["case_params"] = params
-    rows = [r for r in rows if r.get("batch")]
-    if not any((r.get("case_params") or {}).get("model") for r in rows):
+    rows = [r for r in result_rows(df) if R.batch(r)]
+    if not any(R.model(r) for r in rows):
         # Without model-shaped cases the layer shapes already lead the page (the answer section):
         # a second, longer table of them would only push that answer off the first screen.
         return [Text("No case of these results was made from a model (`model:` in a suite, or "

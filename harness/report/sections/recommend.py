@@ -12,10 +12,9 @@ from harness.recommend import (
     defaults_summary,
     inputs_of,
     recommend_rows,
-    rows_from_frame,
     winners_records,
 )
-from harness.report.core import Block, Table, Text, section
+from harness.report.core import Block, Table, Text, result_rows, section
 
 
 @section("recommend", "Recommendation: measured selection against vLLM's default", order=40,
@@ -26,7 +25,7 @@ def recommend(df: pd.DataFrame) -> list[Block]:
         return []
     headers = [(str(src), h or {}) for src, h, _n in df.attrs.get("runs", [])]
     try:
-        rec = recommend_rows(inputs_of(rows_from_frame(df), headers))
+        rec = recommend_rows(inputs_of(result_rows(df), headers))
     except RecommendError as e:  # e.g. runs of two GPUs: the rest of the report still renders
         return [Text(f"No recommendation: {e}", cls="warn")]
     win, casc = winners_records(rec), cascade_records(rec)
