@@ -184,8 +184,8 @@ def test_torch_cascade_passes_the_harness_check(groups, heads, mixed, extra):
     row = _run(TorchCascadeBackend, _case(groups=groups, heads=heads, mixed=mixed, length=length, bs=bs,
                                           seed=groups, **extra))
     assert row.status == "pass", row.reason
-    assert row.check["lse_checked"]
-    assert row.call["num_groups"] == groups and "rule_says_cascade" in row.call and row.call["compare_with"]
+    assert row.check.lse_checked
+    assert row.call.num_groups == groups and row.call.rule_says_cascade is not None and row.call.compare_with
 
 
 def test_torch_cascade_check_catches_a_corrupted_shared_prefix():
