@@ -21,16 +21,6 @@ class Status(str, enum.Enum):
     def __str__(self) -> str:
         return self.value
 
-    @property
-    def ran(self) -> bool:
-        """The kernel produced an output (pass or mismatch)."""
-        return self in RAN
-
-    @property
-    def failed(self) -> bool:
-        """Counts against the backend (what --strict and the gate fail on)."""
-        return self in FAILED
-
 
 RAN: frozenset[Status] = frozenset({Status.PASS, Status.MISMATCH})
 FAILED: frozenset[Status] = frozenset({Status.MISMATCH, Status.ERROR, Status.TIMEOUT})

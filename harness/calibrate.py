@@ -43,7 +43,7 @@ def measure(backends: list[str], lengths: tuple[int, ...] = LENGTHS) -> list[dic
                     case_data = CaseContext(case, opts.device, True)
                     for b in backends:
                         row = run_cell(Cell(case, resolve(b), {}), case_data, Suite(suite="cal", cases=[case]), opts)
-                        errs = [p["rel_l2_err"] for p in row.check["per_request"]]
+                        errs = [p.rel_l2_err for p in row.check.per_request or []]
                         rows.append(dict(dtype=dtype, kv=kvd, kind=kind, length=length, backend=b,
                                          max_rel_l2=max(errs), limit=rel_l2_limit(dtype, kvd, length),
                                          status=row.status))

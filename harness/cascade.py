@@ -13,12 +13,15 @@ bottom-right aligned), and the two are merged exactly with their log-sum-exps.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import torch
 
 from attn_contract import AttentionConfig, CommonAttentionMetadata
 from attn_contract.status import Status
+
+if TYPE_CHECKING:
+    from harness.results import ResultRow  # noqa: F401
 
 # ---------------------------------------------------------------- decision rule
 
@@ -142,51 +145,46 @@ def decide(common: CommonAttentionMetadata, config: AttentionConfig, device: tor
 # ---------------------------------------------------------------- rule vs measurement
 
 
-def _field(row: Any, key: str, default: Any = None) -> Any:
-    """A row's field, whether the row is a ResultRow or its JSON dict."""
-    return row.get(key, default) if isinstance(row, dict) else getattr(row, key, default)
-
-
-def rule_agreement(rows: Iterable[Any]) -> list[dict[str, Any]]:
+def rule_agreement(rows: Iterable[ResultRow | dict[str, Any]]) -> list[dict[str, Any]]:
     """For each cascade row (``call.rule_says_cascade`` present) that passed and was timed,
     the fastest passing row of the backend it names in ``call.compare_with`` on the same case
     (preferring variants that agree on shared axes, e.g. the same ``fa_version``), the
-    measured winner, and whether the rule picked it."""
-    rows = list(rows)
+    measured winner, and whether the rule picked it. Rows given as their JSON dicts are read
+    into ``ResultRow`` first."""
+    from harness.results import ResultRow
+
+    rows = [r if isinstance(r, ResultRow) else ResultRow.model_validate(r) for r in rows]
     out = []
     for r in rows:
-        call = _field(r, "call") or {}
-        timing = _field(r, "timing") or {}
-        if "rule_says_cascade" not in call or _field(r, "status") != Status.PASS or "median_us" not in timing:
+        call, timing = r.call, r.timing
+        if call is None or call.rule_says_cascade is None or r.status != Status.PASS or timing is None:
             continue
-        rv = _field(r, "variant") or {}
-        plain = [
-            p for p in rows
-            if _field(p, "case") == _field(r, "case") and _field(p, "backend") == call.get("compare_with")
-            and _field(p, "status") == Status.PASS and (_field(p, "timing") or {}).get("median_us") is not None
-        ]
-        agree = [p for p in plain if all(str((_field(p, "variant") or {}).get(k, v)) == str(v) for k, v in rv.items())]
+        rv = r.variant
+        plain = [p for p in rows
+                 if p.case == r.case and p.backend == call.compare_with and p.status == Status.PASS
+                 and p.timing is not None]
+        agree = [p for p in plain if all(str(p.variant.get(k, v)) == str(v) for k, v in rv.items())]
         pool = agree or plain
         entry = {
-            "case": _field(r, "case"),
-            "backend": _field(r, "backend"),
+            "case": r.case,
+            "backend": r.backend,
             "variant": rv,
-            "rule_says_cascade": call["rule_says_cascade"],
-            "rule_reason": call.get("rule_reason", ""),
-            "cascade_us": timing["median_us"],
-            "plain_backend": call.get("compare_with"),
+            "rule_says_cascade": call.rule_says_cascade,
+            "rule_reason": call.rule_reason or "",
+            "cascade_us": timing.median_us,
+            "plain_backend": call.compare_with,
             "plain_variant": None,
             "plain_us": None,
             "measured_winner": None,
             "rule_right": None,
         }
         if pool:
-            best = min(pool, key=lambda p: _field(p, "timing")["median_us"])
-            entry["plain_variant"] = _field(best, "variant")
-            entry["plain_us"] = _field(best, "timing")["median_us"]
+            best = min(pool, key=lambda p: p.timing.median_us)
+            entry["plain_variant"] = best.variant
+            entry["plain_us"] = best.timing.median_us
             cascade_wins = entry["cascade_us"] < entry["plain_us"]
             entry["measured_winner"] = "cascade" if cascade_wins else "plain"
-            entry["rule_right"] = cascade_wins == call["rule_says_cascade"]
+            entry["rule_right"] = cascade_wins == call.rule_says_cascade
         out.append(entry)
     return out
 

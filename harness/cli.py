@@ -508,7 +508,7 @@ def cmd_repro(args: argparse.Namespace) -> int:
             run = repro.cell_runner(backend, variant, device, row)
             case, _ = repro.shrink(case, run, lambda m: console.print(m, highlight=False, markup=False, soft_wrap=True),
                                    max_attempts=args.max_attempts)
-            note = f"Shrunk by `harness repro --shrink` from {row.case!r} (batch {row.batch.get('num_reqs', '?')} requests)."
+            note = f"Shrunk by `harness repro --shrink` from {row.case!r} (batch {row.batch.num_reqs or '?'} requests)."
         sc = repro.script_case(case, backend, variant)
         text = repro.render_script(row, sc, backend, variant, source, note)
     except (FileNotFoundError, ValueError, repro.ReproError) as e:

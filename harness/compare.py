@@ -156,11 +156,8 @@ def device_class(row: ResultRow) -> str:
     if row.timing is None:
         return f"{dev}/?"
     cls = f"{dev}/{row.timing.method}"
-    graph = row.timing.cuda_graph
-    used = graph.get("used") if isinstance(graph, dict) else getattr(graph, "used", None)
-    if dev == "cuda" and used is False:
-        launch = row.timing.launch
-        hidden = launch.get("hidden_frac") if isinstance(launch, dict) else getattr(launch, "hidden_frac", None)
+    if dev == "cuda" and row.timing.cuda_graph.used is False:
+        hidden = row.timing.launch.hidden_frac if row.timing.launch is not None else None
         cls += "/host-bound" if hidden is not None and hidden < 0.5 else "/eager"
     return cls
 

@@ -206,7 +206,7 @@ def retime_row(row: ResultRow, tol: float, suite: str | None, min_run_s: float) 
         raise CrosscheckError(f"backend {backend.name} offers no standalone_call") from None
     timing = row.timing
     assert timing is not None
-    graph = bool((timing.cuda_graph or {}).get("used"))
+    graph = timing.cuda_graph.used
     cold = timing.mode == "cold"
     sc = repro.script_case(case, backend, variant)
     dev = torch.device(row.device) if on_gpu else torch.device("cpu")

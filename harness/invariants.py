@@ -16,7 +16,7 @@ each reported as its own check with a status.
 
 Outside bitwise equality, two outputs "agree" when every request's relative L2 difference is
 within ``harness.check.rel_l2_limit`` (the tolerance a correct kernel gets against the
-reference). ``check_invariants(backend, variant, batch, device)`` returns one dict per
+reference). ``check_invariants(backend, variant, batch, device)`` returns one ``InvariantResult`` per
 invariant: ``invariant``, ``status`` (pass / mismatch / error / unsupported), ``detail``.
 """
 
@@ -29,6 +29,7 @@ import torch
 
 from attn_contract import AttentionBackend, Status
 from harness.check import rel_l2_limit
+from harness.results import InvariantResult
 from harness.registry import resolve
 from harness.runner import CellUnsupported, prepare_cell
 from harness.workload import Batch
@@ -92,8 +93,8 @@ def _agree(a: torch.Tensor, b: torch.Tensor, batch: Batch, reqs: list[int] | Non
 
 
 def check_invariants(backend: type[AttentionBackend], variant: dict[str, Any], batch: Batch,
-                     device: torch.device) -> list[dict[str, Any]]:
-    results: list[dict[str, Any]] = []
+                     device: torch.device) -> list[InvariantResult]:
+    results: list[InvariantResult] = []
 
     def record(name: str, fn) -> None:
         try:
@@ -103,7 +104,7 @@ def check_invariants(backend: type[AttentionBackend], variant: dict[str, Any], b
             status, detail = Status.UNSUPPORTED, str(e)
         except Exception as e:  # a backend failing an invariant's batch costs only that invariant
             status, detail = Status.ERROR, f"{type(e).__name__}: {str(e).strip()[:200]}"
-        results.append({"invariant": name, "status": str(status.value), "detail": detail})
+        results.append(InvariantResult(invariant=name, status=status, detail=detail))
 
     full: dict[str, torch.Tensor] = {}
 

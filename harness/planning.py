@@ -1,20 +1,49 @@
-"""Suite -> cells: the cases and backend variants a run selects, and the variants whose
-differences cannot apply to a case's batch collapsed into one cell. Moved out of runner.py."""
+"""Suite -> cells: the run's options, the cases and backend variants a run selects, the variants
+whose differences cannot apply to a case's batch collapsed into one cell, and the checks made
+before a cell's batch exists (available? supported? fits?)."""
 
 from __future__ import annotations
 
 import fnmatch
+import shlex
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from attn_contract import AttentionBackend
-from harness.layout import case_layout
+from attn_contract import AttentionBackend, Capabilities
+from attn_contract.status import Status
+from harness.layout import CaseLayout, case_layout
+from harness.metrics import layout_work
 from harness.results import variant_label
 from harness.spec import CaseSpec, Suite
 
 if TYPE_CHECKING:
-    from harness.runner import RunOptions
+    import torch
+
+    from harness.timing import TimingOptions
+
+
+@dataclass
+class RunOptions:
+    device: torch.device
+    suite_path: str = ""
+    seed: int | None = None
+    adversarial: bool = False  # --adversarial: NaN in every KV slot no request owns
+    invariants: bool = False  # --invariants: metamorphic checks per cell (harness/invariants.py)
+    case_patterns: list[str] = field(default_factory=list)
+    variant_filters: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    check: bool = True
+    time: bool = True
+    # Time backends whose Capabilities declare them untimed here (role "reference"; --time-references).
+    time_references: bool = False
+    timing: TimingOptions | None = None
+    roofline: bool = True  # attach % of the measured device ceilings to each timed row
+    cpu_max_gflop: float = 0.5  # the CLI defaults: keep them in step
+    cpu_max_kv_mib: float = 128.0
+    collapse_variants: bool = True  # one cell where variant axes cannot apply (--all-variants: off)
+    # Extra pre-run check (e.g. the memory planner of harness.memory): a reason to skip, or None.
+    fit_check: Callable[["Cell"], str | None] | None = None
 
 
 @dataclass
@@ -140,3 +169,103 @@ def plan_cells(suite: Suite, backends: list[type[AttentionBackend]], opts: RunOp
             cells += [Cell(case, b, v, info) for v, info in collapse_variants(b, variants, kinds, runnable)]
     return cells
 
+
+
+def group_by_case(cells: list[Cell]) -> list[list[Cell]]:
+    """Cells grouped by case, cases in first-seen order."""
+    by_case: dict[str, list[Cell]] = {}
+    for c in cells:
+        by_case.setdefault(c.case.name, []).append(c)
+    return list(by_case.values())
+
+
+def backend_spec(backend: type[AttentionBackend]) -> str:
+    """How to name ``backend`` on the command line: its registered name, else module:Class."""
+    from harness.registry import known_backends
+
+    if backend.name in known_backends():
+        return backend.name
+    return f"{backend.__module__}:{backend.__qualname__}"
+
+
+def reproducer(cell: Cell, opts: RunOptions) -> str:
+    parts = ["harness", "run", opts.suite_path or "SUITE.yaml", "--case", cell.case.name,
+             "--backends", backend_spec(cell.backend), "--seed", str(cell.case.seed)]
+    if cell.case.adversarial:
+        parts.append("--adversarial")
+    for k, v in sorted(cell.variant.items()):
+        parts += ["--variant", f"{cell.backend.name}.{k}={v}"]
+    if opts.device.type == "cpu":
+        parts += ["--device", "cpu"]
+    if opts.timing is not None and opts.timing.mode != "hot":
+        parts += ["--timing-mode", opts.timing.mode]
+    if opts.timing is not None and not opts.timing.cuda_graph:
+        parts += ["--no-cuda-graph"]
+    if opts.timing is not None and opts.timing.stop_criterion != "noise":
+        parts += ["--stop", opts.timing.stop_criterion]
+    if opts.timing is not None and opts.timing.cpu_clock != "wall" and opts.device.type == "cpu":
+        parts += ["--cpu-clock", opts.timing.cpu_clock]
+    return shlex.join(parts)
+
+
+def case_work(case: CaseSpec, layout: CaseLayout | None = None) -> tuple[dict, Any]:
+    """Exact FLOPs/bytes of the batch a case generates (lengths only: no tensors)."""
+    layout = layout or case_layout(case)
+    return {"query_lens": list(layout.query_lens), "seq_lens": list(layout.seq_lens)}, layout_work(layout)
+
+
+def too_large_reason(case: CaseSpec, opts: RunOptions) -> str | None:
+    """On the CPU, cases above the work/memory limits are skipped with this reason."""
+    if opts.device.type != "cpu":
+        return None
+    layout = case_layout(case)
+    _, work = case_work(case, layout)
+    kv_mib = layout.logical_kv_bytes / 2**20
+    if work.flops / 1e9 > opts.cpu_max_gflop:
+        return (f"too large for the CPU: {work.flops / 1e9:.1f} GFLOP > --cpu-max-gflop {opts.cpu_max_gflop:g}"
+                " (run on a GPU or raise the limit)")
+    if kv_mib > opts.cpu_max_kv_mib:
+        return (f"too large for the CPU: KV cache {kv_mib:.0f} MiB > --cpu-max-kv-mib {opts.cpu_max_kv_mib:g}"
+                " (run on a GPU or raise the limit)")
+    return None
+
+
+def precheck(cell: Cell, opts: RunOptions) -> tuple[str | None, Status | None]:
+    """Before the case's batch exists: why ``cell`` cannot run here and its status, or (None, None)."""
+    avail = cell.backend.availability(cell.variant)
+    if not avail.available:
+        return f"backend unavailable: {avail.reason}", Status.SKIPPED
+    cfg = cell.case.attention_config()
+    reason = cell.backend.check_support(cfg, cell.variant, opts.device.type)
+    if reason:
+        return reason, Status.UNSUPPORTED
+    big = too_large_reason(cell.case, opts)
+    if big:
+        return big, Status.SKIPPED
+    if opts.fit_check is not None:
+        reason = opts.fit_check(cell)
+        if reason:
+            return reason, Status.SKIPPED
+    return None, None
+
+
+def timing_skip_reason(caps: Capabilities | None, device_type: str, opts: RunOptions) -> str | None:
+    """Why a cell ``opts`` would time is not timed (a reference backend on ``device_type``
+    without ``--time-references``), or None; None too when ``opts`` times nothing."""
+    if not opts.time or opts.time_references or caps is None:
+        return None
+    return caps.timing_skip_reason(device_type)
+
+
+def cell_timed(cell: Cell, device_type: str, opts: RunOptions) -> bool:
+    """Whether ``cell`` will be timed on ``device_type`` (for cost estimates, before it runs),
+    from the backend's declared ``untimed_on``: the parent plans without importing a library
+    (``capabilities()`` may need one; the cell itself obeys its capabilities' same set)."""
+    if not opts.time:
+        return False
+    return opts.time_references or device_type not in cell.backend.untimed_on
+
+
+def default_out_dir(suite: Suite) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path("results") / f"{suite.suite}-{stamp}"

@@ -86,7 +86,7 @@ def case_of_row(row: ResultRow, suite_path: str | None = None) -> tuple[CaseSpec
         suite = load_suite(path)
     except SpecError as e:
         raise ReproError(f"{path}: {str(e).splitlines()[0]}") from None
-    seed = int(row.config["seed"]) if "seed" in row.config else None
+    seed = row.config.seed if row.config is not None else None
     opts = RunOptions(device=torch.device("cpu"), case_patterns=[row.case], seed=seed,
                       adversarial="--adversarial" in parts)
     cases = [c for c in select_cases(suite, opts) if c.name == row.case]
@@ -309,12 +309,12 @@ def failure_kinds(row: ResultRow) -> set[str]:
     if c.inputs_modified:
         kinds.add("inputs modified")
     for p in c.per_request or []:
-        text = p.get("problems", "")
+        text = p.problems
         for key, name in (("never written", "unwritten"), ("NaN", "nan"), ("Inf", "inf"),
                           ("outside atol", "elementwise"), ("rel L2", "rel-l2"), ("LSE", "lse")):
             if key in text:
                 kinds.add(name)
-    if any(not r.get("passed", True) for r in c.rechecks or []):
+    if any(not r.passed for r in c.rechecks or []):
         kinds.add("recheck")
     return kinds or {"mismatch"}
 

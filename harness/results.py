@@ -14,20 +14,24 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Iterator
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_serializer, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_serializer, model_validator
 
 from attn_contract.status import FAILED, NOT_RUN, RAN, Status
+from harness.row_parts import (BatchSummary, ColdCheck, CudaGraphInfo, Energy, InvariantResult, KindCheck, Launch,
+                               Recheck, RequestCheck, Roofline, RowConfig, RowEnvironment, RowLayout, Scalar, SmClock,
+                               TimeContents, TimingOptionsRecord, VariantAxes)
 from harness.schema import ROW_SCHEMA_VERSION, RUN_SCHEMA_VERSION, check_version
 
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["Status", "RAN", "FAILED", "NOT_RUN", "STATUSES", "Check", "Timing", "Metrics", "Host", "Call",
+__all__ = ["Status", "RAN", "FAILED", "NOT_RUN", "Check", "Timing", "Metrics", "Host", "Call",
            "Worker", "ResultRow", "Environment", "RunHeader", "rows_frame", "read_rows", "read_header",
-           "read_run_header", "write_header", "ResultWriter", "variant_label"]
-
-# Kept for readers written before the enum: the values in the order tables show them.
-STATUSES: tuple[str, ...] = tuple(s.value for s in Status)
+           "read_run_header", "write_header", "ResultWriter", "variant_label",
+           # the nested parts (harness/row_parts.py)
+           "BatchSummary", "ColdCheck", "CudaGraphInfo", "Energy", "InvariantResult", "KindCheck", "Launch", "Recheck",
+           "RequestCheck", "Roofline", "RowConfig", "RowEnvironment", "RowLayout", "SmClock", "TimeContents",
+           "TimingOptionsRecord", "VariantAxes"]
 
 RESULTS_FILE = "results.jsonl"
 HEADER_FILE = "run.json"
@@ -38,9 +42,7 @@ class Payload(BaseModel):
     """A typed part of a row. Strict: a bool is not an int, a string is not a number.
 
     ``_omit_if_none`` names optional fields that did not exist in older files; they are left out
-    of the JSON while unset, so rows written now have the same keys as rows written before.
-    Read access by key (``row.timing["median_us"]``, ``.get``) stays for code that has not
-    moved to attributes yet."""
+    of the JSON while unset, so rows written now have the same keys as rows written before."""
 
     # extra="forbid": a new measurement field must be declared here (optional, so old rows load),
     # never slipped in unnoticed; tests/test_results_rows.py loads every committed file.
@@ -54,32 +56,6 @@ class Payload(BaseModel):
             if d.get(k, 0) is None:
                 del d[k]
         return d
-
-    # Mapping-style reads (the report and a few scripts still read payloads as dicts). They
-    # return the live values (a dict field read this way and changed stays changed).
-    def _present(self) -> dict[str, Any]:
-        d = {k: getattr(self, k) for k in type(self).model_fields
-             if not (k in self._omit_if_none and getattr(self, k) is None)}
-        d.update(self.__pydantic_extra__ or {})
-        return d
-
-    def __getitem__(self, key: str) -> Any:
-        d = self._present()
-        if key not in d:
-            raise KeyError(key)
-        return d[key]
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self._present().get(key, default)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._present()
-
-    def keys(self) -> Any:
-        return self._present().keys()
-
-    def items(self) -> Any:
-        return self._present().items()
 
 
 class Check(Payload):
@@ -104,12 +80,12 @@ class Check(Payload):
     # Per request (its index, errors, verdict), for localising a mismatch; newer rows only.
     num_requests: int | None = None
     num_failed_requests: int | None = None
-    per_request: list[dict[str, Any]] | None = None
-    worst_request: dict[str, Any] | None = None
-    per_kind: dict[str, dict[str, Any]] | None = None  # summary per segment kind (decode, prefill, ...)
-    rechecks: list[dict[str, Any]] | None = None  # the output after timing / of a repeated call
+    per_request: list[RequestCheck] | None = None
+    worst_request: RequestCheck | None = None
+    per_kind: dict[str, KindCheck] | None = None  # summary per segment kind (decode, prefill, ...)
+    rechecks: list[Recheck] | None = None  # the output after timing / of a repeated call
     inputs_modified: str | None = None  # the inputs the backend wrote into (a mismatch)
-    invariants: list[dict[str, Any]] | None = None  # --invariants: harness/invariants.py, each with a status
+    invariants: list[InvariantResult] | None = None  # --invariants: harness/invariants.py, each with a status
     diagnosis: str | None = None  # a known library bug the backend says this mismatch matches
 
     _omit_if_none = frozenset({"num_requests", "num_failed_requests", "per_request", "worst_request", "per_kind",
@@ -140,18 +116,18 @@ class Timing(Payload):
     method: str  # wall_clock (CPU) | cuda_event
     mode: str  # hot | cold
     l2: str
-    cuda_graph: dict[str, Any]
+    cuda_graph: CudaGraphInfo
     calls_per_sample: int
-    sm_clock_mhz: dict[str, Any] | None  # GPU clocks around the sampling; None on the CPU
-    options: dict[str, Any]
-    launch: dict[str, Any] | None = None  # GPU: launch hiding
+    sm_clock_mhz: SmClock | None  # GPU clocks around the sampling; None on the CPU
+    options: TimingOptionsRecord
+    launch: Launch | None = None  # GPU: launch hiding
     raw_us: list[float] | None = None  # every sample, with TimingOptions.keep_raw
-    cold_check: dict[str, Any] | None = None  # cold mode: how L2 flushing was verified
+    cold_check: ColdCheck | None = None  # cold mode: how L2 flushing was verified
     cold_l2: str | None = None
     # Extensions: time per phase (e.g. {"plan": .., "kernel": ..}, microseconds) and energy.
     breakdown: dict[str, float] | None = None
-    energy: dict[str, Any] | None = None
-    contains: dict[str, Any] | None = None  # what the time holds beside the kernels (harness.timing.loop)
+    energy: Energy | None = None
+    contains: TimeContents | None = None  # what the time holds beside the kernels (harness.timing.loop)
 
     _omit_if_none = frozenset({"stop_criterion", "launch", "raw_us", "cold_check", "cold_l2", "breakdown", "energy",
                                "contains"})
@@ -177,7 +153,7 @@ class Metrics(Payload):
     intensity: float | None
     tflops: float | None
     tbps: float | None
-    roofline: dict[str, Any]
+    roofline: Roofline
 
 
 class Host(Payload):
@@ -198,13 +174,30 @@ class Host(Payload):
 
 
 class Call(Payload):
-    """What the backend says it called (``describe_call``): its own keys, so extra fields are
-    allowed; the ones the core reads are typed."""
+    """What the backend says it called (``describe_call``) plus what the harness adds beside it.
+
+    The backend's facts are its own keys (kernel names, split counts, plan times, ...): the harness
+    cannot know them and a backend must not need a harness change to record a new one, so they
+    stay a mapping, ``facts`` (pydantic's extra fields, written at the top level of ``call`` as
+    always). The keys the harness writes or reads itself are typed fields."""
 
     model_config = ConfigDict(strict=True, extra="allow")
-    compare_with: str | None = None  # cascade backends: the plain backend to compare against
+    __pydantic_extra__: dict[str, Any] = Field(init=False)  # type: ignore[assignment]
 
-    _omit_if_none = frozenset({"compare_with"})
+    compare_with: str | None = None  # cascade backends: the plain backend to compare against
+    # vLLM's cascade decision rule for the batch (harness/cascade.py), on cascade backends' rows.
+    rule_says_cascade: bool | None = None
+    rule_reason: str | None = None
+    rule_costs: dict[str, bool | int | float] | None = None
+    # Context-parallel cells (harness/context_parallel/): degree, combine, sharding, shard sizes.
+    context_parallel: dict[str, Any] | None = None
+
+    _omit_if_none = frozenset({"compare_with", "rule_says_cascade", "rule_reason", "rule_costs", "context_parallel"})
+
+    @property
+    def facts(self) -> dict[str, Any]:
+        """The backend's own ``describe_call`` keys (everything but the typed fields above)."""
+        return dict(self.__pydantic_extra__ or {})
 
 
 class Worker(Payload):
@@ -236,16 +229,17 @@ class ResultRow(BaseModel):
     suite: str
     case: str
     backend: str
-    variant: dict[str, Any] = {}
+    variant: dict[str, Scalar] = {}  # the backend's variant axes and their values
     variant_label: str = ""
     status: Status = Field(strict=False)  # the JSON string ("pass") is the enum's value
     reason: str = ""
     device: str = ""
-    config: dict[str, Any] = {}
+    config: RowConfig | None = None  # written as {} while unset (a row built without a case)
     case_group: str = ""  # the suite case this one was expanded from (rows before it: "")
-    case_params: dict[str, Any] = {}  # its swept values, e.g. {"block_size": 16, "count": 1}
-    layout: dict[str, Any] | None = None  # CaseLayout.as_dict(): block_size, blocks, KV bytes
-    batch: dict[str, Any] = {}
+    # Its swept values, e.g. {"block_size": 16, "count": 1}: keys are the suite's swept fields.
+    case_params: dict[str, Scalar | None] = {}
+    layout: RowLayout | None = None  # CaseLayout.as_dict(): block_size, blocks, KV bytes
+    batch: BatchSummary = BatchSummary()  # {} on a row that did not get to generate its batch
     check: Check | None = None
     timing: Timing | None = None
     metrics: Metrics | None = None
@@ -256,13 +250,18 @@ class ResultRow(BaseModel):
     traceback: str | None = None
     # Variant axes that applied to the batch, and the variants this row stands for where the
     # others could not change the result (runner.collapse_variants); absent: nothing collapsed.
-    variant_axes: dict[str, Any] | None = None
+    variant_axes: VariantAxes | None = None
     # Why a cell that ran carries no timing although the run timed (e.g. "reference, not timed
     # on cuda by default"); absent on rows that were timed and on older rows.
     timing_skipped: str | None = None
     # The isolated environment a `harness matrix` / `harness bisect` row ran in: its name and the
     # exact versions of its requirements and torch; absent on rows of a plain run.
-    environment: dict[str, Any] | None = None
+    environment: RowEnvironment | None = None
+
+    @field_validator("config", mode="before")
+    @classmethod
+    def _empty_config(cls, v: Any) -> Any:
+        return None if v == {} else v  # how a row without a case wrote it
 
     @model_validator(mode="after")
     def _payload_fits_status(self, info: ValidationInfo) -> "ResultRow":
@@ -279,7 +278,7 @@ class ResultRow(BaseModel):
                 raise ValueError(f"{where}: status {st} (the kernel ran) needs host costs (build, first call)")
             if st == Status.MISMATCH:
                 c = self.check
-                later = c is not None and any(not r.get("passed", True) for r in c.rechecks or [])
+                later = c is not None and any(not r.passed for r in c.rechecks or [])
                 if c is None or (c.passed and not c.inputs_modified and not later):
                     raise ValueError(f"{where}: status mismatch needs a failed check (or a failed recheck, "
                                      "or inputs the backend modified)")
@@ -300,6 +299,8 @@ class ResultRow(BaseModel):
     def _same_keys_as_before(self, handler: Any) -> dict[str, Any]:
         d = handler(self)
         d["status"] = self.status.value
+        if d.get("config", 0) is None:
+            d["config"] = {}
         # Fields rows gained later are written only when set, so an old row writes back as it was.
         for k, empty in (("schema_version", 1), ("worker", None), ("traceback", None), ("layout", None), ("case_group", ""),
                          ("case_params", {}), ("variant_axes", None),

@@ -114,12 +114,12 @@ def print_summary(rows: list[ResultRow], out_dir: Path, console: Console, err_co
         for col in ("median", "TFLOP/s", "TB/s", "max err"):
             d.add_column(col, justify="right", no_wrap=True)
         for r in ran[:max_rows]:
-            m, tm, ck = r.metrics or {}, r.timing or {}, r.check or {}
+            m, tm, ck = r.metrics, r.timing, r.check
             st = str(r.status)
             # Names and reasons are data, not rich markup: sweep names look like "[tags]".
             d.add_row(escape(cids[r.case]), ids[(r.backend, r.variant_label)], f"[{STATUS_STYLE[st]}]{SHORT_STATUS[st]}",
-                      fmt_time(tm.get("median_us")), fmt(m.get("tflops"), ".3g"), fmt(m.get("tbps"), ".3g"),
-                      fmt(ck.get("max_abs_err"), ".2e"))
+                      fmt_time(tm.median_us if tm else None), fmt(m.tflops if m else None, ".3g"),
+                      fmt(m.tbps if m else None, ".3g"), fmt(ck.max_abs_err if ck else None, ".2e"))
         console.print(d)
         shown = list(dict.fromkeys(r.case for r in ran[:max_rows]))
         print_legend(console, [(cids[c], c) for c in shown if cids[c] != c], width)
@@ -198,7 +198,7 @@ def print_verdict(rows: list[ResultRow], ids: dict[tuple[str, str], str], consol
 
 def print_trace_costs(rows: list[ResultRow], console: Console) -> None:
     """Rows of a replayed trace (tags step=/weight=): the report's trace numbers as a table."""
-    if not any(any(str(t).startswith("weight=") for t in (r.config or {}).get("tags") or []) for r in rows):
+    if not any(any(str(t).startswith("weight=") for t in (r.config.tags if r.config else [])) for r in rows):
         return
     from harness.report.core import Loaded, frame
     from harness.report.sections.trace import trace_costs

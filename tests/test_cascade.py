@@ -184,8 +184,8 @@ def test_torch_cascade_passes_the_harness_check(groups, heads, mixed, extra):
     row = _run(TorchCascadeBackend, _case(groups=groups, heads=heads, mixed=mixed, length=length, bs=bs,
                                           seed=groups, **extra))
     assert row.status == "pass", row.reason
-    assert row.check["lse_checked"]
-    assert row.call["num_groups"] == groups and "rule_says_cascade" in row.call and row.call["compare_with"]
+    assert row.check.lse_checked
+    assert row.call.num_groups == groups and row.call.rule_says_cascade is not None and row.call.compare_with
 
 
 def test_torch_cascade_check_catches_a_corrupted_shared_prefix():
@@ -307,9 +307,11 @@ def test_shifted_block_table():
 
 # ---------------------------------------------------------------- rule vs measurement
 def test_rule_agreement_pairs_cascade_with_its_plain_backend():
+    from harness.results import Call
+    from typed_rows import ran_row
+
     def row(backend, variant, us, call=None, case="c"):
-        return {"case": case, "backend": backend, "variant": variant, "status": "pass",
-                "timing": {"median_us": us}, "call": call or {}}
+        return ran_row(us, backend=backend, case=case, variant=variant, call=Call.model_validate(call or {}))
 
     call = {"rule_says_cascade": True, "rule_reason": "x", "compare_with": "flash-attn"}
     rows = [
@@ -320,5 +322,5 @@ def test_rule_agreement_pairs_cascade_with_its_plain_backend():
     ]
     (entry,) = rule_agreement(rows)
     assert entry["plain_us"] == 12.0 and entry["measured_winner"] == "cascade" and entry["rule_right"] is True
-    rows[0]["call"] = {**call, "rule_says_cascade": False}
+    rows[0] = row("flash-attn-cascade", {"fa_version": 3}, 10.0, {**call, "rule_says_cascade": False})
     assert rule_agreement(rows)[0]["rule_right"] is False

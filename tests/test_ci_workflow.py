@@ -86,7 +86,7 @@ def test_a_regression_is_an_annotation_and_a_junit_failure(tmp_path, monkeypatch
     base, new = read_rows(H200_BASE), read_rows(H200_NEW)
     # A graph-timed row for the slowdown (eager/host-bound classes are noise-dominated, not gated).
     timed = [i for i, r in enumerate(new) if r.status == "pass" and r.timing is not None]
-    i_slow = next(i for i in timed if (new[i].timing.cuda_graph or {}).get("used"))
+    i_slow = next(i for i in timed if new[i].timing.cuda_graph.used)
     i_err = next(i for i in timed if i != i_slow)
     broken = [r.model_copy(update={"status": Status.ERROR, "reason": "forward: boom", "timing": None, "metrics": None})
               if i == i_err else r for i, r in enumerate(new)]

@@ -49,7 +49,7 @@ def _run(backend_name, case):
 def test_cpu_backends_pass_randomized_grid(backend, params):
     row = _run(backend, _case(*params, seed=hash(params) % 1000))
     assert row.status == "pass", row.reason
-    assert row.check["max_abs_err"] < row.check["atol"] + row.check["rtol"]
+    assert row.check.max_abs_err < row.check.atol + row.check.rtol
 
 
 @pytest.mark.parametrize("extra", [{"sliding_window": 7}, {"softcap": 8.0}, {"alibi": True}, {"sinks": True},
@@ -60,7 +60,7 @@ def test_torch_math_features(extra):
     row = _run("torch-math", _case(params["dtype"], params["kvd"], params["bs"], params["heads"], params["causal"],
                                    params["layout"], seed=5, **extra))
     assert row.status == "pass", row.reason
-    assert row.check["lse_checked"]
+    assert row.check.lse_checked
 
 
 def test_sdpa_declares_what_it_cannot_do():

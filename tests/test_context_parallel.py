@@ -100,7 +100,7 @@ def test_suite_cells_pass_and_backends_without_lse_are_unsupported(suite):
             continue
         assert r.status == "pass", r.reason
         assert r.check.lse_checked and r.check.num_requests >= 3
-        assert {i["invariant"]: i["status"] for i in r.check.invariants} == {"cp-combine": "pass", "cp-degree": "pass"}
+        assert {i.invariant: i.status for i in r.check.invariants} == {"cp-combine": "pass", "cp-degree": "pass"}
         assert r.call.model_dump()["context_parallel"]["degree"] == r.case_params.get("degree", 4)
     decode = next(r for r in rows if r.case.startswith("decode") and r.backend == "torch-math")
     assert decode.call.model_dump()["context_parallel"]["empty_shards"] > 0  # a 2-token request at CP 8
@@ -111,7 +111,7 @@ def test_distributed_ranks_give_the_same_rows(suite):
     sim, dist_ = _rows(suite, [case, _cp(case, ranks="distributed").model_copy(update={"name": case.name + "-d"})])
     assert sim.status == dist_.status == "pass", (sim.reason, dist_.reason)
     assert sim.check.num_requests == dist_.check.num_requests
-    assert [p["passed"] for p in sim.check.per_request] == [p["passed"] for p in dist_.check.per_request]
+    assert [p.passed for p in sim.check.per_request] == [p.passed for p in dist_.check.per_request]
     assert abs(sim.check.rel_l2_err - dist_.check.rel_l2_err) < 1e-3
 
 

@@ -55,13 +55,13 @@ def test_crashes_cost_only_their_own_cell(tmp_path):
     assert len(rows) == 7 and len(read_rows(out)) == 7
     for good in ("torch-math", "sdpa"):
         assert rows[good].status == "pass", rows[good].reason
-        assert rows[good].check["max_abs_err"] < 2e-2
+        assert rows[good].check.max_abs_err < 2e-2
     assert rows["crash-segv"].status == "error" and rows["crash-segv"].reason == "worker died: SIGSEGV"
     assert rows["crash-raise"].status == "error"
     assert "RuntimeError: deliberate failure in forward" in rows["crash-raise"].reason
     assert rows["crash-hang"].status == "timeout" and "--cell-timeout 2 s" in rows["crash-hang"].reason
     assert rows["crash-nan"].status == "mismatch" and "NaN outputs" in rows["crash-nan"].reason
-    assert rows["crash-nan"].check["num_nan"] > 0
+    assert rows["crash-nan"].check.num_nan > 0
     assert rows["crash-sticky"].status == "error" and "illegal memory access" in rows["crash-sticky"].reason
     # Workers were replaced after the segfault, the hang and the sticky CUDA error (a poisoned
     # context must not run the next cell), not after a plain exception or a mismatch.

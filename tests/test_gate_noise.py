@@ -250,7 +250,7 @@ def slowed_runs(tmp_path_factory) -> dict[str, Path]:
 def test_plugin_really_repeats_its_forward(slowed_runs):
     for name, repeat in (("base", 1), ("slow", SLOW)):
         rows = read_rows(slowed_runs[name])
-        assert len(rows) == 6 and all(r.status == "pass" and r.call["slow_repeat"] == repeat for r in rows)
+        assert len(rows) == 6 and all(r.status == "pass" and r.call.slow_repeat == repeat for r in rows)
         assert all(r.timing.method == "process_time" for r in rows)
 
 

@@ -33,25 +33,25 @@ def test_correct_backends_hold_every_invariant():
     b = _batch()
     for name in ("torch-math", "sdpa"):
         res = check_invariants(resolve(name), {}, b, CPU)
-        assert [r["invariant"] for r in res] == ["batch-invariance", "page-permutation", "decode-vs-prefill",
+        assert [r.invariant for r in res] == ["batch-invariance", "page-permutation", "decode-vs-prefill",
                                                  "split-kv", "cascade-vs-plain"]
-        by = {r["invariant"]: r["status"] for r in res}
+        by = {r.invariant: r.status for r in res}
         # Neither declares a split knob nor a plain counterpart: those two cannot run.
         assert by.pop("split-kv") == by.pop("cascade-vs-plain") == "unsupported", (name, res)
         assert set(by.values()) == {"pass"}, (name, res)
 
 
 def _inv(backend, batch):
-    return {r["invariant"]: r for r in check_invariants(resolve(backend), {}, batch, CPU)}
+    return {r.invariant: r for r in check_invariants(resolve(backend), {}, batch, CPU)}
 
 
 def test_split_kv_agrees_for_a_correct_merge_and_not_for_a_broken_one():
     b = _batch()
     good = _inv("mutants.cpu:SplitKVMath", b)["split-kv"]
-    assert good["status"] == "pass", good
-    assert good["detail"].startswith("num_splits=4 vs num_splits=1")
+    assert good.status == "pass", good
+    assert good.detail.startswith("num_splits=4 vs num_splits=1")
     bad = _inv("mutants.cpu:SplitKVBadMerge", b)["split-kv"]
-    assert bad["status"] == "mismatch" and "rel L2 difference" in bad["detail"], bad
+    assert bad.status == "mismatch" and "rel L2 difference" in bad.detail, bad
 
 
 def _shared_prefix_batch():
@@ -65,15 +65,15 @@ def _shared_prefix_batch():
 def test_cascade_equals_plain_and_a_cascade_without_its_prefix_does_not():
     b = _shared_prefix_batch()
     good = _inv("torch-cascade", b)["cascade-vs-plain"]
-    assert good["status"] == "pass" and good["detail"].startswith("vs torch-math"), good
+    assert good.status == "pass" and good.detail.startswith("vs torch-math"), good
     bad = _inv("mutants.cpu:CascadeDropsPrefix", b)["cascade-vs-plain"]
-    assert bad["status"] == "mismatch", bad
+    assert bad.status == "mismatch", bad
 
 
 def test_a_request_swapping_backend_breaks_batch_invariance():
-    res = {r["invariant"]: r for r in check_invariants(resolve("mutants.cpu:SwappedRequests"), {}, _batch(), CPU)}
-    assert res["batch-invariance"]["status"] == "mismatch"
-    assert res["batch-invariance"]["detail"].startswith("request 0")
+    res = {r.invariant: r for r in check_invariants(resolve("mutants.cpu:SwappedRequests"), {}, _batch(), CPU)}
+    assert res["batch-invariance"].status == "mismatch"
+    assert res["batch-invariance"].detail.startswith("request 0")
 
 
 def test_run_flag_records_invariants_in_the_row(tmp_path):

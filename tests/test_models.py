@@ -177,7 +177,7 @@ def test_cli_model_override_and_unknown_model(tmp_path, capsys):
     rows = read_rows(out)
     assert sorted({r.case for r in rows}) == sorted(f"d/tiny-model/tp{t}/{k}/2q1s64" for t in (1, 2)
                                                    for k in ("local", "global"))
-    assert {(r.config["num_heads"], r.config["num_kv_heads"]) for r in rows} == {(4, 2), (2, 1)}
+    assert {(r.config.num_heads, r.config.num_kv_heads) for r in rows} == {(4, 2), (2, 1)}
     capsys.readouterr()
     assert main(["run", str(suite), "--model", "no-such-model", "--device", "cpu", "--out", str(tmp_path / "o2")]) == 2
     err = capsys.readouterr().err

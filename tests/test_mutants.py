@@ -53,8 +53,8 @@ def test_every_mutant_is_flagged(rows_by_backend, mutant):
     assert flagged, f"{mutant.name} ({mutant.description}) passed every cell"
     # The row says which requests failed (or that the inputs were modified).
     r = flagged[0]
-    assert r.check["num_failed_requests"] > 0 or r.check.get("inputs_modified") or any(
-        not c["passed"] for c in r.check.get("rechecks", []))
+    assert r.check.num_failed_requests > 0 or r.check.inputs_modified or any(
+        not c.passed for c in r.check.rechecks or [])
 
 
 def test_mutant_loads_through_the_plugin_api():

@@ -136,8 +136,8 @@ def test_run_summary_fits_and_keeps_every_number_and_name_whole(render, wide_row
     ran = [r for r in rows if str(r.status) in ("pass", "mismatch")]
     assert len(ran) == 12 and sum(map(len, cells.values())) == 12
     for r in ran:
-        nums = [terminal.fmt_time(r.timing.get("median_us")), cli._fmt(r.metrics.get("tflops"), ".3g"),
-                cli._fmt(r.metrics.get("tbps"), ".3g"), cli._fmt(r.check.get("max_abs_err"), ".2e")]
+        nums = [terminal.fmt_time(r.timing.median_us), cli._fmt(r.metrics.tflops, ".3g"),
+                cli._fmt(r.metrics.tbps, ".3g"), cli._fmt(r.check.max_abs_err, ".2e")]
         assert r.case in cells, (r.case, list(cells))
         assert any(c.endswith(" ".join(nums)) for c in cells[r.case]), (nums, cells[r.case])
 

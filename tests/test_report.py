@@ -145,7 +145,7 @@ def test_cpu_verdict_names_the_measured_winner_of_every_workload(cpu_run):
             got[r[ci][2]] = r[fi][0]  # the case cell's hover text is the full case name
     for case in {r.case for r in rows}:
         timed = [r for r in rows if r.case == case]
-        best = min(timed, key=lambda r: r.timing["median_us"])
+        best = min(timed, key=lambda r: r.timing.median_us)
         assert got[case] == df.loc[df["label"] == (best.backend + (f" [{best.variant_label}]" if best.variant_label
                                                                      else "")), "short"].iloc[0], case
 

@@ -3,18 +3,22 @@ row whose payload does not fit its status (or whose types are wrong) is refused.
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
-from harness.results import (FAILED, NOT_RUN, RAN, ResultRow, RunHeader, Status, Timing, read_rows,
+from harness.results import (FAILED, NOT_RUN, RAN, Recheck, ResultRow, RunHeader, Status, Timing, read_rows,
                              read_run_header, row_json, rows_frame)
 from typed_rows import check, host, ran_row, timing
 
 ROOT = Path(__file__).resolve().parent.parent
-COMMITTED = sorted([*ROOT.glob("reports/**/results.jsonl"), *ROOT.glob("ci/baselines/*/results.jsonl")])
+# Every committed rows file, plain or compressed (reports/ keeps older sessions as .jsonl.gz).
+COMMITTED = sorted([*ROOT.glob("reports/**/results.jsonl"), *ROOT.glob("reports/**/results.jsonl.gz"),
+                    *ROOT.glob("ci/baselines/*/results.jsonl"), *ROOT.glob("tests/**/results.jsonl"),
+                    *ROOT.glob("tests/**/results.jsonl.gz")])
 
 
 def test_there_are_committed_results():
@@ -24,7 +28,8 @@ def test_there_are_committed_results():
 @pytest.mark.parametrize("path", COMMITTED, ids=lambda p: str(p.parent.relative_to(ROOT)))
 def test_committed_rows_load_and_write_back_identically(path):
     rows = read_rows(path)
-    lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+    lines = [json.loads(x) for x in text.splitlines() if x.strip()]
     assert len(rows) == len(lines) > 0
     for row, old in zip(rows, lines):
         assert isinstance(row.status, Status)
@@ -51,7 +56,7 @@ def test_statuses_carry_the_payloads_they_should():
         ResultRow(**base, status=Status.MISMATCH, reason="bad", check=check(True), host=host())
     wrote = check(True).model_copy(update={"inputs_modified": "key"})  # a correct output, inputs overwritten
     ResultRow(**base, status=Status.MISMATCH, reason="backend wrote into its inputs (key)", check=wrote, host=host())
-    later = check(True).model_copy(update={"rechecks": [{"when": "repeat call", "passed": False}]})
+    later = check(True).model_copy(update={"rechecks": [Recheck(when="repeat call", passed=False)]})
     ResultRow(**base, status=Status.MISMATCH, reason="repeat call: wrong", check=later, host=host())
     with pytest.raises(ValidationError, match="pass with a failed check"):
         ResultRow(**base, status=Status.PASS, check=check(False), host=host())
@@ -86,7 +91,7 @@ def test_a_new_metric_needs_no_model_change_but_must_be_a_number():
     m = {"flops": 1.0, "bytes": 1.0, "bytes_q": 0.0, "bytes_kv": 0.0, "bytes_o": 0.0, "bytes_meta": 0.0,
          "visible_pairs": 1, "kv_tokens_read": 1, "intensity": 1.0, "tflops": None, "tbps": None, "roofline": {}}
     back = ResultRow.model_validate({**json.loads(row_json(row)), "metrics": {**m, "new_quantity": 2.5}})
-    assert back.metrics["new_quantity"] == 2.5 and rows_frame([back])["metrics.new_quantity"][0] == 2.5
+    assert back.metrics.model_extra["new_quantity"] == 2.5 and rows_frame([back])["metrics.new_quantity"][0] == 2.5
     with pytest.raises(ValidationError, match="new_quantity"):
         ResultRow.model_validate({**json.loads(row_json(row)), "metrics": {**m, "new_quantity": "2.5"}})
 
@@ -95,10 +100,10 @@ def test_extension_fields_are_written_only_when_set():
     plain = json.loads(row_json(ran_row(10.0)))
     assert "breakdown" not in plain["timing"] and "energy" not in plain["timing"]
     assert "per_request" not in plain["check"] and "worker" not in plain and "traceback" not in plain
-    t = timing(10.0, breakdown={"plan": 2.0, "kernel": 8.0}, energy={"joules": 0.1})
+    t = timing(10.0, breakdown={"plan": 2.0, "kernel": 8.0}, energy={"available": True, "energy_j": 0.1})
     row = ran_row(None).model_copy(update={"timing": t})
     back = ResultRow.model_validate(json.loads(row_json(row)))
-    assert back.timing.breakdown == {"plan": 2.0, "kernel": 8.0} and back.timing.energy == {"joules": 0.1}
+    assert back.timing.breakdown == {"plan": 2.0, "kernel": 8.0} and back.timing.energy.model_dump() == {"available": True, "energy_j": 0.1}
 
 
 def test_a_bad_row_in_a_file_names_file_line_and_field(tmp_path):

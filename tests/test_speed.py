@@ -36,17 +36,17 @@ def test_rows_record_where_the_time_went_and_run_json_the_wall_time(tmp_path):
     rows = read_rows(out)
     assert len(rows) == 4 and all(r.status == "pass" for r in rows)
     for r in rows:
-        b = r.host["breakdown_ms"]
+        b = r.host.breakdown_ms
         assert {"prepare", "setup", "build", "first_call", "check", "timing", "metrics", "other", "precheck"} <= set(b)
         assert all(v >= 0 for v in b.values())
         # The stages (precheck excluded: it runs before the cell's clock starts) add up to the cell.
-        assert math.isclose(sum(v for k, v in b.items() if k != "precheck"), r.host["cell_ms"], rel_tol=1e-6)
-        assert set(r.host["case_ms"]) == {"generate", "reference"} and r.host["case_cells"] == 2
+        assert math.isclose(sum(v for k, v in b.items() if k != "precheck"), r.host.cell_ms, rel_tol=1e-6)
+        assert set(r.host.case_ms) == {"generate", "reference"} and r.host.case_cells == 2
     header = json.loads((out / "run.json").read_text())
     assert header["wall_s"] >= header["run_s"] > 0
     tb = header["time_breakdown_s"]
     # Case-level stages are counted once per case, not once per row.
-    assert math.isclose(tb["generate"], sum({r.case: r.host["case_ms"]["generate"] for r in rows}.values()) / 1e3,
+    assert math.isclose(tb["generate"], sum({r.case: r.host.case_ms["generate"] for r in rows}.values()) / 1e3,
                         abs_tol=2e-3)
     assert tb["cells"] <= header["run_s"]
     # The whole wall time is accounted for, in order, and the worker's imports are "import".
@@ -207,8 +207,8 @@ def test_collapsed_rows_say_which_axes_applied(tmp_path):
     rows, rows_all = read_rows(out), read_rows(out_all)
     assert len(rows) == 4 and len(rows_all) == 24
     for r in rows:
-        assert r.variant_axes["applied"] == ["decode_tensor_cores"]
-        assert r.variant_label in r.variant_axes["stands_for"]
+        assert r.variant_axes.applied == ["decode_tensor_cores"]
+        assert r.variant_label in r.variant_axes.stands_for
     assert all(r.variant_axes is None and "variant_axes" not in r.model_dump() for r in rows_all)
 
 
@@ -294,7 +294,7 @@ def test_energy_absent_on_cpu_rows_say_why(tmp_path):
     assert main(["run", str(suite), "--device", "cpu", "--backends", "torch-math", "--out", str(out),
                  "--quiet", "--no-isolation", "--max-time", "0.02"]) == 0
     for r in read_rows(out):
-        assert r.timing["energy"]["available"] is False and "cpu" in r.timing["energy"]["reason"]
+        assert r.timing.energy.available is False and "cpu" in r.timing.energy.reason
 
 
 # ---------------------------------------------------------------- correctness references are not timed
@@ -349,7 +349,7 @@ def test_first_library_import_in_process_is_import_not_precheck(tmp_path):
     assert main(["run", str(suite), "--device", "cpu", "--backends", "torch-math,sdpa", "--out", str(out),
                  "--quiet", "--no-time", "--no-isolation"]) == 0
     rows = read_rows(out)
-    with_import = [r for r in rows if "import" in r.host["breakdown_ms"]]
+    with_import = [r for r in rows if "import" in r.host.breakdown_ms]
     assert sorted(r.backend for r in with_import) == ["sdpa", "torch-math"]
     assert all(r.case == rows[0].case for r in with_import)  # the first case's rows
-    assert all("precheck" in r.host["breakdown_ms"] for r in rows)
+    assert all("precheck" in r.host.breakdown_ms for r in rows)

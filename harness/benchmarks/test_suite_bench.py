@@ -16,6 +16,7 @@ from __future__ import annotations
 import pytest
 
 from harness.pytest_plugin import CaseRunner, cell_id, harness_clock, load_samples, make_plan, replay_one_sample
+from harness.results import Status
 
 # pytest-benchmark's timer for these tests is the harness's (replayed) device clock.
 pytestmark = pytest.mark.benchmark(timer=harness_clock, disable_gc=False, warmup=False)
@@ -37,20 +38,20 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 def test_suite_cell(harness_cell, benchmark, request):
     row = _RUNNERS[id(request.config)].row(harness_cell)
-    if row.status in ("skipped", "unsupported"):
+    if row.status in (Status.SKIPPED, Status.UNSUPPORTED):
         pytest.skip(f"{row.status}: {row.reason}")
-    assert row.status == "pass", f"{row.status}: {row.reason}\n  reproduce: {row.reproducer}"
-    timing = row.timing or {}
-    raw = timing.get("raw_us")
-    assert raw, "the harness returned no per-sample times (TimingOptions.keep_raw)"
+    assert row.status == Status.PASS, f"{row.status}: {row.reason}\n  reproduce: {row.reproducer}"
+    timing = row.timing
+    raw = timing.raw_us if timing is not None else None
+    assert timing is not None and raw, "the harness returned no per-sample times (TimingOptions.keep_raw)"
     benchmark.group = harness_cell.case.name
     benchmark.extra_info.update({
         "suite": row.suite, "case": row.case, "backend": row.backend, "variant": row.variant_label,
-        "timer": f"harness {timing.get('method', '?')} (per-call samples replayed)",
-        "calls_per_sample": timing.get("calls_per_sample"), "cuda_graph": timing.get("cuda_graph"),
-        "harness_median_us": timing.get("median_us"), "harness_ci_us": [timing.get("ci_low_us"), timing.get("ci_high_us")],
-        "max_abs_err": (row.check or {}).get("max_abs_err"),
-        "flops": (row.metrics or {}).get("flops"), "bytes": (row.metrics or {}).get("bytes"),
+        "timer": f"harness {timing.method} (per-call samples replayed)",
+        "calls_per_sample": timing.calls_per_sample, "cuda_graph": timing.cuda_graph.model_dump(),
+        "harness_median_us": timing.median_us, "harness_ci_us": [timing.ci_low_us, timing.ci_high_us],
+        "max_abs_err": row.check.max_abs_err if row.check else None,
+        "flops": row.metrics.flops if row.metrics else None, "bytes": row.metrics.bytes if row.metrics else None,
         "reproducer": row.reproducer,
     })
     load_samples(raw)

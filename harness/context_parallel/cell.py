@@ -142,24 +142,26 @@ def distributed_forward(backend_spec: str, variant: dict[str, Any], case: Any, c
 def run_cp_cell(cell: Any, case_data: Any, suite: Any, opts: Any) -> Any:
     """The row of one CP cell (called by ``runner.run_cell`` for cases with ``context_parallel``)."""
     from harness.invariants import _agree
-    from harness.runner import _base_row, _short_error, _validated, backend_spec, breakdown, Stopwatch
+    from harness.cell import CellUnsupported, _short_error, base_row
+    from harness.accounting import Stopwatch, breakdown
+    from harness.planning import backend_spec
+    from harness.results import BatchSummary, InvariantResult, RowLayout
     import traceback
 
-    row = _base_row(cell, suite, opts)
+    draft = base_row(cell, suite, opts)
     batch = case_data.batch
     cfg, case, cp = batch.config, cell.case, cell.case.context_parallel
-    row["batch"] = batch.summary()
-    row["layout"] = case_data.layout.as_dict()
+    draft.batch = BatchSummary.model_validate(batch.summary())
+    draft.layout = RowLayout.model_validate(case_data.layout.as_dict())
     sw = Stopwatch(opts.device)
     reason = cp_unsupported_reason(cell.backend, cell.variant, case)
     if reason:
-        row["status"], row["reason"] = Status.UNSUPPORTED, reason
-        return _validated(row, opts)
+        draft.mark(Status.UNSUPPORTED, reason)
+        return draft.finish(opts.check)
     if cp.ranks == "distributed" and opts.device.type == "cuda" and torch.cuda.device_count() < cp.degree:
-        row["status"] = Status.SKIPPED
-        row["reason"] = f"distributed CP ranks need {cp.degree} GPUs (one per rank), this machine has {torch.cuda.device_count()}"
-        return _validated(row, opts)
-    from harness.runner import CellUnsupported
+        draft.mark(Status.SKIPPED, f"distributed CP ranks need {cp.degree} GPUs (one per rank), this machine has "
+                                   f"{torch.cuda.device_count()}")
+        return draft.finish(opts.check)
 
     combines = [cp.combine, OTHER.get(cp.combine, "ag_rs")]
     try:
@@ -170,47 +172,45 @@ def run_cp_cell(cell: Any, case_data: Any, suite: Any, opts: Any) -> Any:
                 merged, infos = simulated_forward(cell.backend, cell.variant, batch, cp.degree, cp.sharding, cp.tp_size,
                                                   combines, opts.device)
         except CellUnsupported as e:
-            row["status"], row["reason"] = Status.UNSUPPORTED, str(e)
-            return _validated(row, opts)
+            draft.mark(Status.UNSUPPORTED, str(e))
+            return draft.finish(opts.check)
         sw.lap("first_call")
         first = next((i["call"] for i in infos if i["call"]), {})
-        row["call"] = Call.model_validate({**first, "context_parallel": {
+        draft.call = Call.model_validate({**first, "context_parallel": {
             "degree": cp.degree, "combine": cp.combine, "sharding": cp.sharding, "ranks": cp.ranks,
             "tp_size": cp.tp_size, "lse_base": str(cell.backend.capabilities(cell.variant).lse_base),
             "empty_shards": sum(i["empty_shards"] for i in infos), "empty_rows": sum(i["empty_rows"] for i in infos),
             "rank_kv_tokens": [i["kv_tokens"] for i in infos]}})
         host = {"build_ms": sum(i["build_ms"] for i in infos), "first_call_ms": sum(i["first_call_ms"] for i in infos)}
-        status, reason = Status.PASS, ""
         if opts.check and case_data.ref_out is not None:
             out, lse = merged[cp.combine]
             tol = tolerance_for(cfg.dtype, cfg.kv_cache_dtype)
             result = check_output(out.to(cfg.torch_dtype), case_data.ref_out, tol, lse, case_data.ref_lse,
                                   query_start_loc=batch.query_start_loc, kinds=batch.kinds, seq_lens=batch.seq_lens)
-            row["check"] = result.model_dump()
+            draft.check = result
             if not result.passed:
-                status, reason = Status.MISMATCH, result.message
+                draft.mark(Status.MISMATCH, result.message)
             inv = []
             o_main = out.to(cfg.torch_dtype)
             ok, detail = _agree(o_main, merged[combines[1]][0].to(cfg.torch_dtype), batch)
-            inv.append({"invariant": "cp-combine", "status": "pass" if ok else "mismatch",
-                        "detail": f"{cp.combine} vs {combines[1]}: {detail}"})
+            inv.append(InvariantResult(invariant="cp-combine", status=Status.PASS if ok else Status.MISMATCH,
+                                       detail=f"{cp.combine} vs {combines[1]}: {detail}"))
             one, _ = simulated_forward(cell.backend, cell.variant, batch, 1, cp.sharding, cp.tp_size, [cp.combine],
                                        opts.device)
             ok, detail = _agree(o_main, one[cp.combine][0].to(cfg.torch_dtype), batch)
-            inv.append({"invariant": "cp-degree", "status": "pass" if ok else "mismatch",
-                        "detail": f"degree {cp.degree} vs 1: {detail}"})
-            row["check"]["invariants"] = inv
-            broken = [r for r in inv if r["status"] != "pass"]
-            if broken and status == Status.PASS:
-                status, reason = Status.MISMATCH, f"invariant {broken[0]['invariant']}: {broken[0]['detail']}"
+            inv.append(InvariantResult(invariant="cp-degree", status=Status.PASS if ok else Status.MISMATCH,
+                                       detail=f"degree {cp.degree} vs 1: {detail}"))
+            result.invariants = inv
+            broken = [r for r in inv if r.status != Status.PASS]
+            if broken:
+                draft.mismatch(f"invariant {broken[0].invariant}: {broken[0].detail}")
             sw.lap("check")
         if opts.time:
-            row["timing_skipped"] = "context-parallel cell: checked, not timed (its ranks run one after another)"
-        row["status"], row["reason"] = status, reason
+            draft.timing_skipped = "context-parallel cell: checked, not timed (its ranks run one after another)"
     except Exception as e:  # a backend or a rank that fails costs only this cell
-        row.pop("call", None)
-        row["status"], row["reason"] = Status.ERROR, f"context parallel: {_short_error(e)}"
-        row["traceback"] = traceback.format_exc(limit=8)
+        draft.call = None
+        draft.mark(Status.ERROR, f"context parallel: {_short_error(e)}")
+        draft.traceback = traceback.format_exc(limit=8)
         host = {}
-    row["host"] = Host.model_validate({**host, **breakdown(sw, case_data)})
-    return _validated(row, opts)
+    draft.host = Host.model_validate({**host, **breakdown(sw, case_data)})
+    return draft.finish(opts.check)

@@ -266,10 +266,10 @@ def harness_rows(results: Path | None, case: str, backend: str, fa_version: str,
         if tensor_cores is not None and "decode_tensor_cores" in r.variant \
                 and bool(r.variant["decode_tensor_cores"]) != tensor_cores:
             continue
-        t = r.timing["median_us"] * 1e-6
-        fig = (r.metrics["flops"] / t / 1e12 if case == "dense-prefill" else r.metrics["bytes_kv"] / t / 1e12)
-        graph = "graph" if (r.timing.get("cuda_graph") or {}).get("used") else "eager"
-        out.append({"label": f"{r.backend}[{r.variant_label or '-'}]", "median_us": r.timing["median_us"],
+        t = r.timing.median_us * 1e-6
+        fig = (r.metrics.flops / t / 1e12 if case == "dense-prefill" else r.metrics.bytes_kv / t / 1e12)
+        graph = "graph" if r.timing.cuda_graph.used else "eager"
+        out.append({"label": f"{r.backend}[{r.variant_label or '-'}]", "median_us": r.timing.median_us,
                     "figure": fig, "graph": graph})
     return out
 

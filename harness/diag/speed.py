@@ -24,11 +24,11 @@ def summarize(folder: Path) -> dict:
     header, rows = read_header(folder), read_rows(folder)
     if "wall_s" not in header:
         raise ValueError(f"{folder}: run.json has no wall_s (a run from before the wall time was recorded?)")
-    other = [r.host["breakdown_ms"] for r in rows if r.host and "breakdown_ms" in r.host]
+    other = [r.host.breakdown_ms for r in rows if r.host and r.host.breakdown_ms is not None]
     # Harness overhead of a cell: everything but the first call, the check and the timing.
     overhead_ms = [sum(v for k, v in b.items() if k not in ("first_call", "check", "timing")) for b in other]
-    untimed = [r.host["cell_ms"] for r in rows if r.host and "cell_ms" in r.host and not r.timing]
-    energy = [r.timing.get("energy", {}) for r in rows if r.timing]
+    untimed = [r.host.cell_ms for r in rows if r.host and r.host.cell_ms is not None and not r.timing]
+    energy = [r.timing.energy.model_dump() if r.timing.energy else {} for r in rows if r.timing]
     return {
         "folder": str(folder), "wall_s": header["wall_s"], "run_s": header.get("run_s"),
         "rows": len(rows), "statuses": {str(getattr(s, "value", s)): sum(r.status == s for r in rows) for s in sorted({r.status for r in rows})},

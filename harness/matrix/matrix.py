@@ -19,7 +19,8 @@ from typing import Any
 
 from harness.matrix.envs import (DEFAULT_CACHE, BuiltEnv, EnvError, EnvSpec, build_env, parse_env_arg, torch_mismatch,
                                  torch_request_mismatch)
-from harness.results import HEADER_FILE, RESULTS_FILE, ResultRow, read_header, read_rows, row_json, write_header
+from harness.results import (HEADER_FILE, RESULTS_FILE, ResultRow, RowEnvironment, read_header, read_rows, row_json,
+                             write_header)
 
 
 def add_common(p: argparse.ArgumentParser) -> None:
@@ -109,7 +110,7 @@ def tag_results(out_dir: Path, env: BuiltEnv) -> None:
     header = read_header(out_dir)
     header["environment"] = record
     write_header(out_dir, header)
-    row_env = {"name": record["name"], "versions": record["versions"]}
+    row_env = RowEnvironment(name=record["name"], versions=record["versions"])
     rows = read_rows(out_dir)
     tmp = out_dir / (RESULTS_FILE + ".tmp")
     tmp.write_text("".join(row_json(r.model_copy(update={"environment": row_env})) + "\n" for r in rows),

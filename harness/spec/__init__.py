@@ -38,12 +38,11 @@ from harness.spec.models import (
     Suite,
     Uniform,
     dist_bounds,
-    estimated_requests_tokens,
 )
 
 __all__ = [
     "MAX_CASES", "MAX_KV_TOKENS_PER_CASE", "MAX_REQUESTS", "MAX_SEED", "MAX_SUITE_BYTES", "MAX_TOKENS_PER_REQUEST",
     "MAX_YAML_DEPTH", "MAX_YAML_NODES", "CaseSpec", "ContextParallel", "Dist", "Explicit", "Fixed", "LogNormal", "Normal",
-    "RequestGroup", "SharedPrefix", "SpecError", "Suite", "Uniform", "dist_bounds", "estimated_requests_tokens",
+    "RequestGroup", "SharedPrefix", "SpecError", "Suite", "Uniform", "dist_bounds",
     "expand_case", "load_suite", "parse_suite", "yaml_size",
 ]

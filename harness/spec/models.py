@@ -335,11 +335,3 @@ class Suite(_Strict):
         return v
 
 
-def estimated_requests_tokens(case: CaseSpec) -> float:
-    """Rough expected total KV tokens, for progress estimates."""
-    total = 0.0
-    for g in case.batch:
-        lo, hi = dist_bounds(g.context_dist)
-        qlo, qhi = dist_bounds(g.query_dist)
-        total += g.count * ((lo + hi) / 2 + (qlo + qhi) / 2)
-    return total if math.isfinite(total) else 0.0
