@@ -191,12 +191,12 @@ class RunFlags(BaseModel):
 
     # ------------------------------------------------------------ building the run's options
     @classmethod
-    def parse(cls, values: dict[str, Any]) -> "RunFlags":
-        """Validated flags; a bad value -> UsageError naming the flag."""
+    def parse(cls, values: dict[str, Any], bench: bool = False) -> "RunFlags":
+        """Validated flags; a bad value -> UsageError naming the flag (its --bench-* name: ``bench``)."""
         try:
             return cls.model_validate({k: v for k, v in values.items() if k in cls.model_fields})
         except ValidationError as e:
-            raise UsageError(_one_line(e)) from None
+            raise UsageError(_one_line(e, bench)) from None
 
     @classmethod
     def from_args(cls, args: "argparse.Namespace") -> "RunFlags":
@@ -339,7 +339,7 @@ def from_pytest(config: "pytest.Config") -> RunFlags | None:
     values = {name: config.getoption(f"bench_{name}", default=None) for name, _, _ in flags(bench_only=True)}
     if not values.get("suite"):
         return None
-    return RunFlags.parse({k: v for k, v in values.items() if v is not None})
+    return RunFlags.parse({k: v for k, v in values.items() if v is not None}, bench=True)
 
 
 # ---------------------------------------------------------------- messages
@@ -363,7 +363,7 @@ def _same_path(a: str, b: str) -> bool:
     return Path(a) == Path(b)
 
 
-def _one_line(e: ValidationError) -> str:
+def _one_line(e: ValidationError, bench: bool = False) -> str:
     """The first problem, as ``--flag VALUE: what it should be`` (or the validator's sentence)."""
     err = e.errors(include_url=False)[0]
     if not err["loc"]:  # the model validator: its message is the whole sentence
@@ -373,4 +373,4 @@ def _one_line(e: ValidationError) -> str:
     flag = next(m for m in info.metadata if isinstance(m, Flag))
     value = err.get("input")
     shown = f"{value:g}" if isinstance(value, float) else value
-    return f"{flag.name} {shown}: {flag.problem or err['msg']}"
+    return f"{_bench_name(name, flag) if bench else flag.name} {shown}: {flag.problem or err['msg']}"
