@@ -19,7 +19,9 @@ one way, ``WorkerReady``, ``PreparingCase``, ``CellStarted``, ``RowDone``, ``Cas
   device-side assert, ...): the worker reports it and exits after sending the row; it is
   replaced before the next cell.
 
-``isolation=False`` runs everything in this process (no timeouts, no crash protection).
+``InProcessExecutor`` (``isolation=False``) runs everything in this process (no timeouts, no
+crash protection). Both implement harness/executor_api.py's ``Executor``; the worker's own side
+is harness/worker_process.py.
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ import multiprocessing as mp
 import os
 import signal
 import time
-import traceback
 from dataclasses import dataclass, field
 from enum import StrEnum
 from multiprocessing.connection import wait
@@ -41,39 +42,18 @@ import torch
 from harness.balance import CaseQueues
 from harness.memory import make_fit_check
 from harness.results import ResultRow, Status, Worker
-from harness.runner import (Cell, RunOptions, cell_timed, group_by_case, iterate_case, row_busy_s, status_row,
-                            warm_backend)
-from harness.planning import backend_versions
+from harness.runner import Cell, RunOptions, cell_timed, group_by_case, iterate_case, row_busy_s, status_row
 from harness.spawn_main import main_not_reimported
 from harness.spec import Suite
 from harness.devices import parse_devices  # noqa: F401  (moved there; importers keep this path)
 from harness.resume import ResumeError, cell_key, resume_plan  # noqa: F401  (likewise)
+from harness.worker_process import STICKY_CUDA_ERRORS, _context_broken, _worker_main  # noqa: F401  (likewise)
 
 log = logging.getLogger(__name__)  # -v / -vv (harness/cli_flags.py): workers and rows
 
 STARTUP_TIMEOUT_S = 300.0  # importing torch and a GPU library on a cold machine
 MAX_FAILED_STARTS = 3  # a slot whose worker dies this often without progress is given up
 
-# Messages of CUDA errors after which the context is unusable (sticky errors): the worker must
-# be replaced, whatever the health probe says.
-STICKY_CUDA_ERRORS = (
-    "illegal memory access",
-    "unspecified launch failure",
-    "misaligned address",
-    "device-side assert",
-    "illegal instruction",
-    "an illegal address",
-    "uncorrectable ECC",
-    "CUDA error: unknown error",
-    "cudaErrorLaunchFailure",
-    # driver-API / runtime-enum spellings (CuTe-DSL, cuda-python, Triton) of the same errors
-    "CUDA_ERROR_ILLEGAL_ADDRESS",
-    "CUDA_ERROR_LAUNCH_FAILED",
-    "CUDA_ERROR_MISALIGNED_ADDRESS",
-    "CUDA_ERROR_ILLEGAL_INSTRUCTION",
-    "CUDA_ERROR_ASSERT",
-    "cudaErrorIllegalAddress",
-)
 
 
 # ------------------------------------------------------------------ messages and phases
@@ -106,99 +86,6 @@ class ExecOptions:
 def default_cell_timeout(device_type: str) -> float:
     """GPU cells include JIT compilation on first call; CPU cells are small by construction."""
     return 600.0 if device_type == "cuda" else 120.0
-
-
-# ------------------------------------------------------------------ worker process
-def _die_with_parent() -> None:
-    """Linux: the worker gets SIGKILL when the parent dies, so a killed run leaves no orphan."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-def _context_broken(device: torch.device, reason: str) -> str | None:
-    """Why this worker's CUDA context can no longer be trusted, or None."""
-    reason = reason or ""
-    if any(s.lower() in reason.lower() for s in STICKY_CUDA_ERRORS):
-        return f"CUDA context unusable after: {reason}"
-    if device.type != "cuda":
-        return None
-    try:
-        x = torch.ones(16, device=device)
-        torch.cuda.synchronize(device)
-        if float(x.sum()) != 16.0:
-            return "CUDA health probe returned a wrong sum"
-    except Exception as e:  # any failure of a trivial kernel means the context is gone
-        return f"CUDA health probe failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-    return None
-
-
-def _worker_main(conn: Any, device_name: str, suite: Suite, opts: RunOptions, budget_mib: float | None,
-                 cpu_share: int, threads: int | None, warm: tuple = ()) -> None:
-    # Ctrl-C goes to the whole process group; the parent decides how to stop. The worker was
-    # started with SIGINT blocked (LocalExecutor._start_process): ignore it (dropping one that is
-    # pending), then unblock.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-    _die_with_parent()
-    if threads:
-        torch.set_num_threads(threads)
-    device = torch.device(device_name)
-    opts = dataclasses.replace(opts, device=device,
-                               fit_check=make_fit_check(device, opts.check, budget_mib, cpu_share))
-    cuda_ready = False
-    import_s: dict[str, float] = {}
-    versions: dict[str, dict[str, Any]] = {}
-    if warm:
-        # The backends' libraries now, while the parent expands the suite (and, on --devices N,
-        # in every worker at once), not in the first cell's precheck. On the worker's own device:
-        # a library that touches CUDA on import must not make a context on another GPU.
-        if device.type == "cuda":
-            torch.cuda.set_device(device.index if device.index is not None else 0)
-            cuda_ready = True
-        for b in warm:
-            import_s[b.name] = round(warm_backend(b, suite, opts), 4)
-            try:
-                versions[b.name] = backend_versions(b)
-            except Exception as e:  # the cells' own prechecks report it; the header says so too
-                versions[b.name] = {"available": False, "reason": f"availability() raised {type(e).__name__}"}
-    conn.send(WorkerReady(os.getpid(), import_s, versions))
-
-    def on_event(event: str, cell: Cell | None) -> None:
-        conn.send(PreparingCase() if event == "prepare" else CellStarted(cell_key(suite, cell)))
-
-    while True:
-        try:
-            msg = conn.recv()
-        except (EOFError, OSError):
-            return
-        if isinstance(msg, Shutdown):
-            return
-        if device.type == "cuda" and not cuda_ready:
-            # Only now: a standby worker must not hold a CUDA context (memory) while it waits.
-            torch.cuda.set_device(device.index if device.index is not None else 0)
-            cuda_ready = True
-        broken = None
-        try:
-            for row in iterate_case(msg.cells, suite, opts, on_event=on_event):
-                conn.send(RowDone(row.model_copy(update={"worker": Worker(pid=os.getpid(), device=device_name)})))
-                if row.status == Status.ERROR:
-                    broken = _context_broken(device, row.reason)
-                    if broken:
-                        break
-        except (BrokenPipeError, EOFError, ConnectionError):
-            return  # the parent is gone
-        except Exception as e:  # a harness bug in this case: report it, keep the worker
-            conn.send(CaseFailed(f"{type(e).__name__}: {e}"[:500], traceback.format_exc(limit=6)))
-            continue
-        if broken:
-            conn.send(RestartMe(broken))
-            return
-        conn.send(CaseDone())
 
 
 # ------------------------------------------------------------------ parent side

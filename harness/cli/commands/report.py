@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 from typing import Any
-from pathlib import Path
 from harness.cli.common import UsageError, console
 
 
