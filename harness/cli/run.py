@@ -11,7 +11,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -89,9 +89,12 @@ def run_cells(args: argparse.Namespace, flags: RunFlags, suite_path: str, suite:
     cells, extra = apply_shard(flags.shard, suite, cells, opts)
     # Workers that report the versions spare the parent importing any GPU library to plan.
     argv = ["harness", *getattr(args, "argv", sys.argv[1:])]
+    def started(out_dir: Path) -> None:  # from here (run.json written) an interrupt can be resumed
+        args.started_out_dir = out_dir
+
     out_dir, cells, header = prepare_out_dir(flags, suite_path, argv, suite, cells, opts.device, backends,
-                                             devices, extra, probe_versions=not executor.reports_versions)
-    args.started_out_dir = out_dir  # from here an interrupt can be resumed
+                                             devices, extra, probe_versions=not executor.reports_versions,
+                                             started=started)
     t_planned = time.perf_counter()
     rows: list[ResultRow] = []
     console().print(f"[bold]{escape(suite.suite)}[/]: {len(cells)} cells on {executor.placement()} -> {out_dir}")
@@ -129,7 +132,8 @@ def pick_device(name: str | None) -> torch.device:
 
 def prepare_out_dir(flags: RunFlags, suite_path: str, argv: list[str], suite: Any, cells: list, device: torch.device,
                     backends: list, devices: list[str], extra: dict | None = None,
-                    probe_versions: bool = True) -> tuple[Path, list, dict]:
+                    probe_versions: bool = True,
+                    started: Callable[[Path], None] = lambda out_dir: None) -> tuple[Path, list, dict]:
     """A fresh results folder with its header, or (--resume) the old one with only the
     missing cells left to run and this run added to the header's ``resumed`` list.
     ``probe_versions=False``: the workers report the backends' versions (they import the
@@ -145,6 +149,7 @@ def prepare_out_dir(flags: RunFlags, suite_path: str, argv: list[str], suite: An
         except ResumeError as e:
             raise UsageError(str(e)) from None
         write_header(out_dir, header)
+        started(out_dir)
         if not todo:
             console().print(f"{out_dir}: every cell already has a result; nothing to resume")
         return out_dir, todo, header
@@ -160,6 +165,7 @@ def prepare_out_dir(flags: RunFlags, suite_path: str, argv: list[str], suite: An
                                                  "cells": len(cells), "seed": flags.seed,
                                                  "devices": devices, **(extra or {})})
     write_header(out_dir, header)
+    started(out_dir)
     suite_copy.save(out_dir, suite_path)  # repro and --resume find it from any directory
     return out_dir, cells, header
 
