@@ -1,4 +1,5 @@
-"""Flags of the top-level parser: ``--version`` and ``-v``/``-vv`` (logging, quiet by default)."""
+"""Flags of the top-level parser: ``--version`` and ``-v``/``-vv`` (logging, quiet by default),
+and ``UsageError``, the one kind of bad command-line input (harness/run_flags.py raises it too)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,10 @@ import argparse
 import logging
 
 from harness.versions import VersionAction
+
+
+class UsageError(Exception):
+    """Bad command-line input: printed as one line, exit code 2."""
 
 
 def add_global_flags(p: argparse.ArgumentParser) -> None:

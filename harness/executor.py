@@ -19,61 +19,41 @@ one way, ``WorkerReady``, ``PreparingCase``, ``CellStarted``, ``RowDone``, ``Cas
   device-side assert, ...): the worker reports it and exits after sending the row; it is
   replaced before the next cell.
 
-``isolation=False`` runs everything in this process (no timeouts, no crash protection).
+``InProcessExecutor`` (``isolation=False``) runs everything in this process (no timeouts, no
+crash protection). Both implement harness/executor_api.py's ``Executor``; the worker's own side
+is harness/worker_process.py.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import datetime as _dt
 import logging
 import multiprocessing as mp
 import os
 import signal
 import time
-import traceback
 from dataclasses import dataclass, field
 from enum import StrEnum
 from multiprocessing.connection import wait
-from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
 from harness.balance import CaseQueues
 from harness.memory import make_fit_check
-from harness.results import RESULTS_FILE, ResultRow, Status, Worker, read_header, read_rows, repair_torn_tail, variant_label
-from harness.runner import (Cell, RunOptions, cell_timed, group_by_case, iterate_case, row_busy_s, status_row,
-                            warm_backend)
-from harness.planning import backend_versions
+from harness.results import ResultRow, Status, Worker
+from harness.runner import Cell, RunOptions, cell_timed, group_by_case, iterate_case, row_busy_s, status_row
 from harness.spawn_main import main_not_reimported
 from harness.spec import Suite
+from harness.devices import parse_devices  # noqa: F401  (moved there; importers keep this path)
+from harness.resume import ResumeError, cell_key, resume_plan  # noqa: F401  (likewise)
+from harness.worker_process import STICKY_CUDA_ERRORS, _context_broken, _worker_main  # noqa: F401  (likewise)
 
 log = logging.getLogger(__name__)  # -v / -vv (harness/cli_flags.py): workers and rows
 
 STARTUP_TIMEOUT_S = 300.0  # importing torch and a GPU library on a cold machine
 MAX_FAILED_STARTS = 3  # a slot whose worker dies this often without progress is given up
 
-# Messages of CUDA errors after which the context is unusable (sticky errors): the worker must
-# be replaced, whatever the health probe says.
-STICKY_CUDA_ERRORS = (
-    "illegal memory access",
-    "unspecified launch failure",
-    "misaligned address",
-    "device-side assert",
-    "illegal instruction",
-    "an illegal address",
-    "uncorrectable ECC",
-    "CUDA error: unknown error",
-    "cudaErrorLaunchFailure",
-    # driver-API / runtime-enum spellings (CuTe-DSL, cuda-python, Triton) of the same errors
-    "CUDA_ERROR_ILLEGAL_ADDRESS",
-    "CUDA_ERROR_LAUNCH_FAILED",
-    "CUDA_ERROR_MISALIGNED_ADDRESS",
-    "CUDA_ERROR_ILLEGAL_INSTRUCTION",
-    "CUDA_ERROR_ASSERT",
-    "cudaErrorIllegalAddress",
-)
 
 
 # ------------------------------------------------------------------ messages and phases
@@ -92,37 +72,6 @@ class SlotPhase(StrEnum):
     RESTART = "restart"  # the worker asked to be replaced
 
 
-def cell_key(suite: Suite, cell: Cell) -> tuple[str, str, str, str]:
-    """The identity a result row has for this cell (``ResultRow.key``)."""
-    return (suite.suite, cell.case.name, cell.backend.name, variant_label(cell.variant))
-
-
-def parse_devices(spec: str) -> list[str]:
-    """``"0,1"`` -> ``["cuda:0", "cuda:1"]``; ``"cpu,cpu"`` -> two CPU workers; ``cuda:N`` as is.
-    Raises ValueError with a one-line reason."""
-    out = []
-    for item in (x.strip() for x in spec.split(",")):
-        if not item:
-            continue
-        if item.isdigit():
-            item = f"cuda:{item}"
-        if item == "cuda":
-            item = "cuda:0"
-        if item != "cpu" and not (item.startswith("cuda:") and item[5:].isdigit()):
-            raise ValueError(f"--devices: {item!r} is not cpu, N or cuda:N")
-        if item.startswith("cuda"):
-            if not torch.cuda.is_available():
-                raise ValueError(f"--devices: {item} requested but torch sees no CUDA device")
-            if int(item[5:]) >= torch.cuda.device_count():
-                raise ValueError(f"--devices: {item} does not exist ({torch.cuda.device_count()} CUDA devices)")
-        if item.startswith("cuda") and item in out:
-            raise ValueError(f"--devices: {item} given twice; two workers on one GPU would time each other's contention")
-        out.append(item)
-    if not out:
-        raise ValueError("--devices: no device given")
-    return out
-
-
 @dataclass
 class ExecOptions:
     devices: list[str]
@@ -137,139 +86,6 @@ class ExecOptions:
 def default_cell_timeout(device_type: str) -> float:
     """GPU cells include JIT compilation on first call; CPU cells are small by construction."""
     return 600.0 if device_type == "cuda" else 120.0
-
-
-# ------------------------------------------------------------------ resume
-class ResumeError(ValueError):
-    """A folder that cannot be resumed with this suite (one-line reason)."""
-
-
-def resume_plan(out_dir: Path, suite: Suite, cells: list[Cell], argv: list[str],
-                seed: int | None = None) -> tuple[list[Cell], dict[str, Any]]:
-    """The cells of ``cells`` that ``out_dir`` has no row for, and its header with this resume
-    recorded. A torn last line (the run was killed mid-write) is cut off first."""
-    from harness.env import git_sha
-
-    out_dir = Path(out_dir)
-    header = read_header(out_dir)
-    if not header and not (out_dir / RESULTS_FILE).exists():
-        raise ResumeError(f"--resume {out_dir}: no run.json or {RESULTS_FILE} there; nothing to resume")
-    if header.get("suite") not in (None, suite.suite):
-        raise ResumeError(f"--resume {out_dir}: it holds suite {header.get('suite')!r}, not {suite.suite!r}")
-    if "seed" in header and header.get("seed") != seed:
-        ran = "without --seed (each case's own seed)" if header.get("seed") is None else f"with --seed {header['seed']}"
-        now = "drop --seed" if header.get("seed") is None else f"give --seed {header['seed']}"
-        raise ResumeError(f"--resume {out_dir}: it ran {ran}; resume with the same seed: {now}")
-    torn = repair_torn_tail(out_dir / RESULTS_FILE)
-    try:
-        rows = read_rows(out_dir) if (out_dir / RESULTS_FILE).exists() else []
-    except ValueError as e:
-        raise ResumeError(f"--resume {out_dir}: {e}") from None
-    done = {r.key for r in rows}
-    todo = [c for c in cells if cell_key(suite, c) not in done]
-    header = dict(header)
-    header.setdefault("resumed", []).append({
-        "time_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "command": " ".join(argv),
-        "git_sha": git_sha(),
-        "rows_before": len(rows),
-        "cells_to_run": len(todo),
-        "torn_bytes_removed": torn,
-    })
-    return todo, header
-
-
-# ------------------------------------------------------------------ worker process
-def _die_with_parent() -> None:
-    """Linux: the worker gets SIGKILL when the parent dies, so a killed run leaves no orphan."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-def _context_broken(device: torch.device, reason: str) -> str | None:
-    """Why this worker's CUDA context can no longer be trusted, or None."""
-    reason = reason or ""
-    if any(s.lower() in reason.lower() for s in STICKY_CUDA_ERRORS):
-        return f"CUDA context unusable after: {reason}"
-    if device.type != "cuda":
-        return None
-    try:
-        x = torch.ones(16, device=device)
-        torch.cuda.synchronize(device)
-        if float(x.sum()) != 16.0:
-            return "CUDA health probe returned a wrong sum"
-    except Exception as e:  # any failure of a trivial kernel means the context is gone
-        return f"CUDA health probe failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-    return None
-
-
-def _worker_main(conn: Any, device_name: str, suite: Suite, opts: RunOptions, budget_mib: float | None,
-                 cpu_share: int, threads: int | None, warm: tuple = ()) -> None:
-    # Ctrl-C goes to the whole process group; the parent decides how to stop. The worker was
-    # started with SIGINT blocked (Executor._start_process): ignore it (dropping one that is
-    # pending), then unblock.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-    _die_with_parent()
-    if threads:
-        torch.set_num_threads(threads)
-    device = torch.device(device_name)
-    opts = dataclasses.replace(opts, device=device,
-                               fit_check=make_fit_check(device, opts.check, budget_mib, cpu_share))
-    cuda_ready = False
-    import_s: dict[str, float] = {}
-    versions: dict[str, dict[str, Any]] = {}
-    if warm:
-        # The backends' libraries now, while the parent expands the suite (and, on --devices N,
-        # in every worker at once), not in the first cell's precheck. On the worker's own device:
-        # a library that touches CUDA on import must not make a context on another GPU.
-        if device.type == "cuda":
-            torch.cuda.set_device(device.index if device.index is not None else 0)
-            cuda_ready = True
-        for b in warm:
-            import_s[b.name] = round(warm_backend(b, suite, opts), 4)
-            try:
-                versions[b.name] = backend_versions(b)
-            except Exception as e:  # the cells' own prechecks report it; the header says so too
-                versions[b.name] = {"available": False, "reason": f"availability() raised {type(e).__name__}"}
-    conn.send(WorkerReady(os.getpid(), import_s, versions))
-
-    def on_event(event: str, cell: Cell | None) -> None:
-        conn.send(PreparingCase() if event == "prepare" else CellStarted(cell_key(suite, cell)))
-
-    while True:
-        try:
-            msg = conn.recv()
-        except (EOFError, OSError):
-            return
-        if isinstance(msg, Shutdown):
-            return
-        if device.type == "cuda" and not cuda_ready:
-            # Only now: a standby worker must not hold a CUDA context (memory) while it waits.
-            torch.cuda.set_device(device.index if device.index is not None else 0)
-            cuda_ready = True
-        broken = None
-        try:
-            for row in iterate_case(msg.cells, suite, opts, on_event=on_event):
-                conn.send(RowDone(row.model_copy(update={"worker": Worker(pid=os.getpid(), device=device_name)})))
-                if row.status == Status.ERROR:
-                    broken = _context_broken(device, row.reason)
-                    if broken:
-                        break
-        except (BrokenPipeError, EOFError, ConnectionError):
-            return  # the parent is gone
-        except Exception as e:  # a harness bug in this case: report it, keep the worker
-            conn.send(CaseFailed(f"{type(e).__name__}: {e}"[:500], traceback.format_exc(limit=6)))
-            continue
-        if broken:
-            conn.send(RestartMe(broken))
-            return
-        conn.send(CaseDone())
 
 
 # ------------------------------------------------------------------ parent side
@@ -298,8 +114,58 @@ class _Slot:
     cases_seen: set = field(default_factory=set)
 
 
-class Executor:
-    """Runs cells and yields their rows as they finish (see the module docstring)."""
+def _log_rows(rows: Iterator[ResultRow]) -> Iterator[ResultRow]:
+    for row in rows:
+        log.debug("row %s / %s%s: %s%s", row.case, row.backend, f" [{row.variant_label}]" if row.variant_label else "",
+                  row.status, f" ({row.reason})" if row.reason else "")
+        yield row
+
+
+class InProcessExecutor:
+    """``--no-isolation``: the cells run in this process, one case after another (no worker, no
+    timeout, no crash protection), with the memory planner (harness/executor_api.Executor)."""
+
+    reports_versions = False  # the parent probes the versions itself
+    t_all_ready: float | None = None
+
+    def __init__(self, suite: Suite, opts: RunOptions, exec_opts: ExecOptions):
+        self.suite, self.opts, self.exec_opts = suite, opts, exec_opts
+        self.backend_versions: dict[str, dict[str, Any]] = {}
+
+    def start(self, backends: Sequence[type] = ()) -> None:
+        pass  # nothing to start: the first cell imports its library here
+
+    def run(self, cells: list[Cell], on_start: Callable[[Cell], None] | None = None) -> Iterator[ResultRow]:
+        cases = group_by_case(cells)
+        if not cases:
+            return
+        log.info("%d cell(s) in %d case(s), %s", len(cells), len(cases), "in this process")
+        yield from _log_rows(self._rows(cases, on_start))
+
+    def _rows(self, cases: list[list[Cell]], on_start: Callable[[Cell], None] | None) -> Iterator[ResultRow]:
+        device = torch.device(self.exec_opts.devices[0])
+        if device.type == "cuda":
+            # As in the worker: kernels, graph capture and streams follow the current device.
+            torch.cuda.set_device(device.index if device.index is not None else 0)
+        opts = dataclasses.replace(self.opts, device=device,
+                                   fit_check=make_fit_check(device, self.opts.check, self.exec_opts.memory_budget_mib))
+        for case_cells in cases:
+            yield from iterate_case(case_cells, self.suite, opts, on_start=on_start)
+
+    def placement(self) -> str:
+        return f"{torch.device(self.exec_opts.devices[0])} (in-process)"
+
+    def header_fields(self) -> dict[str, Any]:
+        return {"workers": []}  # no worker process: run.json says so
+
+    def close(self) -> None:
+        pass
+
+
+class LocalExecutor:
+    """Isolated worker processes, one per ``--devices`` entry, cases spread over them (see the
+    module docstring; harness/executor_api.Executor). ``isolation=False`` hands the cells to
+    ``InProcessExecutor``."""
 
     def __init__(self, suite: Suite, opts: RunOptions, exec_opts: ExecOptions):
         self.suite = suite
@@ -318,32 +184,36 @@ class Executor:
         self.t_done: float | None = None
         self.backend_versions: dict[str, dict[str, Any]] = {}  # from the first ready worker
 
-    # In-process: the reference engine, with the memory planner.
-    def _run_inline(self, cases: list[list[Cell]], on_start: Callable[[Cell], None] | None) -> Iterator[ResultRow]:
-        device = torch.device(self.exec_opts.devices[0])
-        if device.type == "cuda":
-            # As in the worker: kernels, graph capture and streams follow the current device.
-            torch.cuda.set_device(device.index if device.index is not None else 0)
-        opts = dataclasses.replace(self.opts, device=device,
-                                   fit_check=make_fit_check(device, self.opts.check, self.exec_opts.memory_budget_mib))
-        for case_cells in cases:
-            yield from iterate_case(case_cells, self.suite, opts, on_start=on_start)
+    @property
+    def reports_versions(self) -> bool:
+        return self.exec_opts.isolation
 
     def run(self, cells: list[Cell], on_start: Callable[[Cell], None] | None = None) -> Iterator[ResultRow]:
+        if not self.exec_opts.isolation:
+            yield from InProcessExecutor(self.suite, self.opts, self.exec_opts).run(cells, on_start)
+            return
         cases = group_by_case(cells)
         if not cases:
             return
-        where = ("in this process" if not self.exec_opts.isolation
-                 else f"{len(self.exec_opts.devices)} worker(s) on {','.join(self.exec_opts.devices)}")
-        log.info("%d cell(s) in %d case(s), %s", len(cells), len(cases), where)
-        rows = self._run_inline(cases, on_start) if not self.exec_opts.isolation else self._run_isolated(cases, on_start)
-        for row in rows:
-            log.debug("row %s / %s%s: %s%s", row.case, row.backend, f" [{row.variant_label}]" if row.variant_label else "",
-                      row.status, f" ({row.reason})" if row.reason else "")
-            yield row
+        log.info("%d cell(s) in %d case(s), %s", len(cells), len(cases),
+                 f"{len(self.exec_opts.devices)} worker(s) on {','.join(self.exec_opts.devices)}")
+        yield from _log_rows(self._run_isolated(cases, on_start))
+
+    def placement(self) -> str:
+        devices = self.exec_opts.devices
+        where = ",".join(devices) if len(devices) > 1 else str(torch.device(devices[0]))
+        return f"{where} ({len(devices)} worker(s))" if self.exec_opts.isolation else f"{where} (in-process)"
+
+    def header_fields(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.queue is not None and len(self.exec_opts.devices) > 1:
+            # The shared queue (harness/balance.py): cases and estimated seconds each worker took.
+            out["devices_plan"] = self.queue.summary()
+        out["workers"] = self.accounting()
+        return out
 
     # ---------------------------------------------------------------- workers
-    def start(self, backends: list[type] = ()) -> None:
+    def start(self, backends: Sequence[type] = ()) -> None:
         """Start every worker now, all at once, importing ``backends``' libraries, so that the
         start-up overlaps the parent's suite expansion and the workers' imports overlap each
         other. ``run`` uses these workers (and starts them itself if this was not called)."""
@@ -648,3 +518,6 @@ def _exit_reason(proc: Any) -> str:
         except ValueError:
             return f"worker died: signal {-code}"
     return f"worker exited with code {code}"
+
+
+Executor = LocalExecutor  # the older name (the protocol is harness.executor_api.Executor)

@@ -29,15 +29,12 @@ BENCH_TESTS = Path(__file__).resolve().parent / "benchmarks" / "test_suite_bench
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    g = parser.getgroup("attn-harness", "attention harness suites as pytest-benchmark tests")
-    g.addoption("--bench-suite", metavar="YAML", default=None,
-                help="run this suite's cells as benchmark tests (harness/benchmarks/test_suite_bench.py, "
-                     "collected by itself when no test paths are given)")
-    g.addoption("--bench-backends", metavar="NAMES", default=None,
-                help="comma-separated backends (default: the suite's, else all)")
-    g.addoption("--bench-device", metavar="DEV", default="auto", help="auto (cuda if present), cpu, cuda, cuda:N")
-    g.addoption("--bench-case", metavar="GLOB", action="append", default=None, help="only these cases (repeatable)")
-    g.addoption("--bench-mode", choices=("hot", "cold"), default=None, help="harness timing mode (default: hot)")
+    # The options are `harness run`'s flags (harness/run_flags.py, declared once there) as
+    # --bench-*: --bench-suite, --bench-backends, --bench-device, --bench-case, --bench-mode
+    # (--timing-mode), --bench-max-samples, ...
+    from harness.run_flags import add_pytest_options
+
+    add_pytest_options(parser.getgroup("attn-harness", "attention harness suites as pytest-benchmark tests"))
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -83,31 +80,25 @@ class BenchPlan:
 
 
 def make_plan(config: pytest.Config) -> BenchPlan | None:
-    """The cells of ``--bench-suite`` (None when no suite was given). Bad input -> UsageError."""
-    suite_path = config.getoption("bench_suite", default=None)
-    if not suite_path:
-        return None
+    """The cells of ``--bench-suite`` (None when no suite was given). Bad input -> pytest.UsageError."""
     from harness import registry
-    from harness.cli import _pick_device
-    from harness.runner import RunOptions, plan_cells
-    from harness.spec import load_suite
-    from harness.timing import TimingOptions
-
-    from harness.cli import UsageError
-    from harness.spec import SpecError
+    from harness.cli_flags import UsageError
+    from harness.run_flags import from_pytest, pick_device
+    from harness.runner import plan_cells
+    from harness.spec import SpecError, load_suite
 
     try:
-        suite = load_suite(suite_path)
-        names = config.getoption("bench_backends", default=None)
-        names = names.split(",") if names else (suite.backends or list(registry.known_backends()))
+        flags = from_pytest(config)
+        if flags is None:
+            return None
+        suite = load_suite(flags.suite, flags.suite_override())
+        names = flags.backends.split(",") if flags.backends else (suite.backends or list(registry.known_backends()))
         backends = registry.resolve_many([n.strip() for n in names if n.strip()])
-        device = _pick_device(config.getoption("bench_device", default="auto"))
+        device = pick_device(flags.device)
+        # keep_raw: the per-sample times are what pytest-benchmark receives.
+        opts = flags.run_options(device, flags.suite, keep_raw=True)
     except (SpecError, UsageError, registry.BackendLookupError) as e:
         raise pytest.UsageError(str(e)) from None
-    # keep_raw: the per-sample times are what pytest-benchmark receives.
-    timing = TimingOptions.for_device(device, keep_raw=True, mode=config.getoption("bench_mode", default=None))
-    opts = RunOptions(device=device, suite_path=suite_path, case_patterns=config.getoption("bench_case") or [],
-                      timing=timing)
     return BenchPlan(suite, backends, opts, plan_cells(suite, backends, opts))
 
 

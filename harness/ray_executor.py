@@ -25,7 +25,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 from attn_contract import Status
 from harness.results import ResultRow
@@ -56,13 +56,13 @@ class CaseRunner:
 
         import torch
 
-        from harness.executor import ExecOptions, Executor
+        from harness.executor import ExecOptions, LocalExecutor
 
         # Ray's CUDA_VISIBLE_DEVICES leaves this actor exactly its GPU.
         device = "cuda:0" if opts.device.type == "cuda" else "cpu"
         run_opts = dataclasses.replace(opts, device=torch.device(device))
-        self.executor = Executor(suite, run_opts, ExecOptions(devices=[device], isolation=True,
-                                                              keep_workers=True, **exec_fields))
+        self.executor = LocalExecutor(suite, run_opts, ExecOptions(devices=[device], isolation=True,
+                                                                   keep_workers=True, **exec_fields))
 
     def ready(self) -> int:
         return os.getpid()
@@ -93,21 +93,39 @@ def _first_line(e: BaseException) -> str:
 
 
 class RayExecutor:
-    """Same interface as ``harness.executor.Executor`` (``run`` yields rows, ``queue`` is None)."""
+    """The ``--ray`` executor (harness/executor_api.Executor): Ray places the cases."""
 
     queue = None
+    reports_versions = False  # each actor's worker knows them; the driver probes them itself
+    t_all_ready: float | None = None
 
     def __init__(self, suite: Any, opts: RunOptions, exec_opts: Any, address: str | None = None,
                  max_retries: int = MAX_RETRIES, actors: int | None = None):
         self.ray = import_ray()
         self.suite, self.opts, self.exec_opts = suite, opts, exec_opts
         self.address = None if address in (None, "", "local") else address
+        self.address_flag = address  # as given to --ray, for the run's first line
         self.max_retries = max_retries
         self.n_actors = actors  # None: one per GPU (per CPU for CPU runs) in the cluster
         self.started = False
         self.lost_actors: list[str] = []  # why each replaced actor was lost (tests, summary)
         self.actor_pids: list[int] = []  # pids of the actors that started, in start order
         self.actors: dict[int, Any] = {}  # pid -> handle of each started actor (tests kill one)
+
+        self.backend_versions: dict[str, dict[str, Any]] = {}
+
+    def start(self, backends: Sequence[type] = ()) -> None:
+        pass  # the actors start in run(), where the cluster's size is known
+
+    def placement(self) -> str:
+        per = "GPU" if self.opts.device.type == "cuda" else "CPU"
+        return f"a Ray cluster ({self.address_flag}) (one actor per {per}, each with one isolated worker)"
+
+    def header_fields(self) -> dict[str, Any]:
+        return {}
+
+    def close(self) -> None:
+        pass  # run() ends its actors (and a cluster it started) when it is done
 
     def _init(self) -> None:
         ray = self.ray

@@ -1,0 +1,35 @@
+"""The ``harness`` command line (``main``), as a package:
+
+- ``parser``: the parser, built from a registry of command modules (``add_parser`` + ``run``);
+- ``run``: ``harness run`` (its flags: harness/run_flags.py; its executors: harness/executor_api.py);
+- ``summary``: run.json's wall-time bookkeeping and the closing summary;
+- ``commands/``: report, merge, compare, recommend, repro, validate, list;
+- ``entry``: ``main``, bad input as one line (exit 2), Ctrl-C / SIGTERM as a resume command.
+
+The names below are the package's public surface (programs and tests import them from here);
+``console`` / ``err_console`` may be replaced: every command prints through them.
+"""
+
+from __future__ import annotations
+
+import time
+
+PROCESS_T0 = time.perf_counter()  # before torch is imported: run.json's wall_s counts the imports
+_PROCESS_T0 = PROCESS_T0
+
+from harness.cli.common import (  # noqa: E402
+    CONSOLE as console, ERR_CONSOLE as err_console, EXIT_USAGE, RESULTS_FILE, UsageError, spec_error as _spec_error)
+from harness.cli.commands.listing import list_backends  # noqa: E402
+from harness.cli.entry import Terminated, main, resume_command  # noqa: E402
+from harness.cli.parser import COMMANDS, build_parser  # noqa: E402
+from harness.cli.run import (  # noqa: E402
+    check_out_path as _check_out_path, pick_device as _pick_device)
+from harness.cli.summary import (  # noqa: E402
+    fmt as _fmt, letter_ids as _ids, print_summary, reason_kind as _reason_kind, record_wall_time as _record_wall_time,
+    wall_breakdown)
+from harness.cli_flags import configure_logging  # noqa: E402
+from harness.run_flags import RunFlags  # noqa: E402
+
+__all__ = ["COMMANDS", "EXIT_USAGE", "RESULTS_FILE", "RunFlags", "Terminated", "UsageError", "build_parser",
+           "configure_logging", "console", "err_console", "list_backends", "main", "print_summary",
+           "resume_command", "wall_breakdown"]

@@ -1,0 +1,7 @@
+"""``python -m harness.cli`` (harness/__init__.py guards Ctrl-C before the package loads)."""
+
+import sys
+
+from harness.cli import main
+
+sys.exit(main())

@@ -1,0 +1,26 @@
+"""One self-contained HTML report from results folders (harness/report/)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+from harness.cli.common import UsageError, console
+
+
+def add_parser(sub: Any) -> None:
+    rp = sub.add_parser("report", help="one self-contained HTML report from results folders / .jsonl files")
+    rp.add_argument("results", nargs="+", help="results folders or results.jsonl files")
+    rp.add_argument("-o", "--output", default="report.html", help="HTML file to write (default: report.html)")
+    rp.add_argument("--title", help="page title")
+    rp.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from harness.report import write_report
+
+    try:
+        out = write_report(args.results, args.output, title=args.title)
+    except (FileNotFoundError, ValueError) as e:
+        raise UsageError(str(e)) from None
+    console().print(f"Report: {out}")
+    return 0

@@ -1,0 +1,38 @@
+"""The ``harness`` parser, built from a registry of command modules: each exposes
+``add_parser(sub)`` (its subcommand, with ``set_defaults(func=run)``) and ``run(args) -> int``.
+A new command is one module and one line in ``COMMANDS``; the order is ``--help``'s."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+from harness.cli_flags import add_global_flags
+
+COMMANDS = (
+    "harness.cli.run",
+    "harness.cli.commands.report",
+    "harness.cli.commands.merge",
+    "harness.cli.commands.compare",
+    "harness.cli.commands.recommend",
+    "harness.cli.commands.repro",
+    "harness.cli.commands.validate",
+    "harness.cli.commands.listing",
+    "harness.plan",
+    "harness.crosscheck",
+    "harness.matrix.matrix",
+    "harness.matrix.bisect",
+    "harness.export",
+    "harness.schema",
+    "harness.gate",
+    "harness.diag",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="harness", description="Benchmark and conformance harness for GPU attention backends.")
+    add_global_flags(p)  # --version, -v/-vv (harness/cli_flags.py)
+    sub = p.add_subparsers(dest="command", required=True)
+    for name in COMMANDS:  # light modules: each imports its heavy parts in run()
+        importlib.import_module(name).add_parser(sub)
+    return p

@@ -1,0 +1,227 @@
+"""``harness run SUITE``: plan the cells, hand them to an executor, write the rows as they come.
+
+The flags are ``harness.run_flags.RunFlags`` (declared once, validated there); the executor is
+whichever ``harness.executor_api.make_executor`` picks; the end (wall time, summary, exit code)
+is harness/cli/summary.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from harness import suite_copy
+from harness.cli import summary
+from harness.cli.common import (RESULTS_FILE, ResultWriter, UsageError, check_suite_backends, console, err_console,
+                                load_suite, read_rows, registry, torch, write_header)
+from harness.run_flags import RunFlags, add_arguments
+
+if TYPE_CHECKING:
+    from harness.executor_api import Executor
+    from harness.results import ResultRow
+    from harness.runner import RunOptions
+
+
+def add_parser(sub: Any) -> None:
+    r = sub.add_parser("run", help="run a suite: check every cell against the reference and time it")
+    add_arguments(r)  # every flag is a RunFlags field (harness/run_flags.py)
+    r.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    t_start = time.perf_counter()
+    flags = RunFlags.from_args(args)
+    suite_path = flags.suite
+    if flags.resume and not Path(suite_path).is_file():  # typed relative to where the run started
+        suite_path = suite_copy.find_suite(flags.resume, suite_path) or suite_path
+    suite = load_suite(suite_path, flags.suite_override())
+    for note in suite.notes:  # a vLLM study file: what it could not map, and why
+        err_console().print(f"ignored: {escape(note)}", highlight=False, soft_wrap=True)
+    check_suite_backends(suite)  # the checks `harness validate` makes, with file and field
+    from harness.filters import FilterError, backend_names, empty_plan_reason  # imports the registry
+
+    try:
+        backends = registry.resolve_many(backend_names(flags.backends, suite))
+    except (registry.BackendLookupError, FilterError) as e:
+        raise UsageError(str(e)) from None
+    check_variant_flags(flags.variant_filters(), backends)
+    device = pick_device(flags.device)
+    exec_opts = flags.exec_options(device)
+    device = torch.device(exec_opts.devices[0])  # rows and the header name the first worker's device
+    opts = flags.run_options(device, suite_path)
+    if problem := empty_plan_reason(suite, backends, opts):  # before any worker starts
+        raise UsageError(f"nothing to run: {problem}")
+    if flags.ray is not None:
+        from harness.ray_executor import RayUnavailable, import_ray
+
+        try:
+            import_ray()
+        except RayUnavailable as e:
+            raise UsageError(str(e)) from None
+    if flags.out and not flags.resume:
+        check_out_path(Path(flags.out))  # before any worker starts
+    from harness.executor_api import make_executor
+
+    executor = make_executor(suite, opts, exec_opts, ray=flags.ray)
+    try:
+        # Workers start now, importing the backends' libraries, while this process expands
+        # the suite (docs/measurement.md, "Where a run's wall time goes").
+        executor.start(backends)
+        return run_cells(args, flags, suite_path, suite, backends, opts, exec_opts.devices, executor, t_start)
+    finally:
+        executor.close()
+
+
+def run_cells(args: argparse.Namespace, flags: RunFlags, suite_path: str, suite: Any, backends: list,
+              opts: RunOptions, devices: list[str], executor: Executor, t_start: float) -> int:
+    from harness.cli import PROCESS_T0
+    from harness.runner import plan_cells
+
+    cells = plan_cells(suite, backends, opts)
+    if not cells:
+        raise UsageError("nothing to run: no case/backend/variant matches the filters")
+    cells, extra = apply_shard(flags.shard, suite, cells, opts)
+    # Workers that report the versions spare the parent importing any GPU library to plan.
+    argv = ["harness", *getattr(args, "argv", sys.argv[1:])]
+    def started(out_dir: Path) -> None:  # from here (run.json written) an interrupt can be resumed
+        args.started_out_dir = out_dir
+
+    out_dir, cells, header = prepare_out_dir(flags, suite_path, argv, suite, cells, opts.device, backends,
+                                             devices, extra, probe_versions=not executor.reports_versions,
+                                             started=started)
+    t_planned = time.perf_counter()
+    rows: list[ResultRow] = []
+    console().print(f"[bold]{escape(suite.suite)}[/]: {len(cells)} cells on {executor.placement()} -> {out_dir}")
+    with ResultWriter(out_dir) as writer, Progress(
+        TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TimeElapsedColumn(), console=console(), transient=False, disable=flags.quiet,
+    ) as progress:
+        task = progress.add_task("starting", total=len(cells))
+
+        def on_start(cell: Any) -> None:
+            progress.update(task, description=escape(f"{cell.case.name[:40]} {cell.backend.name}"))
+
+        for row in executor.run(cells, on_start=on_start):
+            writer.write(row)
+            rows.append(row)
+            progress.advance(task)
+        progress.update(task, description="done")
+    t_rows = time.perf_counter()
+    this_run = rows
+    if executor.backend_versions and not header.get("backends") and not header.get("resumed"):
+        header["backends"] = {b.name: executor.backend_versions.get(b.name, {}) for b in backends}
+    header.update(executor.header_fields())
+    header["_marks"] = {"start": t_start, "planned": t_planned, "rows": t_rows,
+                        "all_ready": summary.to_perf(executor.t_all_ready)}
+    if header.get("resumed"):
+        rows = read_rows(out_dir)  # the summary covers the whole run, earlier rows included
+    return summary.finish(rows, this_run, out_dir, header, t_start, PROCESS_T0, flags.report, flags.strict)
+
+
+def pick_device(name: str | None) -> torch.device:
+    from harness.run_flags import pick_device as pick
+
+    return pick(name)
+
+
+def prepare_out_dir(flags: RunFlags, suite_path: str, argv: list[str], suite: Any, cells: list, device: torch.device,
+                    backends: list, devices: list[str], extra: dict | None = None,
+                    probe_versions: bool = True,
+                    started: Callable[[Path], None] = lambda out_dir: None) -> tuple[Path, list, dict]:
+    """A fresh results folder with its header, or (--resume) the old one with only the
+    missing cells left to run and this run added to the header's ``resumed`` list.
+    ``probe_versions=False``: the workers report the backends' versions (they import the
+    libraries anyway); the header's ``backends`` is filled in when they do."""
+    from harness.env import run_header
+    from harness.resume import ResumeError, resume_plan
+    from harness.runner import default_out_dir
+
+    if flags.resume:
+        out_dir = Path(flags.resume)
+        try:
+            todo, header = resume_plan(out_dir, suite, cells, argv, seed=flags.seed)
+        except ResumeError as e:
+            raise UsageError(str(e)) from None
+        write_header(out_dir, header)
+        started(out_dir)
+        if not todo:
+            console().print(f"{out_dir}: every cell already has a result; nothing to resume")
+        return out_dir, todo, header
+    out_dir = Path(flags.out) if flags.out else default_out_dir(suite)
+    check_out_path(out_dir)
+    if (out_dir / RESULTS_FILE).exists():
+        raise UsageError(f"--out {out_dir}: already holds {RESULTS_FILE}; choose another folder (or --resume it)")
+    from harness.planning import backend_versions
+
+    versions = {b.name: backend_versions(b) for b in backends} if probe_versions else {}
+    header = run_header(device, versions, argv, {"suite": suite.suite, "suite_file": suite_path,
+                                                 **suite_copy.header_fields(suite_path),
+                                                 "cells": len(cells), "seed": flags.seed,
+                                                 "devices": devices, **(extra or {})})
+    write_header(out_dir, header)
+    started(out_dir)
+    suite_copy.save(out_dir, suite_path)  # repro and --resume find it from any directory
+    return out_dir, cells, header
+
+
+def check_out_path(out_dir: Path) -> None:
+    """--out must be a folder or a path a folder can be made at (not a file, not under one)."""
+    for p in (out_dir, *out_dir.parents):
+        if p.exists():
+            if not p.is_dir():
+                where = "is a file" if p == out_dir else f"lies under {p}, which is a file"
+                raise UsageError(f"--out {out_dir}: {where}; give a folder for the results")
+            return
+
+
+def harness_version() -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("attn-harness")
+    except PackageNotFoundError:
+        return None
+
+
+def apply_shard(shard: str | None, suite: Any, cells: list, opts: Any) -> tuple[list, dict]:
+    """--shard K/N: this shard's cells (harness/shard.py) and what run.json records about it."""
+    from harness.resume import cell_key
+    from harness.shard import parse_shard, partition, shard_costs, suite_hash
+
+    extra: dict[str, Any] = {"suite_hash": suite_hash(suite), "harness_version": harness_version()}
+    if not shard:
+        return cells, extra
+    try:
+        spec = parse_shard(shard)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    max_time = opts.timing.max_time_s if opts.timing is not None else 2.0
+    part = (cells, spec.count, opts.device.type, opts.time, max_time, opts.check)
+    mine = partition(*part)[spec.index - 1]
+    extra["shard"] = {"index": spec.index, "count": spec.count, "total_cells": len(cells),
+                      "est_cost_s": shard_costs(*part),
+                      "cells": ["|".join(cell_key(suite, c)) for c in mine]}
+    if not mine:
+        console().print(f"shard {spec}: no cells fall in this shard ({len(cells)} cells, fewer cases than shards)")
+    return mine, extra
+
+
+def check_variant_flags(filters: dict[str, dict[str, list[str]]], backends: list) -> None:
+    """--variant names a backend of this run (or a registered one) and axis values it has."""
+    from harness.suite_check import variant_filter_problem
+
+    in_run = {b.name: b for b in backends}
+    for name, f in filters.items():
+        try:
+            cls = in_run[name] if name in in_run else registry.resolve(name)
+        except registry.BackendLookupError as e:
+            raise UsageError(f"--variant {name}: {e}") from None
+        problem = variant_filter_problem(cls, f)
+        if problem:
+            raise UsageError(f"--variant {name}: {problem}")

@@ -1,0 +1,134 @@
+"""The worker process of a ``LocalExecutor`` (harness/executor.py): started with "spawn", it
+imports the backends' libraries, then runs one case at a time as the parent sends them and
+streams an event before each phase and a row after each cell (harness/worker_messages.py).
+After an error that leaves the CUDA context unusable it asks to be replaced."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import traceback
+from typing import Any
+
+import torch
+
+from harness.memory import make_fit_check
+from harness.planning import backend_versions
+from harness.results import Status, Worker
+from harness.resume import cell_key
+from harness.runner import Cell, RunOptions, iterate_case, warm_backend
+from harness.spec import Suite
+from harness.worker_messages import CaseDone, CaseFailed, CellStarted, PreparingCase, RestartMe, RowDone, Shutdown, WorkerReady
+
+# Messages of CUDA errors after which the context is unusable (sticky errors): the worker must
+# be replaced, whatever the health probe says.
+STICKY_CUDA_ERRORS = (
+    "illegal memory access",
+    "unspecified launch failure",
+    "misaligned address",
+    "device-side assert",
+    "illegal instruction",
+    "an illegal address",
+    "uncorrectable ECC",
+    "CUDA error: unknown error",
+    "cudaErrorLaunchFailure",
+    # driver-API / runtime-enum spellings (CuTe-DSL, cuda-python, Triton) of the same errors
+    "CUDA_ERROR_ILLEGAL_ADDRESS",
+    "CUDA_ERROR_LAUNCH_FAILED",
+    "CUDA_ERROR_MISALIGNED_ADDRESS",
+    "CUDA_ERROR_ILLEGAL_INSTRUCTION",
+    "CUDA_ERROR_ASSERT",
+    "cudaErrorIllegalAddress",
+)
+
+def _die_with_parent() -> None:
+    """Linux: the worker gets SIGKILL when the parent dies, so a killed run leaves no orphan."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _context_broken(device: torch.device, reason: str) -> str | None:
+    """Why this worker's CUDA context can no longer be trusted, or None."""
+    reason = reason or ""
+    if any(s.lower() in reason.lower() for s in STICKY_CUDA_ERRORS):
+        return f"CUDA context unusable after: {reason}"
+    if device.type != "cuda":
+        return None
+    try:
+        x = torch.ones(16, device=device)
+        torch.cuda.synchronize(device)
+        if float(x.sum()) != 16.0:
+            return "CUDA health probe returned a wrong sum"
+    except Exception as e:  # any failure of a trivial kernel means the context is gone
+        return f"CUDA health probe failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    return None
+
+
+def _worker_main(conn: Any, device_name: str, suite: Suite, opts: RunOptions, budget_mib: float | None,
+                 cpu_share: int, threads: int | None, warm: tuple = ()) -> None:
+    # Ctrl-C goes to the whole process group; the parent decides how to stop. The worker was
+    # started with SIGINT blocked (LocalExecutor._start_process): ignore it (dropping one that is
+    # pending), then unblock.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    _die_with_parent()
+    if threads:
+        torch.set_num_threads(threads)
+    device = torch.device(device_name)
+    opts = dataclasses.replace(opts, device=device,
+                               fit_check=make_fit_check(device, opts.check, budget_mib, cpu_share))
+    cuda_ready = False
+    import_s: dict[str, float] = {}
+    versions: dict[str, dict[str, Any]] = {}
+    if warm:
+        # The backends' libraries now, while the parent expands the suite (and, on --devices N,
+        # in every worker at once), not in the first cell's precheck. On the worker's own device:
+        # a library that touches CUDA on import must not make a context on another GPU.
+        if device.type == "cuda":
+            torch.cuda.set_device(device.index if device.index is not None else 0)
+            cuda_ready = True
+        for b in warm:
+            import_s[b.name] = round(warm_backend(b, suite, opts), 4)
+            try:
+                versions[b.name] = backend_versions(b)
+            except Exception as e:  # the cells' own prechecks report it; the header says so too
+                versions[b.name] = {"available": False, "reason": f"availability() raised {type(e).__name__}"}
+    conn.send(WorkerReady(os.getpid(), import_s, versions))
+
+    def on_event(event: str, cell: Cell | None) -> None:
+        conn.send(PreparingCase() if event == "prepare" else CellStarted(cell_key(suite, cell)))
+
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        if isinstance(msg, Shutdown):
+            return
+        if device.type == "cuda" and not cuda_ready:
+            # Only now: a standby worker must not hold a CUDA context (memory) while it waits.
+            torch.cuda.set_device(device.index if device.index is not None else 0)
+            cuda_ready = True
+        broken = None
+        try:
+            for row in iterate_case(msg.cells, suite, opts, on_event=on_event):
+                conn.send(RowDone(row.model_copy(update={"worker": Worker(pid=os.getpid(), device=device_name)})))
+                if row.status == Status.ERROR:
+                    broken = _context_broken(device, row.reason)
+                    if broken:
+                        break
+        except (BrokenPipeError, EOFError, ConnectionError):
+            return  # the parent is gone
+        except Exception as e:  # a harness bug in this case: report it, keep the worker
+            conn.send(CaseFailed(f"{type(e).__name__}: {e}"[:500], traceback.format_exc(limit=6)))
+            continue
+        if broken:
+            conn.send(RestartMe(broken))
+            return
+        conn.send(CaseDone())
