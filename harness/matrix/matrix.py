@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
+from harness.fileio import atomic_write_text
 from harness.matrix.envs import (DEFAULT_CACHE, BuiltEnv, EnvError, EnvSpec, build_env, parse_env_arg, torch_mismatch,
                                  torch_request_mismatch)
 from harness.results import HEADER_FILE, RESULTS_FILE, ResultRow, read_header, read_rows, row_json, write_header
@@ -111,10 +111,8 @@ def tag_results(out_dir: Path, env: BuiltEnv) -> None:
     write_header(out_dir, header)
     row_env = {"name": record["name"], "versions": record["versions"]}
     rows = read_rows(out_dir)
-    tmp = out_dir / (RESULTS_FILE + ".tmp")
-    tmp.write_text("".join(row_json(r.model_copy(update={"environment": row_env})) + "\n" for r in rows),
-                   encoding="utf-8")
-    os.replace(tmp, out_dir / RESULTS_FILE)
+    atomic_write_text(out_dir / RESULTS_FILE,
+                      "".join(row_json(r.model_copy(update={"environment": row_env})) + "\n" for r in rows))
 
 
 def run_in_env(env: BuiltEnv, suite: str, out_dir: Path, run_args: list[str]) -> list[ResultRow]:
