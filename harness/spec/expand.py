@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from harness.spec.errors import SpecError
 from harness.spec.limits import MAX_CASES, MAX_YAML_NODES, yaml_size
-from harness.spec.models import CaseSpec, Suite
+from harness.spec.models import DIST_TAGS, CaseSpec, Suite
 from harness.spec.shorthand import SHORTHAND_KEYS, expand_shorthand
 
 _LIST_KEYS = {"batch", "values", "tags", "sizes"}  # keys whose value is a list by type, not a sweep axis
@@ -101,13 +101,12 @@ def expand_case(raw: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-_DIST_TAGS = {"fixed", "uniform", "normal", "lognormal", "list"}
 _TYPE_TAGS = {"float", "int", "str", "bool", "none", "list", "dict"}
 
 
 def _is_tag(x: Any) -> bool:
     """A location part that names a union member ("constrained-float", "literal['auto']"), not a field."""
-    return isinstance(x, str) and (x in _DIST_TAGS or x in _TYPE_TAGS or not x.isidentifier())
+    return isinstance(x, str) and (x in DIST_TAGS or x in _TYPE_TAGS or not x.isidentifier())
 
 
 def _format_validation_error(err: ValidationError) -> str:
