@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 
@@ -19,10 +20,25 @@ class HostLoopMetadata:
     block_size: int
     causal: bool
 
+    @property
+    def query_lens(self) -> list[int]:
+        """Query rows of each request, from ``query_start_loc``."""
+        qsl = self.query_start_loc
+        return [qsl[r + 1] - qsl[r] for r in range(len(self.seq_lens))]
+
+
+M = TypeVar("M", bound=HostLoopMetadata)
+
 
 class HostLoopMetadataBuilder(AttentionMetadataBuilder[HostLoopMetadata]):
     def build(self, common: CommonAttentionMetadata) -> HostLoopMetadata:
-        return HostLoopMetadata(
+        return self.host_metadata(common, HostLoopMetadata)
+
+    @staticmethod
+    def host_metadata(common: CommonAttentionMetadata, cls: type[M]) -> M:
+        """The host lists as ``cls``, a subclass whose own fields have defaults (its builder
+        fills them in)."""
+        return cls(
             query_start_loc=common.query_start_loc_cpu.tolist(),
             seq_lens=common.seq_lens_cpu.tolist(),
             block_table=common.block_table,
