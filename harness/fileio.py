@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -17,8 +19,16 @@ def _tmp_for(path: Path) -> Path:
     return path.with_name(f"{path.name}.tmp{os.getpid()}")
 
 
-def _replace(tmp: Path, path: Path) -> None:
+@contextmanager
+def atomic_path(path: str | Path, *, mkdir: bool = True) -> Iterator[Path]:
+    """A temporary path beside ``path`` for a writer that wants a file name (pandas, tarfile):
+    renamed over ``path`` when the block ends, removed if it raises."""
+    path = Path(path)
+    if mkdir:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _tmp_for(path)
     try:
+        yield tmp
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -27,27 +37,13 @@ def _replace(tmp: Path, path: Path) -> None:
 
 def atomic_write_text(path: str | Path, text: str, *, mkdir: bool = True) -> Path:
     """Write ``text`` (UTF-8) to ``path`` atomically; the parent folder is made unless ``mkdir=False``."""
-    path = Path(path)
-    if mkdir:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _tmp_for(path)
-    try:
+    with atomic_path(path, mkdir=mkdir) as tmp:
         tmp.write_text(text, encoding="utf-8")
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _replace(tmp, path)
-    return path
+    return Path(path)
 
 
 def atomic_copy(src: str | Path, dst: str | Path) -> Path:
     """Copy ``src`` to ``dst`` whole, then rename: ``dst`` is never half a file."""
-    dst = Path(dst)
-    tmp = _tmp_for(dst)
-    try:
+    with atomic_path(dst, mkdir=False) as tmp:
         shutil.copyfile(src, tmp)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _replace(tmp, dst)
-    return dst
+    return Path(dst)

@@ -47,3 +47,19 @@ def test_markdown_table_escapes_cells():
 def test_markdown_table_rejects_ragged_rows():
     with pytest.raises(ValueError, match="2 cells for 3 columns"):
         markdown.table(["a", "b", "c"], [["1", "2"]])
+
+
+def test_atomic_path_renames_on_success_and_removes_on_error(tmp_path):
+    from harness.fileio import atomic_path
+
+    target = tmp_path / "out.csv"
+    with atomic_path(target) as tmp:
+        tmp.write_text("a,b\n")
+        assert not target.exists()  # nothing under the final name until the block ends
+    assert target.read_text() == "a,b\n"
+    with pytest.raises(RuntimeError):
+        with atomic_path(target) as tmp:
+            tmp.write_text("half")
+            raise RuntimeError("writer failed")
+    assert target.read_text() == "a,b\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.csv"]
