@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from importlib.resources import files
+from typing import TypeVar
 
 import torch
 
@@ -19,10 +21,25 @@ class HostLoopMetadata:
     block_size: int
     causal: bool
 
+    @property
+    def query_lens(self) -> list[int]:
+        """Query rows of each request, from ``query_start_loc``."""
+        qsl = self.query_start_loc
+        return [qsl[r + 1] - qsl[r] for r in range(len(self.seq_lens))]
+
+
+M = TypeVar("M", bound=HostLoopMetadata)
+
 
 class HostLoopMetadataBuilder(AttentionMetadataBuilder[HostLoopMetadata]):
     def build(self, common: CommonAttentionMetadata) -> HostLoopMetadata:
-        return HostLoopMetadata(
+        return self.host_metadata(common, HostLoopMetadata)
+
+    @staticmethod
+    def host_metadata(common: CommonAttentionMetadata, cls: type[M]) -> M:
+        """The host lists as ``cls``, a subclass whose own fields have defaults (its builder
+        fills them in)."""
+        return cls(
             query_start_loc=common.query_start_loc_cpu.tolist(),
             seq_lens=common.seq_lens_cpu.tolist(),
             block_table=common.block_table,
@@ -153,54 +170,13 @@ def scatter_rows(out: torch.Tensor, o: torch.Tensor, pc: PaddedChunk, md: HostLo
 
 
 # ---------------------------------------------------------------- standalone reproducer source
-# The torch backends' library call for `harness repro` (names: AttentionBackend.standalone_call):
-# read each request's K/V through the block table, dequantize, softmax(QK^T)V in fp32.
-TORCH_MATH_CALL = '''
-out = torch.empty_like(q)
-group = NUM_HEADS // NUM_KV_HEADS
-for i, s in enumerate(SEQ_LENS):
-    t = torch.arange(s, device=DEVICE)
-    blk, off = block_table[i, t // BLOCK_SIZE].long(), t % BLOCK_SIZE
-    k = (kv_cache[blk, 0, off].float() * K_SCALE).repeat_interleave(group, 1).transpose(0, 1)  # [H, s, D]
-    v = (kv_cache[blk, 1, off].float() * V_SCALE).repeat_interleave(group, 1).transpose(0, 1)
-    keep = visible(i).to(DEVICE)
-    k, v = k.masked_fill(~keep.any(0).view(1, -1, 1), 0.0), v.masked_fill(~keep.any(0).view(1, -1, 1), 0.0)
-    scores = q[QSL[i]:QSL[i + 1]].float().transpose(0, 1) @ k.transpose(1, 2) * SCALE
-    if SOFTCAP:
-        scores = SOFTCAP * torch.tanh(scores / SOFTCAP)
-    if ALIBI_SLOPES is not None:
-        dist = (torch.arange(QUERY_LENS[i], device=DEVICE).unsqueeze(1) + s - QUERY_LENS[i]
-                - torch.arange(s, device=DEVICE).unsqueeze(0)).abs().float()
-        scores = scores - ALIBI_SLOPES.float().view(-1, 1, 1) * dist
-    scores = scores.masked_fill(~keep, float("-inf"))
-    full = scores if SINKS is None else torch.cat([scores, SINKS.float().view(-1, 1, 1).expand(-1, QUERY_LENS[i], 1)], -1)
-    lse = torch.logsumexp(full, -1, keepdim=True)
-    p = torch.exp(scores - torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse)))
-    out[QSL[i]:QSL[i + 1]] = (p @ v).transpose(0, 1).to(out.dtype)
-'''
+# The torch backends' library calls for `harness repro` (names: AttentionBackend.standalone_call),
+# kept as plain Python in backends/templates/:
+# torch_math_call: read each request's K/V through the block table, dequantize, softmax(QK^T)V in fp32;
+# sdpa_call: torch SDPA, one call per request with an additive mask (fp32 on the CPU, model dtype on a GPU).
+def _call_template(name: str) -> str:
+    return (files("backends") / "templates" / name).read_text(encoding="utf-8")
 
-# torch SDPA, one call per request with an additive mask (fp32 on the CPU, model dtype on a GPU).
-SDPA_CALL = '''
-import torch.nn.functional as F
 
-out = torch.empty_like(q)
-group = NUM_HEADS // NUM_KV_HEADS
-dtype = torch.float32 if DEVICE == "cpu" else DTYPE
-for i, s in enumerate(SEQ_LENS):
-    t = torch.arange(s, device=DEVICE)
-    blk, off = block_table[i, t // BLOCK_SIZE].long(), t % BLOCK_SIZE
-    k = (kv_cache[blk, 0, off].float() * K_SCALE).to(dtype).transpose(0, 1)  # [Hk, s, D]
-    v = (kv_cache[blk, 1, off].float() * V_SCALE).to(dtype).transpose(0, 1)
-    keep = visible(i).to(DEVICE)
-    k, v = k.masked_fill(~keep.any(0).view(1, -1, 1), 0.0), v.masked_fill(~keep.any(0).view(1, -1, 1), 0.0)
-    mask = torch.zeros(keep.shape, dtype=dtype, device=DEVICE).masked_fill(~keep, float("-inf"))
-    if ALIBI_SLOPES is not None:
-        dist = (torch.arange(QUERY_LENS[i], device=DEVICE).unsqueeze(1) + s - QUERY_LENS[i]
-                - torch.arange(s, device=DEVICE).unsqueeze(0)).abs()
-        mask = mask - ALIBI_SLOPES.to(dtype).view(-1, 1, 1) * dist.to(dtype)  # [H, ql, s]
-    qi = q[QSL[i]:QSL[i + 1]].to(dtype).transpose(0, 1)  # [H, ql, D]
-    o = F.scaled_dot_product_attention(qi, k.repeat_interleave(group, 0), v.repeat_interleave(group, 0),
-                                       attn_mask=mask, scale=SCALE)
-    o = o.masked_fill(~keep.any(1).view(1, -1, 1), 0.0)  # rows that see no key: 0, not NaN
-    out[QSL[i]:QSL[i + 1]] = o.transpose(0, 1).to(out.dtype)
-'''
+TORCH_MATH_CALL = _call_template("torch_math_call.py.tmpl")
+SDPA_CALL = _call_template("sdpa_call.py.tmpl")

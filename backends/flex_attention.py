@@ -35,16 +35,15 @@ from typing import Any
 import torch
 
 from attn_contract import (
-    AttentionBackend,
     AttentionImpl,
     Availability,
     Capabilities,
     CommonAttentionMetadata,
     CudaGraphSupport,
     HeadSizes,
-    MultipleOf,
 )
 from backends._paged import HostLoopMetadata, HostLoopMetadataBuilder, Segment, dequantize, plan_chunks
+from backends._torch import TorchBackend, torch_capabilities
 
 KV_BLOCK = 128  # key block of the BlockMask (flex's default sparse block)
 Q_BLOCK_PREFILL = 128
@@ -112,11 +111,9 @@ class FlexMetadata(HostLoopMetadata):
 
 class FlexMetadataBuilder(HostLoopMetadataBuilder):
     def build(self, common: CommonAttentionMetadata) -> FlexMetadata:
-        base = super().build(common)
-        md = FlexMetadata(**vars(base))
+        md = self.host_metadata(common, FlexMetadata)
         cfg, dev = self.config, self.device
-        qsl = md.query_start_loc
-        qlens = [qsl[r + 1] - qsl[r] for r in range(len(md.seq_lens))]
+        qlens = md.query_lens
         budget = CPU_SCORE_ELEMS if dev.type == "cpu" else GPU_SCORE_ELEMS
         segs = [s for chunk in plan_chunks(qlens, md.seq_lens, cfg.num_heads, budget, md.causal) for s in chunk]
         for call in pack_segments(segs, qlens, md.seq_lens, cfg.num_heads, budget):
@@ -322,7 +319,7 @@ class FlexImpl(AttentionImpl[FlexMetadata]):
         }
 
 
-class FlexAttentionBackend(AttentionBackend):
+class FlexAttentionBackend(TorchBackend):
     name = "flex-attention"
     description = ("torch FlexAttention: the batch packed into one sequence, paged KV gathered, a BlockMask "
                    "and score/mask mods (torch.compile on CUDA, eager on CPU)")
@@ -337,19 +334,14 @@ class FlexAttentionBackend(AttentionBackend):
 
     @classmethod
     def capabilities(cls, variant=None) -> Capabilities:
-        return Capabilities(
-            dtypes=frozenset({"float16", "bfloat16"}),
-            kv_cache_dtypes=frozenset({"auto", "fp8_e4m3", "fp8_e5m2"}),
+        return torch_capabilities(
             # flex's Triton kernels are built for power-of-two head dims; others are not declared.
             head_sizes=HeadSizes(values=(16, 32, 64, 128, 256)),
-            block_sizes=(MultipleOf(1),),
-            kv_layouts=frozenset({"NHD", "HND"}),
             sliding_window=True,
             softcap=True,
             alibi=True,
             sinks=True,
             returns_lse=True,
-            devices=frozenset({"cpu", "cuda"}),
             # The compiled call re-enters dynamo's guards on the host every call; not captured.
             cudagraph=CudaGraphSupport.NEVER,
             # On the CPU it is torch's unfused reference path (dense scores): checked, but timing it

@@ -19,14 +19,10 @@ import torch
 import torch.nn.functional as F
 
 from attn_contract import (
-    AttentionBackend,
     AttentionImpl,
-    Availability,
     Capabilities,
     CommonAttentionMetadata,
     CudaGraphSupport,
-    HeadSizes,
-    MultipleOf,
 )
 from attn_contract.engines import EngineName
 from backends._paged import (
@@ -40,6 +36,7 @@ from backends._paged import (
     plan_chunks,
     scatter_rows,
 )
+from backends._torch import TorchBackend, torch_capabilities
 
 # Padded score elements (B x Hq x Q_max x S_max) per SDPA call: a decode batch of 256 x 32k
 # context x 32 heads is one call; long prefills split (the math fallback would materialise it).
@@ -78,12 +75,10 @@ class SDPAMetadata(HostLoopMetadata):
 
 class SDPAMetadataBuilder(HostLoopMetadataBuilder):
     def build(self, common: CommonAttentionMetadata) -> SDPAMetadata:
-        base = super().build(common)
-        md = SDPAMetadata(**vars(base))
+        md = self.host_metadata(common, SDPAMetadata)
         cfg, dev = self.config, self.device
         dtype = compute_dtype(cfg, dev.type)
-        qsl = md.query_start_loc
-        qlens = [qsl[r + 1] - qsl[r] for r in range(len(md.seq_lens))]
+        qlens = md.query_lens
         group = cfg.num_heads // cfg.num_kv_heads
         for chunk in plan_chunks(qlens, md.seq_lens, cfg.num_heads, score_budget(dev.type), md.causal):
             pc = padded_chunk(chunk, md, int(common.query_start_loc_cpu[-1]), cfg.sliding_window, dev)
@@ -204,25 +199,16 @@ def probe_kernel(config, kernel: str) -> str | None:
     return _PROBES[key]
 
 
-class SDPABackend(AttentionBackend):
+class SDPABackend(TorchBackend):
     name = "sdpa"
     description = "torch SDPA, one batched call over padded requests gathered from the paged KV (what a PyTorch user runs)"
     engine_names = {"sglang": EngineName("torch_native",
                                          caveat="SGLang's torch_native runs torch SDPA per request, unpaged")}
 
     @classmethod
-    def availability(cls, variant=None) -> Availability:
-        return Availability.ok(torch=torch.__version__)
-
-    @classmethod
     def capabilities(cls, variant=None) -> Capabilities:
         forced = (variant or {}).get("sdpa_backend", "auto") != "auto"
-        return Capabilities(
-            dtypes=frozenset({"float16", "bfloat16"}),
-            kv_cache_dtypes=frozenset({"auto", "fp8_e4m3", "fp8_e5m2"}),
-            head_sizes=HeadSizes(min=1, max=1024, multiple_of=1),
-            block_sizes=(MultipleOf(1),),
-            kv_layouts=frozenset({"NHD", "HND"}),
+        return torch_capabilities(
             sliding_window=True,
             alibi=True,
             softcap=False,

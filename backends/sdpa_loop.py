@@ -11,15 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from backends._paged import HostLoopMetadata, HostLoopMetadataBuilder, dequantize, gather_request_kv
-from attn_contract import (
-    AttentionBackend,
-    AttentionImpl,
-    Availability,
-    Capabilities,
-    CudaGraphSupport,
-    HeadSizes,
-    MultipleOf,
-)
+from backends._torch import TorchBackend, torch_capabilities
+from attn_contract import AttentionImpl, Capabilities, CudaGraphSupport
 
 
 SDPAMetadata = HostLoopMetadata
@@ -76,28 +69,18 @@ class SDPALoopImpl(AttentionImpl[SDPAMetadata]):
         return out
 
 
-class SDPALoopBackend(AttentionBackend):
+class SDPALoopBackend(TorchBackend):
     name = "sdpa-loop"
     description = "torch SDPA per request in a Python loop over the gathered paged KV (cross-check, not a baseline)"
 
     @classmethod
-    def availability(cls, variant=None) -> Availability:
-        return Availability.ok(torch=torch.__version__)
-
-    @classmethod
     def capabilities(cls, variant=None) -> Capabilities:
-        return Capabilities(
-            dtypes=frozenset({"float16", "bfloat16"}),
-            kv_cache_dtypes=frozenset({"auto", "fp8_e4m3", "fp8_e5m2"}),
-            head_sizes=HeadSizes(min=1, max=1024, multiple_of=1),
-            block_sizes=(MultipleOf(1),),
-            kv_layouts=frozenset({"NHD", "HND"}),
+        return torch_capabilities(
             sliding_window=True,
             alibi=True,
             softcap=False,
             sinks=False,
             returns_lse=False,
-            devices=frozenset({"cpu", "cuda"}),
             cudagraph=CudaGraphSupport.NEVER,
             notes=("one SDPA call per request (host loop): a correctness baseline, not a fast path",),
         )

@@ -13,16 +13,13 @@ from typing import Any
 import torch
 
 from backends._paged import dequantize
+from backends._torch import TorchBackend, torch_capabilities
 from attn_contract import (
-    AttentionBackend,
     AttentionImpl,
     AttentionMetadataBuilder,
-    Availability,
     Capabilities,
     CommonAttentionMetadata,
     CudaGraphSupport,
-    HeadSizes,
-    MultipleOf,
     cascade_batch_reason,
     group_layout,
     merge_attn_states,
@@ -140,22 +137,13 @@ class TorchCascadeImpl(AttentionImpl[TorchCascadeMetadata]):
         }
 
 
-class TorchCascadeBackend(AttentionBackend):
+class TorchCascadeBackend(TorchBackend):
     name = "torch-cascade"
     description = "cascade in torch: shared prefix once per group + per-request suffix, merged by LSE (CPU/GPU)"
 
     @classmethod
-    def availability(cls, variant=None) -> Availability:
-        return Availability.ok(torch=torch.__version__)
-
-    @classmethod
     def capabilities(cls, variant=None) -> Capabilities:
-        return Capabilities(
-            dtypes=frozenset({"float16", "bfloat16"}),
-            kv_cache_dtypes=frozenset({"auto", "fp8_e4m3", "fp8_e5m2"}),
-            head_sizes=HeadSizes(min=1, max=1024, multiple_of=1),
-            block_sizes=(MultipleOf(1),),
-            kv_layouts=frozenset({"NHD", "HND"}),
+        return torch_capabilities(
             causal=True,
             non_causal=True,
             # A window or ALiBi depends on the query-key distance, which the prefix pass
@@ -167,7 +155,6 @@ class TorchCascadeBackend(AttentionBackend):
             cascade=True,
             plain_counterpart="torch-math",  # the cascade-vs-plain invariant runs it on the same batch
             returns_lse=True,
-            devices=frozenset({"cpu", "cuda"}),
             cudagraph=CudaGraphSupport.NEVER,
             notes=(
                 "needs a shared prefix (shared_prefix in the case) of whole blocks; batches without one are unsupported",

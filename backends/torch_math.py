@@ -19,15 +19,8 @@ from backends._paged import (
     plan_chunks,
     scatter_rows,
 )
-from attn_contract import (
-    AttentionBackend,
-    AttentionImpl,
-    Availability,
-    Capabilities,
-    CudaGraphSupport,
-    HeadSizes,
-    MultipleOf,
-)
+from backends._torch import TorchBackend, torch_capabilities
+from attn_contract import AttentionImpl, Capabilities, CudaGraphSupport
 
 MAX_SCORE_ELEMS = 1 << 26  # padded score elements per chunk (256 MiB in fp32)
 
@@ -75,8 +68,7 @@ class MathImpl(AttentionImpl[MathMetadata]):
 
     def forward(self, query, key, value, kv_cache, metadata, out, lse_out=None):
         md = metadata
-        qsl = md.query_start_loc
-        qlens = [qsl[r + 1] - qsl[r] for r in range(len(md.seq_lens))]
+        qlens = md.query_lens
         # Chunks bound the PADDED score matrix (harness.memory estimates the same plan).
         for chunk in plan_chunks(qlens, md.seq_lens, self.config.num_heads, MAX_SCORE_ELEMS, md.causal):
             pc = padded_chunk(chunk, md, query.shape[0], self.config.sliding_window, query.device)
@@ -99,29 +91,19 @@ class MathImpl(AttentionImpl[MathMetadata]):
         return score * n_scores + kv + q + o + index
 
 
-class TorchMathBackend(AttentionBackend):
+class TorchMathBackend(TorchBackend):
     name = "torch-math"
     description = "padded, batched softmax(QK^T)V in fp32 over the gathered paged KV (all features, LSE)"
     untimed_on = frozenset({"cuda"})  # the correctness reference (see capabilities)
 
     @classmethod
-    def availability(cls, variant=None) -> Availability:
-        return Availability.ok(torch=torch.__version__)
-
-    @classmethod
     def capabilities(cls, variant=None) -> Capabilities:
-        return Capabilities(
-            dtypes=frozenset({"float16", "bfloat16"}),
-            kv_cache_dtypes=frozenset({"auto", "fp8_e4m3", "fp8_e5m2"}),
-            head_sizes=HeadSizes(min=1, max=1024, multiple_of=1),
-            block_sizes=(MultipleOf(1),),
-            kv_layouts=frozenset({"NHD", "HND"}),
+        return torch_capabilities(
             sliding_window=True,
             softcap=True,
             alibi=True,
             sinks=True,
             returns_lse=True,
-            devices=frozenset({"cpu", "cuda"}),
             cudagraph=CudaGraphSupport.NEVER,
             # The correctness reference: on a GPU it is 100-1000x slower than the kernels and
             # ate a third of the decode suite's time (H200 2026-11-30 decode-1: 73 s of 209 s);

@@ -11,6 +11,7 @@ import argparse
 
 import torch
 
+from harness import markdown
 from harness.check import UNIT_ROUNDOFF, rel_l2_limit, tolerance_for
 from harness.reference import reference_attention
 from harness.registry import resolve
@@ -55,12 +56,11 @@ def main() -> None:
     ap.add_argument("--backends", default="torch-math,sdpa")
     args = ap.parse_args()
     rows = measure(args.backends.split(","))
-    print("| dtype | KV | kind | L | backend | max per-request rel L2 | in u(dtype) | limit | margin |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        u = UNIT_ROUNDOFF[r["dtype"]]
-        print(f"| {r['dtype']} | {r['kv']} | {r['kind']} | {r['length']} | {r['backend']} | {r['max_rel_l2']:.2e} |"
-              f" {r['max_rel_l2'] / u:.2f} | {r['limit']:.2e} | {r['limit'] / max(r['max_rel_l2'], 1e-12):.1f}x |")
+    head = ["dtype", "KV", "kind", "L", "backend", "max per-request rel L2", "in u(dtype)", "limit", "margin"]
+    print("\n".join(markdown.table(head, [
+        [r["dtype"], r["kv"], r["kind"], r["length"], r["backend"], f"{r['max_rel_l2']:.2e}",
+         f"{r['max_rel_l2'] / UNIT_ROUNDOFF[r['dtype']]:.2f}", f"{r['limit']:.2e}",
+         f"{r['limit'] / max(r['max_rel_l2'], 1e-12):.1f}x"] for r in rows])))
 
 
 if __name__ == "__main__":

@@ -13,6 +13,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
+from harness.fileio import atomic_write_text
+
 
 def add_flags(cp: argparse.ArgumentParser) -> None:
     cp.add_argument("--junit", metavar="FILE",
@@ -106,11 +108,7 @@ def benchmark_entries(comp: Any) -> list[dict[str, Any]]:
 
 
 def _write(path: str | Path, text: str) -> None:
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(p)
+    atomic_write_text(path, text)
 
 
 def emit(args: argparse.Namespace, comp: Any, md: str) -> None:

@@ -27,7 +27,6 @@ import gc
 import inspect
 import json
 import math
-import os
 import statistics
 import time
 from pathlib import Path
@@ -36,6 +35,8 @@ from typing import Any, Callable
 from typing import TYPE_CHECKING
 
 from harness.lazy import LazyModule
+from harness import markdown
+from harness.fileio import atomic_write_text
 
 # Imported on first use: `harness --help` builds this command's parser without torch or pydantic.
 torch = LazyModule("torch")
@@ -291,14 +292,15 @@ def to_markdown(res: dict[str, Any], source: str) -> str:
     if res["rows"]:
         head = ["row", "case", "backend [variant]", "timed as", "harness us", *[f"{t} us" for t in timers],
                 "outside median us", "harness / outside", "verdict"]
-        out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        body = []
         for r in res["rows"]:
             mode = "graph" if r["graph"] else ("cpu " + r["clock"] if not r["device"].startswith("cuda") else "eager")
-            cells = [str(r["row"]), r["case"], f"{r['backend']} [{r['variant']}]", f"{mode}, {r['mode']}",
-                     f"{r['harness_us']:.4g}",
-                     *[f"{r['outside'][t]['median_us']:.4g}" if t in r["outside"] else "-" for t in timers],
-                     f"{r['ref_us']:.4g}", f"{r['ratio']:.3f}", "**FLAGGED**: " + r["reason"] if r["flagged"] else "ok"]
-            out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+            body.append([str(r["row"]), r["case"], f"{r['backend']} [{r['variant']}]", f"{mode}, {r['mode']}",
+                         f"{r['harness_us']:.4g}",
+                         *[f"{r['outside'][t]['median_us']:.4g}" if t in r["outside"] else "-" for t in timers],
+                         f"{r['ref_us']:.4g}", f"{r['ratio']:.3f}",
+                         "**FLAGGED**: " + r["reason"] if r["flagged"] else "ok"])
+        out += markdown.table(head, body)
         out.append("")
     if res["not_retimed"]:
         out += ["## Not re-timed", ""]
@@ -308,9 +310,7 @@ def to_markdown(res: dict[str, Any], source: str) -> str:
 
 
 def _write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)  # nothing half-written
+    atomic_write_text(path, text, mkdir=False)  # nothing half-written
 
 
 # ------------------------------------------------------------------ command

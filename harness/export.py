@@ -9,6 +9,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
+from harness.fileio import atomic_path
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -72,13 +74,11 @@ def export(paths: list[str | Path], csv: str | Path | None = None, parquet: str 
     except (FileNotFoundError, ValueError) as e:
         raise ExportError(str(e)) from None
     out = Path(csv if csv is not None else parquet)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")  # written whole, then renamed: never half a file
-    if csv is not None:
-        df.to_csv(tmp, index=False)
-    else:
-        df.to_parquet(tmp, index=False)
-    tmp.replace(out)
+    with atomic_path(out) as tmp:  # written whole, then renamed: never half a file
+        if csv is not None:
+            df.to_csv(tmp, index=False)
+        else:
+            df.to_parquet(tmp, index=False)
     return out
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from attn_contract import TORCH_DTYPES, AttentionConfig
-from harness.spec import CaseSpec, Explicit, Fixed, LogNormal, Normal, Uniform
+from harness.spec import CaseSpec, LengthDist
 
 INDEX_BYTES = 4  # block-table entries, query_start_loc and seq_lens are int32
 # Packed KV formats with no torch dtype: bytes per element, scales included. nvfp4 stores 4-bit
@@ -46,20 +46,10 @@ def kv_element_bytes(dtype: str, kv_cache_dtype: str) -> float:
 
 
 def sample_lengths(dist: object, n: int, rng: np.random.Generator) -> list[int]:
-    """Draw ``n`` integer lengths from a spec distribution."""
-    if isinstance(dist, Fixed):
-        return [dist.value] * n
-    if isinstance(dist, Uniform):
-        return rng.integers(dist.low, dist.high + 1, size=n).tolist()
-    if isinstance(dist, Normal):
-        x = rng.normal(dist.mean, dist.std, size=n)
-        return np.clip(np.rint(x), dist.min, dist.max).astype(int).tolist()
-    if isinstance(dist, LogNormal):
-        x = np.exp(rng.normal(math.log(dist.median), dist.sigma, size=n))
-        return np.clip(np.rint(x), dist.min, dist.max).astype(int).tolist()
-    if isinstance(dist, Explicit):
-        return [dist.values[i % len(dist.values)] for i in range(n)]
-    raise TypeError(f"unknown distribution {dist!r}")
+    """Draw ``n`` integer lengths from a spec distribution (each model draws its own)."""
+    if not isinstance(dist, LengthDist):
+        raise TypeError(f"unknown distribution {dist!r}")
+    return dist.sample(n, rng)
 
 
 def draw_lengths(case: CaseSpec) -> tuple[list[str], list[int], list[int]]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.fileio import atomic_write_text
 from harness.results import RESULTS_FILE, ResultRow, read_header, read_rows, results_file, row_json, write_header
 
 
@@ -105,10 +106,7 @@ def write_merged(result: MergeResult, out_dir: Path) -> Path:
     if results_file(out_dir).exists():
         raise MergeError(f"-o {out_dir}: already holds {RESULTS_FILE}; choose another folder")
     out_dir.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir / (RESULTS_FILE + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        for r in result.rows:
-            f.write(row_json(r) + "\n")
+    rows = "".join(row_json(r) + "\n" for r in result.rows)  # serialised before anything is written
     write_header(out_dir, result.header)
-    tmp.replace(out_dir / RESULTS_FILE)
+    atomic_write_text(out_dir / RESULTS_FILE, rows)
     return out_dir

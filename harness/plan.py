@@ -23,6 +23,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from harness.fileio import atomic_path
+
 
 class Step(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
@@ -83,10 +85,8 @@ def _run_step(step: Step, env: dict[str, str], log: Path, limit: float) -> tuple
 
 
 def _pack(results: Path, archive: Path) -> None:
-    tmp = archive.with_name(archive.name + ".part")
-    with tarfile.open(tmp, "w:gz") as tar:
+    with atomic_path(archive, mkdir=False) as tmp, tarfile.open(tmp, "w:gz") as tar:
         tar.add(results, arcname=results.name)
-    tmp.replace(archive)
 
 
 def run_plan(plan: Plan, results: Path, archive: Path | None, only: list[str] | None,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import shlex
 from dataclasses import dataclass
+from importlib.resources import files
 from pathlib import Path
 from typing import Any, Callable
 
@@ -124,101 +125,10 @@ def script_case(case: CaseSpec, backend: type[AttentionBackend], variant: dict[s
 _DTYPES = {"float16": "torch.float16", "bfloat16": "torch.bfloat16", "auto": None,
            "fp8_e4m3": "torch.float8_e4m3fn", "fp8_e5m2": "torch.float8_e5m2"}
 
-_PRELUDE = '''
-# ---- inputs, drawn from SEED: a paged KV cache behind a shuffled block table
-g = torch.Generator().manual_seed(SEED)
-n = len(QUERY_LENS)
-QSL = [0]
-for ql in QUERY_LENS:
-    QSL.append(QSL[-1] + ql)
-pages = [-(-s // BLOCK_SIZE) for s in SEQ_LENS]
-num_blocks = sum(pages) + 2  # two spare pages no request owns
-perm = torch.randperm(num_blocks, generator=g).tolist()
-block_table = torch.zeros(n, max(pages), dtype=torch.int32)
-for i, p in enumerate(pages):
-    block_table[i, :p] = torch.tensor(perm[sum(pages[:i]):sum(pages[:i]) + p])
-
-
-def stored(x, scale):
-    """What the cache holds: model-dtype values, divided by the scale and cast for fp8."""
-    x = x.to(DTYPE).float()
-    if FP8:
-        fmax = torch.finfo(CACHE_DTYPE).max
-        return (x / scale).clamp(-fmax, fmax).to(CACHE_DTYPE)
-    return x.to(CACHE_DTYPE)
-
-
-k_stored = [stored(torch.randn(s, NUM_KV_HEADS, HEAD_SIZE, generator=g) * MAGNITUDE, K_SCALE) for s in SEQ_LENS]
-v_stored = [stored(torch.randn(s, NUM_KV_HEADS, HEAD_SIZE, generator=g), V_SCALE) for s in SEQ_LENS]
-q = (torch.randn(QSL[-1], NUM_HEADS, HEAD_SIZE, generator=g) * MAGNITUDE).to(DTYPE)
-kv_cache = stored(torch.randn(num_blocks, 2, BLOCK_SIZE, NUM_KV_HEADS, HEAD_SIZE, generator=g), K_SCALE)
-if ADVERSARIAL:
-    kv_cache.fill_(float("nan"))  # slots no request owns (spare pages, last-page tails): never read
-for i, s in enumerate(SEQ_LENS):
-    t = torch.arange(s)
-    blk, off = block_table[i, t // BLOCK_SIZE].long(), t % BLOCK_SIZE
-    kv_cache[blk, 0, off] = k_stored[i]
-    kv_cache[blk, 1, off] = v_stored[i]
-if KV_LAYOUT == "HND":  # same logical shape, heads before tokens in memory
-    kv_cache = kv_cache.permute(0, 1, 3, 2, 4).contiguous().permute(0, 1, 3, 2, 4)
-q, kv_cache, block_table = q.to(DEVICE), kv_cache.to(DEVICE), block_table.to(DEVICE)
-seq_lens = torch.tensor(SEQ_LENS, dtype=torch.int32, device=DEVICE)
-query_start_loc = torch.tensor(QSL, dtype=torch.int32, device=DEVICE)
-ALIBI_SLOPES = ALIBI_SLOPES.to(DEVICE) if ALIBI_SLOPES is not None else None
-SINKS = SINKS.to(DEVICE) if SINKS is not None else None
-
-
-def visible(i):
-    """Request i's mask [query_len, seq_len]: bottom-right causal, sliding window."""
-    ql, s = QUERY_LENS[i], SEQ_LENS[i]
-    diag = torch.arange(ql).unsqueeze(1) + (s - ql)  # a query row's own key position
-    j = torch.arange(s).unsqueeze(0)
-    keep = torch.ones(ql, s, dtype=torch.bool)
-    if CAUSAL:
-        keep &= j <= diag
-    if WINDOW_LEFT >= 0:
-        keep &= diag - j <= WINDOW_LEFT
-        if not CAUSAL:
-            keep &= j - diag <= WINDOW_LEFT
-    return keep
-'''
-
-_REFERENCE = '''
-# ---- reference: fp64 softmax over the stored (dequantized) K/V, never read from the cache
-def reference(i):
-    k = (k_stored[i].double() * K_SCALE).repeat_interleave(NUM_HEADS // NUM_KV_HEADS, 1).transpose(0, 1)
-    v = (v_stored[i].double() * V_SCALE).repeat_interleave(NUM_HEADS // NUM_KV_HEADS, 1).transpose(0, 1)
-    qi = q[QSL[i]:QSL[i + 1]].cpu().double().transpose(0, 1)  # [H, ql, D]
-    scores = qi @ k.transpose(1, 2) * SCALE
-    if SOFTCAP:
-        scores = SOFTCAP * torch.tanh(scores / SOFTCAP)
-    ql, s = QUERY_LENS[i], SEQ_LENS[i]
-    if ALIBI_SLOPES is not None:
-        dist = (torch.arange(ql).unsqueeze(1) + (s - ql) - torch.arange(s).unsqueeze(0)).abs().double()
-        scores = scores - ALIBI_SLOPES.cpu().double().view(-1, 1, 1) * dist
-    scores = scores.masked_fill(~visible(i), float("-inf"))
-    if SINKS is not None:
-        scores = torch.cat([scores, SINKS.cpu().double().view(-1, 1, 1).expand(-1, ql, 1)], -1)
-    p = torch.softmax(scores, -1).nan_to_num(0.0)  # a row that sees no key gives 0
-    return (p[..., :s] @ v).transpose(0, 1)  # [ql, H, D]
-
-
-# ---- comparison, per request: the harness's limit (harness/check.py)
-#   rel L2 = ||out - ref|| / ||ref|| <= 3 u(dtype) + 2^-4 [fp8 KV] + 2^-20 sqrt(seq_len)
-failed = 0
-for i in range(n):
-    o = out[QSL[i]:QSL[i + 1]].cpu().double()
-    r = reference(i)
-    bad = int((~torch.isfinite(o)).sum())
-    err = float((torch.nan_to_num(o, 0.0, 0.0, 0.0) - r).norm()) / max(float(r.norm()), 1e-30)
-    limit = REL_L2_BASE + ACCUMULATION * math.sqrt(max(1, SEQ_LENS[i]))
-    ok = bad == 0 and err <= limit
-    failed += not ok
-    print(f"request {i}: q={QUERY_LENS[i]} kv={SEQ_LENS[i]} rel L2 {err:.3g} (limit {limit:.3g})"
-          f"{f', {bad} NaN/Inf outputs' if bad else ''} -> {'pass' if ok else 'MISMATCH'}")
-print(f"{failed}/{n} requests mismatch" if failed else f"all {n} requests pass")
-sys.exit(1 if failed else 0)
-'''
+def _template(name: str) -> str:
+    """A fixed part of the script (harness/templates/repro_*.py.tmpl): plain Python that reads
+    the constants ``inputs_source`` writes above it."""
+    return "\n" + (files("harness") / "templates" / name).read_text(encoding="utf-8")
 
 
 def render_script(row: ResultRow, sc: ScriptCase, backend: type[AttentionBackend], variant: dict[str, Any],
@@ -226,7 +136,7 @@ def render_script(row: ResultRow, sc: ScriptCase, backend: type[AttentionBackend
     """The standalone script's text."""
     body = inputs_source(row, sc, backend, note)
     body += f"\n# ---- the library call, as the harness's {backend.name} adapter makes it\n"
-    body += call_source.strip("\n") + "\n\n" + _REFERENCE
+    body += call_source.strip("\n") + "\n\n" + _template("repro_check.py.tmpl")
     return body
 
 
@@ -281,7 +191,7 @@ def inputs_source(row: ResultRow, sc: ScriptCase, backend: type[AttentionBackend
         lines.append(f"SINKS = torch.randn(NUM_HEADS, generator=torch.Generator().manual_seed(SEED + 1))")
     else:
         lines.append("SINKS = None")
-    return "\n".join(lines) + "\n" + _PRELUDE
+    return "\n".join(lines) + "\n" + _template("repro_inputs.py.tmpl")
 
 
 def _alibi(num_heads: int) -> list[float]:

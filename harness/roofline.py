@@ -23,6 +23,8 @@ from typing import Any
 
 import torch
 
+from harness.fileio import atomic_write_text
+
 CACHE_ENV = "ATTN_HARNESS_CACHE_DIR"
 CACHE_FILE = "ceilings.json"
 COPY_BYTES = 2 << 30  # 2 GiB source: far past any L2
@@ -116,10 +118,7 @@ def _read_cache(path: Path) -> dict[str, Any]:
 
 
 def _write_cache(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)  # atomic: concurrent runs never read half a file
+    atomic_write_text(path, json.dumps(data, indent=2) + "\n")  # concurrent runs never read half a file
 
 
 _PROCESS_CACHE: dict[str, tuple[Ceilings | None, str]] = {}

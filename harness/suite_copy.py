@@ -6,9 +6,10 @@ find the suite from any directory through them (``find_suite``)."""
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 from typing import Any
+
+from harness.fileio import atomic_copy
 
 SUITE_COPY = "suite.yaml"
 
@@ -23,10 +24,7 @@ def save(out_dir: Path, suite_file: str | Path) -> Path:
     dst = Path(out_dir) / SUITE_COPY
     if Path(suite_file).resolve() == dst.resolve():  # resumed from the copy itself
         return dst
-    tmp = dst.with_name(dst.name + ".tmp")
-    shutil.copyfile(suite_file, tmp)
-    os.replace(tmp, dst)
-    return dst
+    return atomic_copy(suite_file, dst)
 
 
 def _same(a: Path, b: Path) -> bool:

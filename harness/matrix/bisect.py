@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.matrix.envs import EnvError, EnvSpec
-from harness.matrix.matrix import (MatrixError, add_common, build_all, env_reproducer, error, out_root, run_args_of,
-                                   run_in_env, say)
+from harness.matrix.matrix import (MatrixError, add_common, build_all, checked_inputs, env_reproducer, guarded,
+                                   out_root, run_in_env, say)
 from harness.results import ResultRow
 
 _PKG_RE = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)==(.+)")
@@ -59,25 +59,19 @@ def _case_args(keys: set[tuple[str, str, str, str]], run_args: list[str]) -> lis
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        return _run(args)
-    except (MatrixError, EnvError) as e:
-        return error(str(e))
+    return guarded(_run, args)
+
+
+def _versions_of(args: argparse.Namespace) -> tuple[str, list[str]]:
+    if not args.versions:
+        raise MatrixError("give --versions PKG==V1,V2,... (oldest first)")
+    return parse_versions(args.versions)
 
 
 def _run(args: argparse.Namespace) -> int:
-    from harness.compare import compare_rows, confirm_slowdowns, parse_threshold
+    from harness.compare import compare_rows, confirm_slowdowns
 
-    extra = run_args_of(args)
-    if not args.versions:
-        raise MatrixError("give --versions PKG==V1,V2,... (oldest first)")
-    pkg, versions = parse_versions(args.versions)
-    if not Path(args.suite).is_file():
-        raise MatrixError(f"{args.suite}: no such suite file")
-    try:
-        threshold = parse_threshold(args.threshold)
-    except ValueError as e:
-        raise MatrixError(str(e)) from None
+    extra, threshold, (pkg, versions) = checked_inputs(args, _versions_of)
     root = out_root(args, "bisect")
     if root.exists() and any(root.iterdir()):
         raise MatrixError(f"--out {root}: not empty; choose another folder")

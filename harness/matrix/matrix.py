@@ -11,16 +11,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 
+from harness.fileio import atomic_write_text
 from harness.matrix.envs import (DEFAULT_CACHE, BuiltEnv, EnvError, EnvSpec, build_env, parse_env_arg, torch_mismatch,
                                  torch_request_mismatch)
 from harness.results import (HEADER_FILE, RESULTS_FILE, ResultRow, RowEnvironment, read_header, read_rows, row_json,
                              write_header)
+
+T = TypeVar("T")
 
 
 def add_common(p: argparse.ArgumentParser) -> None:
@@ -79,6 +81,31 @@ def run_args_of(args: argparse.Namespace) -> list[str]:
     return extra
 
 
+def checked_inputs(args: argparse.Namespace, own: Callable[[argparse.Namespace], T]) -> tuple[list[str], Any, T]:
+    """What matrix and bisect check before building anything, in this order: the run flags
+    (which may set this command's options), the command's ``own`` inputs (its parsed value is
+    returned), the suite file and the threshold. Raises MatrixError."""
+    from harness.compare import parse_threshold
+
+    extra = run_args_of(args)
+    parsed = own(args)
+    if not Path(args.suite).is_file():
+        raise MatrixError(f"{args.suite}: no such suite file")
+    try:
+        threshold = parse_threshold(args.threshold)
+    except ValueError as e:
+        raise MatrixError(str(e)) from None
+    return extra, threshold, parsed
+
+
+def guarded(body: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """``body(args)``, with bad input and an env that cannot be built as one line and exit 2."""
+    try:
+        return body(args)
+    except (MatrixError, EnvError) as e:
+        return error(str(e))
+
+
 def out_root(args: argparse.Namespace, prefix: str) -> Path:
     if args.out:
         return Path(args.out)
@@ -112,10 +139,8 @@ def tag_results(out_dir: Path, env: BuiltEnv) -> None:
     write_header(out_dir, header)
     row_env = RowEnvironment(name=record["name"], versions=record["versions"])
     rows = read_rows(out_dir)
-    tmp = out_dir / (RESULTS_FILE + ".tmp")
-    tmp.write_text("".join(row_json(r.model_copy(update={"environment": row_env})) + "\n" for r in rows),
-                   encoding="utf-8")
-    os.replace(tmp, out_dir / RESULTS_FILE)
+    atomic_write_text(out_dir / RESULTS_FILE,
+                      "".join(row_json(r.model_copy(update={"environment": row_env})) + "\n" for r in rows))
 
 
 def run_in_env(env: BuiltEnv, suite: str, out_dir: Path, run_args: list[str]) -> list[ResultRow]:
@@ -182,28 +207,24 @@ def side_by_side(envs: list[BuiltEnv], rows: list[list[ResultRow]], comps: list[
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        return _run(args)
-    except (MatrixError, EnvError) as e:
-        return error(str(e))
+    return guarded(_run, args)
 
 
-def _run(args: argparse.Namespace) -> int:
-    from harness.compare import compare_rows, parse_threshold
-
-    extra = run_args_of(args)
+def _env_specs(args: argparse.Namespace) -> list[EnvSpec]:
     if not args.env:
         raise MatrixError("give at least one --env NAME=REQS (two or more to compare)")
     specs = [parse_env_arg(t) for t in args.env]
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
         raise MatrixError(f"--env names must differ: {', '.join(names)}")
-    if not Path(args.suite).is_file():
-        raise MatrixError(f"{args.suite}: no such suite file")
-    try:
-        threshold = parse_threshold(args.threshold)
-    except ValueError as e:
-        raise MatrixError(str(e)) from None
+    return specs
+
+
+def _run(args: argparse.Namespace) -> int:
+    from harness.compare import compare_rows
+
+    extra, threshold, specs = checked_inputs(args, _env_specs)
+    names = [s.name for s in specs]
     root = out_root(args, "matrix")
     for n in names:
         if (root / n / RESULTS_FILE).exists():

@@ -19,6 +19,7 @@ from typing import Any, Iterable
 import pandas as pd
 
 from attn_contract.status import Status
+from harness.fileio import atomic_write_text
 from harness.report.core import (
     REGISTRY, Block, Figure, Heading, Loaded, SectionSpec, Table, Text, frame, load, registered, section,
 )
@@ -124,12 +125,7 @@ def write_report(paths: Iterable[str | Path], out: str | Path, title: str | None
     """Render the report of ``paths`` into ``out`` (written atomically) and return its path."""
     loaded = load(paths)
     page = render_html(loaded, title)
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(page, encoding="utf-8")
-    tmp.replace(out)
-    return out
+    return atomic_write_text(out, page)
 
 
 __all__ = ["REGISTRY", "SECTIONS", "Block", "Figure", "Heading", "Loaded", "SectionSpec", "Table", "Text",

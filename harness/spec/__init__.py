@@ -31,6 +31,7 @@ from harness.spec.models import (
     Dist,
     Explicit,
     Fixed,
+    LengthDist,
     LogNormal,
     Normal,
     RequestGroup,
@@ -42,7 +43,7 @@ from harness.spec.models import (
 
 __all__ = [
     "MAX_CASES", "MAX_KV_TOKENS_PER_CASE", "MAX_REQUESTS", "MAX_SEED", "MAX_SUITE_BYTES", "MAX_TOKENS_PER_REQUEST",
-    "MAX_YAML_DEPTH", "MAX_YAML_NODES", "CaseSpec", "ContextParallel", "Dist", "Explicit", "Fixed", "LogNormal", "Normal",
-    "RequestGroup", "SharedPrefix", "SpecError", "Suite", "Uniform", "dist_bounds",
+    "MAX_YAML_DEPTH", "MAX_YAML_NODES", "CaseSpec", "ContextParallel", "Dist", "Explicit", "Fixed", "LengthDist",
+    "LogNormal", "Normal", "RequestGroup", "SharedPrefix", "SpecError", "Suite", "Uniform", "dist_bounds",
     "expand_case", "load_suite", "parse_suite", "yaml_size",
 ]

@@ -13,13 +13,23 @@ from pydantic import ValidationError
 
 from harness.spec.errors import SpecError
 from harness.spec.limits import MAX_CASES, MAX_YAML_NODES, yaml_size
-from harness.spec.models import CaseSpec, Suite
+from harness.spec.models import DIST_TAGS, CaseSpec, Suite
 from harness.spec.shorthand import SHORTHAND_KEYS, expand_shorthand
 
 _LIST_KEYS = {"batch", "values", "tags", "sizes"}  # keys whose value is a list by type, not a sweep axis
 _EXPANSION_KEYS = {"group", "params"}  # filled in by expand_case
 _CASE_KEYS = (set(CaseSpec.model_fields) - _EXPANSION_KEYS) | {"sweep"} | SHORTHAND_KEYS
-_SUITE_KEYS = {"suite", "description", "defaults", "cases", "backends", "variants"}
+# The file's top level: the Suite model's fields less those the loader fills in, plus defaults.
+_SUITE_KEYS = (set(Suite.model_fields) - {"source", "notes"}) | {"defaults"}
+
+
+def _check_keys(given: Any, allowed: set[str], where: str, what: str) -> None:
+    """Unknown keys of the raw YAML, named with the allowed ones. The models forbid extra
+    fields too, but only after sweeps and shorthands are expanded: an unknown list-valued key
+    would be swept first and reported per expanded case, so the raw file is checked here."""
+    unknown = set(given) - allowed
+    if unknown:
+        raise SpecError(f"{where}unknown {what} {sorted(map(str, unknown))}; allowed: {sorted(allowed)}")
 
 
 def _find_axes(node: Any, path: tuple[Any, ...] = ()) -> list[tuple[tuple[Any, ...], list[Any]]]:
@@ -101,13 +111,12 @@ def expand_case(raw: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-_DIST_TAGS = {"fixed", "uniform", "normal", "lognormal", "list"}
 _TYPE_TAGS = {"float", "int", "str", "bool", "none", "list", "dict"}
 
 
 def _is_tag(x: Any) -> bool:
     """A location part that names a union member ("constrained-float", "literal['auto']"), not a field."""
-    return isinstance(x, str) and (x in _DIST_TAGS or x in _TYPE_TAGS or not x.isidentifier())
+    return isinstance(x, str) and (x in DIST_TAGS or x in _TYPE_TAGS or not x.isidentifier())
 
 
 def _format_validation_error(err: ValidationError) -> str:
@@ -164,18 +173,14 @@ def parse_suite(data: Any, source: str = "<suite>", override: dict[str, Any] | N
     file (a vLLM study) left out, kept on the suite for the CLI to print."""
     if not isinstance(data, dict):
         raise SpecError(f"{source}: a suite must be a mapping with 'suite' and 'cases' keys")
-    unknown = set(data) - _SUITE_KEYS
-    if unknown:
-        raise SpecError(f"{source}: unknown top-level key(s) {sorted(map(str, unknown))}; allowed: {sorted(_SUITE_KEYS)}")
+    _check_keys(data, _SUITE_KEYS, f"{source}: ", "top-level key(s)")
     for key in ("suite", "cases"):
         if key not in data:
             raise SpecError(f"{source}: missing required key '{key}'")
     defaults = data.get("defaults") or {}
     if not isinstance(defaults, dict):
         raise SpecError(f"{source}: 'defaults' must be a mapping")
-    bad_defaults = set(defaults) - _CASE_KEYS
-    if bad_defaults:
-        raise SpecError(f"{source}: defaults: unknown field(s) {sorted(map(str, bad_defaults))}")
+    _check_keys(defaults, _CASE_KEYS, f"{source}: defaults: ", "field(s)")
     raw_cases = data["cases"]
     if not isinstance(raw_cases, list) or not raw_cases:
         raise SpecError(f"{source}: 'cases' must be a non-empty list")
@@ -185,11 +190,7 @@ def parse_suite(data: Any, source: str = "<suite>", override: dict[str, Any] | N
         if not isinstance(raw, dict):
             raise SpecError(f"{source}: cases[{i}] must be a mapping")
         label = raw.get("name", f"cases[{i}]")
-        unknown_case = set(raw) - _CASE_KEYS
-        if unknown_case:
-            raise SpecError(
-                f"{source}: case '{label}': unknown field(s) {sorted(map(str, unknown_case))}; allowed: {sorted(_CASE_KEYS)}"
-            )
+        _check_keys(raw, _CASE_KEYS, f"{source}: case '{label}': ", "field(s)")
         merged = {**defaults, **raw}
         if override:
             from harness.models.cases import with_model

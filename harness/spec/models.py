@@ -4,7 +4,7 @@ fully expanded case (``CaseSpec``) and the suite. Strict: YAML says what it mean
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -17,6 +17,8 @@ from harness.spec.limits import (
 )
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from attn_contract import AttentionConfig
 
 
@@ -26,12 +28,37 @@ class _Strict(BaseModel):
 
 
 # ---------------------------------------------------------------- length distributions
-class Fixed(_Strict):
+# Each distribution draws its own lengths and knows its own range, so adding one is one class
+# (and one member of ``Dist``). numpy is imported when lengths are drawn: validating a suite
+# (``harness validate``, ``--help``) stays light.
+class LengthDist(_Strict):
+    def bounds(self) -> tuple[int, int]:
+        """Smallest and largest value the distribution can produce."""
+        raise NotImplementedError
+
+    def sample(self, n: int, rng: "np.random.Generator") -> list[int]:
+        """``n`` integer lengths drawn with ``rng``."""
+        raise NotImplementedError
+
+
+def _clipped(x: Any, low: int, high: int) -> list[int]:
+    import numpy as np
+
+    return np.clip(np.rint(x), low, high).astype(int).tolist()
+
+
+class Fixed(LengthDist):
     dist: Literal["fixed"] = "fixed"
     value: Annotated[int, Field(ge=0, le=MAX_TOKENS_PER_REQUEST)]
 
+    def bounds(self) -> tuple[int, int]:
+        return self.value, self.value
 
-class Uniform(_Strict):
+    def sample(self, n: int, rng: "np.random.Generator") -> list[int]:
+        return [self.value] * n
+
+
+class Uniform(LengthDist):
     """Integers drawn uniformly from [low, high], both inclusive."""
 
     dist: Literal["uniform"]
@@ -44,8 +71,32 @@ class Uniform(_Strict):
             raise ValueError(f"low ({self.low}) must not exceed high ({self.high})")
         return self
 
+    def bounds(self) -> tuple[int, int]:
+        return self.low, self.high
 
-class Normal(_Strict):
+    def sample(self, n: int, rng: "np.random.Generator") -> list[int]:
+        return rng.integers(self.low, self.high + 1, size=n).tolist()
+
+
+class _Clipped(LengthDist):
+    """A continuous distribution rounded and clipped to [min, max] (each subclass declares
+    ``min`` and ``max`` after its own fields: the schema keeps its field order)."""
+
+    if TYPE_CHECKING:  # not fields here: a base field would come first in the schema
+        min: int
+        max: int
+
+    @model_validator(mode="after")
+    def _order(self) -> "_Clipped":
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) must not exceed max ({self.max})")
+        return self
+
+    def bounds(self) -> tuple[int, int]:
+        return self.min, self.max
+
+
+class Normal(_Clipped):
     """Normal(mean, std), rounded and clipped to [min, max]."""
 
     dist: Literal["normal"]
@@ -54,14 +105,11 @@ class Normal(_Strict):
     min: Annotated[int, Field(ge=0, le=MAX_TOKENS_PER_REQUEST)] = 1
     max: Annotated[int, Field(ge=0, le=MAX_TOKENS_PER_REQUEST)]
 
-    @model_validator(mode="after")
-    def _order(self) -> "Normal":
-        if self.min > self.max:
-            raise ValueError(f"min ({self.min}) must not exceed max ({self.max})")
-        return self
+    def sample(self, n: int, rng: "np.random.Generator") -> list[int]:
+        return _clipped(rng.normal(self.mean, self.std, size=n), self.min, self.max)
 
 
-class LogNormal(_Strict):
+class LogNormal(_Clipped):
     """exp(Normal(log(median), sigma)), rounded and clipped to [min, max]: long-tailed lengths."""
 
     dist: Literal["lognormal"]
@@ -70,21 +118,29 @@ class LogNormal(_Strict):
     min: Annotated[int, Field(ge=0, le=MAX_TOKENS_PER_REQUEST)] = 1
     max: Annotated[int, Field(ge=0, le=MAX_TOKENS_PER_REQUEST)]
 
-    @model_validator(mode="after")
-    def _order(self) -> "LogNormal":
-        if self.min > self.max:
-            raise ValueError(f"min ({self.min}) must not exceed max ({self.max})")
-        return self
+    def sample(self, n: int, rng: "np.random.Generator") -> list[int]:
+        import numpy as np
+
+        return _clipped(np.exp(rng.normal(math.log(self.median), self.sigma, size=n)), self.min, self.max)
 
 
-class Explicit(_Strict):
+class Explicit(LengthDist):
     """Lengths given one per request, in order (cycled when there are more requests)."""
 
     dist: Literal["list"]
     values: Annotated[list[Annotated[int, Field(ge=0, le=MAX_TOKENS_PER_REQUEST)]], Field(min_length=1)]
 
+    def bounds(self) -> tuple[int, int]:
+        return min(self.values), max(self.values)
 
+    def sample(self, n: int, rng: "np.random.Generator") -> list[int]:
+        return [self.values[i % len(self.values)] for i in range(n)]
+
+
+DISTRIBUTIONS: tuple[type[LengthDist], ...] = (Fixed, Uniform, Normal, LogNormal, Explicit)
 Dist = Annotated[Union[Fixed, Uniform, Normal, LogNormal, Explicit], Field(discriminator="dist")]
+# The ``dist:`` tags, read from the models (error messages name a union member by its tag).
+DIST_TAGS: frozenset[str] = frozenset(get_args(m.model_fields["dist"].annotation)[0] for m in DISTRIBUTIONS)
 
 
 def _coerce_dist(value: Any) -> Any:
@@ -98,15 +154,9 @@ def _coerce_dist(value: Any) -> Any:
 
 def dist_bounds(d: Any) -> tuple[int, int]:
     """Smallest and largest value a distribution can produce."""
-    if isinstance(d, Fixed):
-        return d.value, d.value
-    if isinstance(d, Uniform):
-        return d.low, d.high
-    if isinstance(d, (Normal, LogNormal)):
-        return d.min, d.max
-    if isinstance(d, Explicit):
-        return min(d.values), max(d.values)
-    raise TypeError(d)
+    if not isinstance(d, LengthDist):
+        raise TypeError(d)
+    return d.bounds()
 
 
 # ---------------------------------------------------------------- requests and cases

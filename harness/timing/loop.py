@@ -7,7 +7,6 @@ import bisect
 import math
 import statistics
 import time
-from dataclasses import asdict
 from typing import Any, Callable
 
 import torch
@@ -125,7 +124,7 @@ def _time_cpu(fn: Callable[[], object], opts: TimingOptions) -> dict[str, Any]:
         calls_per_sample=1,
         sm_clock_mhz=None,
         energy={"available": False, "reason": "no energy counter on cpu (NVML reports GPUs only)"},
-        options=asdict(opts),
+        options=opts.model_dump(),
         contains=time_contents("cpu", False, None, 1),
     )
     return out
@@ -258,7 +257,7 @@ def _time_cuda(fn: Callable[[], object], device: torch.device, opts: TimingOptio
             "during_last": during_last,
             "throttled": throttled,
         },
-        options=asdict(opts),
+        options=opts.model_dump(),
         contains=time_contents("cuda", graph_info["used"], state["hidden"] / n_hold if n_hold else None, k),
     )
     if flusher is not None:
