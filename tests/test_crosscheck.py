@@ -101,8 +101,14 @@ def test_a_row_edited_far_off_is_flagged_exit_1_and_shown_in_the_report(results,
     sec = {s.id: s for s in build_sections(load([bad]))}["crosscheck"]
     assert sec.has_data and not sec.error
     table = next(b for b in sec.blocks if b["kind"] == "table")
-    verdicts = [dict(zip(table["columns"], (c[0] for c in r)))["verdict"] for r in table["rows"]]
+    shown = [dict(zip(table["columns"], (c[0] for c in r))) for r in table["rows"]]
+    verdicts = [x["verdict"] for x in shown]
     assert any(v.startswith("FLAGGED") for v in verdicts)
+    # the explaining columns: harness-here timed on the cpu, the GPU-only ones say why not
+    tm_shown = next(x for x in shown if x["backend"].startswith("torch-math"))
+    assert float(tm_shown["harness here us"]) == pytest.approx(tm["here"]["median_us"], rel=1e-3)
+    assert tm_shown["kernel us (profiler)"] == "n/a on cpu" and tm_shown["SM MHz"] == "n/a on cpu"
+    assert "row vs here" in tm["reason"]  # the row's 50x median is off from the harness timer here too
     assert any("flagged" in b.get("text", "") for b in sec.blocks if b["kind"] == "text")
 
 
