@@ -1,9 +1,11 @@
 """``harness crosscheck RESULTS``: re-time each timed row's library call with timers this project
 did not write, in one process on the row's device, and flag rows whose median disagrees.
 
-For every row that passed and was timed, the row's inputs are rebuilt from its case and seed
-(the same source ``harness repro`` writes: harness/repro.py) and the backend's library call is
-taken from its ``standalone_call`` hook. The call's source is split at its first module-level
+For every row that passed and was timed, the row's own batch is generated again on its device
+from its case and seed (``harness.workload.generate``, reordered as the backend asks) and bound
+to the names a ``standalone_call`` source reads (harness/crosscheck_inputs.py; only the
+constant part of the ``harness repro`` inputs runs), and the backend's library call is taken
+from its ``standalone_call`` hook. The call's source is split at its first module-level
 ``out = ...`` (what every hook does: setup, plans and metadata before it, the call after), the
 setup runs once, and the rest becomes the function the outside timers repeat:
 
@@ -15,8 +17,11 @@ setup runs once, and the rest becomes the function the outside timers repeat:
 A row is flagged when its median is more than the tolerance away from the median of the outside
 timers' medians *and* outside their own spread (the range of their medians; one timer: its
 interquartile range), whichever is wider. Flags set exit status 1; rows that cannot be re-timed
-are listed with the reason. The table goes to ``crosscheck.md`` / ``crosscheck.json`` in the
-results folder (or ``--out FILE``), where the report's cross-check section reads it.
+are listed with the reason. Beside the outside timers, each row gets the harness's own timer on
+the same call here, the profiler's kernel time and the SM clock (harness/crosscheck_explain.py),
+and a flag names the comparison that fails. The table goes to ``crosscheck.md`` /
+``crosscheck.json`` in the results folder (or ``--out FILE``), rewritten after every row, where
+the report's cross-check section reads it.
 """
 
 from __future__ import annotations
