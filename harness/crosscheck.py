@@ -411,7 +411,8 @@ def crosscheck(rows: list[ResultRow], tol: float, suite: str | None = None, min_
                 checked.append({"row": i, **rec})
                 here = rec["here"]["median_us"] if isinstance(rec["here"], dict) else float("nan")
                 log(f"{tag}: harness {rec['harness_us']:.4g} us, here {here:.4g} us, outside {rec['ref_us']:.4g} us, "
-                    f"ratio {rec['ratio']:.3g} ({rec['retime_s']:.1f} s){'  FLAGGED' if rec['flagged'] else ''}")
+                    f"ratio {rec['ratio']:.3g} (setup {rec['setup_s']:.1f} s of {rec['retime_s']:.1f} s)"
+                    f"{'  FLAGGED' if rec['flagged'] else ''}")
         else:
             not_retimed.append({**_ident(i, row), "reason": why})
         if on_progress is not None:

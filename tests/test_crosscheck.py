@@ -189,7 +189,7 @@ def test_deadline_after_one_row_leaves_a_valid_table_with_the_rest_marked(result
     assert "#0 dec / torch-math []: kept from the earlier cross-check (--resume)" in capsys.readouterr().err
 
 
-def test_the_table_after_every_row_lists_the_rows_not_reached_as_pending(results):
+def test_the_table_after_every_row_lists_the_rows_not_reached_as_pending(results, tmp_path):
     rows = read_rows(str(results))
     seen: list[dict] = []
     final = crosscheck(rows, 9.0, min_run_s=0.05, selected=[0, 2], on_progress=lambda t: seen.append(json.loads(
@@ -199,6 +199,16 @@ def test_the_table_after_every_row_lists_the_rows_not_reached_as_pending(results
     assert first["checked"] == 1 and [(x["row"], x["reason"]) for x in first["not_retimed"]] == [(2, PENDING_REASON)]
     assert [(x["row"], x["reason"]) for x in final["not_retimed"]] == [(2, "backend sdpa-loop offers no standalone_call")]
     assert final["selected"] == 2 and final["of_rows"] == 3
+    # a table left by a stopped command: the report says it is incomplete and lists the pending row
+    folder = _edited(results, tmp_path / "stopped", lambda r: r)
+    (folder / "crosscheck.json").write_text(json.dumps(first))
+    from harness.report import build_sections, load
+
+    sec = {s.id: s for s in build_sections(load([folder]))}["crosscheck"]
+    texts = " ".join(b.get("text", "") for b in sec.blocks if b["kind"] == "text")
+    assert "incomplete" in texts and not sec.error
+    skipped = [b for b in sec.blocks if b["kind"] == "table"][-1]
+    assert any(PENDING_REASON in str(c) for r in skipped["rows"] for c in r)
 
 
 def test_filters_and_bad_deadline(results, capsys):
