@@ -18,7 +18,7 @@ A row is flagged when its median is more than the tolerance away from the median
 timers' medians *and* outside their own spread (the range of their medians; one timer: its
 interquartile range), whichever is wider. Flags set exit status 1; rows that cannot be re-timed
 are listed with the reason. Beside the outside timers, each row gets the harness's own timer on
-the same call here, the profiler's kernel time and the SM clock (harness/crosscheck_explain.py),
+the adapter's call and on the same standalone call here, the profiler's kernel time and the SM clock (harness/crosscheck_explain.py),
 and a flag names the comparison that fails. The table goes to ``crosscheck.md`` /
 ``crosscheck.json`` in the results folder (or ``--out FILE``), rewritten after every row, where
 the report's cross-check section reads it.
@@ -40,6 +40,7 @@ from typing import Any, Callable
 
 from typing import TYPE_CHECKING
 
+from harness.crosscheck_table import cells_of, to_markdown
 from harness.lazy import LazyModule
 
 # Imported on first use: `harness --help` builds this command's parser without torch or pydantic.
@@ -258,7 +259,8 @@ def retime_row(row: ResultRow, tol: float, suite: str | None, min_run_s: float,
         t0 = time.perf_counter()
         try:
             # The row's own inputs: the harness's batch for its case and seed, made on the device.
-            view = backend_view(batches.get(case, dev), backend, variant)
+            batch = batches.get(case, dev)
+            view = backend_view(batch, backend, variant)
             constants = constants_part(repro.inputs_source(row, repro.script_case(case, backend, variant), backend))
             fn = build_call_in(bind_from_batch(constants, view), source)
             del view
@@ -270,18 +272,21 @@ def retime_row(row: ResultRow, tol: float, suite: str | None, min_run_s: float,
         except Exception as e:
             raise CrosscheckError(f"the standalone call raised: {_first_line(e)}") from None
         setup_s = time.perf_counter() - t0  # batch, call setup, first call
-        # The harness's own timer on this call first, then the kernels alone: what the verdict is explained by.
+        # The harness's own timer on the adapter's call and on this call, just before the outside
+        # timers; the profiler last (its tracer stays out of every timed figure).
+        try:
+            adapter: dict[str, Any] | None = ex.with_clocks(
+                dev, on_gpu, lambda: ex.time_adapter(backend, variant, batch, dev, timing.options))
+            adapter_error = None
+        except Exception as e:
+            adapter, adapter_error = None, f"failed: {_first_line(e)}"
+        del batch
+        gc.collect()
         try:
             here: dict[str, Any] | None = ex.with_clocks(dev, on_gpu, lambda: ex.time_here(fn, dev, timing.options, graph))
             here_error = None
         except Exception as e:
             here, here_error = None, f"failed: {_first_line(e)}"
-        kernel: dict[str, Any] | str = ex.NA_CPU
-        if on_gpu:
-            try:
-                kernel = ex.kernel_time(fn)
-            except Exception as e:
-                kernel = f"failed: {_first_line(e)}"
         outside: dict[str, dict[str, Any]] = {}
         unused: dict[str, str] = {}
         if on_gpu:
@@ -296,6 +301,12 @@ def retime_row(row: ResultRow, tol: float, suite: str | None, min_run_s: float,
         else:
             clock = "process" if timing.method == "process_time" else "wall"
             outside["torch.utils.benchmark.Timer"] = ex.with_clocks(dev, False, lambda: time_cpu(fn, clock, min_run_s))
+        kernel: dict[str, Any] | str = ex.NA_CPU
+        if on_gpu:
+            try:
+                kernel = ex.kernel_time(fn)
+            except Exception as e:
+                kernel = f"failed: {_first_line(e)}"
     del fn
     gc.collect()
     if on_gpu:
@@ -305,10 +316,11 @@ def retime_row(row: ResultRow, tol: float, suite: str | None, min_run_s: float,
     rec = {"case": row.case, "backend": row.backend, "variant": row.variant_label, "device": row.device,
            "mode": timing.mode, "graph": graph, "clock": timing.method, "harness_us": timing.median_us,
            "inputs": f"harness batch (generate on {dev.type})", "setup_s": setup_s,
-           "here": here if here is not None else here_error, "kernel": kernel,
+           "here": here if here is not None else here_error,
+           "here_adapter": adapter if adapter is not None else adapter_error, "kernel": kernel,
            "outside": outside, "timers_not_used": unused}
     rec.update(verdict(timing.median_us, outside, tol))
-    why = ex.explain(timing.median_us, rec["ref_us"], here, kernel, tol)
+    why = ex.explain(timing.median_us, rec["ref_us"], here, kernel, tol, adapter)
     rec.update(why)
     if rec["flagged"]:
         rec["reason"] += "; " + ("; ".join(why["because"]) if why["because"] else
@@ -409,8 +421,9 @@ def crosscheck(rows: list[ResultRow], tol: float, suite: str | None = None, min_
             else:
                 rec["retime_s"] = time.perf_counter() - t0
                 checked.append({"row": i, **rec})
-                here = rec["here"]["median_us"] if isinstance(rec["here"], dict) else float("nan")
-                log(f"{tag}: harness {rec['harness_us']:.4g} us, here {here:.4g} us, outside {rec['ref_us']:.4g} us, "
+                ex = cells_of(rec)
+                log(f"{tag}: harness {rec['harness_us']:.4g} us, adapter here {ex['adapter here us']}, standalone here "
+                    f"{ex['harness here us']}, kernel {ex['kernel us (profiler)']}, outside {rec['ref_us']:.4g} us, "
                     f"ratio {rec['ratio']:.3g} (setup {rec['setup_s']:.1f} s of {rec['retime_s']:.1f} s)"
                     f"{'  FLAGGED' if rec['flagged'] else ''}")
         else:
@@ -418,55 +431,6 @@ def crosscheck(rows: list[ResultRow], tol: float, suite: str | None = None, min_
         if on_progress is not None:
             on_progress(table(n + 1, False))
     return table(len(order), True)
-
-
-def _us(x: Any) -> str:
-    return f"{x:.4g}" if isinstance(x, (int, float)) and math.isfinite(x) else "-"
-
-
-def cells_of(r: dict[str, Any]) -> dict[str, str]:
-    """The explaining columns of one record as text (the markdown and the report both show them)."""
-    here, kernel = r.get("here"), r.get("kernel")
-    clocks = [o.get("sm_clock_mhz") for o in [here, *(r.get("outside") or {}).values()] if isinstance(o, dict)]
-    if any(c == "n/a on cpu" for c in clocks) or not r.get("device", "").startswith("cuda"):
-        clock = "n/a on cpu"
-    else:
-        mhz = [v for c in clocks if isinstance(c, dict) for v in (c.get("before"), c.get("after")) if v is not None]
-        clock = f"{min(mhz):.0f}-{max(mhz):.0f}" if mhz else "-"
-    return {"harness here us": _us(here.get("median_us")) if isinstance(here, dict) else str(here or "-"),
-            "kernel us (profiler)": _us(kernel.get("per_call_us")) if isinstance(kernel, dict) else str(kernel or "-"),
-            "SM MHz": clock}
-
-
-def to_markdown(res: dict[str, Any], source: str) -> str:
-    timers = res["timers"]
-    state = "" if res.get("complete", True) else " (incomplete: the command is running or was stopped)"
-    out = [f"# Outside-timer cross-check of {source}", "",
-           f"{res['checked']} row(s) re-timed{state}, **{res['flagged']} flagged** (more than {res['tolerance']:.0%} "
-           "from the outside timers' median and outside their spread); "
-           f"{len(res['not_retimed'])} not re-timed.", "",
-           "`harness here`, `kernel` and `SM MHz` explain a verdict and are not part of the outside median: the "
-           "harness's own timer on the same call in this process, the profiler's eager kernel time per call, the SM "
-           "clock range around the timers.", ""]
-    if res["rows"]:
-        head = ["row", "case", "backend [variant]", "timed as", "harness us", "harness here us", "kernel us (profiler)",
-                *[f"{t} us" for t in timers], "outside median us", "harness / outside", "SM MHz", "verdict"]
-        out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        for r in res["rows"]:
-            mode = "graph" if r["graph"] else ("cpu " + r["clock"] if not r["device"].startswith("cuda") else "eager")
-            ex = cells_of(r)
-            cells = [str(r["row"]), r["case"], f"{r['backend']} [{r['variant']}]", f"{mode}, {r['mode']}",
-                     f"{r['harness_us']:.4g}", ex["harness here us"], ex["kernel us (profiler)"],
-                     *[f"{r['outside'][t]['median_us']:.4g}" if t in r["outside"] else "-" for t in timers],
-                     f"{r['ref_us']:.4g}", f"{r['ratio']:.3f}", ex["SM MHz"],
-                     "**FLAGGED**: " + r["reason"] if r["flagged"] else "ok"]
-            out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
-        out.append("")
-    if res["not_retimed"]:
-        out += ["## Not re-timed", ""]
-        out += [f"- row {r['row']} {r['case']} / {r['backend']} [{r['variant']}]: {r['reason']}" for r in res["not_retimed"]]
-        out.append("")
-    return "\n".join(out)
 
 
 def _write(path: Path, text: str) -> None:
@@ -567,4 +531,5 @@ def _run(args: argparse.Namespace) -> int:
     return 1 if res["flagged"] else 0
 
 
-__all__ = ["add_parser", "build_call", "crosscheck", "run", "split_call", "to_markdown", "verdict"]
+__all__ = ["add_parser", "build_call", "build_call_in", "cells_of", "crosscheck", "run", "split_call", "to_markdown",
+           "verdict"]

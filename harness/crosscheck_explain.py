@@ -6,6 +6,8 @@ Per re-timed row, none of it part of the outside median:
   same standalone call, in the cross-check process, just before the outside timers. Row vs here
   compares the conditions (the run's process, GPU state, history); here vs outside compares the
   timers on one call in one process.
+- ``adapter``: the same timer on the adapter's own timed call (``prepare_cell`` on the batch):
+  row vs adapter isolates the conditions, adapter vs here the standalone source.
 - ``kernel``: on a GPU, the eager kernel time of one call from ``torch.profiler`` (the CUDA
   kernels' and copies' self time summed over a few calls, per call). Kernel vs the outside
   median compares the kernels alone with a graph replay / event loop around them.
@@ -48,6 +50,27 @@ def time_here(fn: Callable[[], None], device: torch.device, recorded: dict[str, 
             "n": int(m["samples"]), "graph": used, "method": m.get("method"),
             "settings": f"harness time_callable({'graph' if used else 'eager'}, {opts.mode}, "
                         f"max_time_s={opts.max_time_s:g}, stop={opts.stop_criterion})"}
+
+
+def time_adapter(backend: Any, variant: dict[str, Any], batch: Any, device: torch.device,
+                 recorded: dict[str, Any]) -> dict[str, Any]:
+    """The harness's timer on the adapter's own timed call (``prepare_cell`` on the same batch,
+    the graph decision the run makes): the row's exact call, in this process. Against the row it
+    isolates the conditions; against ``time_here`` on the standalone source, the call source."""
+    from harness.runner import prepare_cell
+    from harness.timing import time_callable
+
+    opts = row_timing_options(recorded, device)
+    prepared = prepare_cell(backend, variant, batch, device)
+    prepared.forward()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    graph = prepared.graph_decision(enabled=opts.cuda_graph)
+    m = time_callable(prepared.timed_call, device, opts, graph=graph, output=prepared.out)
+    used = bool((m.get("cuda_graph") or {}).get("used"))
+    return {"median_us": float(m["median_us"]), "q1_us": float(m["q1_us"]), "q3_us": float(m["q3_us"]),
+            "n": int(m["samples"]), "graph": used,
+            "settings": f"harness time_callable on the adapter's timed_call ({'graph' if used else 'eager'}, {opts.mode})"}
 
 
 def kernel_time(fn: Callable[[], None], calls: int = PROFILED_CALLS) -> dict[str, Any]:
@@ -96,12 +119,26 @@ def _off(a: float, b: float, tol: float) -> bool:
 
 
 def explain(harness_us: float, ref_us: float, here: dict[str, Any] | None, kernel: dict[str, Any] | str,
-            tol: float) -> dict[str, Any]:
+            tol: float, adapter: dict[str, Any] | None = None) -> dict[str, Any]:
     """Which comparison fails: row vs here (the row's conditions), here vs outside (the timer),
-    kernel vs the outside median (graph replay / launch gaps around the kernels). Each entry:
+    kernel vs the outside median (graph replay / launch gaps around the kernels); with the
+    adapter's call timed here too, row vs that (the same call: only the conditions differ) and
+    adapter vs standalone (the same timer and process: the call source differs). Each entry:
     ratio and whether it is more than ``tol`` off; ``because`` lists the failing ones in words."""
     comps: dict[str, Any] = {}
     because: list[str] = []
+    if adapter is not None:
+        a = adapter["median_us"]
+        comps["row_vs_adapter_here"] = {"ratio": harness_us / a, "off": _off(harness_us, a, tol)}
+        if comps["row_vs_adapter_here"]["off"]:
+            because.append(f"row vs adapter here {harness_us / a:.3f}: the row's own call timed by the harness here "
+                           f"gives {a:.4g} us: the row's conditions")
+        if here is not None:
+            h = here["median_us"]
+            comps["adapter_vs_standalone"] = {"ratio": a / h, "off": _off(a, h, tol)}
+            if comps["adapter_vs_standalone"]["off"]:
+                because.append(f"adapter vs standalone {a / h:.3f}: the standalone source is not the adapter's call "
+                               f"({a:.4g} against {h:.4g} us, one timer, one process)")
     if here is not None:
         h = here["median_us"]
         comps["row_vs_here"] = {"ratio": harness_us / h, "off": _off(harness_us, h, tol)}
@@ -120,4 +157,5 @@ def explain(harness_us: float, ref_us: float, here: dict[str, Any] | None, kerne
     return {"comparisons": comps, "because": because}
 
 
-__all__ = ["NA_CPU", "clock_now", "explain", "kernel_time", "row_timing_options", "time_here", "with_clocks"]
+__all__ = ["NA_CPU", "clock_now", "explain", "kernel_time", "row_timing_options", "time_adapter", "time_here",
+           "with_clocks"]

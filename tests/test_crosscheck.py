@@ -70,7 +70,7 @@ def test_table_written_honest_rows_within_a_wide_tolerance(results, capsys):
         assert o["median_us"] > 0 and "process_time clock" in o["settings"]
         assert r["ratio"] == pytest.approx(r["harness_us"] / r["ref_us"]) and not r["flagged"]
     assert [(x["backend"], x["reason"]) for x in data["not_retimed"]] == [("sdpa-loop", "backend sdpa-loop offers no standalone_call")]
-    assert ("| harness us | harness here us | kernel us (profiler) | torch.utils.benchmark.Timer us |" in md
+    assert ("| harness us | adapter here us | harness here us | kernel us (profiler) | torch.utils.benchmark.Timer us |" in md
             and "## Not re-timed" in md)
     assert data["complete"] is True and data["selected"] == 3
     assert "0 flagged" in capsys.readouterr().out.replace("*", "")
@@ -108,7 +108,9 @@ def test_a_row_edited_far_off_is_flagged_exit_1_and_shown_in_the_report(results,
     tm_shown = next(x for x in shown if x["backend"].startswith("torch-math"))
     assert float(tm_shown["harness here us"]) == pytest.approx(tm["here"]["median_us"], rel=1e-3)
     assert tm_shown["kernel us (profiler)"] == "n/a on cpu" and tm_shown["SM MHz"] == "n/a on cpu"
-    assert "row vs here" in tm["reason"]  # the row's 50x median is off from the harness timer here too
+    assert float(tm_shown["adapter here us"]) == pytest.approx(tm["here_adapter"]["median_us"], rel=1e-3)
+    # the row's 50x median is off from the harness timer here too, on both calls
+    assert "row vs here" in tm["reason"] and "row vs adapter here" in tm["reason"]
     assert any("flagged" in b.get("text", "") for b in sec.blocks if b["kind"] == "text")
 
 
@@ -164,11 +166,14 @@ def test_explaining_columns_on_cpu(results):
     assert here["median_us"] > 0 and here["n"] >= 1 and here["settings"].startswith("harness time_callable(eager, hot")
     assert here["sm_clock_mhz"] == "n/a on cpu" and r["kernel"] == "n/a on cpu"
     assert r["outside"]["torch.utils.benchmark.Timer"]["sm_clock_mhz"] == "n/a on cpu"
-    assert set(r["comparisons"]) == {"row_vs_here", "here_vs_outside"}
+    adapter = r["here_adapter"]  # the adapter's own timed call, the same timer, this process
+    assert adapter["median_us"] > 0 and "adapter's timed_call" in adapter["settings"] and adapter["sm_clock_mhz"] == "n/a on cpu"
+    assert set(r["comparisons"]) == {"row_vs_here", "here_vs_outside", "row_vs_adapter_here", "adapter_vs_standalone"}
+    assert r["comparisons"]["adapter_vs_standalone"]["ratio"] == pytest.approx(adapter["median_us"] / here["median_us"])
     assert r["comparisons"]["row_vs_here"]["ratio"] == pytest.approx(r["harness_us"] / here["median_us"])
     assert r["inputs"] == "harness batch (generate on cpu)"
     line = next(x for x in (results / "crosscheck.md").read_text().splitlines() if "torch-math" in x and x.startswith("|"))
-    assert line.count("n/a on cpu") == 2
+    assert line.count("n/a on cpu") == 2 and "| adapter here us | harness here us |" in (results / "crosscheck.md").read_text()
 
 
 def test_deadline_after_one_row_leaves_a_valid_table_with_the_rest_marked(results, tmp_path, capsys):

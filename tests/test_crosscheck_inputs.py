@@ -114,5 +114,11 @@ def test_explain_names_the_failing_comparison():
     assert why["because"][0].startswith("row vs here 0.847") and "kernel vs outside 0.859" in why["because"][1]
     same = explain(100.0, 101.0, {"median_us": 100.5}, "n/a on cpu", 0.03)
     assert same["because"] == [] and "kernel_vs_outside" not in same["comparisons"]
+    # with the adapter's call timed here: conditions (row vs adapter) and call source (adapter vs standalone) apart
+    cond = explain(508.0, 600.0, {"median_us": 600.0}, "n/a on cpu", 0.03, adapter={"median_us": 610.0})
+    assert cond["comparisons"]["row_vs_adapter_here"]["off"] and not cond["comparisons"]["adapter_vs_standalone"]["off"]
+    assert [b.split(":")[0] for b in cond["because"]] == ["row vs adapter here 0.833", "row vs here 0.847"]
+    src = explain(100.0, 150.0, {"median_us": 150.0}, "n/a on cpu", 0.03, adapter={"median_us": 101.0})
+    assert [b.split(" ")[0:3] for b in src["because"]] == [["adapter", "vs", "standalone"], ["row", "vs", "here"]]
     timer = explain(100.0, 120.0, {"median_us": 100.0}, "n/a on cpu", 0.03)
     assert [b.split(" ")[0:3] for b in timer["because"]] == [["here", "vs", "outside"]]

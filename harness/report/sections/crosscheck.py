@@ -30,15 +30,17 @@ def _num(x: object) -> str:
 
 
 def _explaining(r: dict) -> dict[str, str]:
-    """harness-here and the profiler's kernel time: a number, or the text saying why not."""
-    here, kernel = r.get("here"), r.get("kernel")
-    return {"harness here us": _num(here.get("median_us")) if isinstance(here, dict) else str(here or "-"),
+    """The harness's timer here (adapter call, standalone call) and the profiler's kernel time: a
+    number, or the text saying why not."""
+    here, kernel, adapter = r.get("here"), r.get("kernel"), r.get("here_adapter")
+    return {"adapter here us": _num(adapter.get("median_us")) if isinstance(adapter, dict) else str(adapter or "-"),
+            "harness here us": _num(here.get("median_us")) if isinstance(here, dict) else str(here or "-"),
             "kernel us (profiler)": _num(kernel.get("per_call_us")) if isinstance(kernel, dict) else str(kernel or "-")}
 
 
 def _clock(r: dict) -> str:
     """The SM clock range (MHz) around the row's timers; "n/a on cpu" off a GPU."""
-    recs = [o for o in [r.get("here"), *(r.get("outside") or {}).values()] if isinstance(o, dict)]
+    recs = [o for o in [r.get("here"), r.get("here_adapter"), *(r.get("outside") or {}).values()] if isinstance(o, dict)]
     clocks = [o.get("sm_clock_mhz") for o in recs if "sm_clock_mhz" in o]
     if not clocks:
         return "-"
