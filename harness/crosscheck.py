@@ -18,8 +18,8 @@ A row is flagged when its median is more than the tolerance away from the median
 timers' medians *and* outside their own spread (the range of their medians; one timer: its
 interquartile range), whichever is wider. Flags set exit status 1; rows that cannot be re-timed
 are listed with the reason. Beside the outside timers, each row gets the harness's own timer on
-the adapter's call and on the same standalone call here, the profiler's kernel time and the SM clock (harness/crosscheck_explain.py),
-and a flag names the comparison that fails. The table goes to ``crosscheck.md`` /
+the adapter's call and on the same standalone call here, the profiler's kernel time and the SM
+clock (harness/crosscheck_explain.py), and a flag names the comparison that fails. The table goes to ``crosscheck.md`` /
 ``crosscheck.json`` in the results folder (or ``--out FILE``), rewritten after every row, where
 the report's cross-check section reads it.
 """
