@@ -1,9 +1,11 @@
 """``harness crosscheck RESULTS``: re-time each timed row's library call with timers this project
 did not write, in one process on the row's device, and flag rows whose median disagrees.
 
-For every row that passed and was timed, the row's inputs are rebuilt from its case and seed
-(the same source ``harness repro`` writes: harness/repro.py) and the backend's library call is
-taken from its ``standalone_call`` hook. The call's source is split at its first module-level
+For every row that passed and was timed, the row's own batch is generated again on its device
+from its case and seed (``harness.workload.generate``, reordered as the backend asks) and bound
+to the names a ``standalone_call`` source reads (harness/crosscheck_inputs.py; only the
+constant part of the ``harness repro`` inputs runs), and the backend's library call is taken
+from its ``standalone_call`` hook. The call's source is split at its first module-level
 ``out = ...`` (what every hook does: setup, plans and metadata before it, the call after), the
 setup runs once, and the rest becomes the function the outside timers repeat:
 
@@ -15,8 +17,11 @@ setup runs once, and the rest becomes the function the outside timers repeat:
 A row is flagged when its median is more than the tolerance away from the median of the outside
 timers' medians *and* outside their own spread (the range of their medians; one timer: its
 interquartile range), whichever is wider. Flags set exit status 1; rows that cannot be re-timed
-are listed with the reason. The table goes to ``crosscheck.md`` / ``crosscheck.json`` in the
-results folder (or ``--out FILE``), where the report's cross-check section reads it.
+are listed with the reason. Beside the outside timers, each row gets the harness's own timer on
+the adapter's call and on the same standalone call here, the profiler's kernel time and the SM
+clock (harness/crosscheck_explain.py), and a flag names the comparison that fails. The table goes to ``crosscheck.md`` /
+``crosscheck.json`` in the results folder (or ``--out FILE``), rewritten after every row, where
+the report's cross-check section reads it.
 """
 
 from __future__ import annotations
@@ -34,9 +39,9 @@ from typing import Any, Callable
 
 from typing import TYPE_CHECKING
 
-from harness.lazy import LazyModule
-from harness import markdown
+from harness.crosscheck_table import cells_of, to_markdown
 from harness.fileio import atomic_write_text
+from harness.lazy import LazyModule
 
 # Imported on first use: `harness --help` builds this command's parser without torch or pydantic.
 torch = LazyModule("torch")
@@ -75,10 +80,18 @@ def split_call(source: str) -> tuple[str, str]:
 
 
 def build_call(inputs: str, call_source: str) -> Callable[[], None]:
-    """Run the inputs and the call's setup once; return the call as a function of no arguments."""
-    setup, call = split_call(call_source)
+    """Run the inputs source (the repro's draws) and the call's setup once; return the call as a
+    function of no arguments."""
     ns: dict[str, Any] = {"__name__": "__crosscheck__"}
-    exec(compile(inputs + "\n" + setup, "<crosscheck setup>", "exec"), ns)  # noqa: S102 - our own repro source
+    exec(compile(inputs, "<crosscheck inputs>", "exec"), ns)  # noqa: S102 - our own repro source
+    return build_call_in(ns, call_source)
+
+
+def build_call_in(ns: dict[str, Any], call_source: str) -> Callable[[], None]:
+    """Run the call's setup once in ``ns`` (the inputs already bound); return the call as a
+    function of no arguments."""
+    setup, call = split_call(call_source)
+    exec(compile(setup, "<crosscheck setup>", "exec"), ns)  # noqa: S102 - the backend's own hook source
     body = "\n".join("    " + ln if ln.strip() else "" for ln in call.splitlines())
     exec(compile(f"def _crosscheck_call():\n{body}\n    return None\n", "<crosscheck call>", "exec"), ns)  # noqa: S102
     return ns["_crosscheck_call"]
@@ -181,9 +194,37 @@ def skip_reason(row: ResultRow) -> str | None:
     return None
 
 
-def retime_row(row: ResultRow, tol: float, suite: str | None, min_run_s: float) -> dict[str, Any]:
+class BatchCache:
+    """The last case's generated batch, on its device: the rows of one case (one per backend
+    variant) share it, as the run's CaseContext shares it; a new case frees the old one first."""
+
+    def __init__(self) -> None:
+        self.key: tuple[str, str] | None = None
+        self.batch: Any = None
+
+    def get(self, case: Any, device: Any) -> Any:
+        from harness.workload import generate
+
+        key = (case.model_dump_json(), str(device))
+        if key != self.key:
+            self.key, self.batch = None, None
+            gc.collect()
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+            self.batch, self.key = generate(case, device), key
+        return self.batch
+
+
+def _first_line(e: BaseException) -> str:
+    return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+
+
+def retime_row(row: ResultRow, tol: float, suite: str | None, min_run_s: float,
+               batches: BatchCache | None = None) -> dict[str, Any]:
     """One row's cross-check record; raises CrosscheckError with the reason it cannot be re-timed."""
+    from harness import crosscheck_explain as ex
     from harness import repro
+    from harness.crosscheck_inputs import backend_view, bind_from_batch, constants_part
     from harness.registry import resolve
 
     try:
@@ -209,21 +250,43 @@ def retime_row(row: ResultRow, tol: float, suite: str | None, min_run_s: float) 
     assert timing is not None
     graph = timing.cuda_graph.used
     cold = timing.mode == "cold"
-    sc = repro.script_case(case, backend, variant)
     dev = torch.device(row.device) if on_gpu else torch.device("cpu")
     if on_gpu and dev.index is not None and dev.index >= torch.cuda.device_count():
         dev = torch.device("cuda")
     ctx = torch.cuda.device(dev) if on_gpu else _Null()
+    batches = batches or BatchCache()
     with ctx:
+        t0 = time.perf_counter()
         try:
-            fn = build_call(repro.inputs_source(row, sc, backend), source)
+            # The row's own inputs: the harness's batch for its case and seed, made on the device.
+            batch = batches.get(case, dev)
+            view = backend_view(batch, backend, variant)
+            constants = constants_part(repro.inputs_source(row, repro.script_case(case, backend, variant), backend))
+            fn = build_call_in(bind_from_batch(constants, view), source)
+            del view
             fn()  # first call: JIT, workspaces
             if on_gpu:
                 torch.cuda.synchronize()
         except CrosscheckError:
             raise
         except Exception as e:
-            raise CrosscheckError(f"the standalone call raised: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]) from None
+            raise CrosscheckError(f"the standalone call raised: {_first_line(e)}") from None
+        setup_s = time.perf_counter() - t0  # batch, call setup, first call
+        # The harness's own timer on the adapter's call and on this call, just before the outside
+        # timers; the profiler last (its tracer stays out of every timed figure).
+        try:
+            adapter: dict[str, Any] | None = ex.with_clocks(
+                dev, on_gpu, lambda: ex.time_adapter(backend, variant, batch, dev, timing.options))
+            adapter_error = None
+        except Exception as e:
+            adapter, adapter_error = None, f"failed: {_first_line(e)}"
+        del batch
+        gc.collect()
+        try:
+            here: dict[str, Any] | None = ex.with_clocks(dev, on_gpu, lambda: ex.time_here(fn, dev, timing.options, graph))
+            here_error = None
+        except Exception as e:
+            here, here_error = None, f"failed: {_first_line(e)}"
         outside: dict[str, dict[str, Any]] = {}
         unused: dict[str, str] = {}
         if on_gpu:
@@ -232,12 +295,18 @@ def retime_row(row: ResultRow, tol: float, suite: str | None, min_run_s: float) 
                     unused[name] = t
                     continue
                 try:
-                    outside[name] = t(fn)
+                    outside[name] = ex.with_clocks(dev, True, lambda t=t: t(fn))
                 except Exception as e:
-                    unused[name] = f"failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+                    unused[name] = f"failed: {_first_line(e)}"
         else:
             clock = "process" if timing.method == "process_time" else "wall"
-            outside["torch.utils.benchmark.Timer"] = time_cpu(fn, clock, min_run_s)
+            outside["torch.utils.benchmark.Timer"] = ex.with_clocks(dev, False, lambda: time_cpu(fn, clock, min_run_s))
+        kernel: dict[str, Any] | str = ex.NA_CPU
+        if on_gpu:
+            try:
+                kernel = ex.kernel_time(fn)
+            except Exception as e:
+                kernel = f"failed: {_first_line(e)}"
     del fn
     gc.collect()
     if on_gpu:
@@ -246,8 +315,17 @@ def retime_row(row: ResultRow, tol: float, suite: str | None, min_run_s: float) 
         raise CrosscheckError("no outside timer could time it: " + "; ".join(f"{k}: {v}" for k, v in unused.items()))
     rec = {"case": row.case, "backend": row.backend, "variant": row.variant_label, "device": row.device,
            "mode": timing.mode, "graph": graph, "clock": timing.method, "harness_us": timing.median_us,
+           "inputs": f"harness batch (generate on {dev.type})", "setup_s": setup_s,
+           "here": here if here is not None else here_error,
+           "here_adapter": adapter if adapter is not None else adapter_error, "kernel": kernel,
            "outside": outside, "timers_not_used": unused}
     rec.update(verdict(timing.median_us, outside, tol))
+    why = ex.explain(timing.median_us, rec["ref_us"], here, kernel, tol, adapter)
+    rec.update(why)
+    if rec["flagged"]:
+        rec["reason"] += "; " + ("; ".join(why["because"]) if why["because"] else
+                                 f"no single comparison (row vs here, here vs outside, kernel vs outside) is "
+                                 f"more than {tol:.0%} off")
     return rec
 
 
@@ -260,57 +338,103 @@ class _Null:
 
 
 # ------------------------------------------------------------------ the table
+DEADLINE_REASON = "not re-timed: deadline"
+PENDING_REASON = "not re-timed yet: the command stopped before this row"
+
+
+def _ident(i: int, row: ResultRow) -> dict[str, Any]:
+    return {"row": i, "case": row.case, "backend": row.backend, "variant": row.variant_label}
+
+
+def select_rows(rows: list[ResultRow], cases: list[str] | None, backends: list[str] | None) -> list[int]:
+    """Indices of the rows whose case and backend match one of the globs (all when none given)."""
+    from fnmatch import fnmatchcase
+
+    return [i for i, r in enumerate(rows)
+            if (not cases or any(fnmatchcase(r.case, c) for c in cases))
+            and (not backends or any(fnmatchcase(r.backend, b) for b in backends))]
+
+
+def reusable(previous: dict[str, Any] | None, rows: list[ResultRow]) -> dict[int, dict[str, Any]]:
+    """Records of an earlier cross-check of these results that still describe the same row
+    (index, case, backend, variant, harness median): ``--resume`` keeps them."""
+    keep: dict[int, dict[str, Any]] = {}
+    for rec in (previous or {}).get("rows") or []:
+        i = rec.get("row")
+        if not isinstance(i, int) or not 0 <= i < len(rows) or rows[i].timing is None:
+            continue
+        r = rows[i]
+        if (rec.get("case"), rec.get("backend"), rec.get("variant"), rec.get("harness_us")) == (
+                r.case, r.backend, r.variant_label, r.timing.median_us):
+            keep[i] = rec
+    return keep
+
+
 def crosscheck(rows: list[ResultRow], tol: float, suite: str | None = None, min_run_s: float = 0.2,
-               log: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
-    checked, not_retimed = [], []
-    for i, row in enumerate(rows):
+               log: Callable[[str], None] = lambda m: None, *, deadline_s: float | None = None,
+               selected: list[int] | None = None, previous: dict[str, Any] | None = None,
+               on_progress: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """The cross-check table of ``rows`` (those in ``selected``; all by default).
+
+    ``deadline_s``: no row starts once that many seconds have passed since the call (at least
+    one row is re-timed); the rest are listed as not re-timed for the deadline. ``on_progress``
+    gets the table so far after every row, the rows not reached listed as pending."""
+    start = time.perf_counter()
+    order = list(range(len(rows))) if selected is None else list(selected)
+    kept = reusable(previous, rows)
+    batches = BatchCache()
+    checked: list[dict[str, Any]] = []
+    not_retimed: list[dict[str, Any]] = []
+    attempted = 0
+
+    def table(done: int, complete: bool) -> dict[str, Any]:
+        pending = [{**_ident(i, rows[i]), "reason": PENDING_REASON} for i in order[done:]] if not complete else []
+        timers = sorted({k for r in checked for k in r["outside"]})
+        return {"tolerance": tol, "timers": timers, "rows": list(checked), "not_retimed": not_retimed + pending,
+                "flagged": sum(r["flagged"] for r in checked), "checked": len(checked), "complete": complete,
+                "selected": len(order), "of_rows": len(rows), "elapsed_s": time.perf_counter() - start,
+                "deadline_s": deadline_s, "torch": torch.__version__,
+                "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+    for n, i in enumerate(order):
+        row = rows[i]
+        tag = f"#{i} {row.case} / {row.backend} [{row.variant_label}]"
         why = skip_reason(row)
-        if why is None:
+        if why is None and i in kept:
+            rec = dict(kept[i])
+            rec.update(verdict(rec["harness_us"], rec["outside"], tol))  # the verdict under this tolerance
+            if rec["flagged"] and rec.get("because"):
+                rec["reason"] += "; " + "; ".join(rec["because"])
+            checked.append(rec)
+            log(f"{tag}: kept from the earlier cross-check (--resume)")
+        elif why is None and deadline_s is not None and attempted and time.perf_counter() - start >= deadline_s:
+            not_retimed.append({**_ident(i, row), "reason": DEADLINE_REASON})
+            log(f"{tag}: {DEADLINE_REASON} ({deadline_s:g} s passed)")
+        elif why is None:
+            attempted += 1
+            t0 = time.perf_counter()
             try:
-                rec = retime_row(row, tol, suite, min_run_s)
+                rec = retime_row(row, tol, suite, min_run_s, batches)
             except CrosscheckError as e:
-                why = str(e)
+                not_retimed.append({**_ident(i, row), "reason": str(e)})
+                log(f"{tag}: not re-timed: {e}")
             else:
+                rec["retime_s"] = time.perf_counter() - t0
                 checked.append({"row": i, **rec})
-                log(f"#{i} {row.case} / {row.backend} [{row.variant_label}]: harness {rec['harness_us']:.4g} us, "
-                    f"outside {rec['ref_us']:.4g} us, ratio {rec['ratio']:.3g}{'  FLAGGED' if rec['flagged'] else ''}")
-                continue
-        not_retimed.append({"row": i, "case": row.case, "backend": row.backend, "variant": row.variant_label,
-                            "reason": why})
-    timers = sorted({k for r in checked for k in r["outside"]})
-    return {"tolerance": tol, "timers": timers, "rows": checked, "not_retimed": not_retimed,
-            "flagged": sum(r["flagged"] for r in checked), "checked": len(checked),
-            "torch": torch.__version__, "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-
-
-def to_markdown(res: dict[str, Any], source: str) -> str:
-    timers = res["timers"]
-    out = [f"# Outside-timer cross-check of {source}", "",
-           f"{res['checked']} row(s) re-timed, **{res['flagged']} flagged** (more than {res['tolerance']:.0%} from the "
-           "outside timers' median and outside their spread); "
-           f"{len(res['not_retimed'])} not re-timed.", ""]
-    if res["rows"]:
-        head = ["row", "case", "backend [variant]", "timed as", "harness us", *[f"{t} us" for t in timers],
-                "outside median us", "harness / outside", "verdict"]
-        body = []
-        for r in res["rows"]:
-            mode = "graph" if r["graph"] else ("cpu " + r["clock"] if not r["device"].startswith("cuda") else "eager")
-            body.append([str(r["row"]), r["case"], f"{r['backend']} [{r['variant']}]", f"{mode}, {r['mode']}",
-                         f"{r['harness_us']:.4g}",
-                         *[f"{r['outside'][t]['median_us']:.4g}" if t in r["outside"] else "-" for t in timers],
-                         f"{r['ref_us']:.4g}", f"{r['ratio']:.3f}",
-                         "**FLAGGED**: " + r["reason"] if r["flagged"] else "ok"])
-        out += markdown.table(head, body)
-        out.append("")
-    if res["not_retimed"]:
-        out += ["## Not re-timed", ""]
-        out += [f"- row {r['row']} {r['case']} / {r['backend']} [{r['variant']}]: {r['reason']}" for r in res["not_retimed"]]
-        out.append("")
-    return "\n".join(out)
+                ex = cells_of(rec)
+                log(f"{tag}: harness {rec['harness_us']:.4g} us, adapter here {ex['adapter here us']}, standalone here "
+                    f"{ex['harness here us']}, kernel {ex['kernel us (profiler)']}, outside {rec['ref_us']:.4g} us, "
+                    f"ratio {rec['ratio']:.3g} (setup {rec['setup_s']:.1f} s of {rec['retime_s']:.1f} s)"
+                    f"{'  FLAGGED' if rec['flagged'] else ''}")
+        else:
+            not_retimed.append({**_ident(i, row), "reason": why})
+        if on_progress is not None:
+            on_progress(table(n + 1, False))
+    return table(len(order), True)
 
 
 def _write(path: Path, text: str) -> None:
-    atomic_write_text(path, text, mkdir=False)  # nothing half-written
+    atomic_write_text(path, text)  # nothing half-written
 
 
 # ------------------------------------------------------------------ command
@@ -326,6 +450,13 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--suite", metavar="FILE", help="the suite file (default: the one each row's reproducer names)")
     p.add_argument("--min-run-time", type=float, default=0.2, metavar="S",
                    help="CPU: blocked_autorange's min_run_time per row (default 0.2)")
+    p.add_argument("--deadline", type=float, metavar="SECONDS",
+                   help="start no new row after this many seconds (at least one row is re-timed); the rest are "
+                        "listed as 'not re-timed: deadline'. The table is rewritten after every row either way")
+    p.add_argument("--case", action="append", metavar="GLOB", help="only rows whose case matches (repeatable)")
+    p.add_argument("--backend", action="append", metavar="GLOB", help="only rows whose backend matches (repeatable)")
+    p.add_argument("--resume", action="store_true",
+                   help="keep the rows an earlier (stopped) cross-check of the same results re-timed; re-time the rest")
     p.set_defaults(func=run)
 
 
@@ -370,15 +501,33 @@ def _run(args: argparse.Namespace) -> int:
         md_path, json_path = folder / MD_FILE, folder / JSON_FILE
     if not md_path.parent.is_dir():
         raise _Usage(f"--out {md_path}: folder {md_path.parent} does not exist")
+    if args.deadline is not None and not (args.deadline >= 0 and math.isfinite(args.deadline)):
+        raise _Usage(f"--deadline {args.deadline}: give seconds >= 0")
+    selected = select_rows(rows, args.case, args.backend)
+    if not selected:
+        raise _Usage(f"{args.results}: no row matches --case {args.case or ['*']} --backend {args.backend or ['*']}")
+    previous = None
+    if args.resume and json_path.is_file():
+        try:
+            previous = json.loads(json_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise _Usage(f"--resume: {json_path} is not readable JSON ({e})") from None
+
+    def save(res: dict[str, Any]) -> None:
+        res["results"] = str(src)
+        res["filters"] = {"case": args.case, "backend": args.backend}
+        _write(json_path, json.dumps(results._clean(res), indent=2, allow_nan=False, default=str) + "\n")
+        _write(md_path, to_markdown(res, str(src)) + "\n")
+
+    err = Console(stderr=True)  # progress per row on stderr; the table on stdout at the end
     res = crosscheck(rows, tol, args.suite, args.min_run_time,
-                     log=lambda m: console.print(m, highlight=False, markup=False, soft_wrap=True))
-    res["results"] = str(src)
-    md = to_markdown(res, str(src))
-    _write(json_path, json.dumps(results._clean(res), indent=2, allow_nan=False, default=str) + "\n")
-    _write(md_path, md + "\n")
-    console.print(md, highlight=False, markup=False, soft_wrap=True)
+                     log=lambda m: err.print(m, highlight=False, markup=False, soft_wrap=True),
+                     deadline_s=args.deadline, selected=selected, previous=previous, on_progress=save)
+    save(res)
+    console.print(to_markdown(res, str(src)), highlight=False, markup=False, soft_wrap=True)
     console.print(f"wrote {md_path} and {json_path}", highlight=False, markup=False, soft_wrap=True)
     return 1 if res["flagged"] else 0
 
 
-__all__ = ["add_parser", "build_call", "crosscheck", "run", "split_call", "to_markdown", "verdict"]
+__all__ = ["add_parser", "build_call", "build_call_in", "cells_of", "crosscheck", "run", "split_call", "to_markdown",
+           "verdict"]

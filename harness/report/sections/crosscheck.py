@@ -25,6 +25,31 @@ def _found(src: str) -> tuple[Path, dict] | None:
     return f, data if isinstance(data, dict) else {"error": "not a JSON object"}
 
 
+def _num(x: object) -> str:
+    return f"{x:.4g}" if isinstance(x, (int, float)) else "-"
+
+
+def _explaining(r: dict) -> dict[str, str]:
+    """The harness's timer here (adapter call, standalone call) and the profiler's kernel time: a
+    number, or the text saying why not."""
+    here, kernel, adapter = r.get("here"), r.get("kernel"), r.get("here_adapter")
+    return {"adapter here us": _num(adapter.get("median_us")) if isinstance(adapter, dict) else str(adapter or "-"),
+            "harness here us": _num(here.get("median_us")) if isinstance(here, dict) else str(here or "-"),
+            "kernel us (profiler)": _num(kernel.get("per_call_us")) if isinstance(kernel, dict) else str(kernel or "-")}
+
+
+def _clock(r: dict) -> str:
+    """The SM clock range (MHz) around the row's timers; "n/a on cpu" off a GPU."""
+    recs = [o for o in [r.get("here"), r.get("here_adapter"), *(r.get("outside") or {}).values()] if isinstance(o, dict)]
+    clocks = [o.get("sm_clock_mhz") for o in recs if "sm_clock_mhz" in o]
+    if not clocks:
+        return "-"
+    if any(isinstance(c, str) for c in clocks):
+        return next(c for c in clocks if isinstance(c, str))
+    mhz = [v for c in clocks if isinstance(c, dict) for v in (c.get("before"), c.get("after")) if isinstance(v, (int, float))]
+    return f"{min(mhz):.0f}-{max(mhz):.0f}" if mhz else "-"
+
+
 @section("crosscheck", "Outside timers: harness vs the libraries' own timers", order=150,
          looked_for=f"{JSON_FILE} next to the results (written by `harness crosscheck RESULTS`)")
 def crosscheck(df: pd.DataFrame) -> list[Block]:
@@ -46,13 +71,19 @@ def crosscheck(df: pd.DataFrame) -> list[Block]:
             f"spread); {len(data.get('not_retimed') or [])} not re-timed.",
             cls="warn" if flagged else "ok"))
         timers = list(data.get("timers") or [])
+        if data.get("complete") is False:
+            out.append(Text(f"{f}: incomplete: the cross-check was stopped (or is running); rows it had not reached "
+                            "are listed as not re-timed.", cls="warn"))
+        # Older tables (no harness-here / kernel / clock columns) show "-" there.
         table = pd.DataFrame([{
             "row": r.get("row"), "case": r.get("case"), "backend": f"{r.get('backend')} [{r.get('variant')}]",
             "timed as": ("graph" if r.get("graph") else "eager") + f", {r.get('mode')}",
             "harness us": f"{r.get('harness_us', float('nan')):.4g}",
+            **_explaining(r),
             **{f"{t} us": (f"{r['outside'][t]['median_us']:.4g}" if t in (r.get("outside") or {}) else "-")
                for t in timers},
             "harness / outside": f"{r.get('ratio', float('nan')):.3f}",
+            "SM MHz": _clock(r),
             "verdict": ("FLAGGED: " + str(r.get("reason", ""))) if r.get("flagged") else "ok",
         } for r in rows])
         if not table.empty:
