@@ -42,6 +42,9 @@ NAME_SCAN_ALLOWED: dict[str, set[str]] = {
     # A measurement script's default: docs/conformance.md's calibration table is of these two.
     "harness/calibrate.py": {"torch-math,sdpa"},
 }
+# Folders outside the core: harness/diag/ holds measurement diagnostics that exist to time named
+# libraries against the harness (`harness diag NAME`); nothing in the run path imports them.
+NAME_SCAN_EXEMPT_DIRS = ("harness/diag/",)
 
 
 def _code_strings(tree: ast.AST) -> list[tuple[int, str]]:
@@ -64,6 +67,8 @@ def test_core_source_names_no_backend():
     found = []
     for path in sorted((ROOT / "harness").rglob("*.py")):
         rel = str(path.relative_to(ROOT))
+        if rel.startswith(NAME_SCAN_EXEMPT_DIRS):
+            continue
         for line, s in _code_strings(ast.parse(path.read_text())):
             parts = [p.strip() for p in s.split(",")]
             is_names = bool(s.strip()) and all(p in names for p in parts)
@@ -93,3 +98,17 @@ def test_module_class_specs_still_resolve_and_unknown_names_are_one_clear_error(
     assert registry.resolve("backends.torch_math:TorchMathBackend").name == "torch-math"
     with pytest.raises(registry.BackendLookupError, match="unknown backend 'nope'; known: .*torch-math"):
         registry.resolve("nope")
+
+
+def test_the_run_path_does_not_import_the_diagnostics():
+    # The name scan skips harness/diag/ because nothing but the command table reaches it.
+    users = []
+    for path in sorted((ROOT / "harness").rglob("*.py")):
+        rel = str(path.relative_to(ROOT))
+        if rel.startswith(NAME_SCAN_EXEMPT_DIRS) or rel == "harness/cli/parser.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            mods = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
+                [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            users += [f"{rel}: {m}" for m in mods if m == "harness.diag" or m.startswith("harness.diag.")]
+    assert not users, users
