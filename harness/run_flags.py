@@ -329,8 +329,9 @@ def add_pytest_options(group: Any) -> None:
         kw.pop("const", None)
         if "metavar" not in kw and kw.get("action") != "store_true" and "choices" not in kw:
             kw["metavar"] = name.upper()
-        if kw.get("action") != "store_true":
-            kw.setdefault("default", None)
+        if kw.get("action") != "store_true" and (kw.get("default") is None or "default" not in kw
+                                                  or type(kw["default"]).__name__ == "PydanticUndefinedType"):
+            kw["default"] = None  # a required field (--bench-suite) has no default: absent means "not asked"
         group.addoption(_bench_name(name, flag), dest=f"bench_{name}", **kw)
 
 

@@ -4,7 +4,6 @@ Tests about measurement use real rows from real runs instead."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Any
 
 from harness.results import Check, Host, ResultRow, Status, Timing
@@ -21,7 +20,7 @@ def timing(median: float, lo: float | None = None, hi: float | None = None, *, s
         ci_coverage=0.95, rel_ci_half_width=(hi - lo) / (2 * median) if median else 0.0, samples=samples,
         stop_reason="noise_target", stop="", target_rel_noise=0.01, sampling_s=0.1, method=method, mode="hot",
         l2="hot (not flushed)", cuda_graph={"used": False, "reason": "test"}, calls_per_sample=1,
-        sm_clock_mhz=None, options=asdict(TimingOptions()))
+        sm_clock_mhz=None, options=TimingOptions().model_dump())
     fields.update(kw)
     return Timing.model_validate(fields)
 
