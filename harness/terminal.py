@@ -73,11 +73,18 @@ def print_legend(console: Console, pairs: list[tuple[str, str]], width: int) -> 
     """``id = full name``, one a line; a name too long for the line starts on the next one."""
     for i, name in pairs:
         line = f"  {i} = {name}"
-        if len(line) > width and len(name) + 4 <= width:
-            console.print(escape(f"  {i} ="), highlight=False)
-            console.print(escape(f"    {name}"), highlight=False, soft_wrap=True)
-        else:
+        if len(line) <= width:
             console.print(escape(line), highlight=False, soft_wrap=True)
+            continue
+        console.print(escape(f"  {i} ="), highlight=False)
+        # Longer than a line: break after a comma (between axis=value pairs), never inside a token.
+        cur = ""
+        for part in [p + "," for p in name.split(",")[:-1]] + [name.split(",")[-1]]:
+            if cur and len(cur) + len(part) + 4 > width:
+                console.print(escape(f"    {cur}"), highlight=False, soft_wrap=True)
+                cur = ""
+            cur += part
+        console.print(escape(f"    {cur}"), highlight=False, soft_wrap=True)
 
 
 def print_summary(rows: list[ResultRow], out_dir: Path, console: Console, err_console: Console,
@@ -245,7 +252,8 @@ def print_backends_verbose(backends: list[dict[str, Any]], console: Console) -> 
             info = "; ".join(x for x in (info, untested_note(b.get("untested") or [])) if x)
             caps = "; ".join(f"{k}={','.join(map(str, x)) if isinstance(x, list) else x}"
                              for k, x in v["capabilities"].items())
-            head = Text(f"{v['label'] or '(one variant)'}: ")
+            # axis=value pairs split at ", " so a long label wraps between pairs, never inside one
+            head = Text(f"{(v['label'] or '(one variant)').replace(',', ', ')}: ")
             head.append(ok, style="green" if v["available"] else "red")
             console.print(Padding(head, (0, 0, 0, 2), expand=False))
             if info:

@@ -82,7 +82,7 @@ def rows(tmp_path_factory):
     out: dict[tuple[str, bool], object] = {}
     for group in group_by_case(plan_cells(suite, backends, opts)):
         for row in iterate_case(group, suite, opts):
-            out[(row.backend, row.config["causal"])] = row
+            out[(row.backend, row.config.causal)] = row
     return out
 
 

@@ -3,18 +3,19 @@ without a main guard (one clear error); load/report/compare on committed results
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from conftest import subprocess_env
+
 import harness
 from harness import api
 
 ROOT = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+ENV = subprocess_env()
 BASELINE = ROOT / "ci" / "baselines" / "cpu-smoke"
 CALL = ("import harness\n"
         "df = harness.run({suite!r}, out={out!r}, device='cpu', backends='torch-math', case=['decode-gqa[block_size=16,count=1]'], no_time=True)\n"

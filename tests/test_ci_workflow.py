@@ -5,7 +5,6 @@ and the CI outputs (step summary, ::error lines, JUnit, benchmark JSON) hold wha
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 import subprocess
@@ -14,6 +13,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import yaml
+
+from conftest import subprocess_env
 
 from harness.cli import build_parser, main
 from harness.compare import compare_rows
@@ -45,7 +46,7 @@ def test_the_cpu_job_runs_as_written(tmp_path):
     for d in ("ci", "suites"):
         (tmp_path / d).symlink_to(ROOT / d)  # the checkout the job sees, outputs kept out of it
     summary = tmp_path / "summary.md"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "GITHUB_STEP_SUMMARY": str(summary)}
+    env = subprocess_env(GITHUB_STEP_SUMMARY=str(summary))
     ran = 0
     for cmd in _runs("cpu-gate"):
         argv = shlex.split(cmd)

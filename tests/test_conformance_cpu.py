@@ -109,8 +109,8 @@ def test_per_request_verdict_catches_wrong_decodes_next_to_a_long_prefill():
     assert whole.mismatch_fraction <= tol.max_mismatch_fraction and whole.rel_l2_err < 0.1
     r = check_output(bad, ref, tol, query_start_loc=b.query_start_loc, kinds=b.kinds, seq_lens=b.seq_lens)
     assert not r.passed and r.num_failed_requests == 2
-    assert r.per_kind["decode"]["failed"] == 2 and r.per_kind["prefill"]["failed"] == 0
-    assert r.worst_request["kind"] == "decode" and r.worst_request["rel_l2_err"] > 1.0
+    assert r.per_kind["decode"].failed == 2 and r.per_kind["prefill"].failed == 0
+    assert r.worst_request.kind == "decode" and r.worst_request.rel_l2_err > 1.0
     assert "decode 2/2" in r.message
 
 

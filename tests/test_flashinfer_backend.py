@@ -220,7 +220,7 @@ def test_page_size_suite_cells_skip_with_reason_on_cpu():
     assert len(rows) == sum(expected(segment_kinds(lay.query_lens, lay.seq_lens)) for lay in lays)
     assert any(r.variant.get("call_form") == "fastest" for r in rows)
     assert all(r.variant.get("call_form") == "vllm" for r in rows  # one-kind batches: vLLM's form stands for both
-               if r.variant_axes and "call_form" in r.variant_axes.get("not_applied", {}))
+               if r.variant_axes and "call_form" in r.variant_axes.not_applied)
     assert {r.status for r in rows} == {"skipped"}
     assert all("flashinfer is not installed" in r.reason for r in rows)
 

@@ -21,6 +21,7 @@ from harness.cli import main
 from harness.compare import (NoiseModel, classify_speed, compare_paths, compare_rows, confirm_slowdowns,
                              estimate_noise, robust_sigma, to_markdown)
 from harness.results import read_rows
+from harness.row_parts import CudaGraphInfo
 from sampled_rows import sampled_run, write_run
 from typed_rows import ran_row
 
@@ -36,7 +37,7 @@ def _gpu_rows(n: int, jitter: float, seed: int, scale: dict[int, float] | None =
         med = (10.0 + i) * (1 + rng.uniform(-jitter, jitter)) * (scale or {}).get(i, 1.0)
         row = ran_row(med, med * 0.997, med * 1.003, case=f"c{i}", backend="b" if i % 2 else "a",
                       suite=suite, device="cuda:0")
-        row.timing.cuda_graph = {"used": True, "reason": ""}  # kernel rows replay a CUDA graph
+        row.timing.cuda_graph = CudaGraphInfo(used=True, reason="")  # kernel rows replay a CUDA graph
         out.append(row)
     return out
 

@@ -3,7 +3,6 @@ marks of `harness list`, the extras, -v logging."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import tomllib
@@ -13,9 +12,10 @@ from attn_contract import AttentionBackend
 from harness import cli
 from harness.results import RESULTS_FILE
 from harness.versions import outside_tested, untested, untested_note
+from conftest import subprocess_env
 
 ROOT = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+ENV = subprocess_env()
 
 
 def _modules_after(code: str) -> set[str]:

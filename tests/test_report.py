@@ -188,7 +188,7 @@ def test_latency_table_holds_medians_and_intervals(cpu_run):
     lat = {s.id: s for s in build_sections(load([cpu_run]))}["latency"]
     t = next(b for b in lat.blocks if b["kind"] == "table")
     cols = t["columns"]
-    want = (f"{r.timing['median_us']:.2f}", f"{r.timing['ci_low_us']:.2f}", f"{r.timing['ci_high_us']:.2f}")
+    want = (f"{r.timing.median_us:.2f}", f"{r.timing.ci_low_us:.2f}", f"{r.timing.ci_high_us:.2f}")
     assert any(row[cols.index("case")][2] == r.case and (row[cols.index("median us")][0], row[cols.index("CI low")][0],
                                                         row[cols.index("CI high")][0]) == want for row in t["rows"])
 

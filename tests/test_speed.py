@@ -181,7 +181,7 @@ def test_flashinfer_prefill_backend_collapses_on_decode_only_batches():
 
     assert segment_kinds([1, 1], [5, 9]) == {"decode"}
     assert segment_kinds([1, 4, 6], [5, 9, 6]) == {"decode", "extend", "prefill"}
-    assert FlashInferBackend.applicable_axes({"decode"}) == ("decode_tensor_cores",)
+    assert FlashInferBackend.applicable_axes({"decode"}) == ("decode_tensor_cores", "decode_backend")
     assert FlashInferBackend.applicable_axes({"prefill"}) == ("prefill_backend",)
     decode = parse_suite(yaml.safe_load(SMALL))
     mixed_suite = parse_suite(yaml.safe_load(SMALL + "      - kind: prefill\n        count: 1\n        query_len: 8\n"))
@@ -189,7 +189,7 @@ def test_flashinfer_prefill_backend_collapses_on_decode_only_batches():
     cells = plan_cells(decode, [FlashInferBackend], RunOptions(device=cpu))
     assert len(cells) == 2 * 2  # two cases x decode_tensor_cores
     for c in cells:
-        assert c.axes["applied"] == ["decode_tensor_cores"] and c.axes["segment_kinds"] == ["decode"]
+        assert c.axes["applied"] == ["decode_tensor_cores", "decode_backend"] and c.axes["segment_kinds"] == ["decode"]
         assert c.axes["not_applied"] == {"prefill_backend": ["auto", "fa2", "fa3"], "call_form": ["fastest", "vllm"]}
         assert len(c.axes["stands_for"]) == 6 and c.variant["prefill_backend"] == "auto"
     assert len(plan_cells(decode, [FlashInferBackend], RunOptions(device=cpu, collapse_variants=False))) == 2 * 12
@@ -207,7 +207,7 @@ def test_collapsed_rows_say_which_axes_applied(tmp_path):
     rows, rows_all = read_rows(out), read_rows(out_all)
     assert len(rows) == 4 and len(rows_all) == 24
     for r in rows:
-        assert r.variant_axes.applied == ["decode_tensor_cores"]
+        assert r.variant_axes.applied == ["decode_tensor_cores", "decode_backend"]
         assert r.variant_label in r.variant_axes.stands_for
     assert all(r.variant_axes is None and "variant_axes" not in r.model_dump() for r in rows_all)
 

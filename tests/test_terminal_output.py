@@ -147,4 +147,6 @@ def test_list_verbose_never_splits_a_word_at_80_columns():
             for k in v["capabilities"]:
                 assert any(t.startswith(f"{k}=") for t in words), k
             if v["label"]:
-                assert f"{v['label']}:" in words  # fa_version=auto: whole, not fa_versi/on=auto
+                pairs = v["label"].split(",")
+                for i, pair in enumerate(pairs):  # fa_version=auto whole, not fa_versi/on=auto
+                    assert f"{pair}{':' if i == len(pairs) - 1 else ','}" in words, pair

@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     t.add_column("backend", no_wrap=True)
     t.add_column("variants", overflow="fold", ratio=1)
     t.add_column("ok", no_wrap=True)
-    t.add_column("why not / versions", ratio=1)
+    t.add_column("why not / versions", ratio=1, overflow="fold")  # a long token folds, never "…"
     for b in backends:
         if b["error"]:
             t.add_row(escape(b["name"]), "-", "[red]no", escape(b["error"]))
