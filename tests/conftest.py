@@ -2,9 +2,18 @@ import os
 import sys
 from pathlib import Path
 
+import torch
+
 ROOT = Path(__file__).resolve().parent.parent
 # tests/ holds plugin backends used through module:Class specs
 sys.path.insert(0, str(ROOT / "tests"))
+
+# One torch thread, here and (through the environment) in every worker and subprocess the tests
+# start. The tests' tensors are small: a second intra-op thread saves little on an idle 2-core
+# machine, and on a busy one its spin-waits cost up to 10x the CPU time (measured on the
+# conformance fixture of tests/test_mutants.py). No test asserts on a thread count.
+os.environ["OMP_NUM_THREADS"] = "1"
+torch.set_num_threads(1)
 
 
 def subprocess_env(**extra: str) -> dict[str, str]:

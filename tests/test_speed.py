@@ -305,12 +305,13 @@ def test_reference_backend_is_checked_not_timed_unless_asked(tmp_path, monkeypat
     assert caps.role == "reference" and caps.untimed_on == frozenset({"cuda"})  # on CPU it stays timed
     assert caps.timing_skip_reason("cpu") is None and "not timed on cuda" in caps.timing_skip_reason("cuda")
     monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    # In this process: which rows are timed is decided by the runner, the same in a worker.
     suite = tmp_path / "s.yaml"
     suite.write_text(SMALL)
     backends = "plugins.cpu_reference:CpuReferenceMath,sdpa"
     out = tmp_path / "res"
     assert main(["run", str(suite), "--device", "cpu", "--backends", backends, "--out", str(out),
-                 "--quiet", "--max-time", "0.05", "--report"]) == 0
+                 "--quiet", "--max-time", "0.05", "--report", "--no-isolation"]) == 0
     rows = read_rows(out)
     ref = [r for r in rows if r.backend == "cpu-reference-math"]
     other = [r for r in rows if r.backend == "sdpa"]
@@ -320,7 +321,7 @@ def test_reference_backend_is_checked_not_timed_unless_asked(tmp_path, monkeypat
     assert "reference, not timed" in (out / "report.html").read_text()
     out2 = tmp_path / "res2"
     assert main(["run", str(suite), "--device", "cpu", "--backends", backends, "--out", str(out2),
-                 "--quiet", "--max-time", "0.05", "--time-references"]) == 0
+                 "--quiet", "--max-time", "0.05", "--time-references", "--no-isolation"]) == 0
     assert all(r.timing is not None and r.timing_skipped is None for r in read_rows(out2))
 
 
