@@ -320,7 +320,7 @@ def retime_row(row: ResultRow, tol: float, suite: str | None, min_run_s: float,
            "here_adapter": adapter if adapter is not None else adapter_error, "kernel": kernel,
            "outside": outside, "timers_not_used": unused}
     rec.update(verdict(timing.median_us, outside, tol))
-    why = ex.explain(timing.median_us, rec["ref_us"], here, kernel, tol, adapter)
+    why = ex.explain(timing.median_us, rec["ref_us"], here, kernel, tol, adapter, outside=outside)
     rec.update(why)
     if rec["flagged"]:
         rec["reason"] += "; " + ("; ".join(why["because"]) if why["because"] else
@@ -403,6 +403,13 @@ def crosscheck(rows: list[ResultRow], tol: float, suite: str | None = None, min_
         if why is None and i in kept:
             rec = dict(kept[i])
             rec.update(verdict(rec["harness_us"], rec["outside"], tol))  # the verdict under this tolerance
+            # ... and its explanation from the recorded figures (what this version compares)
+            from harness import crosscheck_explain as ex
+
+            here_rec = rec.get("here") if isinstance(rec.get("here"), dict) else None
+            adapter_rec = rec.get("here_adapter") if isinstance(rec.get("here_adapter"), dict) else None
+            rec.update(ex.explain(rec["harness_us"], rec["ref_us"], here_rec, rec.get("kernel", ex.NA_CPU), tol,
+                                  adapter_rec, outside=rec["outside"]))
             if rec["flagged"] and rec.get("because"):
                 rec["reason"] += "; " + "; ".join(rec["because"])
             checked.append(rec)

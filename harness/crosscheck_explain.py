@@ -119,8 +119,12 @@ def _off(a: float, b: float, tol: float) -> bool:
     return abs(a / b - 1) > tol
 
 
+CLOCK_DROP = 0.05  # a fall of more than this between the harness timer and the outside timers is named
+
+
 def explain(harness_us: float, ref_us: float, here: dict[str, Any] | None, kernel: dict[str, Any] | str,
-            tol: float, adapter: dict[str, Any] | None = None) -> dict[str, Any]:
+            tol: float, adapter: dict[str, Any] | None = None,
+            outside: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """Which comparison fails: row vs here (the row's conditions), here vs outside (the timer),
     kernel vs the outside median (graph replay / launch gaps around the kernels); with the
     adapter's call timed here too, row vs that (the same call: only the conditions differ) and
@@ -149,6 +153,23 @@ def explain(harness_us: float, ref_us: float, here: dict[str, Any] | None, kerne
                            f"{h:.4g} us on the same call)")
         if comps["here_vs_outside"]["off"]:
             because.append(f"here vs outside {h / ref_us:.3f}: the timers disagree on one call in one process")
+    # The GPU's clock during the timers (NVML, before/after each): the outside timers repeat the
+    # call for 100+ ms, the harness samples for a few ms. On the H200 (2026-12-02) the SM clock
+    # fell from 1980 to ~1455-1575 MHz during bench_gpu_time / do_bench_cudagraph (power limit)
+    # while the harness's own timer ran at 1980 MHz: FA rows then read 7-15% slower outside.
+    def mhz(rec: dict[str, Any] | None) -> list[float]:
+        c = (rec or {}).get("sm_clock_mhz")
+        return [x for x in c.values() if isinstance(x, (int, float))] if isinstance(c, dict) else []  # CPU: a note
+
+    here_mhz = mhz(here)
+    out_mhz = [x for o in (outside or {}).values() for x in mhz(o)]
+    if here_mhz and out_mhz:
+        lo, top = min(out_mhz), min(here_mhz)
+        comps["clock"] = {"here_mhz": top, "outside_min_mhz": lo, "off": lo < (1 - CLOCK_DROP) * top}
+        if comps["clock"]["off"]:
+            because.append(f"clock: the SM clock fell to {lo:.0f} MHz during the outside timers' longer loops "
+                           f"(the harness timer here ran at {top:.0f} MHz): they time a sustained, power-limited "
+                           "clock, the harness's short sampling a boost clock")
     if isinstance(kernel, dict):
         k = kernel["per_call_us"]
         comps["kernel_vs_outside"] = {"ratio": k / ref_us, "off": _off(k, ref_us, tol)}
