@@ -1,6 +1,7 @@
 """Compare two runs row by row and decide whether the new one regressed.
 
-Rows are matched by (suite, case, backend, variant_label). What fails the gate:
+Rows are matched by (suite, case, backend, variant_label); a variant axis only one run has (added
+between the runs) is left out of the match where that merges no rows. What fails the gate:
 
 - correctness: pass -> mismatch/error/timeout; a row that disappeared; a row that stopped
   running (became skipped/unsupported), unless allowed by --allow-missing / --allow-skip;
@@ -42,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
-from harness.results import FAILED, NOT_RUN, RAN, ResultRow, Status, read_rows, read_run_header
+from harness.results import FAILED, NOT_RUN, RAN, ResultRow, Status, read_rows, read_run_header, variant_label
 
 Speed = Literal["faster", "slower", "same", "ambiguous", "noisy", "not timed"]
 ATTEMPTED = RAN | FAILED  # the cell was tried: it ran, or it failed trying
@@ -259,12 +260,48 @@ def classify_speed(base: ResultRow, new: ResultRow, threshold: float,
     return "ambiguous", ratio
 
 
-def _index(rows: list[ResultRow], label: str, warnings: list[str]) -> dict[tuple[str, str, str, str], ResultRow]:
+def _one_sided_axes(base_rows: list[ResultRow], new_rows: list[ResultRow], warnings: list[str]) -> dict[str, set[str]]:
+    """Per backend, the variant axes only one run has (an axis added between the runs, e.g.
+    FlashInfer's decode_backend): rows are matched on the axes both runs have, so a baseline
+    from before the axis still meets its rows. Not where dropping the axis would merge rows
+    of one run (several values of the new axis): those stay unmatched, as new/missing."""
+    def axes(rows: list[ResultRow]) -> dict[str, set[str]]:
+        out: dict[str, set[str]] = {}
+        for r in rows:
+            out.setdefault(r.backend, set()).update(r.variant)
+        return out
+
+    a, b = axes(base_rows), axes(new_rows)
+    drop: dict[str, set[str]] = {}
+    for backend in set(a) & set(b):
+        only = a[backend] ^ b[backend]
+        if not only:
+            continue
+        for rows in (base_rows, new_rows):
+            keys = [_key(r, only) for r in rows if r.backend == backend]
+            if len(keys) != len(set(keys)):
+                break
+        else:
+            drop[backend] = only
+            warnings.append(f"{backend}: variant axis {', '.join(sorted(only))} is in only one run; its rows are "
+                            "matched on the axes both runs have")
+    return drop
+
+
+def _key(r: ResultRow, drop: set[str]) -> tuple[str, str, str, str]:
+    if not drop:
+        return r.key
+    return (r.suite, r.case, r.backend, variant_label({k: v for k, v in r.variant.items() if k not in drop}))
+
+
+def _index(rows: list[ResultRow], label: str, warnings: list[str],
+           drop: dict[str, set[str]] | None = None) -> dict[tuple[str, str, str, str], ResultRow]:
     out: dict[tuple[str, str, str, str], ResultRow] = {}
     dups = 0
     for r in rows:
-        dups += r.key in out
-        out[r.key] = r  # the last one wins: a re-run appended to the same file supersedes
+        k = _key(r, (drop or {}).get(r.backend, set()))
+        dups += k in out
+        out[k] = r  # the last one wins: a re-run appended to the same file supersedes
     if dups:
         warnings.append(f"{label}: {dups} duplicate row key(s); the last occurrence of each is used")
     return out
@@ -280,8 +317,9 @@ def compare_rows(
     allow_skip: list[str] | None = None,
 ) -> Comparison:
     warnings: list[str] = []
-    base = _index(base_rows, "baseline", warnings)
-    new = _index(new_rows, "new", warnings)
+    drop = _one_sided_axes(base_rows, new_rows, warnings)
+    base = _index(base_rows, "baseline", warnings, drop)
+    new = _index(new_rows, "new", warnings, drop)
     allow_missing = allow_missing or []
     allow_skip = allow_skip or []
     diffs: list[RowDiff] = []

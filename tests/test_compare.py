@@ -270,3 +270,24 @@ def test_h200_identical_runs_pass_and_a_real_slowdown_fails():
     assert same.noise["cuda/cuda_event/host-bound"].dominated and same.noise["cuda/cuda_event/host-bound"].rows == 72
     slow = compare_paths(H200_TODAY / "rows-base", H200_TODAY / "rows-slow", threshold=0.05)
     assert slow.regressed and len(slow.of("slower")) == 12
+
+
+def test_an_axis_added_between_the_runs_still_matches_its_rows():
+    # The H200 decode suite of 2026-12-01 against 2026-12-02: FlashInfer rows gained
+    # decode_backend=wrapper; matched on the axes both runs have, they are not "missing".
+    from harness.compare import compare_rows
+    from harness.results import variant_label
+    from typed_rows import ran_row
+
+    def fi(v: dict, med: float):
+        return ran_row(med, med * 0.999, med * 1.001, backend="flashinfer", variant=v, variant_label=variant_label(v))
+
+    old = [fi({"decode_tensor_cores": t}, 100.0 + t) for t in (True, False)]
+    new = [fi({"decode_tensor_cores": t, "decode_backend": "wrapper"}, 100.0 + t) for t in (True, False)]
+    comp = compare_rows(old, new)
+    assert not comp.regressions and all(d.base is not None and d.new is not None for d in comp.diffs)
+    assert any("decode_backend" in w for w in comp.warnings)
+    # Two values of the new axis would merge into one old row: those stay unmatched (new/missing).
+    two = new + [fi({"decode_tensor_cores": True, "decode_backend": "xqa"}, 90.0)]
+    comp2 = compare_rows(old, two)
+    assert sum(d.base is None for d in comp2.diffs) == 3 and len(comp2.regressions) == 2  # the old rows: missing

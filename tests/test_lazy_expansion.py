@@ -59,7 +59,12 @@ def test_run_parent_imports_no_gpu_library_to_expand_the_decode_suite(tmp_path):
     # The workers reported what the parent used to probe itself.
     assert set(header["backends"]) == {"flash-attn", "flashinfer", "sdpa", "torch-math"}
     assert header["backends"]["sdpa"]["available"] is True
-    assert header["backends"]["flashinfer"]["available"] is False and header["backends"]["flashinfer"]["reason"]
+    import importlib.util
+
+    if importlib.util.find_spec("flashinfer") is None:  # the CPU box: the workers say why not
+        assert header["backends"]["flashinfer"]["available"] is False and header["backends"]["flashinfer"]["reason"]
+    else:  # a GPU machine: the workers found it, the parent never imported it (asserted above)
+        assert header["backends"]["flashinfer"]["available"] is True
 
 
 def test_in_process_run_still_probes_versions_in_the_parent(tmp_path):
