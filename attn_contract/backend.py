@@ -158,7 +158,8 @@ class AttentionBackend(ABC):
 
         ``call`` is the row's recorded ``describe_call`` (e.g. a resolved version), if any.
         The source runs at module level of the script and may import the library. It finds
-        (names agreed with harness/repro.py, which defines them):
+        (the names of attn_contract/standalone.py ``STANDALONE_NAMES``, which harness/repro.py and
+        harness/crosscheck.py define):
         ``q`` [num_tokens, NUM_HEADS, HEAD_SIZE] in DTYPE; ``kv_cache`` the logical
         (num_blocks, 2, BLOCK_SIZE, NUM_KV_HEADS, HEAD_SIZE) cache in CACHE_DTYPE (KV_LAYOUT
         memory order, as ``materialize_kv_cache`` makes it); ``block_table`` int32

@@ -20,13 +20,14 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
+from attn_contract.standalone import CALL_FORM_AXIS
 from harness.recommend import rows as R
 from harness.recommend.rank import RAN_OK, Candidate, Ratio, _merge, ratio, tie_kind
 from harness.results import ResultRow
 
 CALL_FORMS = ("vllm", "fastest", "any")
 DEFAULT_CALL_FORM = "vllm"
-AXIS = "call_form"
+AXIS = CALL_FORM_AXIS
 
 
 def _stands_for_both(row: ResultRow) -> bool:

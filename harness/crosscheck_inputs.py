@@ -20,6 +20,8 @@ from typing import Any
 
 import torch
 
+from attn_contract.standalone import STANDALONE_NAMES
+
 from attn_contract import AttentionBackend, decode_first_order
 from harness.reference import visible_mask
 from harness.workload import Batch
@@ -95,6 +97,9 @@ def bind_from_batch(constants: str, view: Batch) -> dict[str, Any]:
         ALIBI_SLOPES=layer.alibi_slopes.to(dev).float() if layer.alibi_slopes is not None else None,
         SINKS=layer.sinks.to(dev).float() if layer.sinks is not None else None,
     )
+    missing = [k for k in STANDALONE_NAMES if k not in ns]
+    if missing:  # the contract's list grew: this binding must define the new names too
+        raise ValueError(f"the standalone call's names {missing} are not bound from the batch")
     return ns
 
 

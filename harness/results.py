@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Iterator
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_serializer, model_validator
 
 from attn_contract.status import FAILED, NOT_RUN, RAN, Status
+from harness.fileio import atomic_write_text
 from harness.row_parts import (BatchSummary, ColdCheck, CudaGraphInfo, Energy, InvariantResult, KindCheck, Launch,
                                Recheck, RequestCheck, Roofline, RowConfig, RowEnvironment, RowLayout, Scalar, SmClock,
                                TimeContents, TimingOptionsRecord, VariantAxes)
@@ -436,11 +437,7 @@ class ResultWriter:
 
 def write_header(out_dir: Path, header: dict[str, Any]) -> None:
     """Write ``run.json`` atomically (temp file + rename): never half-written."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir / (HEADER_FILE + ".tmp")
-    tmp.write_text(json.dumps(_clean(header), indent=2, allow_nan=False) + "\n", encoding="utf-8")
-    os.replace(tmp, out_dir / HEADER_FILE)
+    atomic_write_text(Path(out_dir) / HEADER_FILE, json.dumps(_clean(header), indent=2, allow_nan=False) + "\n")
 
 
 def results_file(path: str | Path) -> Path:

@@ -15,11 +15,13 @@ from harness.spec import CaseSpec
 from harness.workload import generate
 
 CPU = torch.device("cpu")
-# Names attn_contract/backend.py's standalone_call docstring promises (plus `n`, which a hook reads).
-TENSORS = ("q", "kv_cache", "block_table", "seq_lens", "query_start_loc")
-HOST = ("QUERY_LENS", "SEQ_LENS", "QSL", "n")
-CONSTANTS = ("DEVICE", "DTYPE", "CACHE_DTYPE", "FP8", "NUM_HEADS", "NUM_KV_HEADS", "HEAD_SIZE", "BLOCK_SIZE",
-             "KV_LAYOUT", "SCALE", "CAUSAL", "WINDOW_LEFT", "SOFTCAP", "K_SCALE", "V_SCALE")
+# The names the contract lists (attn_contract/standalone.py); `visible` and the layer's optional
+# tensors are compared by the tests that use them.
+from attn_contract.standalone import STANDALONE_CONSTANTS, STANDALONE_HOST, STANDALONE_NAMES, STANDALONE_TENSORS
+
+TENSORS = STANDALONE_TENSORS
+HOST = tuple(k for k in STANDALONE_HOST if k != "visible")
+CONSTANTS = tuple(k for k in STANDALONE_CONSTANTS if k not in ("ALIBI_SLOPES", "SINKS"))
 
 CASES = {
     "plain": dict(num_heads=4, num_kv_heads=2, head_size=32,
@@ -138,3 +140,10 @@ def test_explain_names_a_clock_drop_during_the_outside_timers():
     assert calm["comparisons"]["clock"]["off"] is False and not any(b.startswith("clock") for b in calm["because"])
     # on the CPU there is no clock: no clock comparison at all
     assert "clock" not in explain(100.0, 101.0, {"median_us": 100.5}, "n/a on cpu", 0.03)["comparisons"]
+
+
+@pytest.mark.parametrize("case_name", sorted(CASES))
+def test_repro_inputs_and_the_batch_binding_define_every_contract_name(case_name):
+    _b, _r, _batch, _view, ns_b, ns_r = _namespaces(_case(case_name), "torch-math")
+    assert [k for k in STANDALONE_NAMES if k not in ns_r] == []  # harness repro's script
+    assert [k for k in STANDALONE_NAMES if k not in ns_b] == []  # harness crosscheck's binding

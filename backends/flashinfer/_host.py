@@ -39,7 +39,7 @@ DEFAULT_VARIANT: dict[str, Any] = {"decode_tensor_cores": True, "prefill_backend
 # decodes with prefills goes through the paged prefill wrapper in ONE planned run() (one launch;
 # the tensor-core decode path is that same prefill kernel). On one-kind batches the two are the
 # same call, so the planner runs one cell for both.
-CALL_FORMS = ("vllm", "fastest")
+from attn_contract.standalone import CALL_FORMS  # noqa: E402  (vllm, fastest)
 
 ALIBI_REASON = (
     "ALiBi not supported: FlashInfer adds slope*(kv_idx - q_idx) with a request-local q index "
@@ -169,14 +169,14 @@ def uses_ragged_path(config: AttentionConfig, context_lens: torch.Tensor) -> boo
     return (not config.causal) and not config.is_fp8_kv and bool((context_lens == 0).all())
 
 
-def _version_tuple(v: str | None) -> tuple[int, ...]:
-    out = []
-    for part in (v or "0").split("."):
-        digits = "".join(ch for ch in part if ch.isdigit())
-        if not digits:
-            break
-        out.append(int(digits))
-    return tuple(out)
+def _cuda_below(v: str | None, floor: str) -> bool:
+    """Whether torch's CUDA version ``v`` ("12.4", None on a CPU build) is below ``floor``."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(v or "0") < Version(floor)
+    except InvalidVersion:
+        return True  # an unreadable version cannot be shown to be new enough
 
 
 def hardware_reason(capability: tuple[int, int], cuda_version: str | None, prefill_backend: str) -> str | None:
@@ -184,7 +184,7 @@ def hardware_reason(capability: tuple[int, int], cuda_version: str | None, prefi
     major, minor = capability
     if (major, minor) < (8, 0):
         return f"FlashInfer needs compute capability >= 8.0; this GPU is sm{major}{minor}"
-    if prefill_backend == "fa3" and (major != 9 or _version_tuple(cuda_version) < (12, 3)):
+    if prefill_backend == "fa3" and (major != 9 or _cuda_below(cuda_version, "12.3")):
         return (f"prefill_backend=fa3 needs Hopper (sm90a) and CUDA >= 12.3; this is sm{major}{minor} "
                 f"with CUDA {cuda_version}")
     return None

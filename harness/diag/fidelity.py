@@ -48,6 +48,7 @@ from typing import Any, Callable
 import torch
 
 
+from harness.fileio import atomic_write_text
 from harness import registry
 from harness.spec import SpecError, load_suite, parse_suite
 from harness.layout import case_layout
@@ -268,9 +269,7 @@ class RowWriter:
 
     def write_json(self, complete: bool, interrupted: bool = False) -> dict[str, Any]:
         s = self.summary(complete, interrupted)
-        tmp = self.out / "fidelity.json.tmp"
-        tmp.write_text(json.dumps(s, indent=2, default=str) + "\n")
-        tmp.replace(self.out / "fidelity.json")
+        atomic_write_text(self.out / "fidelity.json", json.dumps(s, indent=2, default=str) + "\n")
         return s
 
     def close(self) -> None:

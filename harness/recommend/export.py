@@ -4,11 +4,11 @@ export, and writing recommend.md / policy.json / vllm.json."""
 from __future__ import annotations
 
 import json
-import os
 import statistics
 from pathlib import Path
 from typing import Any
 
+from harness.fileio import atomic_write_text
 from harness.recommend.rank import Ratio, ratio
 from harness.recommend.recommendation import Recommendation
 from harness.recommend.render import to_markdown
@@ -112,10 +112,7 @@ def compact_json(obj: dict[str, Any]) -> str:
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write_text(path, text)
 
 
 def write_outputs(rec: Recommendation, out_dir: str | Path, command: str = "") -> list[Path]:
