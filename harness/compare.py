@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
+from harness import markdown as md
 from harness.results import FAILED, NOT_RUN, RAN, ResultRow, Status, read_rows, read_run_header, variant_label
 
 Speed = Literal["faster", "slower", "same", "ambiguous", "noisy", "not timed"]
@@ -434,10 +435,6 @@ def _ci(r: ResultRow | None) -> str:
     return "-" if t is None else f"{t[0]:.2f} us [{t[1]:.2f}, {t[2]:.2f}]"
 
 
-def _md_escape(s: str) -> str:
-    return s.replace("|", "\\|").replace("\n", " ")
-
-
 def to_markdown(comp: Comparison, baseline: str = "baseline", new: str = "new", max_rows: int = 200) -> str:
     """A markdown summary: the verdict, counts, then the rows that matter."""
     regs = comp.regressions
@@ -457,21 +454,19 @@ def to_markdown(comp: Comparison, baseline: str = "baseline", new: str = "new", 
               ("allowed", sum(1 for d in comp.diffs if d.allowed))]
     if not comp.correctness_only:
         counts += [(s, len(comp.of(s))) for s in ("slower", "faster", "ambiguous", "same", "noisy")]  # type: ignore[arg-type]
-    lines += ["| " + " | ".join(k for k, _ in counts) + " |", "|" + "---|" * len(counts),
-              "| " + " | ".join(str(v) for _, v in counts) + " |", ""]
+    lines += md.table([k for k, _ in counts], [[str(v) for _, v in counts]]) + [""]
     if comp.noise:
-        lines += ["### Noise model (per device class)", "",
-                  "| device class | rows | typical NEW/BASE | run-to-run sd | noise band | rows' CI | timings |",
-                  "|---|---|---|---|---|---|---|"]
+        lines += ["### Noise model (per device class)", ""]
+        body = []
         for m in comp.noise.values():
             sd = f"±{math.expm1(m.sigma) * 100:.1f}%" if m.sigma is not None else f"- (< {MIN_ROWS_FOR_SPREAD} rows)"
             band = f"±{m.band * 100:.1f}%" if m.sigma is not None else "-"
             ci = f"±{m.row_noise * 100:.1f}%" if m.row_noise is not None else "-"
             verdict = (f"not gated: {m.dominated}" if m.dominated else
                        f"gated: shared shift ({m.shared_shift})" if m.shared_shift else "gated")
-            lines.append("| " + " | ".join(_md_escape(c) for c in (
-                m.device_class, str(m.rows), _pct(m.median_ratio), sd, band, ci, verdict)) + " |")
-        lines.append("")
+            body.append([m.device_class, str(m.rows), _pct(m.median_ratio), sd, band, ci, verdict])
+        lines += md.table(["device class", "rows", "typical NEW/BASE", "run-to-run sd", "noise band", "rows' CI",
+                           "timings"], body) + [""]
 
     def table(title: str, items: list[RowDiff], what: str) -> None:
         if not items:
@@ -479,7 +474,7 @@ def to_markdown(comp: Comparison, baseline: str = "baseline", new: str = "new", 
         lines.extend([f"### {title} ({len(items)})", ""])
         timed = not comp.correctness_only
         head = ["row", "baseline", "new"] + (["change"] if timed else []) + [what]
-        lines.extend(["| " + " | ".join(head) + " |", "|" + "---|" * len(head)])
+        body = []
         for d in items[:max_rows]:
             bs = d.base.status if d.base else "-"
             ns = d.new.status if d.new else "-"
@@ -487,7 +482,8 @@ def to_markdown(comp: Comparison, baseline: str = "baseline", new: str = "new", 
                 bs, ns = f"{bs}, {_ci(d.base)}", f"{ns}, {_ci(d.new)}"
             text = getattr(d, what)
             cells = [d.name, bs, ns] + ([_pct(d.ratio)] if timed else []) + [text or d.speed]
-            lines.append("| " + " | ".join(_md_escape(c) for c in cells) + " |")
+            body.append(cells)
+        lines.extend(md.table(head, body))
         if len(items) > max_rows:
             lines.append(f"| ... {len(items) - max_rows} more | | | |")
         lines.append("")
@@ -503,7 +499,7 @@ def to_markdown(comp: Comparison, baseline: str = "baseline", new: str = "new", 
             if items:
                 names = ", ".join(f"`{d.key[0]}/{d.name}`" for d in items[:max_rows])
                 more = f" and {len(items) - max_rows} more" if len(items) > max_rows else ""
-                lines.append(f"- {side} ({len(items)}): {_md_escape(names)}{more}")
+                lines.append(f"- {side} ({len(items)}): {md.escape(names)}{more}")
         lines.append("")
     table("Other changes", [d for d in comp.diffs if d.info and not d.problem], "info")
     return "\n".join(lines).rstrip() + "\n"
