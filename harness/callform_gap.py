@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from attn_contract.standalone import CALL_FORM_AXIS
+from harness import markdown
 from harness.recommend import rows as R
 from harness.recommend.rank import RAN_OK, Candidate, Ratio, _merge, ratio, tie_kind
 from harness.results import ResultRow
@@ -137,6 +138,5 @@ def gap_markdown(rows: Sequence[ResultRow], tie: float) -> str:
     out = ["## Call-form gap", "", gap_summary(gs, tie), ""]
     if recs:
         cols = list(recs[0])
-        out += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-        out += ["| " + " | ".join(str(r[c]).replace("|", "\\|") for c in cols) + " |" for r in recs]
+        out += markdown.table(cols, [[r[c] for c in cols] for r in recs])
     return "\n".join(out) + "\n"

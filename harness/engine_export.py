@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from harness import markdown
 from harness.engines import sglang_flags, sglang_setting, vllm_flags
 from harness.recommend import rows as R
 from harness.recommend.buckets import batch_kind
@@ -204,10 +205,7 @@ def _md(records: list[dict[str, Any]], empty: str = "(none)") -> str:
     if not records:
         return empty + "\n"
     cols = list(dict.fromkeys(k for r in records for k in r))
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for r in records:
-        lines.append("| " + " | ".join(str(r.get(c, "")).replace("|", "\\|") for c in cols) + " |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(markdown.table(cols, [[r.get(c, "") for c in cols] for r in records])) + "\n"
 
 
 def engine_json(paths: Sequence[str | Path], engine: str, tie: float, call_form: str = "vllm") -> dict[str, Any]:

@@ -8,6 +8,7 @@ import statistics
 from collections import defaultdict
 from typing import Any
 
+from harness import markdown
 from harness.recommend.rank import Ratio
 from harness.recommend.recommendation import Recommendation
 from harness.recommend.vllm import VLLM_NOT_EXPRESSIBLE
@@ -32,9 +33,7 @@ def _md(records: list[dict[str, Any]]) -> str:
     if not records:
         return ""
     cols = list(records[0])
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join(_esc(str(r[c])) for c in cols) + " |" for r in records]
-    return "\n".join(lines) + "\n"
+    return "\n".join(markdown.table(cols, [[r[c] for c in cols] for r in records])) + "\n"
 
 
 def winners_records(rec: Recommendation) -> list[dict[str, Any]]:
