@@ -176,7 +176,8 @@ def _cell(row: ResultRow | None) -> str:
 def side_by_side(envs: list[BuiltEnv], rows: list[list[ResultRow]], comps: list[Any]) -> str:
     """The markdown: versions, one table of every row across the envs (regressions first), then
     each env's full comparison against the first."""
-    from harness.compare import _md_escape, to_markdown
+    from harness.compare import to_markdown
+    from harness.markdown import escape as _md_escape
 
     names = [e.spec.name for e in envs]
     lines = ["# Matrix: " + " vs ".join(f"`{n}`" for n in names), "", "| env | requirements | versions |",
