@@ -114,11 +114,19 @@ def _run(args: argparse.Namespace) -> int:
     lo, hi = 0, len(versions) - 1
     step_args = _case_args(regressed, extra)
     bad_at: dict[int, Any] = {hi: comp}
+    # What each row's regression was at the far end: a step counts a row as bad only for the
+    # same kind (a correctness change, or a slowdown confirmed by a re-measurement, as at the
+    # ends), so timing noise at a good release cannot stand in for a wrong output.
+    slow_rows = {d.key for d in comp.regressions if d.speed == "slower"}
     while hi - lo > 1:
         mid = (lo + hi) // 2
         rows = measure(versions[mid], step_args)
         c = compare_rows(good_rows, rows, threshold=threshold)
-        hits = [d for d in c.regressions if d.key in regressed]
+        slow_hits = {d.key for d in c.regressions if d.speed == "slower" and d.key in slow_rows}
+        if slow_hits:
+            confirm_slowdowns(c, [measure(versions[mid], _case_args(slow_hits, extra), "-remeasured")])
+        hits = [d for d in c.regressions if d.key in regressed
+                and ((d.speed == "slower") == (d.key in slow_rows))]
         steps.append({"version": versions[mid], "bad": bool(hits), "rows": [d.name for d in hits]})
         say(f"  {pkg} {versions[mid]}: {'bad' if hits else 'good'}" + (f" ({len(hits)} row(s))" if hits else ""))
         if hits:
