@@ -96,13 +96,17 @@ def _run(args: argparse.Namespace) -> int:
     # Every env is built before anything runs: a missing version fails in seconds, not mid-bisect.
     for v in versions:
         env_of(v)
+    def confirm(comp: Any, v: str, among: set | None = None) -> None:
+        """Re-measure the rows ``comp`` calls slower (those in ``among``, if given) at ``v``: a
+        slowdown counts only where the second run confirms it."""
+        slow = {d.key for d in comp.regressions if d.speed == "slower" and (among is None or d.key in among)}
+        if slow:
+            confirm_slowdowns(comp, [measure(v, _case_args(slow, extra), "-remeasured")])
+
     good_rows = measure(versions[0], extra)
     bad_rows = measure(versions[-1], extra)
     comp = compare_rows(good_rows, bad_rows, threshold=threshold)
-    if any(d.speed == "slower" for d in comp.regressions):
-        slow = {d.key for d in comp.regressions if d.speed == "slower"}
-        again = measure(versions[-1], _case_args(slow, extra), "-remeasured")
-        confirm_slowdowns(comp, [again])
+    confirm(comp, versions[-1])
     regressed = {d.key for d in comp.regressions}
     steps.append({"version": versions[-1], "bad": bool(regressed), "rows": [d.name for d in comp.regressions]})
     if not regressed:
@@ -122,9 +126,7 @@ def _run(args: argparse.Namespace) -> int:
         mid = (lo + hi) // 2
         rows = measure(versions[mid], step_args)
         c = compare_rows(good_rows, rows, threshold=threshold)
-        slow_hits = {d.key for d in c.regressions if d.speed == "slower" and d.key in slow_rows}
-        if slow_hits:
-            confirm_slowdowns(c, [measure(versions[mid], _case_args(slow_hits, extra), "-remeasured")])
+        confirm(c, versions[mid], slow_rows)
         hits = [d for d in c.regressions if d.key in regressed
                 and ((d.speed == "slower") == (d.key in slow_rows))]
         steps.append({"version": versions[mid], "bad": bool(hits), "rows": [d.name for d in hits]})
