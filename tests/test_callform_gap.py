@@ -12,11 +12,8 @@ from harness.cli import main
 from harness.recommend import inputs_of, policy, recommend_rows
 from harness.report import load, render_html
 from harness.results import ResultRow
-from typed_rows import check, host, timing
+from typed_rows import CFG, check, host, timing
 
-CFG = {"num_heads": 32, "num_kv_heads": 8, "head_size": 128, "dtype": "bfloat16", "kv_cache_dtype": "auto",
-       "block_size": 16, "kv_layout": "NHD", "causal": True, "sliding_window": None, "softcap": 0.0,
-       "alibi": False, "sinks": False, "scale": None, "seed": 0, "tags": []}
 BATCH = {"num_reqs": 64, "num_tokens": 64, "num_decode": 64, "num_prefill": 0, "num_extend": 0,
          "max_query_len": 1, "max_seq_len": 4000, "mean_seq_len": 3000.0, "prefix_groups": 0}
 FI = {"decode_tensor_cores": True, "prefill_backend": "auto"}

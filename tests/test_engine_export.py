@@ -6,16 +6,13 @@ from __future__ import annotations
 import math
 
 import pytest
-from typed_rows import check, host, timing
+from typed_rows import CFG, check, host, timing
 
 from harness.cli import main
 from harness.engine_export import answer_records, answers, engine_settings, model_of
 from harness.engines import from_vllm_name, sglang_flags, sglang_setting
 from harness.results import ResultRow, ResultWriter, write_header
 
-CFG = {"num_heads": 32, "num_kv_heads": 8, "head_size": 128, "dtype": "bfloat16", "kv_cache_dtype": "auto",
-       "block_size": 16, "kv_layout": "NHD", "causal": True, "sliding_window": None, "softcap": 0.0,
-       "alibi": False, "sinks": False, "scale": None, "seed": 0, "tags": []}
 DECODE = {"num_reqs": 64, "num_tokens": 64, "num_decode": 64, "num_prefill": 0, "num_extend": 0,
           "max_query_len": 1, "max_seq_len": 4000, "mean_seq_len": 3000.0, "prefix_groups": 0}
 PREFILL = {"num_reqs": 1, "num_tokens": 2048, "num_decode": 0, "num_prefill": 1, "num_extend": 0,

@@ -12,14 +12,11 @@ from harness import cli
 from harness.recommend import Inputs, RecommendError, load_inputs, policy, recommend_rows, vllm_export
 from harness.results import Call, ResultRow, ResultWriter, write_header
 from harness.selection_rules import vllm_default, vllm_flash_attn_version
-from typed_rows import check, host, timing
+from typed_rows import CFG, check, host, timing
 
 ROOT = Path(__file__).resolve().parents[1]
 H200 = ROOT / "tests" / "data" / "h200" / "2026-11-29"  # copies of reports/h200/2026-11-29 rows
 
-CFG = {"num_heads": 32, "num_kv_heads": 8, "head_size": 128, "dtype": "bfloat16", "kv_cache_dtype": "auto",
-       "block_size": 16, "kv_layout": "NHD", "causal": True, "sliding_window": None, "softcap": 0.0,
-       "alibi": False, "sinks": False, "scale": None, "seed": 0, "tags": []}
 BATCH = {"num_reqs": 64, "num_tokens": 64, "num_decode": 64, "num_prefill": 0, "num_extend": 0,
          "max_query_len": 1, "max_seq_len": 4000, "mean_seq_len": 3000.0, "prefix_groups": 0}
 

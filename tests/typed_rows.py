@@ -10,6 +10,11 @@ from harness.results import Check, Host, ResultRow, Status, Timing
 from harness.timing import TimingOptions
 
 
+# A typed row's config (harness/row_parts.py RowConfig): a Llama-3-8B-like GQA layer, bf16, page 16.
+CFG = {"num_heads": 32, "num_kv_heads": 8, "head_size": 128, "dtype": "bfloat16", "kv_cache_dtype": "auto",
+       "block_size": 16, "kv_layout": "NHD", "causal": True, "sliding_window": None, "softcap": 0.0,
+       "alibi": False, "sinks": False, "scale": None, "seed": 0, "tags": []}
+
 def timing(median: float, lo: float | None = None, hi: float | None = None, *, samples: int = 20,
            method: str = "cuda_event", **kw: Any) -> Timing:
     lo = median if lo is None else lo
