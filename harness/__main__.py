@@ -10,9 +10,9 @@ from harness.startup import guard_startup
 
 def main() -> int:
     guard_startup()
-    from harness import cli  # torch, rich, pydantic: the slow part of starting
+    from harness import cli, interrupts  # torch, rich, pydantic: the slow part of starting
 
-    return cli.main()
+    return interrupts.exit_code(cli.main())
 
 
 if __name__ == "__main__":

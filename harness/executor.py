@@ -39,6 +39,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
+from harness import interrupts
 from harness.balance import CaseQueues
 from harness.memory import make_fit_check
 from harness.results import ResultRow, Status, Worker
@@ -150,6 +151,7 @@ class InProcessExecutor:
         opts = dataclasses.replace(self.opts, device=device,
                                    fit_check=make_fit_check(device, self.opts.check, self.exec_opts.memory_budget_mib))
         for case_cells in cases:
+            interrupts.check()  # a Ctrl-C whose exception a library swallowed
             yield from iterate_case(case_cells, self.suite, opts, on_start=on_start)
 
     def placement(self) -> str:
@@ -380,6 +382,7 @@ class LocalExecutor:
                 if not reuse or (slot.proc is None and not slot.dead):
                     self._spawn(slot)
             while True:
+                interrupts.check()  # a Ctrl-C whose exception a library swallowed
                 live = [s for s in self.slots if not s.dead]
                 for slot in live:
                     if slot.phase == SlotPhase.IDLE and self.queue:

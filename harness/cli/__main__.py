@@ -2,6 +2,7 @@
 
 import sys
 
+from harness import interrupts
 from harness.cli import main
 
-sys.exit(main())
+sys.exit(interrupts.exit_code(main()))

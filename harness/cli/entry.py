@@ -8,14 +8,16 @@ import shlex
 import signal
 import sys
 from pathlib import Path
-from typing import Any
 
 from rich.markup import escape
 
-from harness import suite_copy
+from harness import interrupts, suite_copy
 from harness.cli.common import EXIT_USAGE, RESULTS_FILE, UsageError, err_console, read_rows, spec_error
 from harness.cli.parser import build_parser
 from harness.cli_flags import configure_logging
+from harness.interrupts import Terminated
+
+__all__ = ["Terminated", "main", "resume_command"]  # Terminated: programs catch it from here
 
 
 def resume_command(argv: list[str], out_dir: Path) -> str:
@@ -35,20 +37,12 @@ def resume_command(argv: list[str], out_dir: Path) -> str:
     return shlex.join(["harness", *kept, "--resume", str(out_dir)])
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (kill, a job scheduler): unwinds like Ctrl-C, so workers stop and the resume
-    command is printed; exit 143."""
-
-
-def _on_sigterm(signum: int, frame: Any) -> None:
-    raise Terminated()
-
-
 def _interrupted(args: argparse.Namespace | None, argv: list[str], terminated: bool = False) -> int:
     out_dir = getattr(args, "started_out_dir", None)
     what = "terminated (SIGTERM)" if terminated else "interrupted"
     if out_dir is None:
-        err_console().print(f"{what} before anything was written", highlight=False)
+        # At most the suite's copy is in the results folder: no run.json, nothing to resume.
+        err_console().print(f"{what} before the run started: nothing to resume", highlight=False)
     else:
         n = len(read_rows(out_dir)) if (out_dir / RESULTS_FILE).exists() else 0
         err_console().print(f"{what}: {n} finished row(s) are saved in {escape(str(out_dir))}; continue with:",
@@ -62,11 +56,11 @@ def main(argv: list[str] | None = None) -> int:
     args = None
     restore_term = False
     try:
-        # From here on Ctrl-C is a KeyboardInterrupt handled below (the startup guard exits bare).
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:  # an embedding program's own handler stays
-            signal.signal(signal.SIGTERM, _on_sigterm)
-            restore_term = True
+        # From here on Ctrl-C is a KeyboardInterrupt handled below (the startup guard exits bare);
+        # an embedding program's own SIGTERM handler stays.
+        take_term = signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+        interrupts.install(sigterm=take_term)
+        restore_term = take_term
     except ValueError:  # not the main thread: leave signals alone
         pass
     try:
@@ -80,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         err_console().print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
         return EXIT_USAGE
     except KeyboardInterrupt as e:
+        interrupts.handled()
         return _interrupted(args, argv, terminated=isinstance(e, Terminated))
     finally:
         if restore_term:  # main() called from a program: SIGTERM is its own again afterwards

@@ -8,6 +8,7 @@ is harness/cli/summary.py.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from harness import suite_copy
+from harness import interrupts, suite_copy
 from harness.cli import summary
 from harness.cli.common import (RESULTS_FILE, ResultWriter, UsageError, check_suite_backends, console, err_console,
                                 load_suite, read_rows, registry, torch, write_header)
@@ -95,6 +96,7 @@ def run_cells(args: argparse.Namespace, flags: RunFlags, suite_path: str, suite:
     out_dir, cells, header = prepare_out_dir(flags, suite_path, argv, suite, cells, opts.device, backends,
                                              devices, extra, probe_versions=not executor.reports_versions,
                                              started=started)
+    interrupts.check()
     t_planned = time.perf_counter()
     rows: list[ResultRow] = []
     console().print(f"[bold]{escape(suite.suite)}[/]: {len(cells)} cells on {executor.placement()} -> {out_dir}")
@@ -107,10 +109,13 @@ def run_cells(args: argparse.Namespace, flags: RunFlags, suite_path: str, suite:
         def on_start(cell: Any) -> None:
             progress.update(task, description=escape(f"{cell.case.name[:40]} {cell.backend.name}"))
 
-        for row in executor.run(cells, on_start=on_start):
-            writer.write(row)
-            rows.append(row)
-            progress.advance(task)
+        # closing(): on Ctrl-C the workers stop here, not whenever the generator is collected.
+        with contextlib.closing(executor.run(cells, on_start=on_start)) as produced:
+            for row in produced:
+                writer.write(row)
+                rows.append(row)
+                progress.advance(task)
+                interrupts.check()
         progress.update(task, description="done")
     t_rows = time.perf_counter()
     this_run = rows
@@ -164,9 +169,12 @@ def prepare_out_dir(flags: RunFlags, suite_path: str, argv: list[str], suite: An
                                                  **suite_copy.header_fields(suite_path),
                                                  "cells": len(cells), "seed": flags.seed,
                                                  "devices": devices, **(extra or {})})
+    # The suite's copy first: once run.json exists (an interrupt then prints the resume
+    # command, which names the copy), the copy does too. repro and --resume read it.
+    out_dir.mkdir(parents=True, exist_ok=True)
+    suite_copy.save(out_dir, suite_path)
     write_header(out_dir, header)
     started(out_dir)
-    suite_copy.save(out_dir, suite_path)  # repro and --resume find it from any directory
     return out_dir, cells, header
 
 

@@ -1,6 +1,6 @@
 """Backends that really fail, each in one way a real kernel library can, for the robustness
 tests: a segfault in native code, a raised exception, a hang, NaN output, a sticky CUDA error
-message, an out-of-bounds gather (a real device-side assert on a GPU), and a correct but slow one (to interrupt runs midway). All implement the interface
+message, an out-of-bounds gather (a real device-side assert on a GPU), a correct but slow one (to interrupt runs midway) and one that drops a Ctrl-C. All implement the interface
 in full on top of torch-math, so every cell the harness asks for is a genuine call.
 
 Use: ``harness run SUITE --backends torch-math,plugins.crashy:SegfaultBackend`` with tests/
@@ -65,6 +65,20 @@ class _SlowImpl(MathImpl):
         return super().forward(query, key, value, kv_cache, metadata, out, lse_out)
 
 
+class _SwallowingImpl(MathImpl):
+    def forward(self, query, key, value, kv_cache, metadata, out, lse_out=None):
+        # A library whose native code catches whatever its Python callback raised and carries on
+        # (how a Ctrl-C got lost during torch's import on the CI box): a KeyboardInterrupt raised
+        # while it "runs" is dropped.
+        deadline = time.monotonic() + 0.5
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                time.sleep(left)
+            except KeyboardInterrupt:
+                pass
+        return super().forward(query, key, value, kv_cache, metadata, out, lse_out)
+
+
 def _backend(name: str, impl: type[AttentionImpl], doc: str) -> type[TorchMathBackend]:
     cls = type(name.title().replace("-", "") + "Backend", (TorchMathBackend,), {
         "name": name,
@@ -83,8 +97,9 @@ NaNBackend = _backend("crash-nan", _NaNImpl, "writes NaN into the output")
 StickyCudaErrorBackend = _backend("crash-sticky", _StickyCudaErrorImpl, "fails like an illegal memory access")
 DeviceAssertBackend = _backend("crash-device-assert", _DeviceAssertImpl, "out-of-bounds gather")
 SlowBackend = _backend("slow-math", _SlowImpl, "torch-math, 0.25 s per call")
+SwallowingBackend = _backend("swallow-math", _SwallowingImpl, "torch-math, 0.5 s per call that drops a Ctrl-C")
 # Pickle finds classes by qualified name: make them match the module attributes.
 for _name in ("SegfaultBackend", "RaisingBackend", "HangingBackend", "NaNBackend", "StickyCudaErrorBackend",
-              "DeviceAssertBackend", "SlowBackend"):
+              "DeviceAssertBackend", "SlowBackend", "SwallowingBackend"):
     globals()[_name].__qualname__ = _name
     globals()[_name].__name__ = _name
