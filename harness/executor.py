@@ -46,9 +46,10 @@ from harness.results import ResultRow, Status, Worker
 from harness.runner import Cell, RunOptions, cell_timed, group_by_case, iterate_case, row_busy_s, status_row
 from harness.spawn_main import main_not_reimported
 from harness.spec import Suite
-from harness.devices import parse_devices  # noqa: F401  (moved there; importers keep this path)
-from harness.resume import ResumeError, cell_key, resume_plan  # noqa: F401  (likewise)
-from harness.worker_process import STICKY_CUDA_ERRORS, _context_broken, _worker_main  # noqa: F401  (likewise)
+from harness.resume import cell_key
+from harness.worker_messages import (CaseDone, CaseFailed, CellStarted, PreparingCase, RestartMe, RowDone, RunCase,
+                                     Shutdown, WorkerReady)
+from harness.worker_process import _worker_main
 
 log = logging.getLogger(__name__)  # -v / -vv (harness/cli_flags.py): workers and rows
 
@@ -56,11 +57,7 @@ STARTUP_TIMEOUT_S = 300.0  # importing torch and a GPU library on a cold machine
 MAX_FAILED_STARTS = 3  # a slot whose worker dies this often without progress is given up
 
 
-
-# ------------------------------------------------------------------ messages and phases
-from harness.worker_messages import (  # noqa: E402,F401  (moved there; importers keep this path)
-    CaseDone, CaseFailed, CellStarted, PreparingCase, RestartMe, RowDone, RunCase, Shutdown, WorkerMessage,
-    WorkerReady)
+# ------------------------------------------------------------------ phases
 
 
 class SlotPhase(StrEnum):
@@ -523,4 +520,3 @@ def _exit_reason(proc: Any) -> str:
     return f"worker exited with code {code}"
 
 
-Executor = LocalExecutor  # the older name (the protocol is harness.executor_api.Executor)

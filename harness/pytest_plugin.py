@@ -37,6 +37,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add_pytest_options(parser.getgroup("attn-harness", "attention harness suites as pytest-benchmark tests"))
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    # pytest-benchmark switches itself off under pytest-xdist, and the cells share one device:
+    # a suite's benchmarks run in this process even where a project's addopts ask for `-n N`.
+    if config.getoption("bench_suite", default=None) and getattr(config.option, "numprocesses", None):
+        config.option.numprocesses = 0
+        config.option.dist = "no"
+
+
 def pytest_configure(config: pytest.Config) -> None:
     # `pytest --bench-suite X` with no paths: collect the packaged benchmark module (not the
     # testpaths or the current directory), so it works wherever the package is installed.

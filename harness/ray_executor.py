@@ -263,7 +263,7 @@ class RayExecutor:
                 ray.shutdown()
 
     def _rows(self, case: list[Cell], lines: list[str]) -> Iterator[ResultRow]:
-        from harness.executor import cell_key
+        from harness.resume import cell_key
 
         got = set()
         for line in lines:

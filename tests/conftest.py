@@ -2,6 +2,7 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,3 +28,13 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     # disables itself when PYTEST_XDIST_WORKER is set).
     base = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
     return {**base, **extra, "PYTHONPATH": path}
+
+
+@pytest.fixture(scope="session")
+def driver():
+    """Headless Chromium (tests/browser_page.py), one per test process; skips without chromium."""
+    from browser_page import CHROMIUM, NO_CHROMIUM, chrome
+
+    if CHROMIUM is None:
+        pytest.skip(NO_CHROMIUM)
+    yield from chrome()

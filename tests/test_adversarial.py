@@ -1,4 +1,4 @@
-"""--adversarial / suites/conformance-adversarial.yaml (issue 12): every KV slot no request owns
+"""--adversarial / suites/conformance-adversarial.yaml: every KV slot no request owns
 holds NaN, so a kernel that reads one returns NaN; correct backends are unaffected."""
 
 from pathlib import Path

@@ -1,4 +1,4 @@
-"""ALiBi LSE conventions (issue 12): FA2's causal ALiBi adds ``+slope * j`` instead of the
+"""ALiBi LSE conventions: FA2's causal ALiBi adds ``+slope * j`` instead of the
 relative ``-slope * |i + s - q - j|``. Outputs agree (softmax is shift-invariant per row); the
 LSE differs by ``slope * (i + s - q)``. A backend declares its convention
 (``Capabilities.alibi_lse``) and the check compares its LSE with the reference moved by exactly

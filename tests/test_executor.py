@@ -11,7 +11,7 @@ import yaml
 from backends.torch_math import TorchMathBackend
 from harness import memory
 from harness.cli import main
-from harness.executor import parse_devices
+from harness.devices import parse_devices
 from harness.results import read_rows
 from harness.runner import Cell
 from harness.spec import parse_suite
@@ -232,8 +232,9 @@ def test_worker_protocol_is_typed_messages_in_phase_order():
     """A real spawned worker, driven by hand: the messages it sends for one case, in order."""
     import multiprocessing as mp
 
-    from harness.executor import (CaseDone, CellStarted, PreparingCase, RowDone, RunCase, Shutdown, WorkerReady,
-                                  _worker_main, cell_key)
+    from harness.resume import cell_key
+    from harness.worker_messages import CaseDone, CellStarted, PreparingCase, RowDone, RunCase, Shutdown, WorkerReady
+    from harness.worker_process import _worker_main
     from harness.runner import RunOptions
 
     suite = parse_suite(yaml.safe_load(ONE_CASE))

@@ -1,7 +1,7 @@
 """The project's mutation test: every deliberately broken backend of tests/mutants/cpu.py is
 flagged `mismatch` on at least one cell of suites/conformance-cpu.yaml, while the real CPU
 backends pass every cell they support. A conformance suite or check that lets a mutant
-through has a blind spot (issue 12)."""
+through has a blind spot."""
 
 from pathlib import Path
 

@@ -27,7 +27,7 @@ def test_a_prepared_cell_computes_the_reference():
     trace = CellTrace(Stopwatch(CPU))
     cell = prepare_cell(TorchMathBackend, {}, batch, CPU, trace)
     assert isinstance(cell, PreparedCell) and cell.token_index is None and cell.view.query_lens == batch.query_lens
-    # The cell owns its inputs (issue 12: a backend writing into them must not corrupt the case).
+    # The cell owns its inputs: a backend writing into them must not corrupt the case.
     assert torch.equal(cell.view.query, batch.query) and cell.view.query.data_ptr() != batch.query.data_ptr()
     assert cell.kv_cache.data_ptr() != batch.kv_cache.data_ptr()
     assert trace.stage == CellStage.BUILD and "build_ms" in trace.host

@@ -125,12 +125,13 @@ def _run_and_lose_an_actor(tmp_path: Path, how: str, max_retries: int):
 
 @pytest.mark.parametrize("how", ["sigkill", "ray.kill"])
 def test_lost_actor_case_is_retried_and_rows_equal_a_local_run(cluster, tmp_path: Path, how: str) -> None:
-    from harness.executor import ExecOptions, Executor, cell_key
+    from harness.executor import ExecOptions, LocalExecutor
+    from harness.resume import cell_key
 
     suite, cells, rows, ex = _run_and_lose_an_actor(tmp_path, how, max_retries=2)
     assert len(ex.lost_actors) == 1, ex.lost_actors  # the kill really hit a busy actor
     _, opts, _, _ = _plan(tmp_path)
-    local = {r.key: r.status for r in Executor(suite, opts, ExecOptions(devices=["cpu"], isolation=False)).run(cells)}
+    local = {r.key: r.status for r in LocalExecutor(suite, opts, ExecOptions(devices=["cpu"], isolation=False)).run(cells)}
     assert len(rows) == len(cells) == len({r.key for r in rows})  # every cell once: none lost, none twice
     assert {r.key: r.status for r in rows} == local
     assert set(local.values()) == {"pass"}

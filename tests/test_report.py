@@ -24,6 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 BASELINE = ROOT / "ci" / "baselines" / "cpu-smoke"
 H200 = ROOT / "tests" / "data" / "h200" / "2026-11-29"  # copies of reports/h200/2026-11-29 rows
 H200_FOLDERS = ["decode-1", "decode-2", "page-sizes", "cascade-sweep", "cascade-4k", "orientation", "conf-fi-rest"]
+# 2026-11-30's trace replays fill the trace section (2026-11-29 has no trace rows).
+H200_TRACES = [H200.parent / "2026-11-30" / f for f in ("trace-azure-conv", "trace-mooncake")]
 ANSWER = ("answer-per-model", "heatmap", "verdict", "fastest-correct")
 
 # Three batch/context points of one shape at two page sizes, a shared-prefix case for the
@@ -97,7 +99,7 @@ def cpu_page(cpu_run) -> str:
 def h200_loaded():
     if not (H200 / "decode-1" / "run.json").exists():
         pytest.skip("no committed H200 results")
-    return load([H200 / f for f in H200_FOLDERS])
+    return load([*(H200 / f for f in H200_FOLDERS), *H200_TRACES])
 
 
 @pytest.fixture(scope="module")
@@ -106,8 +108,16 @@ def h200_built(h200_loaded) -> dict:
 
 
 @pytest.fixture(scope="module")
-def h200_sections(h200_loaded, h200_built) -> dict[str, str]:
-    return _sections(render_html(h200_loaded, built=list(h200_built.values())))
+def h200_page(h200_loaded, h200_built, tmp_path_factory) -> Path:
+    """The page `harness report` writes for those folders (write_report: load, render_html)."""
+    page = tmp_path_factory.mktemp("h200-report") / "h200.html"
+    page.write_text(render_html(h200_loaded, built=list(h200_built.values())))
+    return page
+
+
+@pytest.fixture(scope="module")
+def h200_sections(h200_page) -> dict[str, str]:
+    return _sections(h200_page.read_text())
 
 
 def test_sections_in_page_order_answer_first_runs_last_and_collapsed(cpu_page):
@@ -136,7 +146,7 @@ def test_cpu_run_fills_the_sections_it_can(cpu_page, cpu_run):
 def test_cpu_verdict_names_the_measured_winner_of_every_workload(cpu_run):
     rows = [r for r in read_rows(cpu_run) if r.status == "pass" and r.timing]
     df = build_frame(load([cpu_run]))
-    verdict = {s.id: s for s in build_sections(load([cpu_run]))}["verdict"]
+    verdict = build_sections(load([cpu_run]), only=["verdict"])[0]
     tables = [b for b in verdict.blocks if b["kind"] == "table"]
     got = {}
     for t in tables:
@@ -159,7 +169,7 @@ def test_only_rows_that_passed_count_for_speed(cpu_run, tmp_path):
             r.update(status="mismatch", reason="max abs err 9")
             r["check"]["passed"] = False
             r["timing"].update(median_us=1e-3, ci_low_us=1e-3, ci_high_us=1e-3)
-    secs = {s.id: s for s in build_sections(load([_write(rows, tmp_path / "bad")]))}
+    secs = {s.id: s for s in build_sections(load([_write(rows, tmp_path / "bad")]), only=["verdict", "fastest-correct"])}
     table = next(b for b in secs["verdict"].blocks if b["kind"] == "table" and any(
         r[0][2] == case for r in b["rows"]))
     row = next(r for r in table["rows"] if r[0][2] == case)
@@ -185,7 +195,7 @@ def test_page_is_self_contained(cpu_page):
 
 def test_latency_table_holds_medians_and_intervals(cpu_run):
     r = next(r for r in read_rows(cpu_run) if r.status == "pass" and r.timing)
-    lat = {s.id: s for s in build_sections(load([cpu_run]))}["latency"]
+    lat = build_sections(load([cpu_run]), only=["latency"])[0]
     t = next(b for b in lat.blocks if b["kind"] == "table")
     cols = t["columns"]
     want = (f"{r.timing.median_us:.2f}", f"{r.timing.ci_low_us:.2f}", f"{r.timing.ci_high_us:.2f}")
@@ -199,7 +209,7 @@ def test_page_size_reads_block_size_from_config_not_from_case_names(cpu_run, tmp
     for r in rows:
         r["case"] = f"w{r['batch'].get('num_reqs')}-{r['batch'].get('max_seq_len')}-p{r['config']['block_size']}[block_size=999]"
         r.pop("case_params", None)
-    sec = {s.id: s for s in build_sections(load([_write(rows, tmp_path / "p")]))}["page-size"]
+    sec = build_sections(load([_write(rows, tmp_path / "p")]), only=["page-size"])[0]
     t = next(b for b in sec.blocks if b["kind"] == "table")
     assert "page 16 (us)" in t["columns"] and "page 32 (us)" in t["columns"]
     assert "page 999 (us)" not in t["columns"]
@@ -210,7 +220,7 @@ def test_cascade_pairs_through_compare_with_not_a_name_suffix(cpu_run, tmp_path)
     casc = [r for r in rows if r["backend"] == "torch-cascade" and r["status"] == "pass" and r.get("timing")]
     assert casc and all(r["call"].get("compare_with") == "torch-math" for r in casc)
     renamed = [{**r, "backend": "two-level"} if r["backend"] == "torch-cascade" else r for r in rows]
-    p = {s.id: s for s in build_sections(load([_write(renamed, tmp_path / "c")]))}["cascade"]
+    p = build_sections(load([_write(renamed, tmp_path / "c")]), only=["cascade"])[0]
     t = next(b for b in p.blocks if b["kind"] == "table")
     cols = t["columns"]
     pairs = {(r[cols.index("cascade")][0], r[cols.index("plain")][0]) for r in t["rows"]}
@@ -219,7 +229,7 @@ def test_cascade_pairs_through_compare_with_not_a_name_suffix(cpu_run, tmp_path)
     fake = [{**r, "backend": "sdpa-cascade"} if r["backend"] == "sdpa" else r
             for r in rows if r["backend"] != "torch-cascade"]
     assert all("compare_with" not in (r.get("call") or {}) for r in fake)
-    p2 = {s.id: s for s in build_sections(load([_write(fake, tmp_path / "f")]))}["cascade"]
+    p2 = build_sections(load([_write(fake, tmp_path / "f")]), only=["cascade"])[0]
     assert not p2.has_data
 
 
@@ -288,7 +298,7 @@ def test_h200_verdict_for_llama3_8b_batch_64_4k_is_the_measured_winner(h200_buil
 
 def test_h200_sections_all_filled(h200_sections):
     for sid, _ in SECTIONS:
-        if sid in ("trace", "callform-gap", "crosscheck"):  # 2026-11-29: no trace rows, no call_form axis, no crosscheck.json
+        if sid in ("callform-gap", "crosscheck"):  # those rows predate call forms and the cross-check
             assert "no data in these results" in h200_sections[sid]
             continue
         assert "no data in these results" not in h200_sections[sid], sid
@@ -378,7 +388,7 @@ def test_sparse_and_empty_results_still_render(cpu_run, tmp_path):
 def test_two_runs_in_one_report(tmp_path):
     loaded = load([BASELINE, BASELINE])
     assert len(loaded.headers) == 2 and len(build_frame(loaded)) == 2 * len(read_rows(BASELINE))
-    matrix = {s.id: s for s in build_sections(loaded)}["correctness"]
+    matrix = build_sections(loaded, only=["correctness"])[0]
     assert any("(2 runs)" in c[0] for b in matrix.blocks if b["kind"] == "table" for r in b["rows"] for c in r)
 
 
@@ -405,3 +415,49 @@ def test_committed_h200_report_is_current_and_compact():
     assert re.findall(r'<section id="([\w-]+)"', text) == [i for i, _ in SECTIONS]
     assert page.stat().st_size < 2_500_000
     assert math.isfinite(len(text))
+
+
+def test_h200_page_in_a_browser(h200_page, driver):
+    """The committed H200 results' page in headless Chromium (tests/browser_page.py): every section
+    fills, the answers lead the first screen, and the verdict row for Llama-3-8B decode at batch
+    64 / 4k context is right."""
+    from selenium.webdriver.common.by import By
+
+    from browser_page import check_page, severe
+
+    check_page(driver, h200_page)
+    for sid, _ in SECTIONS:
+        if sid in ("callform-gap", "crosscheck"):  # those rows predate call forms and the cross-check
+            continue
+        assert "no data in these results" not in driver.find_element(By.ID, sid).text, sid
+    # The first screen (1400 x 1000, not scrolled) opens with the answer per model shape, then the
+    # heatmaps of the winners (the report's order: the answers first, the detailed tables after).
+    tops = driver.execute_script("return ['answer-per-model', 'heatmap'].map(i => "
+                                 "document.getElementById(i).getBoundingClientRect().top)")
+    assert 0 <= tops[0] < tops[1] < 1000, tops
+    # The verdict row for that workload, further down.
+    row = driver.execute_script(
+        "const td = Array.from(document.querySelectorAll('#verdict td')).find(t => t.title === arguments[0]);"
+        "if (!td) { return null; } const tr = td.parentElement; const r = tr.getBoundingClientRect();"
+        "const head = Array.from(tr.closest('table').tHead.rows[0].cells).map(c => c.textContent);"
+        "return {bottom: r.bottom, top: r.top, cells: Array.from(tr.cells).map(c => c.textContent), head: head,"
+        " h: window.innerHeight, sx: window.scrollY};", LLAMA_B64_4K)
+    assert row is not None, "no verdict row for llama3-8b batch 64 / 4k"
+    assert row["sx"] == 0 and row["top"] > tops[1], row
+    cells = dict(zip(row["head"], row["cells"]))
+    assert cells["batch"] == "64" and cells["context max"] == "4.1k"
+    assert cells["fastest"] and cells["margin"].endswith("x") and cells["beyond noise?"]
+    # Its group heading names the model and the shape.
+    heading = driver.find_element(By.CSS_SELECTOR, "#verdict h3").get_attribute("textContent")  # collapsed
+    assert heading.startswith("llama3-8b") and "H32/KV8 D128 bf16" in heading
+    # The e5m2 mismatches of the H200 run are in the matrix, with their reason on hover.
+    cells = driver.find_elements(By.CSS_SELECTOR, "#correctness td.st-mismatch")
+    assert cells and all("LSE" in c.get_attribute("title") for c in cells)
+    assert severe(driver) == []
+
+
+def test_build_sections_only_the_named_ones(cpu_run):
+    loaded = load([cpu_run])
+    assert [s.id for s in build_sections(loaded, only=["latency", "verdict"])] == ["verdict", "latency"]
+    with pytest.raises(KeyError, match="no-such-section"):
+        build_sections(loaded, only=["no-such-section"])

@@ -1,6 +1,6 @@
 """`harness repro`: a result row -> a standalone script (torch + the library only) that exits 1
 when the backend's call mismatches an inline fp64 reference and 0 when it passes; --shrink
-makes a failing case smaller while it still fails (issue 12)."""
+makes a failing case smaller while it still fails."""
 
 import ast
 import os

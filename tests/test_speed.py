@@ -1,4 +1,4 @@
-"""Speed of the instrument (issue 14): where each row's time went, the run's wall time,
+"""Speed of the instrument: where each row's time went, the run's wall time,
 variant axes that cannot change a result, cost-balanced workers, torch baselines and the
 memory estimate of the batched torch backends."""
 
@@ -121,7 +121,7 @@ cases:
 @pytest.mark.parametrize("index", [0, 1])
 def test_torch_backend_workspace_bounds_what_its_forward_allocates(spec, index, monkeypatch):
     """A decode batch with two long extends: padding every request to the extend's rows made
-    torch-math's scores far larger than its old chunk budget (issue 15: an OOM instead of a
+    torch-math's scores far larger than its old chunk budget (on the H200: an OOM instead of a
     skip). The declared workspace must bound the forward's measured allocations, with small
     chunk budgets so the plan really splits."""
     from harness import memory, registry

@@ -89,12 +89,17 @@ def build_frame(loaded: Loaded) -> pd.DataFrame:
     return df
 
 
-def build_sections(loaded: Loaded) -> list[Rendered]:
-    """Run every registered section on the rows. A section that raises shows its error on the
-    page (and the other sections still render)."""
+def build_sections(loaded: Loaded, only: Iterable[str] | None = None) -> list[Rendered]:
+    """Run every registered section (or the ones whose id is in ``only``) on the rows. A section
+    that raises shows its error on the page (and the other sections still render)."""
     df = build_frame(loaded)
+    wanted = None if only is None else set(only)
+    if wanted is not None and (unknown := wanted - {s.id for s in registered()}):
+        raise KeyError(f"no report section {sorted(unknown)}")
     out = []
     for spec in registered():
+        if wanted is not None and spec.id not in wanted:
+            continue
         r = Rendered(spec.id, spec.title, spec.looked_for, spec.collapsed, answer=spec.order < 100)
         try:
             r.blocks = [_view(b) for b in spec.fn(df) or []]
