@@ -93,7 +93,7 @@ def test_mla_study_is_one_error(capsys):
 def test_cli_batch_spec_and_study_notes(tmp_path, capsys):
     out = tmp_path / "o"
     rc = main(["run", str(DATA / "vllm_study_standard.yaml"), "--batch-spec", "2q1s48,q40", "--device", "cpu",
-               "--backends", "torch-math", "--no-time", "--quiet", "--out", str(out)])
+               "--backends", "torch-math", "--no-time", "--quiet", "--no-isolation", "--out", str(out)])
     assert rc == 0
     err = capsys.readouterr().err
     assert "ignored: backends TRITON_ATTN" in err

@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import ast
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +12,7 @@ import torch
 from attn_contract import AttentionConfig, decode_first_order
 from backends.flash_attn import FlashAttentionBackend, FlashAttentionImpl, FlashAttentionMetadataBuilder
 from backends.flashinfer import FlashInferBackend
+from harness.cli import main
 from harness.runner import RunOptions, plan_cells
 from harness.spec import load_suite, parse_suite
 from harness.workload import generate
@@ -116,18 +115,15 @@ def test_vllm_num_splits_follows_the_cuda_graph_capture_size():
     assert FA4.vllm_num_splits(8)[0] == 0
 
 
-def test_unknown_call_form_is_a_clear_error_at_validate():
+def test_unknown_call_form_is_a_clear_error_at_validate(tmp_path, capsys):
     bad = {**_suite(DECODE), "backends": ["flash-attn"], "variants": {"flash-attn": {"call_form": ["eager"]}}}
     import yaml
-    path = ROOT / "tests" / "_tmp_callform_bad.yaml"
-    try:
-        path.write_text(yaml.safe_dump(bad))
-        r = subprocess.run([sys.executable, "-m", "harness", "validate", str(path)], capture_output=True, text=True,
-                           cwd=ROOT, timeout=120)
-    finally:
-        path.unlink(missing_ok=True)
-    assert r.returncode == 2, r.stdout + r.stderr
-    assert "call_form" in r.stdout + r.stderr and "Traceback" not in r.stderr
+    path = tmp_path / "callform_bad.yaml"
+    path.write_text(yaml.safe_dump(bad))
+    rc = main(["validate", str(path)])
+    out, err = capsys.readouterr()
+    assert rc == 2, out + err
+    assert "call_form" in out + err and "Traceback" not in err
     view = _view(DECODE)
     with pytest.raises(ValueError, match="unknown call_form"):
         FlashAttentionMetadataBuilder(view.config, {"fa_version": 3, "call_form": "eager"}, CPU).build(
@@ -153,11 +149,11 @@ def test_callforms_suite_plans_both_forms_per_backend():
             assert only.axes["not_applied"]["call_form"] == ["fastest", "vllm"]
 
 
-def test_callforms_suite_validates_on_the_cpu():
-    r = subprocess.run([sys.executable, "-m", "harness", "validate", "suites/callforms.yaml"],
-                       capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert r.returncode == 0, r.stderr
-    assert "valid, 11 cases" in r.stdout
+def test_callforms_suite_validates_on_the_cpu(capsys):
+    rc = main(["validate", str(ROOT / "suites" / "callforms.yaml")])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert "valid, 11 cases" in out
 
 
 @pytest.mark.parametrize("backend", [FlashAttentionBackend, FlashInferBackend])
