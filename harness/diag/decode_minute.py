@@ -28,7 +28,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout: suites/ and the results it reads
 
-from harness.results import read_header, read_rows
+from harness.results import ResultRow, Status, read_header, read_rows
 
 WALL_TARGET_S = 60.0
 FIRST_CASE_TARGET_S = 5.0
@@ -50,20 +50,19 @@ def _run(cmd: list[str], timeout: float) -> tuple[int, float, str]:
 def run_figures(folder: Path) -> dict[str, Any]:
     """One run: wall time, its breakdowns, per-backend cell time and timing, stop reasons."""
     header = read_header(folder)
-    rows = [r.model_dump(mode="json") for r in read_rows(folder)]
+    rows = read_rows(folder)
     wb = header.get("wall_breakdown_s") or {}
     cell_s: dict[str, float] = collections.defaultdict(float)
     timing_s: dict[str, float] = collections.defaultdict(float)
     stops: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     graph: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     for r in rows:
-        host = r.get("host") or {}
-        cell_s[r["backend"]] += (host.get("cell_ms") or 0.0) / 1e3
-        timing_s[r["backend"]] += ((host.get("breakdown_ms") or {}).get("timing") or 0.0) / 1e3
-        t = r.get("timing")
-        if t:
-            stops[r["backend"]][t.get("stop_reason", "?")] += 1
-            graph[r["backend"]]["graph" if (t.get("cuda_graph") or {}).get("used") else "eager"] += 1
+        if r.host is not None:
+            cell_s[r.backend] += (r.host.cell_ms or 0.0) / 1e3
+            timing_s[r.backend] += (r.host.breakdown_ms or {}).get("timing", 0.0) / 1e3
+        if r.timing is not None:
+            stops[r.backend][r.timing.stop_reason] += 1
+            graph[r.backend]["graph" if _graph_timed(r) else "eager"] += 1
     total = sum(cell_s.values()) or 1.0
     return {
         "folder": str(folder), "wall_s": header.get("wall_s"), "rows": len(rows),
@@ -77,33 +76,28 @@ def run_figures(folder: Path) -> dict[str, Any]:
     }
 
 
-def _timed(folder: Path) -> dict[tuple, dict[str, Any]]:
-    out = {}
-    for r in read_rows(folder):
-        d = r.model_dump(mode="json")
-        if d.get("timing") and d["timing"].get("median_us"):
-            out[tuple(r.key)] = d
-    return out
+def _graph_timed(r: ResultRow) -> bool:
+    return r.timing is not None and r.timing.cuda_graph.used
+
+
+def _timed(folder: Path) -> dict[tuple, ResultRow]:
+    return {tuple(r.key): r for r in read_rows(folder) if r.timing is not None and r.timing.median_us}
 
 
 def between(a: Path, b: Path) -> dict[str, Any]:
     """Graph-timed rows' per-row difference and the fastest backend per case, run a vs run b."""
     ra, rb = _timed(a), _timed(b)
-    diffs = []
-    for k in ra.keys() & rb.keys():
-        ta, tb = ra[k]["timing"], rb[k]["timing"]
-        if (ta.get("cuda_graph") or {}).get("used") and (tb.get("cuda_graph") or {}).get("used"):
-            diffs.append(abs(tb["median_us"] / ta["median_us"] - 1.0))
+    diffs = [abs(rb[k].timing.median_us / ra[k].timing.median_us - 1.0)
+             for k in ra.keys() & rb.keys() if _graph_timed(ra[k]) and _graph_timed(rb[k])]
 
-    def winners(rows: dict[tuple, dict[str, Any]]) -> dict[str, str]:
+    def winners(rows: dict[tuple, ResultRow]) -> dict[str, str]:
         best: dict[str, tuple[float, str]] = {}
-        for d in rows.values():
-            if d.get("status") != "pass":
+        for r in rows.values():
+            if r.status != Status.PASS:
                 continue
-            who = f"{d['backend']} {d.get('variant_label', '')}".strip()
-            cur = best.get(d["case"])
-            if cur is None or d["timing"]["median_us"] < cur[0]:
-                best[d["case"]] = (d["timing"]["median_us"], who)
+            cur = best.get(r.case)
+            if cur is None or r.timing.median_us < cur[0]:
+                best[r.case] = (r.timing.median_us, f"{r.backend} {r.variant_label}".strip())
         return {c: w for c, (_, w) in best.items()}
 
     wa, wb = winners(ra), winners(rb)
