@@ -77,7 +77,7 @@ part() {  # part NAME LIMIT_S ARGS...: one pytest run appended to the log, its s
 start=$(date +%s)
 [ ${#parallel_targets[@]} -gt 0 ] && part "parallel ($workers workers, --dist $dist)" "${PYTEST_TIMEOUT:-220}" \
   -n "$workers" --dist "$dist" "${ignores[@]}" "${parallel_targets[@]}"
-[ ${#serial_targets[@]} -gt 0 ] && part "serial (GPU-timing tests alone)" 90 "${serial_targets[@]}"
+[ ${#serial_targets[@]} -gt 0 ] && part "serial (GPU-timing tests alone)" 90 -n 0 "${serial_targets[@]}"
 {
   echo
   printf '%s\n' "${lines[@]}"

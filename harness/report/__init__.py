@@ -28,8 +28,19 @@ from harness.report.plots import palette, to_uri
 STATUS_COLORS = {"pass": "#2e7d32", "mismatch": "#c62828", "error": "#b71c1c", "timeout": "#6a1b9a",
                  "unsupported": "#f9a825", "skipped": "#9e9e9e"}
 
-SECTIONS: tuple[tuple[str, str], ...] = tuple((s.id, s.title) for s in registered())
-"""Section ids (stable: tests and links rely on them) and titles, in page order."""
+
+
+def __getattr__(name: str) -> Any:
+    # SECTIONS on first use (PEP 562): building it imports every section module (matplotlib and
+    # all), which `harness run`'s closing summary, reading only harness.report.core, never needs.
+    if name == "SECTIONS":
+        return section_titles()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def section_titles() -> tuple[tuple[str, str], ...]:
+    """Section ids (stable: tests and links rely on them) and titles, in page order."""
+    return tuple((s.id, s.title) for s in registered())
 
 
 @dataclass
