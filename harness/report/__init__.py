@@ -21,7 +21,7 @@ import pandas as pd
 from attn_contract.status import Status
 from harness.fileio import atomic_write_text
 from harness.report.core import (
-    REGISTRY, Block, Figure, Heading, Loaded, SectionSpec, Table, Text, frame, load, registered, section,
+    REGISTRY, Block, Figure, Heading, Loaded, SectionSpec, SharedDict, Table, Text, frame, load, registered, section,
 )
 from harness.report.plots import palette, to_uri
 
@@ -96,7 +96,7 @@ def _view(b: Block) -> dict[str, Any]:
 
 def build_frame(loaded: Loaded) -> pd.DataFrame:
     df = frame(loaded)
-    df.attrs["colors"] = palette(list(df["label"].unique()))
+    df.attrs["colors"] = SharedDict(palette(list(df["label"].unique())))
     return df
 
 
