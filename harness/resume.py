@@ -20,12 +20,9 @@ class ResumeError(ValueError):
     """A folder that cannot be resumed with this suite (one-line reason)."""
 
 
-def resume_plan(out_dir: Path, suite: Suite, cells: list[Cell], argv: list[str],
-                seed: int | None = None) -> tuple[list[Cell], dict[str, Any]]:
-    """The cells of ``cells`` that ``out_dir`` has no row for, and its header with this resume
-    recorded. A torn last line (the run was killed mid-write) is cut off first."""
-    from harness.env import git_sha
-
+def check_resumable(out_dir: Path, suite: Suite, seed: int | None = None) -> tuple[dict[str, Any], list[Any]]:
+    """``out_dir``'s header and rows, or ResumeError when this suite and seed cannot continue it.
+    ``harness run`` asks before any worker starts, so a wrong folder costs nothing."""
     out_dir = Path(out_dir)
     header = read_header(out_dir)
     if not header and not (out_dir / RESULTS_FILE).exists():
@@ -36,11 +33,23 @@ def resume_plan(out_dir: Path, suite: Suite, cells: list[Cell], argv: list[str],
         ran = "without --seed (each case's own seed)" if header.get("seed") is None else f"with --seed {header['seed']}"
         now = "drop --seed" if header.get("seed") is None else f"give --seed {header['seed']}"
         raise ResumeError(f"--resume {out_dir}: it ran {ran}; resume with the same seed: {now}")
-    torn = repair_torn_tail(out_dir / RESULTS_FILE)
     try:
         rows = read_rows(out_dir) if (out_dir / RESULTS_FILE).exists() else []
     except ValueError as e:
         raise ResumeError(f"--resume {out_dir}: {e}") from None
+    return header, rows
+
+
+def resume_plan(out_dir: Path, suite: Suite, cells: list[Cell], argv: list[str],
+                seed: int | None = None) -> tuple[list[Cell], dict[str, Any]]:
+    """The cells of ``cells`` that ``out_dir`` has no row for, and its header with this resume
+    recorded. A torn last line (the run was killed mid-write) is cut off first."""
+    from harness.env import git_sha
+
+    out_dir = Path(out_dir)
+    check_resumable(out_dir, suite, seed)
+    torn = repair_torn_tail(out_dir / RESULTS_FILE)
+    header, rows = check_resumable(out_dir, suite, seed)
     done = {r.key for r in rows}
     todo = [c for c in cells if cell_key(suite, c) not in done]
     header = dict(header)

@@ -187,6 +187,10 @@ class RunFlags(BaseModel):
             raise ValueError("--ray places cells on the cluster's workers: drop --devices/--no-isolation")
         if self.resume and self.out and _same_path(self.out, self.resume) is False:
             raise ValueError("--resume DIR writes into DIR; drop --out or give the same folder")
+        if self.shard:
+            from harness.shard import parse_shard
+
+            parse_shard(self.shard)  # its one-line reason, before any worker starts
         return self
 
     # ------------------------------------------------------------ building the run's options

@@ -67,6 +67,13 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(str(e)) from None
     if flags.out and not flags.resume:
         check_out_path(Path(flags.out))  # before any worker starts
+    if flags.resume:
+        from harness.resume import ResumeError, check_resumable
+
+        try:
+            check_resumable(Path(flags.resume), suite, seed=flags.seed)  # likewise
+        except ResumeError as e:
+            raise UsageError(str(e)) from None
     from harness.executor_api import make_executor
 
     executor = make_executor(suite, opts, exec_opts, ray=flags.ray)
