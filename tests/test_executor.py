@@ -77,23 +77,6 @@ def test_crashes_cost_only_their_own_cell(tmp_path):
         json.loads(line, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
 
 
-def test_two_cpu_workers_share_the_cases(tmp_path):
-    suite = tmp_path / "s.yaml"
-    suite.write_text(ONE_CASE.replace("head_size: 32", "head_size: [16, 32, 48, 64]"))
-    out = tmp_path / "res"
-    rc = main(["run", str(suite), "--devices", "cpu,cpu", "--backends", "torch-math,sdpa", "--out", str(out),
-               "--no-time", "--quiet"])
-    assert rc == 0
-    rows = read_rows(out)
-    assert len(rows) == 8 and {r.status for r in rows} == {"pass"}
-    assert len({r.key for r in rows}) == 8
-    by_case = {}
-    for r in rows:
-        by_case.setdefault(r.case, set()).add(r.model_dump()["worker"]["pid"])
-    assert all(len(p) == 1 for p in by_case.values()), "a case's cells share one worker (one batch/reference)"
-    assert len(set().union(*by_case.values())) == 2, "both workers got cases"
-
-
 def test_no_isolation_runs_in_process_with_same_results(tmp_path):
     suite = tmp_path / "s.yaml"
     suite.write_text(ONE_CASE)

@@ -243,6 +243,7 @@ def test_two_cpu_workers_take_every_case_exactly_once_from_the_shared_queue(tmp_
     for r in rows:
         by_case.setdefault(r.case, set()).add(r.worker.pid)
     assert len(by_case) == 4 and all(len(p) == 1 for p in by_case.values())  # a case on one worker
+    assert len(set().union(*by_case.values())) == 2, "both workers got cases"
     header = json.loads((out / "run.json").read_text())
     plan = header["devices_plan"]
     assert [p["device"] for p in plan] == ["cpu", "cpu"] and sum(p["cases"] for p in plan) == 4
