@@ -57,9 +57,6 @@ STARTUP_TIMEOUT_S = 300.0  # importing torch and a GPU library on a cold machine
 MAX_FAILED_STARTS = 3  # a slot whose worker dies this often without progress is given up
 
 
-# ------------------------------------------------------------------ phases
-
-
 class SlotPhase(StrEnum):
     """What a device slot's worker is doing, as far as the parent knows."""
 
@@ -518,5 +515,3 @@ def _exit_reason(proc: Any) -> str:
         except ValueError:
             return f"worker died: signal {-code}"
     return f"worker exited with code {code}"
-
-

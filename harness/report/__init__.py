@@ -29,7 +29,6 @@ STATUS_COLORS = {"pass": "#2e7d32", "mismatch": "#c62828", "error": "#b71c1c", "
                  "unsupported": "#f9a825", "skipped": "#9e9e9e"}
 
 
-
 def __getattr__(name: str) -> Any:
     # SECTIONS on first use (PEP 562): building it imports every section module (matplotlib and
     # all), which `harness run`'s closing summary, reading only harness.report.core, never needs.
