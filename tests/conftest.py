@@ -17,6 +17,22 @@ os.environ["OMP_NUM_THREADS"] = "1"
 torch.set_num_threads(1)
 
 
+def interrupt(proc, sig: int, group: bool = True, timeout: float = 30) -> tuple[int, str]:
+    """Send ``sig`` to the process group a run started in (``group``: what a terminal's Ctrl-C
+    reaches) or to its parent only (``kill PID``); its exit code and stderr. Whatever is left of
+    the group is killed afterwards, whatever happened."""
+    import signal
+
+    try:
+        (os.killpg if group else os.kill)(proc.pid, sig)
+        return proc.wait(timeout=timeout), proc.stderr.read()
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def subprocess_env(**extra: str) -> dict[str, str]:
     """Environment for a ``harness`` subprocess: the caller's, with the repo and tests/ put in
     front of the caller's PYTHONPATH, never in place of it. On machines where torch and the

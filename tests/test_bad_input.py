@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import subprocess_env
+from conftest import interrupt, subprocess_env
 from harness.cli import main
 from harness.results import read_rows
 
@@ -195,14 +195,10 @@ def test_sigterm_keeps_rows_and_prints_the_resume_command(tmp_path):
         while not (res.exists() and res.read_text().count("\n") >= 1):
             assert proc.poll() is None and time.monotonic() - t0 < 120, "no row appeared"
             time.sleep(0.05)
-        os.kill(proc.pid, signal.SIGTERM)  # the parent only, as `kill PID` or a scheduler does
-        rc = proc.wait(timeout=30)
-        err = proc.stderr.read()
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    except BaseException:
+        interrupt(proc, signal.SIGKILL)
+        raise
+    rc, err = interrupt(proc, signal.SIGTERM, group=False)  # the parent only, as `kill PID` or a scheduler does
     assert rc == 128 + signal.SIGTERM and "terminated (SIGTERM)" in err and "Traceback" not in err, err
     rows = read_rows(out)
     assert rows and all(r.status == "pass" for r in rows)

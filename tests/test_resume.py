@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import subprocess_env
+from conftest import interrupt, subprocess_env
 from harness.cli import main
 from harness.results import read_header, read_rows, repair_torn_tail
 
@@ -82,6 +82,7 @@ def _wait_rows(proc, out, n, limit=60):
         if proc.poll() is not None:
             pytest.fail(f"run ended before {n} rows: {proc.stderr.read()}")
         time.sleep(0.05)
+    interrupt(proc, signal.SIGKILL)
     pytest.fail("no rows appeared")
 
 
@@ -145,16 +146,8 @@ def test_sigkill_midway_then_resume_matches_uninterrupted_run(suite, tmp_path):
 def test_ctrl_c_saves_rows_and_exits_130(suite, tmp_path):
     out = tmp_path / "interrupted"
     proc = _start(suite, out)
-    try:
-        _wait_rows(proc, out, 1)
-        os.killpg(proc.pid, signal.SIGINT)  # what a terminal sends to the whole process group
-        rc = proc.wait(timeout=20)
-        err = proc.stderr.read()
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    _wait_rows(proc, out, 1)
+    rc, err = interrupt(proc, signal.SIGINT)  # what a terminal sends to the whole process group
     assert rc == 130 and "interrupted" in err and "Traceback" not in err, err
     assert _group_gone(proc.pid)
     rows = read_rows(out)
@@ -168,16 +161,8 @@ def test_ctrl_c_swallowed_by_a_library_still_stops_the_run(suite, tmp_path):
     # next safe point instead of running to the end with exit 0.
     out = tmp_path / "swallowed"
     proc = _start(suite, out, backends="plugins.crashy:SwallowingBackend", extra=["--no-isolation"])
-    try:
-        _wait_rows(proc, out, 1)
-        os.killpg(proc.pid, signal.SIGINT)
-        rc = proc.wait(timeout=30)
-        err = proc.stderr.read()
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    _wait_rows(proc, out, 1)
+    rc, err = interrupt(proc, signal.SIGINT)
     assert rc == 130 and "interrupted" in err and "Traceback" not in err, err
     assert 1 <= len(read_rows(out)) < 3
 
@@ -201,21 +186,13 @@ def test_ctrl_c_at_any_moment_of_startup_exits_130_without_traceback(suite, tmp_
     # While torch imports, while workers start, before any row: one line, never a traceback.
     out = tmp_path / "early"
     proc = _start(suite, out, module)
-    try:
-        if when == "header":
-            t0 = time.monotonic()
-            while not (out / "run.json").exists() and time.monotonic() - t0 < 60 and proc.poll() is None:
-                time.sleep(0.01)
-        else:
-            time.sleep(when)
-        os.killpg(proc.pid, signal.SIGINT)
-        rc = proc.wait(timeout=30)
-        err = proc.stderr.read()
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    if when == "header":
+        t0 = time.monotonic()
+        while not (out / "run.json").exists() and time.monotonic() - t0 < 60 and proc.poll() is None:
+            time.sleep(0.01)
+    else:
+        time.sleep(when)
+    rc, err = interrupt(proc, signal.SIGINT)
     assert rc == 130 and "interrupted" in err and "Traceback" not in err and "KeyboardInterrupt" not in err, err
     assert _group_gone(proc.pid)
     if (out / "run.json").exists():
