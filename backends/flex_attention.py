@@ -27,7 +27,6 @@ chunks of bounded size, with dynamo's tracing of the mods switched off for the c
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 from typing import Any

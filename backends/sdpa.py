@@ -133,7 +133,7 @@ class SDPAImpl(AttentionImpl[SDPAMetadata]):
             if self.layer.alibi_slopes is not None and not ch.alibi_ready:
                 _write_alibi(ch, self.layer.alibi_slopes, hk)
             pc = ch.pc
-            b, qmax, smax = len(pc.segments), pc.qmax, pc.smax
+            b, qmax = len(pc.segments), pc.qmax
             k, v = dequantize(kv_cache[pc.blocks, 0, pc.offsets], kv_cache[pc.blocks, 1, pc.offsets], self.layer, dtype)
             if ch.kv_valid is not None:
                 unseen = ~ch.kv_valid[..., None, None]

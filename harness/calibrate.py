@@ -12,8 +12,7 @@ import argparse
 import torch
 
 from harness import markdown
-from harness.check import UNIT_ROUNDOFF, rel_l2_limit, tolerance_for
-from harness.reference import reference_attention
+from harness.check import UNIT_ROUNDOFF, rel_l2_limit
 from harness.registry import resolve
 from harness.runner import CaseContext, Cell, RunOptions, run_cell
 from harness.spec import CaseSpec, Suite

@@ -15,7 +15,6 @@ distributions as the harness's, not the same bits, so the script judges its own 
 
 from __future__ import annotations
 
-import math
 import shlex
 from dataclasses import dataclass
 from importlib.resources import files
@@ -188,7 +187,7 @@ def inputs_source(row: ResultRow, sc: ScriptCase, backend: type[AttentionBackend
     else:
         lines.append("ALIBI_SLOPES = None")
     if cfg.sinks:
-        lines.append(f"SINKS = torch.randn(NUM_HEADS, generator=torch.Generator().manual_seed(SEED + 1))")
+        lines.append("SINKS = torch.randn(NUM_HEADS, generator=torch.Generator().manual_seed(SEED + 1))")
     else:
         lines.append("SINKS = None")
     return "\n".join(lines) + "\n" + _template("repro_inputs.py.tmpl")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import platform
-import sys
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Sequence
 

@@ -4,7 +4,6 @@ command line."""
 
 from __future__ import annotations
 
-import os
 import shlex
 import signal
 import subprocess

@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness.report.core import Block, Figure, Table, Text, col, num, section, timed
+from harness.report.core import Block, Figure, Table, Text, num, section, timed
 from harness.report.plots import colors_of, legend_right, plt
 
 
