@@ -172,7 +172,9 @@ def verdict_lines(rows: list[ResultRow], ids: dict[tuple[str, str], str]) -> lis
         n = len(res.cases)
         where = f" ({n} case{'s' if n != 1 else ''})"
         if w is None:
-            out.append(f"{g}: no backend passed the check with a timing")
+            why = ("; ".join(f"{c.backend}: {c.excluded}" for c in res.excluded[:3])
+                   + (f"; {len(res.excluded) - 3} more" if len(res.excluded) > 3 else "")) or "every case was skipped"
+            out.append(f"{g}: no backend passed the check with a timing ({why})")
             continue
         med = fmt_time(math.exp(sum(math.log(t.median) for t in w.times.values()) / len(w.times)))
         if ru is None:

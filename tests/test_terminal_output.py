@@ -11,7 +11,7 @@ import pytest
 from rich.console import Console
 
 from harness import cli, terminal
-from harness.results import read_rows
+from harness.results import Status, read_rows
 
 SWEEP = """
 suite: term
@@ -121,6 +121,43 @@ def test_verdict_says_tie_when_the_intervals_overlap(real_rows):
     rows = _timed(rows, {"torch-math": 101.0, "sdpa": 100.0}, 0.10)
     lines = terminal.verdict_lines(rows, {("sdpa", ""): "B", ("torch-math", ""): "C"})
     assert all(": tie (the interval reaches 0): B sdpa" in ln and "C torch-math" in ln for ln in lines), lines
+
+
+def _skipped(r, reason: str):
+    return r.model_copy(update={"status": Status.SKIPPED, "reason": reason, "timing": None, "check": None,
+                                "metrics": None})
+
+
+def test_verdict_ranks_on_the_cases_a_backend_ran(real_rows):
+    """A case every backend skipped (too large for this machine) leaves its group, as on a CPU run
+    of the decode suite; a backend skipped where another one ran is still not a candidate."""
+    rows, _ = real_rows
+    rows = _timed(rows, {"torch-math": 300.0, "sdpa": 100.0}, 0.02)
+    big = next(r.case for r in rows if r.case_group == "llama3-70b-tp8-decode-sweep")
+    too_large = "too large for the CPU: 9.9 GFLOP > --cpu-max-gflop 0.5"
+    rows = [_skipped(r, too_large) if r.case == big and r.status == Status.PASS else r for r in rows]
+    ids = {("sdpa", ""): "B", ("torch-math", ""): "C"}
+    lines = terminal.verdict_lines(rows, ids)
+    assert lines[0].startswith("llama3-70b-tp8-decode-sweep (2 cases): B sdpa, 100 µs; ") and "over C torch-math" in lines[0]
+    # sdpa alone skipped on a case torch-math ran: torch-math is the group's only candidate.
+    other = next(r.case for r in rows if r.case_group == "llama3-70b-tp8-decode-sweep" and r.case != big)
+    rows = [_skipped(r, too_large) if r.case == other and r.backend == "sdpa" else r for r in rows]
+    lines = terminal.verdict_lines(rows, ids)
+    assert lines[0] == ("llama3-70b-tp8-decode-sweep (2 cases): C torch-math, 300 µs; "
+                        "the only one that passed and was timed"), lines[0]
+
+
+def test_verdict_says_why_no_backend_won_a_group(real_rows):
+    rows, _ = real_rows
+    rows = _timed(rows, {"torch-math": 300.0, "sdpa": 100.0}, 0.02)
+    small = [r for r in rows if r.case_group == "small"]
+    assert len({r.case for r in small}) == 1
+    broken = [r.model_copy(update={"status": Status.MISMATCH, "reason": "max abs err 9"})
+              if r.case_group == "small" and r.status == Status.PASS else r for r in rows]
+    line = terminal.verdict_lines(broken, {})[1]
+    assert line.startswith("small: no backend passed the check with a timing (") and "failed the check (mismatch)" in line
+    gone = [_skipped(r, "too large for the CPU") if r.case_group == "small" else r for r in rows]
+    assert terminal.verdict_lines(gone, {})[1] == "small: no backend passed the check with a timing (every case was skipped)"
 
 
 def test_run_ends_with_the_verdict(real_rows, monkeypatch):

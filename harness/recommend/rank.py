@@ -160,10 +160,14 @@ def _candidate(backend: str, vl: str, rs: list[ResultRow]) -> Candidate:
 
 
 def rank_bucket(bucket: Bucket, rows: list[ResultRow], tie: float) -> BucketResult:
-    """Rank the candidates of one bucket's rows."""
+    """Rank the candidates of one bucket's rows. A case no candidate ran (every row of it
+    ``skipped``: too large for this machine, no library anywhere) says nothing about any of them
+    and leaves the bucket first; a candidate skipped where another one ran is still excluded."""
+    ran = {R.case_id(r) for r in rows if R.status(r) != Status.SKIPPED}
     by_cand: dict[tuple[str, str], list[ResultRow]] = defaultdict(list)
     for r in rows:
-        by_cand[(r.backend, r.variant_label)].append(r)
+        if R.case_id(r) in ran:
+            by_cand[(r.backend, r.variant_label)].append(r)
     cands = [_candidate(backend, vl, rs) for (backend, vl), rs in sorted(by_cand.items())]
     ok = [c for c in cands if not c.excluded]
     cases = sorted({k for c in ok for k in c.times})
