@@ -94,6 +94,10 @@ class AttentionBackend(ABC):
     # (e.g. {"flashinfer-python": ">=0.6.18,<0.7"}); `harness list` and `harness --version`
     # mark an installed version outside it.
     tested_versions: ClassVar[dict[str, str]] = {}
+    # The Python modules whose import is the slow part of using this backend (a GPU library):
+    # a run's worker imports them on a thread at start and runs other backends' cells meanwhile
+    # (harness/worker_imports.py). Empty: nothing beyond torch, ready at once.
+    library_modules: ClassVar[tuple[str, ...]] = ()
     # How serving engines name this backend ("vllm", "sglang" -> attn_contract.engines.EngineName);
     # engines that cannot run it are absent.
     engine_names: ClassVar[dict[str, Any]] = {}

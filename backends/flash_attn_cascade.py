@@ -159,6 +159,7 @@ class FACascadeImpl(AttentionImpl[FACascadeMetadata]):
 class FlashAttnCascadeBackend(AttentionBackend):
     name = "flash-attn-cascade"
     tested_versions = FlashAttentionBackend.tested_versions  # the same libraries
+    library_modules = FlashAttentionBackend.library_modules
     description = "cascade through FlashAttention 3/4 paged calls: shared-prefix pass + suffix pass + LSE merge"
     variant_axes = {"fa_version": (3, 4)}
 

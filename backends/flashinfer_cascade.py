@@ -224,6 +224,7 @@ class FICascadeImpl(AttentionImpl[FICascadeMetadata]):
 class FlashInferCascadeBackend(AttentionBackend):
     name = "flashinfer-cascade"
     tested_versions = FlashInferBackend.tested_versions  # the same library
+    library_modules = FlashInferBackend.library_modules
     description = "FlashInfer MultiLevelCascadeAttentionWrapper, 2 levels: shared prefix per group + unique pages"
 
     @classmethod

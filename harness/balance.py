@@ -113,6 +113,11 @@ class CaseQueues:
         counts it for every worker that took it)."""
         self.queue.appendleft(cells)
 
+    def append(self, cells: list[Any], slot: int = 0) -> None:
+        """Part of a case a worker gave back to run later (its backends were still importing:
+        harness/worker_imports.py): last in line."""
+        self.queue.append(cells)
+
     def popleft(self, slot: int = 0) -> list[Any]:
         cells = self.queue.popleft()
         self.taken[slot].append(self.costs.get(id(cells), 0.0))

@@ -47,8 +47,8 @@ from harness.runner import Cell, RunOptions, cell_timed, group_by_case, iterate_
 from harness.spawn_main import main_not_reimported
 from harness.spec import Suite
 from harness.resume import cell_key
-from harness.worker_messages import (CaseDone, CaseFailed, CellStarted, PreparingCase, RestartMe, RowDone, RunCase,
-                                     Shutdown, WorkerReady)
+from harness.worker_messages import (CaseDone, CaseFailed, CasePartDeferred, CellStarted, LibrariesReady, PreparingCase,
+                                     RestartMe, RowDone, RunCase, Shutdown, WorkerReady)
 from harness.worker_process import _worker_main
 
 log = logging.getLogger(__name__)  # -v / -vv (harness/cli_flags.py): workers and rows
@@ -93,6 +93,7 @@ class _Slot:
     conn: Any = None
     pid: int | None = None
     ready: bool = False
+    libraries_pending: bool = False  # asked to import libraries, LibrariesReady not yet received
     started_at: float = 0.0
     cells: list[Cell] = field(default_factory=list)  # cells of the current case not yet reported
     phase: SlotPhase = SlotPhase.IDLE
@@ -276,6 +277,7 @@ class LocalExecutor:
         # precheck imports what it needs.
         slot.proc, slot.conn = spare or self._start_process(slot.device, warm=warm)
         slot.pid, slot.ready = slot.proc.pid, False
+        slot.libraries_pending = spare is None and warm and bool(self.warm)
         log.info("worker pid %s on %s %s", slot.pid, slot.device, "restarted" if restart else "started")
         slot.started_at = time.monotonic()
         if slot.spawned_at is None:
@@ -381,7 +383,9 @@ class LocalExecutor:
                 for slot in live:
                     if slot.phase == SlotPhase.IDLE and self.queue:
                         self._assign(slot)
-                busy = [s for s in live if s.phase != SlotPhase.IDLE]
+                # A worker still importing is waited for even when idle: its LibrariesReady carries
+                # the versions for run.json.
+                busy = [s for s in live if s.phase != SlotPhase.IDLE or s.libraries_pending]
                 if not busy:
                     if self.queue:  # every slot gave up: nothing can run the rest
                         why = "; ".join(sorted({s.last_failure for s in self.slots if s.last_failure}))
@@ -393,7 +397,8 @@ class LocalExecutor:
                     break
                 now = time.monotonic()
                 deadlines = [s.deadline for s in busy if s.deadline is not None]
-                deadlines += [s.started_at + STARTUP_TIMEOUT_S for s in busy if not s.ready]
+                deadlines += [s.started_at + STARTUP_TIMEOUT_S for s in busy
+                              if not s.ready or (s.libraries_pending and s.phase == SlotPhase.IDLE)]
                 wait_s = max(0.0, min(deadlines) - now) if deadlines else None
                 ready = wait([s.conn for s in busy] + [s.proc.sentinel for s in busy], timeout=wait_s)
                 for slot in busy:
@@ -410,6 +415,12 @@ class LocalExecutor:
                         rows = self._lost(slot, Status.TIMEOUT, why)
                         yield from rows
                         self._restart(slot, progressed=True)
+                    elif (slot.ready and slot.libraries_pending and slot.phase == SlotPhase.IDLE
+                          and now > slot.started_at + STARTUP_TIMEOUT_S):
+                        # Its imports hang: the cells that need them say so in their own rows;
+                        # run.json goes without the versions rather than the run never ending.
+                        log.warning("worker pid %s: library imports not done after %g s", slot.pid, STARTUP_TIMEOUT_S)
+                        slot.libraries_pending = False
                     elif not slot.ready and now > slot.started_at + STARTUP_TIMEOUT_S:
                         why = f"worker did not start within {STARTUP_TIMEOUT_S:g} s"
                         self._requeue(slot)
@@ -453,12 +464,20 @@ class LocalExecutor:
             if isinstance(msg, WorkerReady):
                 slot.ready, slot.pid = True, msg.pid
                 if slot.ready_s is None:
-                    slot.ready_s, slot.import_s = now - slot.spawned_at, dict(msg.import_s)
-                    self.backend_versions = self.backend_versions or dict(msg.versions)
+                    slot.ready_s = now - slot.spawned_at
                     if all(s.ready_s is not None for s in self.slots):
                         self.t_all_ready = now
                 if slot.phase == SlotPhase.SENT and timeout:
                     slot.deadline = now + timeout
+            elif isinstance(msg, LibrariesReady):
+                slot.libraries_pending = False
+                slot.import_s = slot.import_s or dict(msg.import_s)
+                self.backend_versions = self.backend_versions or dict(msg.versions)
+            elif isinstance(msg, CasePartDeferred):
+                # Its backends were still importing: these cells run later as a case of their own.
+                deferred = {cell_key(self.suite, c) for c in msg.cells}
+                slot.cells = [c for c in slot.cells if cell_key(self.suite, c) not in deferred]
+                self.queue.append(list(msg.cells), slot.index)
             elif isinstance(msg, PreparingCase):
                 slot.phase, slot.current = SlotPhase.PREPARE, None
                 slot.deadline = now + timeout if timeout else None

@@ -26,10 +26,17 @@ class Shutdown:
 # Worker -> parent
 @dataclass(frozen=True)
 class WorkerReady:
-    """The worker has imported everything (the suite's backends' libraries included) and waits
-    for a case; ``import_s``: seconds each backend's first availability probe took."""
+    """The worker has torch and its CUDA context and waits for a case (the backends' libraries
+    are still importing on a thread: ``LibrariesReady`` follows)."""
 
     pid: int
+
+
+@dataclass(frozen=True)
+class LibrariesReady:
+    """Every backend's library the worker was asked to import is imported (harness/worker_imports.py);
+    ``import_s``: seconds each backend's first availability probe took."""
+
     import_s: dict[str, float] = field(default_factory=dict)
     versions: dict[str, dict[str, Any]] = field(default_factory=dict)  # the run header's "backends"
 
@@ -54,6 +61,14 @@ class RowDone:
 
 
 @dataclass(frozen=True)
+class CasePartDeferred:
+    """These cells of the case were not run: their backends' libraries were still importing.
+    The parent queues them again (they run later as a case of their own); ``CaseDone`` follows."""
+
+    cells: list[Cell]
+
+
+@dataclass(frozen=True)
 class CaseDone:
     """Every cell of the case has its row; the worker is idle again."""
 
@@ -73,4 +88,4 @@ class RestartMe:
     reason: str
 
 
-WorkerMessage = WorkerReady | PreparingCase | CellStarted | RowDone | CaseDone | CaseFailed | RestartMe
+WorkerMessage = WorkerReady | LibrariesReady | CasePartDeferred | PreparingCase | CellStarted | RowDone | CaseDone | CaseFailed | RestartMe

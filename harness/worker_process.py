@@ -1,5 +1,5 @@
 """The worker process of a ``LocalExecutor`` (harness/executor.py): started with "spawn", it
-imports the backends' libraries, then runs one case at a time as the parent sends them and
+imports the backends' libraries on a thread (harness/worker_imports.py) while it runs one case at a time as the parent sends them and
 streams an event before each phase and a row after each cell (harness/worker_messages.py).
 After an error that leaves the CUDA context unusable it asks to be replaced."""
 
@@ -14,12 +14,13 @@ from typing import Any
 import torch
 
 from harness.memory import make_fit_check
-from harness.planning import backend_versions
 from harness.results import Status, Worker
 from harness.resume import cell_key
-from harness.runner import Cell, RunOptions, iterate_case, warm_backend
+from harness.runner import Cell, RunOptions, iterate_case
 from harness.spec import Suite
-from harness.worker_messages import CaseDone, CaseFailed, CellStarted, PreparingCase, RestartMe, RowDone, Shutdown, WorkerReady
+from harness.worker_imports import LibraryLoader
+from harness.worker_messages import (CaseDone, CaseFailed, CasePartDeferred, CellStarted, LibrariesReady, PreparingCase,
+                                     RestartMe, RowDone, Shutdown, WorkerReady)
 
 # Messages of CUDA errors after which the context is unusable (sticky errors): the worker must
 # be replaced, whatever the health probe says.
@@ -84,28 +85,25 @@ def _worker_main(conn: Any, device_name: str, suite: Suite, opts: RunOptions, bu
     opts = dataclasses.replace(opts, device=device,
                                fit_check=make_fit_check(device, opts.check, budget_mib, cpu_share))
     cuda_ready = False
-    import_s: dict[str, float] = {}
-    versions: dict[str, dict[str, Any]] = {}
-    if warm:
-        # The backends' libraries now, while the parent expands the suite (and, on --devices N,
-        # in every worker at once), not in the first cell's precheck. On the worker's own device:
-        # a library that touches CUDA on import must not make a context on another GPU.
-        if device.type == "cuda":
-            torch.cuda.set_device(device.index if device.index is not None else 0)
-            cuda_ready = True
-        for b in warm:
-            import_s[b.name] = round(warm_backend(b, suite, opts), 4)
-            try:
-                versions[b.name] = backend_versions(b)
-            except Exception as e:  # the cells' own prechecks report it; the header says so too
-                versions[b.name] = {"available": False, "reason": f"availability() raised {type(e).__name__}"}
-    conn.send(WorkerReady(os.getpid(), import_s, versions))
+    loader = LibraryLoader(warm, suite, opts, device)
+    if warm and device.type == "cuda":
+        torch.cuda.set_device(device.index if device.index is not None else 0)
+        cuda_ready = True
+    # Ready now; the backends' libraries import on a thread while the parent expands the suite
+    # and the first cells run (harness/worker_imports.py).
+    loader.start()
+    conn.send(WorkerReady(os.getpid()))
 
     def on_event(event: str, cell: Cell | None) -> None:
         conn.send(PreparingCase() if event == "prepare" else CellStarted(cell_key(suite, cell)))
 
     while True:
         try:
+            if not loader.reported:
+                if loader.finished:
+                    conn.send(LibrariesReady(*loader.finish()))
+                elif not conn.poll(0.05):
+                    continue  # look again: the parent waits for LibrariesReady before it ends
             msg = conn.recv()
         except (EOFError, OSError):
             return
@@ -115,9 +113,10 @@ def _worker_main(conn: Any, device_name: str, suite: Suite, opts: RunOptions, bu
             # Only now: a standby worker must not hold a CUDA context (memory) while it waits.
             torch.cuda.set_device(device.index if device.index is not None else 0)
             cuda_ready = True
+        cells, later = loader.split(msg.cells)
         broken = None
         try:
-            for row in iterate_case(msg.cells, suite, opts, on_event=on_event):
+            for row in iterate_case(cells, suite, opts, on_event=on_event):
                 conn.send(RowDone(row.model_copy(update={"worker": Worker(pid=os.getpid(), device=device_name)})))
                 if row.status == Status.ERROR:
                     broken = _context_broken(device, row.reason)
@@ -131,4 +130,6 @@ def _worker_main(conn: Any, device_name: str, suite: Suite, opts: RunOptions, bu
         if broken:
             conn.send(RestartMe(broken))
             return
+        if later:
+            conn.send(CasePartDeferred(later))
         conn.send(CaseDone())

@@ -249,3 +249,80 @@ def test_worker_protocol_is_typed_messages_in_phase_order():
             proc.kill()
             proc.join(timeout=10)
         parent.close()
+
+
+def test_worker_runs_cells_while_a_library_imports_and_gives_the_rest_back(tmp_path, monkeypatch):
+    """A spawned worker whose second backend's import is held by a gate: ready at once, runs the
+    torch-only cell, gives the gated cell back; a case of gated cells alone waits for the
+    import, then runs; LibrariesReady carries the import time and versions."""
+    import multiprocessing as mp
+
+    from harness.worker_messages import (CaseDone, CasePartDeferred, CellStarted, LibrariesReady, PreparingCase,
+                                         RowDone, RunCase, Shutdown, WorkerReady)
+    from harness.worker_process import _worker_main
+    from harness.runner import RunOptions
+    from plugins.slow_import import GATE_ENV, GatedImportBackend
+
+    gate = tmp_path / "gate"
+    monkeypatch.setenv(GATE_ENV, str(gate))  # the spawned worker inherits it
+    suite = parse_suite(yaml.safe_load(ONE_CASE))
+    opts = RunOptions(device=torch.device("cpu"), time=False)
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe(duplex=True)
+    proc = ctx.Process(target=_worker_main, args=(child, "cpu", suite, opts, None, 1, None,
+                                                  (GatedImportBackend, TorchMathBackend)), daemon=True)
+    proc.start()
+    child.close()
+
+    def until(kind):
+        msgs = []
+        while not msgs or not isinstance(msgs[-1], kind):
+            assert parent.poll(120), f"no {kind.__name__} from the worker; got {msgs}"
+            msgs.append(parent.recv())
+        return msgs
+
+    try:
+        assert isinstance(until(WorkerReady)[-1], WorkerReady)  # before the gated import ends
+        fast, gated = Cell(suite.cases[0], TorchMathBackend, {}), Cell(suite.cases[0], GatedImportBackend, {})
+        parent.send(RunCase([gated, fast]))
+        msgs = until(CaseDone)
+        assert [type(m) for m in msgs] == [PreparingCase, CellStarted, RowDone, CasePartDeferred, CaseDone]
+        assert msgs[2].row.backend == "torch-math" and msgs[2].row.status == "pass"
+        assert [c.backend for c in msgs[3].cells] == [GatedImportBackend]
+        parent.send(RunCase(msgs[3].cells))  # nothing of it can run yet: the worker waits
+        gate.touch()
+        msgs = until(CaseDone)
+        assert [type(m) for m in msgs] == [PreparingCase, CellStarted, RowDone, CaseDone]
+        assert msgs[2].row.backend == "gated-import" and msgs[2].row.status == "pass"
+        libs = until(LibrariesReady)[-1]
+        assert set(libs.import_s) == {"gated-import", "torch-math"} and libs.versions["gated-import"]["available"] is True
+        parent.send(Shutdown())
+        proc.join(timeout=30)
+        assert proc.exitcode == 0
+    finally:
+        if proc.is_alive():
+            proc.kill()
+            proc.join(timeout=10)
+        parent.close()
+
+
+def test_a_run_goes_on_while_a_library_imports(tmp_path, monkeypatch):
+    """harness run with a backend whose import ends only once three rows are written: the
+    torch-math cells of all three cases run first, the gated cells after, every cell once, and
+    run.json holds the gated backend's version and import time."""
+    suite = tmp_path / "s.yaml"
+    suite.write_text(ONE_CASE.replace("count: 3", "count: [1, 2, 3]"))
+    out = tmp_path / "res"
+    monkeypatch.setenv("SLOW_IMPORT_GATE", str(out / "results.jsonl"))
+    monkeypatch.setenv("SLOW_IMPORT_GATE_LINES", "3")
+    rc = main(["run", str(suite), "--device", "cpu", "--backends", "torch-math,plugins.slow_import:GatedImportBackend",
+               "--out", str(out), "--no-time", "--quiet"])
+    assert rc == 0
+    rows = read_rows(out)
+    assert [r.backend for r in rows[:3]] == ["torch-math"] * 3
+    assert sorted((r.case, r.backend) for r in rows) == sorted(
+        (c, b) for c in {r.case for r in rows} for b in ("torch-math", "gated-import")) and len(rows) == 6
+    assert all(r.status == "pass" for r in rows)
+    run = json.loads((out / "run.json").read_text())
+    assert run["backends"]["gated-import"]["available"] is True
+    assert set(run["workers"][0]["import_by_backend_s"]) == {"torch-math", "gated-import"}

@@ -32,6 +32,7 @@ from backends.flash_attn.common import CALL_FORMS, DOCUMENTED_CC, FASegment, Fla
 from backends.flash_attn.common import standalone_call as fa_standalone_call
 from backends.flash_attn.selector import (
     GENERATIONS,
+    MODULES,
     VERSIONS,
     availability_from,
     capabilities_for,
@@ -183,6 +184,7 @@ class FlashAttentionBackend(AttentionBackend):
     tested_versions = {"flash-attn": ">=2.8.3,<2.9", "tokenspeed_fa3": "==3.0.0.post20260810",
                        "flash-attn-4": "==4.0.0b36"}
     description = "FlashAttention 2/3/4 (flash_attn, flash_attn_interface, flash_attn.cute) over vLLM's paged KV cache"
+    library_modules = tuple(MODULES.values())  # FA4's (the CuTe DSL) took 10.8 s of an H200 worker's start
     # call_form: vLLM's call or the library's fastest documented call (common.CALL_FORMS).
     variant_axes = {"fa_version": ("auto", 2, 3, 4), "call_form": CALL_FORMS}
     # vLLM: one backend, the FA version a setting; SGLang names FA3 and FA4 apart and has no FA2.

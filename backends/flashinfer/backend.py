@@ -49,6 +49,7 @@ from backends.flashinfer.standalone import standalone_source
 class FlashInferBackend(AttentionBackend):
     name = "flashinfer"
     tested_versions = {"flashinfer-python": ">=0.6.18,<0.7"}  # measured: 0.6.18.post1
+    library_modules = ("flashinfer",)
     # vLLM (v0.25.1) decodes through the wrapper with tensor cores and lets FlashInfer pick its
     # prefill: other values have no switch there.
     engine_names = {
