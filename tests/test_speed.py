@@ -283,8 +283,13 @@ def test_energy_absent_on_cpu_rows_say_why(tmp_path):
 
     read, why = energy_meter(torch.device("cpu"))
     assert read is None and "NVML reports GPUs only" in why
-    assert measure_energy(lambda: None, 1, 1e-3, torch.device("cpu"), 0) == {
-        "available": False, "reason": "disabled (--energy-window 0)"}
+    from harness.timing import TimingOptions
+    from harness.timing.energy import DISABLED
+
+    # Off unless asked for (short windows did not repeat on the H200), and the row says how to ask.
+    assert TimingOptions.for_device(torch.device("cuda")).energy_window_s == 0
+    assert measure_energy(lambda: None, 1, 1e-3, torch.device("cpu"), 0) == {"available": False, "reason": DISABLED}
+    assert "--energy-window SECONDS" in DISABLED
     if not torch.cuda.is_available():
         # No driver here: the NVML probe fails with a reason instead of raising.
         read, why = _meter("cuda:0")

@@ -27,6 +27,10 @@ from typing import Any, Callable
 import torch
 
 NVML_SUCCESS = 0
+# Off unless asked for: 0.1 s windows (the old default) gave J/call that differed by a median
+# 12.6% (p90 55%) between two identical H200 runs and mean powers above the board's 700 W
+# (reports/h200/2026-12-01/decode-minute, docs/measurement.md), while costing 0.1 s per cell.
+DISABLED = "off (--energy-window 0, the default): pass --energy-window SECONDS (docs/measurement.md: Energy)"
 NVML_CLOCK_SM = 1
 
 
@@ -139,7 +143,7 @@ def measure_energy(work: Callable[[], None], calls_per_work: int, call_s: float,
     """Run ``work`` (``calls_per_work`` forwards, ~``call_s`` each) back to back for at least
     ``window_s`` and report energy per call and mean power, or why not."""
     if window_s <= 0:
-        return {"available": False, "reason": "disabled (--energy-window 0)"}
+        return {"available": False, "reason": DISABLED}
     read, source = energy_meter(device)
     if read is None:
         return {"available": False, "reason": source}

@@ -66,7 +66,9 @@ class TimingOptions(BaseModel):
     # CPU only. "process" counts the CPU time the call used, not time spent waiting for a core:
     # on a shared machine wall-clock medians move several-fold between runs, CPU time far less.
     cpu_clock: Literal["wall", "process"] = "wall"
-    energy_window_s: Annotated[float, Field(ge=0)] = 0.1  # NVML energy: back-to-back calls for this long after timing (0: off)
+    # NVML energy: back-to-back calls for this long after timing; 0 = off (the default: short
+    # windows do not resolve the counter, harness/timing/energy.py DISABLED says why)
+    energy_window_s: Annotated[float, Field(ge=0)] = 0.0
 
     @model_validator(mode="wrap")
     @classmethod
