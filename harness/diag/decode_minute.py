@@ -53,12 +53,14 @@ def run_figures(folder: Path) -> dict[str, Any]:
     rows = read_rows(folder)
     wb = header.get("wall_breakdown_s") or {}
     cell_s: dict[str, float] = collections.defaultdict(float)
+    variant_s: dict[str, float] = collections.defaultdict(float)  # what the verdicts rank
     timing_s: dict[str, float] = collections.defaultdict(float)
     stops: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     graph: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     for r in rows:
         if r.host is not None:
             cell_s[r.backend] += (r.host.cell_ms or 0.0) / 1e3
+            variant_s[f"{r.backend} [{r.variant_label}]" if r.variant_label else r.backend] += (r.host.cell_ms or 0.0) / 1e3
             timing_s[r.backend] += (r.host.breakdown_ms or {}).get("timing", 0.0) / 1e3
         if r.timing is not None:
             stops[r.backend][r.timing.stop_reason] += 1
@@ -70,6 +72,7 @@ def run_figures(folder: Path) -> dict[str, Any]:
         "wall_breakdown_s": wb, "time_breakdown_s": header.get("time_breakdown_s"), "workers": header.get("workers"),
         "cell_s_by_backend": {b: round(v, 3) for b, v in sorted(cell_s.items())},
         "cell_share_by_backend": {b: round(v / total, 4) for b, v in sorted(cell_s.items())},
+        "cell_share_by_variant": {b: round(v / total, 4) for b, v in sorted(variant_s.items())},
         "timing_s_by_backend": {b: round(v, 3) for b, v in sorted(timing_s.items())},
         "stop_reasons_by_backend": {b: dict(c) for b, c in sorted(stops.items())},
         "graph_by_backend": {b: dict(c) for b, c in sorted(graph.items())},
@@ -152,6 +155,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
                  f"{name}: first case at {f['first_case_s']:.1f} s <= {FIRST_CASE_TARGET_S:g} s")
         top = max(f["cell_share_by_backend"].items(), key=lambda kv: kv[1], default=("-", 0.0))
         line(top[1] <= SHARE_TARGET, f"{name}: largest backend share {top[0]} {top[1]:.1%} <= 33.3%")
+        topv = max(f["cell_share_by_variant"].items(), key=lambda kv: kv[1], default=("-", 0.0))
+        line(topv[1] <= SHARE_TARGET, f"{name}: largest backend-variant share {topv[0]} {topv[1]:.1%} <= 33.3%")
     bt = summary["between"]
     med = bt["graph_median_abs_diff"]
     line(med is not None and med <= REPEAT_TARGET,
