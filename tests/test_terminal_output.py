@@ -139,6 +139,11 @@ def test_verdict_ranks_on_the_cases_a_backend_ran(real_rows):
     ids = {("sdpa", ""): "B", ("torch-math", ""): "C"}
     lines = terminal.verdict_lines(rows, ids)
     assert lines[0].startswith("llama3-70b-tp8-decode-sweep (2 cases): B sdpa, 100 µs; ") and "over C torch-math" in lines[0]
+    # The same where flashinfer is installed but cannot take a CPU cell (the GPU machine's rows):
+    # unsupported is not run either.
+    gpu_box = [r.model_copy(update={"status": Status.UNSUPPORTED, "reason": "runs on cuda only"})
+               if r.backend == "flashinfer" else r for r in rows]
+    assert terminal.verdict_lines(gpu_box, ids)[0] == lines[0]
     # sdpa alone skipped on a case torch-math ran: torch-math is the group's only candidate.
     other = next(r.case for r in rows if r.case_group == "llama3-70b-tp8-decode-sweep" and r.case != big)
     rows = [_skipped(r, too_large) if r.case == other and r.backend == "sdpa" else r for r in rows]

@@ -9,7 +9,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-from attn_contract.status import FAILED, Status
+from attn_contract.status import FAILED, NOT_RUN, Status
 from harness.recommend import rows as R
 from harness.recommend.buckets import Bucket, bucket_of, candidate_name
 from harness.results import ResultRow
@@ -161,9 +161,10 @@ def _candidate(backend: str, vl: str, rs: list[ResultRow]) -> Candidate:
 
 def rank_bucket(bucket: Bucket, rows: list[ResultRow], tie: float) -> BucketResult:
     """Rank the candidates of one bucket's rows. A case no candidate ran (every row of it
-    ``skipped``: too large for this machine, no library anywhere) says nothing about any of them
-    and leaves the bucket first; a candidate skipped where another one ran is still excluded."""
-    ran = {R.case_id(r) for r in rows if R.status(r) != Status.SKIPPED}
+    ``skipped`` or ``unsupported``: too large for this machine, no library anywhere, a shape no
+    backend here takes) says nothing about any of them and leaves the bucket first; a candidate
+    that did not run where another one ran is still excluded, and a case where one failed stays."""
+    ran = {R.case_id(r) for r in rows if R.status(r) not in NOT_RUN}
     by_cand: dict[tuple[str, str], list[ResultRow]] = defaultdict(list)
     for r in rows:
         if R.case_id(r) in ran:
