@@ -31,6 +31,12 @@ def calls_per_sample(est_call_us: float, opts: TimingOptions) -> int:
 
 
 
+def calls_from_estimates(samples_s: list[float], opts: TimingOptions) -> int:
+    """Calls per sample from a few eager samples of one call (seconds): the least of them
+    stands for the call (a disturbed sample is only ever longer)."""
+    return calls_per_sample(min(samples_s) * 1e6, opts)
+
+
 def time_contents(device_type: str, graph_used: bool, hidden_frac: float | None, calls: int) -> dict[str, Any]:
     """What a row's time holds beside the call's own kernels, so an eager row is never read as a
     graph-replayed one: a CUDA-graph replay has no host launches between the kernels; eager
@@ -152,9 +158,11 @@ def _time_cuda(fn: Callable[[], object], device: torch.device, opts: TimingOptio
         us = min(opts.max_hold_ms * 1e3, 2.0 * host_s * 1e6 + 20.0)
         return int(us * cyc_per_us)
 
-    # Rough GPU time of one call picks how many calls a sample holds.
-    est = statistics.median(sampler.sample(fn, hold_for(host_call_s))[0] for _ in range(3))
-    k = calls_per_sample(est * 1e6, opts)
+    # Rough GPU time of one call picks how many calls a sample holds: the least of three, since
+    # whatever disturbs a sample (a host gap the hold did not cover, a clock still ramping up)
+    # only lengthens it. The median let two disturbed samples set 1 call per sample on a 15.7 us
+    # call that took 11 in the run before (H200, 2026-12-02 decode-minute: +17.6% per call).
+    k = calls_from_estimates([sampler.sample(fn, hold_for(host_call_s))[0] for _ in range(3)], opts)
 
     graph_info: dict[str, Any] = {"used": False, "reason": decision.reason, "required": decision.required,
                                   "declared": decision.declared}
