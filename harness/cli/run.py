@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 import time
 from pathlib import Path
@@ -37,6 +38,10 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     t_start = time.perf_counter()
+    # torch.cuda.is_available() asks NVML, not the CUDA driver, so choosing the device does not
+    # initialise CUDA in this process before the workers are started (the driver's start took
+    # seconds on the H200 machine); a worker inherits the setting, harmless there.
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
     flags = RunFlags.from_args(args)
     suite_path = flags.suite
     if flags.resume and not Path(suite_path).is_file():  # typed relative to where the run started
@@ -56,8 +61,6 @@ def run(args: argparse.Namespace) -> int:
     exec_opts = flags.exec_options(device)
     device = torch.device(exec_opts.devices[0])  # rows and the header name the first worker's device
     opts = flags.run_options(device, suite_path)
-    if problem := empty_plan_reason(suite, backends, opts):  # before any worker starts
-        raise UsageError(f"nothing to run: {problem}")
     if flags.ray is not None:
         from harness.ray_executor import RayUnavailable, import_ray
 
@@ -78,9 +81,13 @@ def run(args: argparse.Namespace) -> int:
 
     executor = make_executor(suite, opts, exec_opts, ray=flags.ray)
     try:
-        # Workers start now, importing the backends' libraries, while this process expands
-        # the suite (docs/measurement.md, "Where a run's wall time goes").
+        # Workers start now, importing torch, making their CUDA context and importing the
+        # backends' libraries, while this process plans the cells, whose capability checks
+        # initialise CUDA here too (seconds on a GPU machine: docs/measurement.md, "Where a
+        # run's wall time goes"). An empty plan ends them again.
         executor.start(backends)
+        if problem := empty_plan_reason(suite, backends, opts):
+            raise UsageError(f"nothing to run: {problem}")
         return run_cells(args, flags, suite_path, suite, backends, opts, exec_opts.devices, executor, t_start)
     finally:
         executor.close()
