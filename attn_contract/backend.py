@@ -139,11 +139,13 @@ class AttentionBackend(ABC):
         return cls.capabilities(variant).unsupported_reason(config, device)
 
     @classmethod
-    def check_batch_support(cls, common: CommonAttentionMetadata, variant: dict[str, Any]) -> str | None:
+    def check_batch_support(cls, common: CommonAttentionMetadata, variant: dict[str, Any],
+                            config: AttentionConfig | None = None) -> str | None:
         """Reason this backend variant cannot serve this particular batch (None if it can).
 
-        For rules that depend on the batch rather than the layer, such as a cascade backend
-        needing a shared prefix; the runner reports the reason as ``unsupported``."""
+        For rules that depend on the batch rather than the layer alone, such as a cascade
+        backend needing a shared prefix or a size limit of batch times heads (``config``, the
+        layer, when the caller has it); the runner reports the reason as ``unsupported``."""
         return None
 
     @classmethod

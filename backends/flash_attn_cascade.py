@@ -195,7 +195,8 @@ class FlashAttnCascadeBackend(AttentionBackend):
         )
 
     @classmethod
-    def check_batch_support(cls, common: CommonAttentionMetadata, variant: dict[str, Any]) -> str | None:
+    def check_batch_support(cls, common: CommonAttentionMetadata, variant: dict[str, Any],
+                            config: AttentionConfig | None = None) -> str | None:
         return cascade_batch_reason(common, need_contiguous=True)
 
     @classmethod

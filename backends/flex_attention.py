@@ -50,6 +50,11 @@ Q_BLOCK_DECODE = 16  # decode rows of many requests share a query block: keep it
 # Eager flex materializes [H, Q, K] scores: bound the packed product per call on the CPU.
 CPU_SCORE_ELEMS = 1 << 24
 GPU_SCORE_ELEMS = 1 << 62  # one call: the block mask keeps the work sparse
+# CUDA: the packed K/V of one call ([1, Hk, kv_pad, D]) stays under 2**31 elements. Measured on
+# the H200 (torch 2.11, reports/h200/2026-12-02/decode-new-backends): calls of up to 1.36e9
+# elements passed, one of 2.56e9 gave wrong output on 41 of 256 requests and one of 2.72e9 an
+# illegal memory access: the kernel's offsets look 32-bit. Bigger batches are split into calls.
+GPU_KEY_ELEMS = (1 << 31) - 1
 _COMPILED: dict[str, Any] = {}
 
 
@@ -65,15 +70,17 @@ def _bucket(n: int, base: int) -> int:
 
 
 def pack_segments(segments: list[Segment], query_lens: list[int], seq_lens: list[int], num_heads: int,
-                  budget: int) -> list[list[Segment]]:
+                  budget: int, max_keys: int | None = None) -> list[list[Segment]]:
     """Segments grouped into calls whose packed score product (heads x rows x keys) stays
-    within ``budget``; a segment alone may exceed it (plan_chunks already split by rows)."""
+    within ``budget`` and whose packed keys stay within ``max_keys``; a segment alone may exceed
+    them (plan_chunks already split by rows)."""
     calls: list[list[Segment]] = []
     cur: list[Segment] = []
     rows = keys = 0
     for seg in segments:
         r, lo, hi, k = seg
-        if cur and num_heads * (rows + hi - lo) * (keys + k) > budget:
+        if cur and (num_heads * (rows + hi - lo) * (keys + k) > budget
+                    or (max_keys is not None and keys + k > max_keys)):
             calls.append(cur)
             cur, rows, keys = [], 0, 0
         cur.append(seg)
@@ -115,13 +122,21 @@ class FlexMetadataBuilder(HostLoopMetadataBuilder):
         qlens = md.query_lens
         budget = CPU_SCORE_ELEMS if dev.type == "cpu" else GPU_SCORE_ELEMS
         segs = [s for chunk in plan_chunks(qlens, md.seq_lens, cfg.num_heads, budget, md.causal) for s in chunk]
-        for call in pack_segments(segs, qlens, md.seq_lens, cfg.num_heads, budget):
+        for call in pack_segments(segs, qlens, md.seq_lens, cfg.num_heads, budget, max_call_keys(cfg, dev)):
             md.calls.append(_build_call(call, md, qlens, cfg, dev, self.query_offset))
         return md
 
     def query_offset(self, seq_len: int, query_len: int) -> int:
         """Logical position of a request's first query row (bottom-right alignment)."""
         return seq_len - query_len
+
+
+def max_call_keys(cfg, dev: torch.device) -> int | None:
+    """Packed keys one CUDA call may hold: GPU_KEY_ELEMS over heads x head size, less the
+    padding ``_bucket`` may add (at most 12.5%) and one key block. None on the CPU."""
+    if dev.type == "cpu":
+        return None
+    return max(KV_BLOCK, int(GPU_KEY_ELEMS / (cfg.num_kv_heads * cfg.head_size) / 1.125) - KV_BLOCK)
 
 
 def _build_call(segs: list[Segment], md: FlexMetadata, qlens: list[int], cfg, dev: torch.device,
@@ -349,6 +364,8 @@ class FlexAttentionBackend(TorchBackend):
             notes=("paged KV gathered into a packed key range inside the timed forward (the harness's cache "
                    "layout cannot be read in place as vLLM's FLEX_ATTENTION reads its own)",
                    "sinks merged after the call through the LSE; fp8 KV dequantized in the gather",
+                   "CUDA: one call's packed K/V stays under 2**31 elements (bigger ones failed on the "
+                   "H200); a larger batch is split into several calls",
                    "CUDA: torch.compile once per shape class (first call, host.first_call_ms); CPU: eager, fp32"),
         )
 

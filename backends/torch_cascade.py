@@ -163,7 +163,8 @@ class TorchCascadeBackend(TorchBackend):
         )
 
     @classmethod
-    def check_batch_support(cls, common: CommonAttentionMetadata, variant: dict[str, Any]) -> str | None:
+    def check_batch_support(cls, common: CommonAttentionMetadata, variant: dict[str, Any],
+                            config: AttentionConfig | None = None) -> str | None:
         return cascade_batch_reason(common, need_contiguous=False)
 
     @classmethod

@@ -221,7 +221,7 @@ def prepare_cell(backend: type[AttentionBackend], variant: dict[str, Any], batch
     # ``changed_inputs``) and cannot hand the next backend of the case corrupted data.
     view = replace(view, query=view.query.clone(), key=view.key.clone(), value=view.value.clone())
     # Batch-dependent limits (e.g. cascade needs a shared prefix) are a status, not an error.
-    batch_reason = backend.check_batch_support(view.common_metadata(), variant)
+    batch_reason = backend.check_batch_support(view.common_metadata(), variant, config=cfg)
     if batch_reason:
         raise CellUnsupported(batch_reason)
     trace.stage = CellStage.KV_CACHE

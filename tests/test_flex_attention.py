@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from backends.flex_attention import FlexAttentionBackend, _bucket, pack_segments
+from backends.flex_attention import (GPU_KEY_ELEMS, GPU_SCORE_ELEMS, KV_BLOCK, FlexAttentionBackend, _bucket,
+                                     max_call_keys, pack_segments)
 from harness.registry import resolve
 from harness.runner import CaseContext, Cell, RunOptions, group_by_case, iterate_case, plan_cells, run_cell
 from harness.spec import CaseSpec, Suite, load_suite
@@ -107,6 +108,21 @@ def test_cpu_calls_are_bounded():
     calls = pack_segments(segs, [64] * 16, [512] * 16, 8, 1 << 20)
     assert len(calls) > 1 and sum(len(c) for c in calls) == 16
     assert all(8 * sum(s[2] - s[1] for s in c) * sum(s[3] for s in c) <= 1 << 20 for c in calls if len(c) > 1)
+
+
+def test_cuda_calls_keep_packed_kv_under_2_31_elements():
+    # The H200 decode batch that came out wrong (256 decodes, 2.56e9 packed K elements in one
+    # call) and the one that hit an illegal address (head 256, 2.72e9): each call now stays
+    # under 2**31 elements after its padding, every segment once and in order.
+    from attn_contract import AttentionConfig
+
+    for hk, d, n, keys in ((8, 128, 256, 10_000), (8, 256, 128, 10_373)):
+        cfg = AttentionConfig(num_heads=32, num_kv_heads=hk, head_size=d)
+        segs = [(r, 0, 1, keys) for r in range(n)]
+        calls = pack_segments(segs, [1] * n, [keys] * n, 32, GPU_SCORE_ELEMS, max_call_keys(cfg, torch.device("cuda")))
+        assert len(calls) > 1 and [s for c in calls for s in c] == segs
+        assert all(_bucket(sum(s[3] for s in c), KV_BLOCK) * hk * d <= GPU_KEY_ELEMS for c in calls)
+    assert max_call_keys(AttentionConfig(num_heads=8, num_kv_heads=8, head_size=128), torch.device("cpu")) is None
 
 
 # ---------------------------------------------------------------- sdpa-kernel (forced SDPA kernels)

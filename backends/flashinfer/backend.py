@@ -176,7 +176,8 @@ class FlashInferBackend(AttentionBackend):
                 or families.prefill_family_reason(config, str(v["prefill_backend"])))
 
     @classmethod
-    def check_batch_support(cls, common: CommonAttentionMetadata, variant: dict[str, Any]) -> str | None:
+    def check_batch_support(cls, common: CommonAttentionMetadata, variant: dict[str, Any],
+                            config: AttentionConfig | None = None) -> str | None:
         v = {**DEFAULT_VARIANT, **(variant or {})}
         if v["prefill_backend"] == "cutlass" and not bool((common.context_lens_cpu == 0).all()):
             return ("prefill_backend=cutlass: only the ragged prefill wrapper takes it (flashinfer 0.6.18), "
