@@ -1,7 +1,8 @@
 """The worker process of a ``LocalExecutor`` (harness/executor.py): started with "spawn", it
-imports the backends' libraries on a thread (harness/worker_imports.py) while it runs one case at a time as the parent sends them and
-streams an event before each phase and a row after each cell (harness/worker_messages.py).
-After an error that leaves the CUDA context unusable it asks to be replaced."""
+imports the backends' libraries on a thread (harness/worker_imports.py) while it runs one case
+at a time as the parent sends them, and streams an event before each phase and a row after each
+cell (harness/worker_messages.py). After an error that leaves the CUDA context unusable it asks
+to be replaced."""
 
 from __future__ import annotations
 
