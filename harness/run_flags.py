@@ -126,7 +126,7 @@ class RunFlags(BaseModel):
     energy_window: Annotated[float | None, Flag(
         "--energy-window", "GPU: NVML energy (J/call, mean W) is read around the timing loop; a loop shorter "
                            "than this (or cold mode) runs the call back to back this long after timing instead; "
-                           "0 = off (the default); 1 repeats within ~1% on an H200, 0.1 did not", group=TIMING, metavar="SECONDS", bench=True)] = None
+                           "0 = off (the default); 1 repeats within ~1%% on an H200, 0.1 did not", group=TIMING, metavar="SECONDS", bench=True)] = None
     min_samples: Annotated[int | None, Flag(
         "--min-samples", "samples before the noise target may stop (default 10 GPU, 3 CPU)", group=TIMING,
         bench=True)] = None
