@@ -74,6 +74,16 @@ def _context_broken(device: torch.device, reason: str) -> str | None:
 
 def _worker_main(conn: Any, device_name: str, suite: Suite, opts: RunOptions, budget_mib: float | None,
                  cpu_share: int, threads: int | None, warm: tuple = ()) -> None:
+    try:
+        _serve(conn, device_name, suite, opts, budget_mib, cpu_share, threads, warm)
+    except (BrokenPipeError, ConnectionResetError, EOFError):
+        # The parent is gone (an interrupted run closing its end while this worker reports
+        # ready, say): nobody to tell, and no traceback on the terminal the run shared.
+        return
+
+
+def _serve(conn: Any, device_name: str, suite: Suite, opts: RunOptions, budget_mib: float | None,
+           cpu_share: int, threads: int | None, warm: tuple) -> None:
     # Ctrl-C goes to the whole process group; the parent decides how to stop. The worker was
     # started with SIGINT blocked (LocalExecutor._start_process): ignore it (dropping one that is
     # pending), then unblock.

@@ -326,3 +326,26 @@ def test_a_run_goes_on_while_a_library_imports(tmp_path, monkeypatch):
     run = json.loads((out / "run.json").read_text())
     assert run["backends"]["gated-import"]["available"] is True
     assert set(run["workers"][0]["import_by_backend_s"]) == {"torch-math", "gated-import"}
+
+
+def test_worker_whose_parent_is_gone_exits_quietly(capfd):
+    """An interrupted run closes its end of the pipe while a worker is still starting: the
+    worker's first message finds no reader, and it must end without a traceback on the
+    terminal it shares with the run (seen as a flaky Ctrl-C test before the fix)."""
+    import multiprocessing as mp
+
+    from harness.runner import RunOptions
+    from harness.worker_process import _worker_main
+
+    suite = parse_suite(yaml.safe_load(ONE_CASE))
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe(duplex=True)
+    proc = ctx.Process(target=_worker_main, args=(child, "cpu", suite, RunOptions(device=torch.device("cpu"), time=False),
+                                                  None, 1, None), daemon=True)
+    proc.start()
+    child.close()
+    parent.close()  # gone before the worker says it is ready
+    proc.join(timeout=120)
+    assert proc.exitcode == 0
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
