@@ -315,6 +315,12 @@ class ResultRow(BaseModel):
         """Identity used to match rows across runs."""
         return (self.suite, self.case, self.backend, self.variant_label)
 
+    @property
+    def group(self) -> str:
+        """The case group the verdicts are given per: ``case_group``, or for rows written before
+        it the case name up to its swept values (``llama3-8b[count=8]`` -> ``llama3-8b``)."""
+        return self.case_group or self.case.split("[", 1)[0]
+
 
 # ---------------------------------------------------------------- run header
 class Environment(BaseModel):

@@ -8,13 +8,16 @@ import math
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from harness.results import FAILED, NOT_RUN, RESULTS_FILE, ResultRow, Status
+
+if TYPE_CHECKING:
+    from harness.recommend.rank import BucketResult  # imported where ranking happens, as below
 
 STATUS_STYLE = {Status.PASS: "green", Status.MISMATCH: "bold red", Status.ERROR: "red",
                 Status.UNSUPPORTED: "yellow", Status.SKIPPED: "dim", Status.TIMEOUT: "magenta"}
@@ -61,7 +64,7 @@ def short_case_ids(rows: list[ResultRow]) -> dict[str, str]:
     by c1, c2, ... (the legend gives every full name either way)."""
     from harness.report.core import case_ids
 
-    groups = [r.case_group or r.case.split("[", 1)[0] for r in rows]
+    groups = [r.group for r in rows]
     long = [g for g in dict.fromkeys(groups) if len(g) > MAX_CASE_ID]
     alias = {g: f"c{i + 1}" for i, g in enumerate(long)}
     ids = case_ids([r.case for r in rows], groups)
@@ -153,17 +156,24 @@ def print_summary(rows: list[ResultRow], out_dir: Path, console: Console, err_co
     print_verdict(rows, ids, console)
 
 
-def verdict_lines(rows: list[ResultRow], ids: dict[tuple[str, str], str]) -> list[str]:
-    """Per case group: the fastest passing backend+variant and its margin over the runner-up
-    with the interval, or a tie; ranked by ``harness recommend``'s rules (harness/recommend/)."""
-    from harness.recommend import DEFAULT_TIE, _ratio_text, rank_rows
+def rank_groups(rows: list[ResultRow]) -> dict[str, BucketResult]:
+    """Per case group (``ResultRow.group``, in the rows' order): its ranking by ``harness
+    recommend``'s rules and default tie threshold (harness/recommend/ ``rank_rows``)."""
+    from harness.recommend import DEFAULT_TIE, rank_rows
 
     groups: dict[str, list[ResultRow]] = {}
     for r in rows:
-        groups.setdefault(r.case_group or r.case.split("[", 1)[0], []).append(r)
+        groups.setdefault(r.group, []).append(r)
+    return {g: rank_rows(rs, DEFAULT_TIE) for g, rs in groups.items()}
+
+
+def verdict_lines(rows: list[ResultRow], ids: dict[tuple[str, str], str]) -> list[str]:
+    """Per case group: the fastest passing backend+variant and its margin over the runner-up
+    with the interval, or a tie; ranked by ``harness recommend``'s rules (harness/recommend/)."""
+    from harness.recommend import DEFAULT_TIE, _ratio_text
+
     out = []
-    for g, rs in groups.items():
-        res = rank_rows(rs, DEFAULT_TIE)
+    for g, res in rank_groups(rows).items():
         w, ru = res.winner, res.runner_up
 
         def name(c: Any) -> str:

@@ -115,16 +115,12 @@ def between(a: Path, b: Path) -> dict[str, Any]:
 
 
 def group_verdicts(rows: list[ResultRow]) -> dict[str, frozenset[str]]:
-    """Per case group, the verdict `harness run` prints (harness recommend's rules): the winner,
-    or every candidate of a tie (a tie's order is noise)."""
-    from harness.recommend import DEFAULT_TIE, rank_rows
+    """Per case group, the verdict `harness run` prints (harness/terminal.py ``rank_groups``):
+    the winner, or every candidate of a tie (a tie's order is noise)."""
+    from harness.terminal import rank_groups
 
-    groups: dict[str, list[ResultRow]] = collections.defaultdict(list)
-    for r in rows:
-        groups[r.case_group or r.case.split("[", 1)[0]].append(r)
     out = {}
-    for g, rs in groups.items():
-        res = rank_rows(rs, DEFAULT_TIE)
+    for g, res in rank_groups(rows).items():
         if res.winner is None:
             out[g] = frozenset()
         elif res.tie:
