@@ -24,6 +24,10 @@ def check_resumable(out_dir: Path, suite: Suite, seed: int | None = None) -> tup
     """``out_dir``'s header and rows, or ResumeError when this suite and seed cannot continue it.
     ``harness run`` asks before any worker starts, so a wrong folder costs nothing."""
     out_dir = Path(out_dir)
+    return _resumable_header(out_dir, suite, seed), _rows(out_dir)
+
+
+def _resumable_header(out_dir: Path, suite: Suite, seed: int | None) -> dict[str, Any]:
     header = read_header(out_dir)
     if not header and not (out_dir / RESULTS_FILE).exists():
         raise ResumeError(f"--resume {out_dir}: no run.json or {RESULTS_FILE} there; nothing to resume")
@@ -33,11 +37,14 @@ def check_resumable(out_dir: Path, suite: Suite, seed: int | None = None) -> tup
         ran = "without --seed (each case's own seed)" if header.get("seed") is None else f"with --seed {header['seed']}"
         now = "drop --seed" if header.get("seed") is None else f"give --seed {header['seed']}"
         raise ResumeError(f"--resume {out_dir}: it ran {ran}; resume with the same seed: {now}")
+    return header
+
+
+def _rows(out_dir: Path) -> list[Any]:
     try:
-        rows = read_rows(out_dir) if (out_dir / RESULTS_FILE).exists() else []
+        return read_rows(out_dir) if (out_dir / RESULTS_FILE).exists() else []
     except ValueError as e:
         raise ResumeError(f"--resume {out_dir}: {e}") from None
-    return header, rows
 
 
 def resume_plan(out_dir: Path, suite: Suite, cells: list[Cell], argv: list[str],
@@ -47,9 +54,10 @@ def resume_plan(out_dir: Path, suite: Suite, cells: list[Cell], argv: list[str],
     from harness.env import git_sha
 
     out_dir = Path(out_dir)
-    check_resumable(out_dir, suite, seed)
+    header = _resumable_header(out_dir, suite, seed)  # a folder it refuses is left as it is
     torn = repair_torn_tail(out_dir / RESULTS_FILE)
-    header, rows = check_resumable(out_dir, suite, seed)
+    # Read after the cut: a last row whole but for its newline is cut there, so it runs again.
+    rows = _rows(out_dir)
     done = {r.key for r in rows}
     todo = [c for c in cells if cell_key(suite, c) not in done]
     header = dict(header)
