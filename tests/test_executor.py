@@ -1,6 +1,7 @@
 """Crash isolation, timeouts, several workers and memory planning, with backends that really
 fail (tests/plugins/crashy.py) run next to the real CPU backends."""
 
+import contextlib
 import json
 import math
 
@@ -211,99 +212,88 @@ def test_memory_budget_flag_skips_cells(tmp_path):
                         peak_mib, abs_tol=1)
 
 
-def test_worker_protocol_is_typed_messages_in_phase_order():
-    """A real spawned worker, driven by hand: the messages it sends for one case, in order."""
+@contextlib.contextmanager
+def _spawned_worker(suite, warm: tuple = ()):
+    """A real worker process (spawn, as LocalExecutor starts it) on the CPU, driven by hand
+    through its pipe; killed at the end if it is still alive."""
     import multiprocessing as mp
 
-    from harness.resume import cell_key
-    from harness.worker_messages import CaseDone, CellStarted, PreparingCase, RowDone, RunCase, Shutdown, WorkerReady
-    from harness.worker_process import _worker_main
     from harness.runner import RunOptions
+    from harness.worker_process import _worker_main
 
-    suite = parse_suite(yaml.safe_load(ONE_CASE))
-    case = suite.cases[0]
     opts = RunOptions(device=torch.device("cpu"), time=False)
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe(duplex=True)
-    proc = ctx.Process(target=_worker_main, args=(child, "cpu", suite, opts, None, 1, None), daemon=True)
+    proc = ctx.Process(target=_worker_main, args=(child, "cpu", suite, opts, None, 1, None, warm), daemon=True)
     proc.start()
     child.close()
     try:
-        assert parent.poll(120), "worker did not start"
-        ready = parent.recv()
-        assert isinstance(ready, WorkerReady) and ready.pid == proc.pid
-        cell = Cell(case, TorchMathBackend, {})
+        yield proc, parent
+    finally:
+        if proc.is_alive():
+            proc.kill()
+            proc.join(timeout=10)
+        parent.close()
+
+
+def _until(parent, kind):
+    """The worker's messages up to and including the first of type ``kind``."""
+    msgs = []
+    while not msgs or not isinstance(msgs[-1], kind):
+        assert parent.poll(120), f"no {kind.__name__} from the worker; got {msgs}"
+        msgs.append(parent.recv())
+    return msgs
+
+
+def test_worker_protocol_is_typed_messages_in_phase_order():
+    """A real spawned worker, driven by hand: the messages it sends for one case, in order."""
+    from harness.resume import cell_key
+    from harness.worker_messages import CaseDone, CellStarted, PreparingCase, RowDone, RunCase, Shutdown, WorkerReady
+
+    suite = parse_suite(yaml.safe_load(ONE_CASE))
+    with _spawned_worker(suite) as (proc, parent):
+        ready = _until(parent, WorkerReady)
+        assert len(ready) == 1 and ready[0].pid == proc.pid
+        cell = Cell(suite.cases[0], TorchMathBackend, {})
         parent.send(RunCase([cell]))
-        msgs = [parent.recv()]
-        while not isinstance(msgs[-1], CaseDone):
-            assert parent.poll(120)
-            msgs.append(parent.recv())
+        msgs = _until(parent, CaseDone)
         assert [type(m) for m in msgs] == [PreparingCase, CellStarted, RowDone, CaseDone]
         assert msgs[1].key == cell_key(suite, cell)
         assert msgs[2].row.status == "pass" and msgs[2].row.worker.pid == proc.pid
         parent.send(Shutdown())
         proc.join(timeout=30)
         assert proc.exitcode == 0
-    finally:
-        if proc.is_alive():
-            proc.kill()
-            proc.join(timeout=10)
-        parent.close()
 
 
 def test_worker_runs_cells_while_a_library_imports_and_gives_the_rest_back(tmp_path, monkeypatch):
     """A spawned worker whose second backend's import is held by a gate: ready at once, runs the
     torch-only cell, gives the gated cell back; a case of gated cells alone waits for the
     import, then runs; LibrariesReady carries the import time and versions."""
-    import multiprocessing as mp
-
     from harness.worker_messages import (CaseDone, CasePartDeferred, CellStarted, LibrariesReady, PreparingCase,
                                          RowDone, RunCase, Shutdown, WorkerReady)
-    from harness.worker_process import _worker_main
-    from harness.runner import RunOptions
     from plugins.slow_import import GATE_ENV, GatedImportBackend
 
     gate = tmp_path / "gate"
     monkeypatch.setenv(GATE_ENV, str(gate))  # the spawned worker inherits it
     suite = parse_suite(yaml.safe_load(ONE_CASE))
-    opts = RunOptions(device=torch.device("cpu"), time=False)
-    ctx = mp.get_context("spawn")
-    parent, child = ctx.Pipe(duplex=True)
-    proc = ctx.Process(target=_worker_main, args=(child, "cpu", suite, opts, None, 1, None,
-                                                  (GatedImportBackend, TorchMathBackend)), daemon=True)
-    proc.start()
-    child.close()
-
-    def until(kind):
-        msgs = []
-        while not msgs or not isinstance(msgs[-1], kind):
-            assert parent.poll(120), f"no {kind.__name__} from the worker; got {msgs}"
-            msgs.append(parent.recv())
-        return msgs
-
-    try:
-        assert isinstance(until(WorkerReady)[-1], WorkerReady)  # before the gated import ends
+    with _spawned_worker(suite, (GatedImportBackend, TorchMathBackend)) as (proc, parent):
+        assert isinstance(_until(parent, WorkerReady)[-1], WorkerReady)  # before the gated import ends
         fast, gated = Cell(suite.cases[0], TorchMathBackend, {}), Cell(suite.cases[0], GatedImportBackend, {})
         parent.send(RunCase([gated, fast]))
-        msgs = until(CaseDone)
+        msgs = _until(parent, CaseDone)
         assert [type(m) for m in msgs] == [PreparingCase, CellStarted, RowDone, CasePartDeferred, CaseDone]
         assert msgs[2].row.backend == "torch-math" and msgs[2].row.status == "pass"
         assert [c.backend for c in msgs[3].cells] == [GatedImportBackend]
         parent.send(RunCase(msgs[3].cells))  # nothing of it can run yet: the worker waits
         gate.touch()
-        msgs = until(CaseDone)
+        msgs = _until(parent, CaseDone)
         assert [type(m) for m in msgs] == [PreparingCase, CellStarted, RowDone, CaseDone]
         assert msgs[2].row.backend == "gated-import" and msgs[2].row.status == "pass"
-        libs = until(LibrariesReady)[-1]
+        libs = _until(parent, LibrariesReady)[-1]
         assert set(libs.import_s) == {"gated-import", "torch-math"} and libs.versions["gated-import"]["available"] is True
         parent.send(Shutdown())
         proc.join(timeout=30)
         assert proc.exitcode == 0
-    finally:
-        if proc.is_alive():
-            proc.kill()
-            proc.join(timeout=10)
-        parent.close()
 
 
 def test_a_run_goes_on_while_a_library_imports(tmp_path, monkeypatch):
@@ -313,8 +303,10 @@ def test_a_run_goes_on_while_a_library_imports(tmp_path, monkeypatch):
     suite = tmp_path / "s.yaml"
     suite.write_text(ONE_CASE.replace("count: 3", "count: [1, 2, 3]"))
     out = tmp_path / "res"
-    monkeypatch.setenv("SLOW_IMPORT_GATE", str(out / "results.jsonl"))
-    monkeypatch.setenv("SLOW_IMPORT_GATE_LINES", "3")
+    from plugins.slow_import import GATE_ENV, LINES_ENV
+
+    monkeypatch.setenv(GATE_ENV, str(out / "results.jsonl"))
+    monkeypatch.setenv(LINES_ENV, "3")
     rc = main(["run", str(suite), "--device", "cpu", "--backends", "torch-math,plugins.slow_import:GatedImportBackend",
                "--out", str(out), "--no-time", "--quiet"])
     assert rc == 0
@@ -332,20 +324,9 @@ def test_worker_whose_parent_is_gone_exits_quietly(capfd):
     """An interrupted run closes its end of the pipe while a worker is still starting: the
     worker's first message finds no reader, and it must end without a traceback on the
     terminal it shares with the run (seen as a flaky Ctrl-C test before the fix)."""
-    import multiprocessing as mp
-
-    from harness.runner import RunOptions
-    from harness.worker_process import _worker_main
-
-    suite = parse_suite(yaml.safe_load(ONE_CASE))
-    ctx = mp.get_context("spawn")
-    parent, child = ctx.Pipe(duplex=True)
-    proc = ctx.Process(target=_worker_main, args=(child, "cpu", suite, RunOptions(device=torch.device("cpu"), time=False),
-                                                  None, 1, None), daemon=True)
-    proc.start()
-    child.close()
-    parent.close()  # gone before the worker says it is ready
-    proc.join(timeout=120)
-    assert proc.exitcode == 0
+    with _spawned_worker(parse_suite(yaml.safe_load(ONE_CASE))) as (proc, parent):
+        parent.close()  # gone before the worker says it is ready
+        proc.join(timeout=120)
+        assert proc.exitcode == 0
     err = capfd.readouterr().err
     assert "Traceback" not in err and "BrokenPipeError" not in err, err
