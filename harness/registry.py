@@ -12,8 +12,10 @@ import functools
 import importlib
 import re
 from importlib.metadata import entry_points
+from typing import TYPE_CHECKING
 
-from attn_contract import AttentionBackend
+if TYPE_CHECKING:  # the class itself imports torch: loaded when a backend is (readers of rows need neither)
+    from attn_contract import AttentionBackend
 
 ENTRY_POINT_GROUP = "attn_harness.backends"
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # as a suite's backends: entries
@@ -41,6 +43,8 @@ def load_spec(spec: str) -> type[AttentionBackend]:
         raise BackendLookupError(f"backend {spec!r}: module {module_name!r} has no attribute {attr!r}"
                                  + (f"; closest: {', '.join(near)}" if near else ""))
     cls = getattr(module, attr)
+    from attn_contract import AttentionBackend
+
     if not (isinstance(cls, type) and issubclass(cls, AttentionBackend)):
         what = f"class {cls.__qualname__}" if isinstance(cls, type) else f"a {type(cls).__name__}"
         raise BackendLookupError(f"{spec!r} is {what}, not an AttentionBackend subclass")

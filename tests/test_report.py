@@ -137,7 +137,7 @@ def test_cpu_run_fills_the_sections_it_can(cpu_page, cpu_run):
                 "roofline", "cascade", "run-header"):
         assert "no data in these results" not in secs[sid], sid
     for sid in ("heatmap", "latency", "page-size", "roofline", "cascade"):
-        assert 'src="data:image/png;base64,' in secs[sid], sid
+        assert 'src="data:image/svg+xml;base64,' in secs[sid], sid
     # No torch backend has a variant axis: the section says what it looked for.
     assert "no data in these results (looked for timed rows of one backend whose variant axis" in secs["variant-axes"]
     assert "<td>command</td>" in secs["run-header"] and "torch 2." in secs["run-header"]

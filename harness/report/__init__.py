@@ -11,7 +11,11 @@ nothing from the network. How to add a section: docs/reports.md.
 from __future__ import annotations
 
 import math
+import os
+import sys
+import threading
 import traceback
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -23,6 +27,7 @@ from harness.fileio import atomic_write_text
 from harness.report.core import (
     REGISTRY, Block, Figure, Heading, Loaded, SectionSpec, SharedDict, Table, Text, frame, load, registered, section,
 )
+from harness.report import plots
 from harness.report.plots import palette, to_uri
 
 STATUS_COLORS = {"pass": "#2e7d32", "mismatch": "#c62828", "error": "#b71c1c", "timeout": "#6a1b9a",
@@ -99,26 +104,82 @@ def build_frame(loaded: Loaded) -> pd.DataFrame:
     return df
 
 
-def build_sections(loaded: Loaded, only: Iterable[str] | None = None) -> list[Rendered]:
+MAX_JOBS = 8  # the H200 page has 16 sections, 4 of them with most of the figures
+
+
+def default_jobs(n_sections: int) -> int:
+    """Worker processes for the page: one per usable core, up to ``MAX_JOBS``; 1 (in-process)
+    where fork is unsafe (not Linux) or other Python threads run (a thread holding a lock when
+    the process forks would leave the child stuck)."""
+    if sys.platform != "linux" or threading.active_count() > 1:
+        return 1
+    cores = len(os.sched_getaffinity(0))
+    return max(1, min(cores, n_sections, MAX_JOBS))
+
+
+def _run(spec: SectionSpec, df: pd.DataFrame) -> Rendered:
+    r = Rendered(spec.id, spec.title, spec.looked_for, spec.collapsed, answer=spec.order < 100)
+    try:
+        r.blocks = [_view(b) for b in spec.fn(df) or []]
+    except Exception as e:  # noqa: BLE001  a broken section must not hide the others
+        r.error = f"{type(e).__name__}: {e}"
+        r.blocks = [{"kind": "text", "cls": "warn", "text": f"This section failed: {r.error}"},
+                    {"kind": "text", "cls": "error", "text": traceback.format_exc(limit=3)}]
+    return r
+
+
+_FORKED: tuple[list[SectionSpec], pd.DataFrame] | None = None  # what the forked workers read (never pickled)
+
+
+def _run_forked(i: int) -> Rendered:
+    assert _FORKED is not None
+    specs, df = _FORKED
+    return _run(specs[i], df)
+
+
+def _run_parallel(specs: list[SectionSpec], df: pd.DataFrame, jobs: int) -> list[Rendered]:
+    """The sections in ``jobs`` forked processes (each inherits the frame; only the rendered
+    blocks, plain strings, come back), the costly ones started first. Sections a dead worker
+    did not return are built here."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    global _FORKED
+    plots.plt()  # pyplot imported once here, not once per worker
+    order = sorted(range(len(specs)), key=lambda i: -specs[i].cost)
+    done: dict[int, Rendered] = {}
+    _FORKED = (specs, df)
+    try:
+        with warnings.catch_warnings():
+            # Python 3.12 warns on fork when numpy's BLAS threads exist; they hold no lock the workers use.
+            warnings.filterwarnings("ignore", message=".*fork.*", category=DeprecationWarning)
+            with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
+                futures = {i: pool.submit(_run_forked, i) for i in order}
+                for i, f in futures.items():
+                    try:
+                        done[i] = f.result()
+                    except BrokenProcessPool:
+                        break
+    finally:
+        _FORKED = None
+    return [done[i] if i in done else _run(specs[i], df) for i in range(len(specs))]
+
+
+def build_sections(loaded: Loaded, only: Iterable[str] | None = None, jobs: int | None = None) -> list[Rendered]:
     """Run every registered section (or the ones whose id is in ``only``) on the rows. A section
-    that raises shows its error on the page (and the other sections still render)."""
+    that raises shows its error on the page (and the other sections still render). ``jobs``:
+    processes to build them in (None: ``default_jobs``; 1: in this process); the page is the
+    same either way."""
     df = build_frame(loaded)
     wanted = None if only is None else set(only)
     if wanted is not None and (unknown := wanted - {s.id for s in registered()}):
         raise KeyError(f"no report section {sorted(unknown)}")
-    out = []
-    for spec in registered():
-        if wanted is not None and spec.id not in wanted:
-            continue
-        r = Rendered(spec.id, spec.title, spec.looked_for, spec.collapsed, answer=spec.order < 100)
-        try:
-            r.blocks = [_view(b) for b in spec.fn(df) or []]
-        except Exception as e:  # noqa: BLE001  a broken section must not hide the others
-            r.error = f"{type(e).__name__}: {e}"
-            r.blocks = [{"kind": "text", "cls": "warn", "text": f"This section failed: {r.error}"},
-                        {"kind": "text", "cls": "error", "text": traceback.format_exc(limit=3)}]
-        out.append(r)
-    return out
+    specs = [s for s in registered() if wanted is None or s.id in wanted]
+    jobs = default_jobs(len(specs)) if jobs is None else max(1, min(jobs, len(specs)))
+    if jobs > 1:
+        return _run_parallel(specs, df, jobs)
+    return [_run(s, df) for s in specs]
 
 
 def render_html(loaded: Loaded, title: str | None = None, built: list[Rendered] | None = None) -> str:

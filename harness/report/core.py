@@ -81,21 +81,24 @@ class SectionSpec:
     looked_for: str
     collapsed: bool
     fn: Callable[[pd.DataFrame], list[Block]]
+    cost: int = 1
 
 
 REGISTRY: dict[str, SectionSpec] = {}
 
 
-def section(id: str, title: str, *, order: int, looked_for: str, collapsed: bool = False
+def section(id: str, title: str, *, order: int, looked_for: str, collapsed: bool = False, cost: int = 1
             ) -> Callable[[Callable[[pd.DataFrame], list[Block]]], Callable[[pd.DataFrame], list[Block]]]:
     """Register a report section. ``order`` places it on the page (lower first; the answer
     sections use < 100, details 100..899, run headers 900+); ``looked_for`` is said on the page
-    when the section finds nothing; ``collapsed`` renders it inside a closed <details>."""
+    when the section finds nothing; ``collapsed`` renders it inside a closed <details>;
+    ``cost``: a rough weight (1 = tables only, 5+ = several figures): the page builder starts
+    costly sections first so its worker processes finish together."""
 
     def deco(fn: Callable[[pd.DataFrame], list[Block]]) -> Callable[[pd.DataFrame], list[Block]]:
         if id in REGISTRY and REGISTRY[id].fn.__qualname__ != fn.__qualname__:
             raise ValueError(f"report section id {id!r} registered twice")
-        REGISTRY[id] = SectionSpec(id, title, order, looked_for, collapsed, fn)
+        REGISTRY[id] = SectionSpec(id, title, order, looked_for, collapsed, fn, cost)
         return fn
 
     return deco

@@ -114,7 +114,7 @@ def verdict_table(g: pd.DataFrame) -> tuple[Table, str]:
     return Table(df, classes=cls_df, tips=tip_df, cls="data verdict"), head
 
 
-@section("verdict", "Verdict per workload: the fastest backend per model shape (details)", order=25, collapsed=True,
+@section("verdict", "Verdict per workload: the fastest backend per model shape (details)", order=25, cost=2, collapsed=True,
          looked_for="rows that passed the check with timing.median_us")
 def verdict(df: pd.DataFrame) -> list[Block]:
     t = timed(df)
@@ -175,7 +175,7 @@ def _heatmap(g: pd.DataFrame, all_rows: pd.DataFrame, title: str) -> Figure:
     return Figure(fig, alt=f"heatmap {title}")
 
 
-@section("heatmap", "Speed relative to the fastest, per model shape", order=20,
+@section("heatmap", "Speed relative to the fastest, per model shape", order=20, cost=8,
          looked_for="rows that passed the check with timing.median_us")
 def heatmap(df: pd.DataFrame) -> list[Block]:
     t = timed(df)
@@ -199,7 +199,7 @@ def _geomean(x: pd.Series) -> float:
     return float(np.exp(np.log(x).mean())) if len(x) else float("nan")
 
 
-@section("fastest-correct", "Fastest correct backend per model shape", order=30, collapsed=True,
+@section("fastest-correct", "Fastest correct backend per model shape", order=30, cost=2, collapsed=True,
          looked_for="rows that passed the check with timing.median_us")
 def fastest_correct(df: pd.DataFrame) -> list[Block]:
     t = timed(df)

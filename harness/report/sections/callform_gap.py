@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.callform_gap import gap_records, gap_summary, gaps
-from harness.recommend import DEFAULT_TIE
 from harness.report.core import Block, Table, Text, result_rows, section
 
 
@@ -16,6 +14,11 @@ from harness.report.core import Block, Table, Text, result_rows, section
 def callform_gap(df: pd.DataFrame) -> list[Block]:
     if df.empty or "variant.call_form" not in df.columns:
         return []
+    # Imported here: harness.recommend loads the backend classes (torch with them), which a page
+    # without call-form rows never needs (seconds of the report's time on a 2-core box).
+    from harness.callform_gap import gap_records, gap_summary, gaps
+    from harness.recommend import DEFAULT_TIE
+
     gs = gaps(result_rows(df), DEFAULT_TIE)
     if not gs:
         return []

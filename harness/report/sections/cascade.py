@@ -57,7 +57,7 @@ def pairs(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-@section("cascade", "Cascade against plain", order=600,
+@section("cascade", "Cascade against plain", order=600, cost=3,
          looked_for="timed rows that name their plain backend in call.compare_with (cascade backends), and timed "
                     "rows of that backend on the same case")
 def cascade(df: pd.DataFrame) -> list[Block]:

@@ -7,10 +7,6 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.callform_gap import DEFAULT_CALL_FORM, form_note, only_call_form
-from harness.engine_export import answer_records, answers, engine_settings
-from harness.recommend import DEFAULT_TIE
-from harness.recommend import rows as R
 from harness.report.core import Block, Table, Text, result_rows, section
 
 
@@ -23,6 +19,12 @@ def _pct(x: object) -> str:
 def answer_per_model(df: pd.DataFrame) -> list[Block]:
     if df.empty:
         return []
+    # Imported here: harness.recommend loads the backend classes (torch with them); see recommend.py.
+    from harness.callform_gap import DEFAULT_CALL_FORM, form_note, only_call_form
+    from harness.engine_export import answer_records, answers, engine_settings
+    from harness.recommend import DEFAULT_TIE
+    from harness.recommend import rows as R
+
     rows = [r for r in result_rows(df) if R.batch(r)]
     if not any(R.model(r) for r in rows):
         # Without model-shaped cases the layer shapes already lead the page (the answer section):

@@ -65,7 +65,7 @@ def _figure(g: pd.DataFrame, title: str, colors: dict[str, str]) -> Figure | Non
                   caption=f"{hidden} more batch sizes in the table below." if hidden else "")
 
 
-@section("latency", "Latency", order=200, looked_for="rows that passed with timing.median_us")
+@section("latency", "Latency", order=200, cost=10, looked_for="rows that passed with timing.median_us")
 def latency(df: pd.DataFrame) -> list[Block]:
     t = timed(df)
     if t.empty:

@@ -20,7 +20,7 @@ def _keys(t: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
     return layer, work
 
 
-@section("page-size", "Page-size sweep", order=400,
+@section("page-size", "Page-size sweep", order=400, cost=4,
          looked_for="timed rows of one workload (same layer and batch) at two or more config.block_size values")
 def page_size(df: pd.DataFrame) -> list[Block]:
     t = timed(df)

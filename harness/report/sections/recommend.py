@@ -5,24 +5,21 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.recommend import (
-    RecommendError,
-    cascade_records,
-    defaults_records,
-    defaults_summary,
-    inputs_of,
-    recommend_rows,
-    winners_records,
-)
 from harness.report.core import Block, Table, Text, result_rows, section
 
 
-@section("recommend", "Recommendation: measured selection against vLLM's default", order=40,
+@section("recommend", "Recommendation: measured selection against vLLM's default", order=40, cost=6,
          looked_for="timed passing rows of two or more backends/variants on one shape bucket, or cascade rows with "
                     "call.rule_says_cascade and a timed plain counterpart")
 def recommend(df: pd.DataFrame) -> list[Block]:
     if df.empty:
         return []
+    # Imported here, not at the top: harness.recommend loads the backend classes (torch with
+    # them); the page builder runs this section in a worker alongside the others.
+    from harness.recommend import (
+        RecommendError, cascade_records, defaults_records, defaults_summary, inputs_of, recommend_rows, winners_records,
+    )
+
     headers = [(str(src), h or {}) for src, h, _n in df.attrs.get("runs", [])]
     try:
         rec = recommend_rows(inputs_of(result_rows(df), headers))

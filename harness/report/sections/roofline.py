@@ -59,7 +59,7 @@ def _l2_bytes(headers: list[dict[str, Any]]) -> float | None:
     return min(vals) if vals else None
 
 
-@section("roofline", "Roofline", order=500,
+@section("roofline", "Roofline", order=500, cost=4,
          looked_for="timed rows with metrics.flops and metrics.bytes (achieved TFLOP/s against FLOP/byte)")
 def roofline(df: pd.DataFrame) -> list[Block]:
     t = timed(df)

@@ -188,7 +188,7 @@ def _composition_figure(suite: str, tr: pd.DataFrame) -> Figure | None:
     return Figure(fig, alt=f"trace batch composition {suite}")
 
 
-@section("trace", "Serving trace: attention cost per served token", order=60,
+@section("trace", "Serving trace: attention cost per served token", order=60, cost=3,
          looked_for="rows whose config.tags carry trace, step=I and weight=W (suites made from a trace, "
                     "docs/traces.md), timed on every step")
 def trace(df: pd.DataFrame) -> list[Block]:

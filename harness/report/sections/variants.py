@@ -34,7 +34,7 @@ def _compare(g: pd.DataFrame, axis: str, others: list[str]) -> pd.DataFrame:
     return m[keep]
 
 
-@section("variant-axes", "Variant axes (FA2 / FA3 / FA4 and other per-backend options)", order=300,
+@section("variant-axes", "Variant axes (FA2 / FA3 / FA4 and other per-backend options)", order=300, cost=6,
          looked_for="timed rows of one backend whose variant axis (variant.*) takes two or more values on one case")
 def variant_axes(df: pd.DataFrame) -> list[Block]:
     t = timed(df)
