@@ -1,5 +1,5 @@
 """The call-form gap, after the answer sections: where timing a library as vLLM calls it and
-through its fastest documented call differ beyond the noise (harness/callform_gap.py, the same
+through its fastest documented call differ beyond the noise (harness/analysis/callform_gap.py, the same
 numbers as ``harness recommend``'s block)."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from harness.report.core import Block, Table, Text, result_rows, section
 def callform_gap(df: pd.DataFrame) -> list[Block]:
     if df.empty or "variant.call_form" not in df.columns:
         return []
-    # Imported here: harness.recommend loads the backend classes (torch with them), which a page
+    # Imported here: harness.analysis.recommend loads the backend classes (torch with them), which a page
     # without call-form rows never needs (seconds of the report's time on a 2-core box).
-    from harness.callform_gap import gap_records, gap_summary, gaps
-    from harness.recommend import DEFAULT_TIE
+    from harness.analysis.callform_gap import gap_records, gap_summary, gaps
+    from harness.analysis.recommend import DEFAULT_TIE
 
     gs = gaps(result_rows(df), DEFAULT_TIE)
     if not gs:

@@ -1,6 +1,6 @@
 """The answer per model, first: one row per model shape and workload kind with the winner (or
 "tie"), its margin with the interval, and the vLLM and SGLang flags that run it; then each
-engine's one setting per model shape and what it costs (harness/engine_export.py, the same
+engine's one setting per model shape and what it costs (harness/analysis/per_model.py, the same
 numbers as ``harness recommend --engine``)."""
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ def _pct(x: object) -> str:
 def answer_per_model(df: pd.DataFrame) -> list[Block]:
     if df.empty:
         return []
-    # Imported here: harness.recommend loads the backend classes (torch with them); see recommend.py.
-    from harness.callform_gap import DEFAULT_CALL_FORM, form_note, only_call_form
-    from harness.engine_export import answer_records, answers, engine_settings
-    from harness.recommend import DEFAULT_TIE
-    from harness.recommend import rows as R
+    # Imported here: harness.analysis.recommend loads the backend classes (torch with them); see recommend.py.
+    from harness.analysis.callform_gap import DEFAULT_CALL_FORM, form_note, only_call_form
+    from harness.analysis.per_model import answer_records, answers, engine_settings
+    from harness.analysis.recommend import DEFAULT_TIE
+    from harness.analysis.recommend import rows as R
 
     rows = [r for r in result_rows(df) if R.batch(r)]
     if not any(R.model(r) for r in rows):

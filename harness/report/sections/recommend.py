@@ -14,9 +14,9 @@ from harness.report.core import Block, Table, Text, result_rows, section
 def recommend(df: pd.DataFrame) -> list[Block]:
     if df.empty:
         return []
-    # Imported here, not at the top: harness.recommend loads the backend classes (torch with
+    # Imported here, not at the top: harness.analysis.recommend loads the backend classes (torch with
     # them); the page builder runs this section in a worker alongside the others.
-    from harness.recommend import (
+    from harness.analysis.recommend import (
         RecommendError, cascade_records, defaults_records, defaults_summary, inputs_of, recommend_rows, winners_records,
     )
 
