@@ -461,3 +461,46 @@ def test_build_sections_only_the_named_ones(cpu_run):
     assert [s.id for s in build_sections(loaded, only=["latency", "verdict"])] == ["verdict", "latency"]
     with pytest.raises(KeyError, match="no-such-section"):
         build_sections(loaded, only=["no-such-section"])
+
+
+# ---------------------------------------------------------------- speed of the page builder (issue 40)
+
+
+def test_sections_built_in_worker_processes_give_the_same_page(cpu_run):
+    # The forked workers return the same blocks, figures included (the SVG is deterministic).
+    loaded = load([cpu_run])
+    serial = [(r.id, r.blocks, r.error) for r in build_sections(loaded, jobs=1)]
+    forked = [(r.id, r.blocks, r.error) for r in build_sections(loaded, jobs=3)]
+    assert [i for i, _, _ in forked] == [i for i, _ in SECTIONS]
+    assert forked == serial
+    assert sum(b["kind"] == "figure" for _, blocks, _ in serial for b in blocks) >= 4
+
+
+def test_figures_are_compact_svg_with_text_as_text(cpu_run):
+    import base64
+    import xml.etree.ElementTree as ET
+
+    figs = [b for r in build_sections(load([cpu_run]), only=["latency", "heatmap"], jobs=1)
+            for b in r.blocks if b["kind"] == "figure"]
+    assert figs
+    for f in figs:
+        head, _, data = f["uri"].partition(",")
+        assert head == "data:image/svg+xml;base64"
+        svg = base64.b64decode(data).decode()
+        root = ET.fromstring(svg)  # well-formed
+        assert root.tag.endswith("svg") and root.get("viewBox")
+        assert "<metadata>" not in svg and "\n" not in svg
+        assert "<text" in svg  # labels are text (drawn by the browser), not glyph outlines
+        assert not re.search(r' d="[^"]*\d\.\d{3}', svg)  # coordinates to 0.01 pt
+
+
+def test_the_report_imports_no_backend_class_or_torch():
+    # harness.analysis.recommend reaches the backend classes (torch with them); the page builder
+    # imports it only inside the sections that use it, in their worker process.
+    import subprocess
+    import sys
+
+    code = ("import sys, harness.report as r; r.registered(); import harness.analysis.recommend;"
+            "print(sorted(m for m in ('torch', 'attn_contract.backend') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]"

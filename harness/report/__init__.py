@@ -4,7 +4,7 @@ The answer comes first (which backend wins for each model shape, by how much, an
 is beyond the noise), then the details, then the run headers (collapsed). Every section is a
 function in ``harness/report/sections/`` registered with ``@section``; it takes the rows as a
 pandas DataFrame and returns tables and matplotlib figures (``core.Block``); the Jinja template
-``harness/templates/report.html.j2`` renders them. Plots are embedded PNGs and the page loads
+``harness/templates/report.html.j2`` renders them. Plots are embedded SVGs and the page loads
 nothing from the network. How to add a section: docs/reports.md.
 """
 

@@ -58,7 +58,7 @@ class Table:
 
 @dataclass
 class Figure:
-    """A matplotlib figure; rendered to an embedded PNG and closed by the page builder."""
+    """A matplotlib figure; rendered to an embedded SVG and closed by the page builder."""
 
     fig: Any
     alt: str
