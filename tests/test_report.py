@@ -504,3 +504,54 @@ def test_the_report_imports_no_backend_class_or_torch():
             "print(sorted(m for m in ('torch', 'attn_contract.backend') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]"
+
+
+# ---------------------------------------------------------------- layout at 1400 px (issue 40, defect 6)
+
+GPU_LABELS = [("flash-attn", {"fa_version": v, "call_form": f}) for v in (2, 3, 4) for f in ("vllm", "fastest")] + [
+    ("flashinfer", {"decode_tensor_cores": t}) for t in (False, True)]
+
+
+def _cpu_decode_like(cpu_run: Path, folder: Path) -> Path:
+    """A CPU run as suites/decode.yaml makes it: the CPU backends' rows plus eight GPU backend
+    variants skipped on every case ("backend unavailable"); their labels sort first."""
+    rows = _json_rows(cpu_run)
+    skipped = []
+    for case in dict.fromkeys(r["case"] for r in rows):
+        base = next(r for r in rows if r["case"] == case)
+        for backend, variant in GPU_LABELS:
+            label = ",".join(f"{k}={v}" for k, v in sorted(variant.items()))
+            skipped.append({**base, "backend": backend, "variant": variant, "variant_label": label,
+                            "status": "skipped", "reason": "backend unavailable: needs a CUDA device",
+                            "check": None, "timing": None, "metrics": None, "call": None, "host": None,
+                            "worker": None, "reproducer": ""})
+    header = json.loads((cpu_run / "run.json").read_text())
+    return _write(skipped + rows, folder, header)
+
+
+def test_matrix_puts_backends_that_ran_first_and_folds_the_skipped_ones(cpu_run, tmp_path):
+    built = build_sections(load([_cpu_decode_like(cpu_run, tmp_path / "d")]), only=["correctness"], jobs=1)[0]
+    t = next(b for b in built.blocks if b["kind"] == "table")
+    assert t["columns"][:3] == ["case", "shape", "workload"]
+    ran = t["columns"][3:-1]
+    assert {c.split(" ")[0] for c in ran} == {"sdpa", "torch-math", "torch-cascade"}, t["columns"]
+    assert t["columns"][-1] == "not run (8 backends)"
+    last = [r[-1] for r in t["rows"]]
+    assert all(text == "skipped" and "st-skipped" in cls for text, cls, _ in last)
+    assert all(tip.count("backend unavailable") == 8 and "flashinfer" in tip for _, _, tip in last)
+    note = " ".join(b["text"] for b in built.blocks if b["kind"] == "text")
+    assert "Not run on any case" in note and "flash-attn" in note
+
+
+def test_matrix_of_a_cpu_decode_run_shows_the_backends_that_ran_at_1400px(cpu_run, tmp_path, driver):
+    from browser_page import check_page
+
+    page = tmp_path / "cpu-decode.html"
+    page.write_text(render_html(load([_cpu_decode_like(cpu_run, tmp_path / "d")])))
+    check_page(driver, page)
+    heads = driver.execute_script(
+        "return Array.from(document.querySelectorAll('#correctness table.matrix thead th')).map(th => "
+        "[th.textContent, th.getBoundingClientRect().right])")
+    inner = driver.execute_script("return window.innerWidth")
+    ran = [(t, right) for t, right in heads if t.split(" ")[0] in ("sdpa", "torch-math", "torch-cascade")]
+    assert len(ran) == 3 and all(right <= inner for _, right in ran), (heads, inner)

@@ -10,6 +10,7 @@ from harness.report.core import Block, Heading, Table, Text, section
 
 _RANK = {Status.MISMATCH.value: 0, Status.ERROR.value: 1, Status.TIMEOUT.value: 2, Status.UNSUPPORTED.value: 3,
          Status.SKIPPED.value: 4, Status.PASS.value: 5}
+_RAN = {Status.PASS.value, Status.MISMATCH.value, Status.ERROR.value, Status.TIMEOUT.value}
 
 
 def _err(x: object) -> str:
@@ -23,8 +24,16 @@ def _err(x: object) -> str:
 def correctness(df: pd.DataFrame) -> list[Block]:
     if df.empty:
         return []
-    labels = sorted(df["label"].unique())
+    # Backends that ran a cell (checked it: pass or a failure) lead; the ones skipped or
+    # unsupported everywhere (the GPU backends of a CPU run) follow, folded into one column.
+    ran = set(df.loc[df["status"].isin(_RAN), "label"])
+    labels = sorted(ran)
+    idle = sorted(set(df["label"]) - ran)
+    if len(idle) == 1:
+        labels += idle
+        idle = []
     short = df.drop_duplicates("label").set_index("label")["short"]
+    idle_col = f"not run ({len(idle)} backends)"
     # A case's workload from a row that got a batch (rows not run have none).
     ran = df[df["workload"] != ""].drop_duplicates("case").set_index("case")["workload"]
     cases = df.drop_duplicates("case")[["case", "case_id", "shape"]].reset_index(drop=True)
@@ -47,14 +56,22 @@ def correctness(df: pd.DataFrame) -> list[Block]:
             rec[short[lab]] = worst if len(got) == 1 else f"{worst} ({len(got)} runs)"
             cl[short[lab]] = f"st st-{worst}"
             tp[short[lab]] = "; ".join(t for _, t in got)
+        if idle:
+            got = [(s, f"{short[lab]}: {t}") for lab in idle for s, t in by_cell.get((c.case, lab), [])]
+            worst = min((s for s, _ in got), key=lambda s: _RANK.get(s, 9)) if got else ""
+            rec[idle_col] = worst or "-"
+            cl[idle_col] = f"st st-{worst}" if worst else "st-none"
+            tp[idle_col] = "; ".join(t for _, t in got)
         rows.append(rec)
         classes.append(cl)
         tips.append(tp)
     data = pd.DataFrame(rows)
     counts = df["status"].value_counts()
     legend = ", ".join(f"{s.value}: {int(counts.get(s.value, 0))}" for s in Status)
+    folded = (f" Not run on any case, in the last column (hover a cell for each one's reason): "
+              f"{', '.join(short[lab] for lab in idle)}." if idle else "")
     return [Text(f"{len(df)} rows: {legend}. Hover a cell for its reason or max abs error, a case id for the "
-                 "full case name; type in the box to filter rows.", cls="note"),
+                 "full case name; type in the box to filter rows." + folded, cls="note"),
             Table(data, classes=pd.DataFrame(classes, columns=data.columns),
                   tips=pd.DataFrame(tips, columns=data.columns), cls="matrix", sortable=False)]
 
