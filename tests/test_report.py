@@ -555,3 +555,37 @@ def test_matrix_of_a_cpu_decode_run_shows_the_backends_that_ran_at_1400px(cpu_ru
     inner = driver.execute_script("return window.innerWidth")
     ran = [(t, right) for t, right in heads if t.split(" ")[0] in ("sdpa", "torch-math", "torch-cascade")]
     assert len(ran) == 3 and all(right <= inner for _, right in ran), (heads, inner)
+
+
+MODELS = ROOT / "reports" / "h200" / "2026-12-01" / "models"  # the committed models run
+
+# In the browser: [box overflows?, cells whose longest unbreakable piece (text between spaces,
+# or up to a comma, where the page offers a break) is wider than the cell: a word broken inside].
+_FIRST_TABLE_FITS = """
+const t = document.querySelector('#' + arguments[0] + ' table'); const w = t.closest('.tablewrap');
+const ctx = document.createElement('canvas').getContext('2d'); const broken = [];
+for (const td of t.querySelectorAll('td')) {
+  const cs = getComputedStyle(td); ctx.font = cs.font;
+  const inner = td.clientWidth - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight);
+  for (const piece of td.textContent.split(/\\s+|(?<=,)/)) {
+    if (ctx.measureText(piece).width > inner + 1) { broken.push(piece); }
+  }
+}
+return [w.scrollWidth > w.clientWidth + 1, broken];
+"""
+
+
+def test_models_report_first_table_fits_its_box_without_breaking_words(tmp_path, driver):
+    if not (MODELS / "run.json").exists():
+        pytest.skip("no committed models run")
+    page = tmp_path / "models.html"
+    page.write_text(render_html(load([MODELS])))
+    driver.set_window_size(1400, 1000)
+    driver.get(page.as_uri())
+    first = driver.execute_script("return document.querySelector('section table').closest('section').id")
+    assert first == "answer-per-model"
+    overflows, broken = driver.execute_script(_FIRST_TABLE_FITS, first)
+    assert not overflows and broken == [], broken[:5]
+    heads = driver.execute_script("return Array.from(document.querySelectorAll('#answer-per-model table')[0]"
+                                  ".tHead.rows[0].cells).map(c => c.getBoundingClientRect().right)")
+    assert max(heads) <= driver.execute_script("return window.innerWidth")  # SGLang in view

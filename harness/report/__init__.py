@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 import pandas as pd
+from markupsafe import Markup, escape
 
 from attn_contract.status import Status
 from harness.records.fileio import atomic_write_text
@@ -182,11 +183,18 @@ def build_sections(loaded: Loaded, only: Iterable[str] | None = None, jobs: int 
     return [_run(s, df) for s in specs]
 
 
+def breakable(text: str) -> Markup:
+    """Escaped text with a line-break opportunity (<wbr>) after every comma: variant labels
+    ("flashinfer [call_form=vllm,decode_tensor_cores=True]") have no space to wrap at."""
+    return Markup(",<wbr>").join(escape(text).split(","))
+
+
 def render_html(loaded: Loaded, title: str | None = None, built: list[Rendered] | None = None) -> str:
     """The page; ``built``: sections already built from ``loaded`` (else built here)."""
     from jinja2 import Environment, PackageLoader, select_autoescape
 
     env = Environment(loader=PackageLoader("harness", "templates"), autoescape=select_autoescape(["html", "j2"]))
+    env.filters["breakable"] = breakable
     suites = sorted({str(getattr(r, "suite", "")) for r in loaded.rows})
     statuses = [str(getattr(r, "status", "")) for r in loaded.rows]
     counts = {s.value: statuses.count(s.value) for s in Status}

@@ -46,7 +46,7 @@ def answer_per_model(df: pd.DataFrame) -> list[Block]:
              "one backend per process; SGLang may set prefill and decode apart."
              + (f" {untimed} model shape / workload pair(s) without timed passing rows are left out (conformance-only"
                 " runs, or every backend unsupported)." if untimed else "") + " " + note, cls="lead"),
-        Table(pd.DataFrame(recs), title="Winner per model shape and workload", wrap=("vLLM", "SGLang", "winner"))]
+        Table(pd.DataFrame(recs), title="Winner per model shape and workload", wrap=("winner", "margin [interval]", "vLLM", "SGLang"))]
     for engine, name in (("vllm", "vLLM"), ("sglang", "SGLang")):
         per, single = engine_settings(rows, engine)
         if not per:
