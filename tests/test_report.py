@@ -589,3 +589,21 @@ def test_models_report_first_table_fits_its_box_without_breaking_words(tmp_path,
     heads = driver.execute_script("return Array.from(document.querySelectorAll('#answer-per-model table')[0]"
                                   ".tHead.rows[0].cells).map(c => c.getBoundingClientRect().right)")
     assert max(heads) <= driver.execute_script("return window.innerWidth")  # SGLang in view
+
+
+def test_heatmap_section_shows_groups_with_fewer_than_three_workloads(cpu_run, tmp_path):
+    # The CPU run's softcap and shared-prefix groups have one workload each: a table row, not "no data".
+    built = build_sections(load([cpu_run]), only=["heatmap"], jobs=1)[0]
+    assert any(b["kind"] == "figure" for b in built.blocks)
+    t = next(b for b in built.blocks if b["kind"] == "table")
+    groups = [r[0][0] for r in t["rows"]]
+    assert any(g.startswith("softcap") for g in groups) and any(g.startswith("prefix") for g in groups), groups
+    assert all(any(c[0] == "best" for c in r) for r in t["rows"])
+    # Only small groups: rows exist, so the section is not empty.
+    few = [r for r in _json_rows(cpu_run) if not r["case"].startswith("gqa")]
+    only_small = build_sections(load([_write(few, tmp_path / "few")]), only=["heatmap"], jobs=1)[0]
+    assert only_small.has_data
+    t = next(b for b in only_small.blocks if b["kind"] == "table")
+    cols = t["columns"]
+    row = next(r for r in t["rows"] if r[0][0].startswith("softcap"))
+    assert row[cols.index("torch-math")][0] == "best"

@@ -175,22 +175,48 @@ def _heatmap(g: pd.DataFrame, all_rows: pd.DataFrame, title: str) -> Figure:
     return Figure(fig, alt=f"heatmap {title}")
 
 
+def _small_groups_table(groups: list[pd.DataFrame]) -> Table:
+    """The groups too small for a heatmap, as one table: per group and workload, each label's
+    speed relative to the fastest ("best" for the fastest)."""
+    recs, classes = [], []
+    for g in groups:
+        rk = ranking(g)
+        for w in workloads(g).itertuples():
+            c = rk[(rk["suite"] == w.suite) & (rk["case"] == w.case)]
+            rec = {"model shape · workload": group_title(g), "case": w.case_id,
+                   "batch": f"{w.n_req:.0f}" if math.isfinite(w.n_req) else "", "context mean": fmt_tokens(w.ctx_mean)}
+            cl = {k: "" for k in rec}
+            for r in c.itertuples():
+                rec[r.short] = "best" if r.rank == 0 else f"{r.rel:.2f}"
+                cl[r.short] = "winner" if r.rank == 0 else ""
+            recs.append(rec)
+            classes.append(cl)
+    data = pd.DataFrame(recs).fillna("")
+    cls = pd.DataFrame(classes, columns=data.columns).fillna("")
+    return Table(data, classes=cls, title=f"Groups with fewer than {MIN_HEAT_WORKLOADS} workloads",
+                 note="Fastest median / this median (1 = fastest); blank: not timed there.",
+                 wrap=("model shape · workload",))
+
+
 @section("heatmap", "Speed relative to the fastest, per model shape", order=20, cost=8,
          looked_for="rows that passed the check with timing.median_us")
 def heatmap(df: pd.DataFrame) -> list[Block]:
     t = timed(df)
     out: list[Block] = []
+    small = []
     for gk in groups_in_order(t):
         g = t[t["group"] == gk]
         if g["case"].nunique() < MIN_HEAT_WORKLOADS:
-            continue  # one or two workloads (a page-size point): the verdict table says it all
+            small.append(g)  # one or two workloads (a page-size point): a row of a table, not a picture
+            continue
         out.append(_heatmap(g, df, group_title(g)))
     if out:
         out.insert(0, Text("Colour and number: fastest median / this median in that workload (1 = fastest; the "
                            "colour scale stops at 0.5). 'fail': the check failed; 'n/a': not supported or skipped; "
-                           f"grey blank: not run. Groups with fewer than {MIN_HEAT_WORKLOADS} workloads have their "
-                           "verdict table only.",
-                           cls="note"))
+                           f"grey blank: not run. Groups with fewer than {MIN_HEAT_WORKLOADS} workloads are in the "
+                           "table below.", cls="note"))
+    if small:
+        out.append(_small_groups_table(small))
     return out
 
 
