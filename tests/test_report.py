@@ -607,3 +607,12 @@ def test_heatmap_section_shows_groups_with_fewer_than_three_workloads(cpu_run, t
     cols = t["columns"]
     row = next(r for r in t["rows"] if r[0][0].startswith("softcap"))
     assert row[cols.index("torch-math")][0] == "best"
+
+
+def test_recommendation_says_the_run_was_on_a_cpu_and_gives_times_with_units(cpu_run):
+    built = build_sections(load([cpu_run]), only=["recommend"], jobs=1)[0]
+    texts = " ".join(b["text"] for b in built.blocks if b["kind"] == "text")
+    assert "no run.json" not in texts and "The run was on a CPU" in texts, texts
+    win = next(b for b in built.blocks if b["kind"] == "table" and b["title"] == "Winner per bucket")
+    medians = [r[win["columns"].index("median")][0] for r in win["rows"]]
+    assert medians and all(re.fullmatch(r"\d+(\.\d+)? (µs|ms|s)", m) for m in medians), medians

@@ -9,6 +9,7 @@ from collections import defaultdict
 from typing import Any
 
 from harness.report import markdown
+from harness.report.terminal.tables import fmt_time
 from harness.analysis.recommend.rank import Ratio
 from harness.analysis.recommend.recommendation import Recommendation
 from harness.analysis.recommend.vllm import VLLM_NOT_EXPRESSIBLE
@@ -46,7 +47,7 @@ def winners_records(rec: Recommendation) -> list[dict[str, Any]]:
         if res.tied_with and len(res.tied_with) > 1:
             verdict += f", {len(res.tied_with)} tied"
         out.append({"bucket": res.bucket.label, "winner": w.name,
-                    "median us": f"{statistics.median(t.median for t in w.times.values()):.1f}",
+                    "median": fmt_time(statistics.median(t.median for t in w.times.values())),
                     "runner-up": ru.name if ru else "-", "margin [interval]": _ratio_text(r), "verdict": verdict,
                     "cases": len(res.cases), "call form": str(w.variant.get("call_form", "-"))})
     return out
@@ -75,7 +76,8 @@ def defaults_summary(rec: Recommendation) -> dict[str, Any]:
 
 def defaults_table(rec: Recommendation) -> str:
     if not rec.defaults:
-        return "GPU capability unknown (no run.json): vLLM's default cannot be evaluated.\n"
+        where = "no run.json device" if rec.inputs.gpu == "unknown" else f"none for {rec.inputs.gpu}"
+        return f"GPU capability unknown ({where}): vLLM's default cannot be evaluated.\n"
     sm = defaults_summary(rec)
     head = (f"Over {sm['buckets']} measured buckets the default is the winner in {sm.get('winner', 0)}, tied in "
             f"{sm.get('tied', 0)}, slower in {sm.get('slower', 0)}, not measured in {sm.get('not measured', 0)}"

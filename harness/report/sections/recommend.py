@@ -8,6 +8,19 @@ import pandas as pd
 from harness.report.core import Block, Table, Text, result_rows, section
 
 
+def _no_default_why(headers: list[dict], gpu: str) -> str:
+    """Why vLLM's default is not evaluated (vLLM picks it per GPU compute capability), from the run headers."""
+    devices = [h.get("device") or {} for h in headers]
+    cpus = [d for d in devices if d.get("type") == "cpu"]
+    if cpus:
+        name = cpus[0].get("name") or "cpu"
+        return (f"The run was on a CPU ({name}; run.json device type cpu), not a GPU: vLLM picks its default per GPU "
+                "compute capability, so it is not evaluated here.")
+    if not any(devices):
+        return "GPU unknown (no run.json device next to these results): vLLM's default is not evaluated."
+    return f"GPU capability unknown (run.json names {gpu} without one): vLLM's default is not evaluated."
+
+
 @section("recommend", "Recommendation: measured selection against vLLM's default", order=40, cost=6,
          looked_for="timed passing rows of two or more backends/variants on one shape bucket, or cascade rows with "
                     "call.rule_says_cascade and a timed plain counterpart")
@@ -46,7 +59,7 @@ def recommend(df: pd.DataFrame) -> list[Block]:
                               f"{sm.get('tied', 0)}, slower in {sm.get('slower', 0)}, not measured in "
                               f"{sm.get('not measured', 0)}.{cost}", wrap=("bucket",)))
     elif win:
-        out.append(Text("GPU capability unknown (no run.json): vLLM's default is not evaluated.", cls="note"))
+        out.append(Text(_no_default_why([h for _, h in headers], rec.inputs.gpu), cls="note"))
     if casc:
         out.append(Table(pd.DataFrame(casc), title="Cascade decision rule: vLLM's and the one fitted to these cells",
                          note="Agreement: the rule picks the measured faster path. Leave-one-out: each cell predicted "
