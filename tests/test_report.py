@@ -616,3 +616,12 @@ def test_recommendation_says_the_run_was_on_a_cpu_and_gives_times_with_units(cpu
     win = next(b for b in built.blocks if b["kind"] == "table" and b["title"] == "Winner per bucket")
     medians = [r[win["columns"].index("median")][0] for r in win["rows"]]
     assert medians and all(re.fullmatch(r"\d+(\.\d+)? (µs|ms|s)", m) for m in medians), medians
+
+
+def test_cli_report_jobs_flag(tmp_path, capsys):
+    out = tmp_path / "r.html"
+    assert main(["report", str(BASELINE), "-o", str(out), "--jobs", "1"]) == 0
+    assert out.read_text().startswith("<!DOCTYPE html>")
+    with pytest.raises(SystemExit) as e:
+        main(["report", str(BASELINE), "-o", str(out), "--jobs", "0"])
+    assert e.value.code == 2 and "--jobs '0': give a whole number >= 1" in capsys.readouterr().err

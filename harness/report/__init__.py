@@ -189,8 +189,10 @@ def breakable(text: str) -> Markup:
     return Markup(",<wbr>").join(escape(text).split(","))
 
 
-def render_html(loaded: Loaded, title: str | None = None, built: list[Rendered] | None = None) -> str:
-    """The page; ``built``: sections already built from ``loaded`` (else built here)."""
+def render_html(loaded: Loaded, title: str | None = None, built: list[Rendered] | None = None,
+                jobs: int | None = None) -> str:
+    """The page; ``built``: sections already built from ``loaded`` (else built here, in ``jobs``
+    processes: ``build_sections``)."""
     from jinja2 import Environment, PackageLoader, select_autoescape
 
     env = Environment(loader=PackageLoader("harness", "templates"), autoescape=select_autoescape(["html", "j2"]))
@@ -200,15 +202,17 @@ def render_html(loaded: Loaded, title: str | None = None, built: list[Rendered] 
     counts = {s.value: statuses.count(s.value) for s in Status}
     return env.get_template("report.html.j2").render(
         title=title or f"Attention harness report: {', '.join(suites) or 'no rows'}",
-        sections=built if built is not None else build_sections(loaded), counts=counts, colors=STATUS_COLORS, total=len(loaded.rows),
+        sections=built if built is not None else build_sections(loaded, jobs=jobs), counts=counts, colors=STATUS_COLORS, total=len(loaded.rows),
         sources=loaded.sources,
     )
 
 
-def write_report(paths: Iterable[str | Path], out: str | Path, title: str | None = None) -> Path:
-    """Render the report of ``paths`` into ``out`` (written atomically) and return its path."""
+def write_report(paths: Iterable[str | Path], out: str | Path, title: str | None = None,
+                 jobs: int | None = None) -> Path:
+    """Render the report of ``paths`` into ``out`` (written atomically) and return its path;
+    ``jobs``: processes to build the sections in (``build_sections``)."""
     loaded = load(paths)
-    page = render_html(loaded, title)
+    page = render_html(loaded, title, jobs=jobs)
     return atomic_write_text(out, page)
 
 
