@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from attn_contract import BUILD_LIMIT, KERNEL_LIMIT, Capabilities, reason_kind
-from harness.engines import engine_name, from_vllm_name, sglang_setting, vllm_flags
-from harness.recommend.rank import Candidate
+from harness.analysis.engines import engine_name, from_vllm_name, sglang_setting, vllm_flags
+from harness.analysis.recommend.rank import Candidate
 from harness.cli import main
-from harness.recommend.vllm import VLLM_NOT_EXPRESSIBLE, excluded_status, vllm_setting
+from harness.analysis.recommend.vllm import VLLM_NOT_EXPRESSIBLE, excluded_status, vllm_setting
 
 MODELS_RUN = Path(__file__).parents[1] / "reports/h200/2026-12-01/models"
 

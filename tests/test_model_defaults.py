@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from harness.cli import main
-from harness.models import ModelError, builtin, parse_config, resolve
-from harness.models.catalog import ALLOW_DOWNLOAD_ENV, builtin_for_repo
+from harness.spec.models import ModelError, builtin, parse_config, resolve
+from harness.spec.models.catalog import ALLOW_DOWNLOAD_ENV, builtin_for_repo
 
 # google/gemma-3-12b-it's config.json as published (vision_config left out): its text_config
 # has no head_dim, query_pre_attn_scalar or sliding_window_pattern; transformers fills them in.

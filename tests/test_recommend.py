@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from harness import cli
-from harness.recommend import Inputs, RecommendError, load_inputs, policy, recommend_rows, vllm_export
-from harness.results import Call, ResultRow, ResultWriter, write_header
-from harness.selection_rules import vllm_default, vllm_flash_attn_version
+from harness.analysis.recommend import Inputs, RecommendError, load_inputs, policy, recommend_rows, vllm_export
+from harness.records.results import Call, ResultRow, ResultWriter, write_header
+from harness.analysis.selection_rules import vllm_default, vllm_flash_attn_version
 from typed_rows import CFG, check, host, timing
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -241,7 +241,7 @@ def test_vllm_export_when_vllm_cannot_select_the_winner():
 
 
 def test_default_on_shared_prefix_batches_is_plain_unless_cascade_is_opted_in():
-    from harness.recommend.vllm import default_costs
+    from harness.analysis.recommend.vllm import default_costs
 
     prefix = {"prefix_groups": 1}
     casc = row("flash-attn-cascade", 50.0, variant=FA3, batch=prefix)

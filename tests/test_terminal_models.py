@@ -12,8 +12,8 @@ from pathlib import Path
 from rich.console import Console
 from typed_rows import CFG, check, host, timing
 
-from harness import terminal
-from harness.results import ResultRow
+from harness.report.terminal import tables as terminal
+from harness.records.results import ResultRow
 
 DECODE = {"num_reqs": 64, "num_tokens": 64, "num_decode": 64, "num_prefill": 0, "num_extend": 0,
           "max_query_len": 1, "max_seq_len": 4000, "mean_seq_len": 3000.0, "prefix_groups": 0}
@@ -92,8 +92,8 @@ def test_rows_without_model_shapes_print_no_model_block():
 
 
 def test_one_setting_per_model_weights_its_layer_kinds_by_layer_count():
-    from harness.engine_export import model_settings
-    from harness.terminal_models import model_setting_lines
+    from harness.analysis.per_model import model_settings
+    from harness.report.terminal.per_model import model_setting_lines
 
     def kind_row(cand, median, kind, layers):
         r = row(cand, median, f"g/{kind}", f"g/tp1/{kind}", DECODE)
@@ -117,7 +117,7 @@ def test_one_setting_per_model_weights_its_layer_kinds_by_layer_count():
 
 
 def test_committed_gemma_rows_get_layer_counts_from_the_builtin_table():
-    from harness.engine_export import layer_weight
+    from harness.analysis.per_model import layer_weight
 
     r = row(FA3, 10.0, "c", "gemma-2-9b/tp1/local", DECODE)
     r.case_params = {"model": "gemma-2-9b/tp1/local", "model_id": "gemma-2-9b", "tp": 1, "layers": "local"}

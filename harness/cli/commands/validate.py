@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 from rich.markup import escape
 from rich.table import Table
-from harness.models.cases import model_summary
+from harness.spec.models.cases import model_summary
 from harness.cli.common import check_suite_backends, console, err_console, load_suite
 
 
