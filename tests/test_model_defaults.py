@@ -12,7 +12,7 @@ import yaml
 
 from harness.cli import main
 from harness.spec.models import ModelError, builtin, parse_config, resolve
-from harness.spec.models.catalog import ALLOW_DOWNLOAD_ENV, builtin_for_repo
+from harness.spec.models.catalog import ALLOW_DOWNLOAD_ENV, CONFIG_DIR, builtin_for_repo
 
 # google/gemma-3-12b-it's config.json as published (vision_config left out): its text_config
 # has no head_dim, query_pre_attn_scalar or sliding_window_pattern; transformers fills them in.
@@ -98,7 +98,7 @@ def test_per_model_type_defaults(cfg, heads, kv, head, window):
 
 
 def test_builtins_hold_no_written_in_defaults():
-    data = json.loads((Path(__file__).parents[1] / "harness/models/configs/gemma-3-12b.json").read_text())
+    data = json.loads((CONFIG_DIR / "gemma-3-12b.json").read_text())
     assert not {"head_dim", "query_pre_attn_scalar", "sliding_window_pattern"} & set(data["text_config"])
     m = builtin("gemma-3-12b")
     assert _kinds(m) == [("local", 16, 8, 256, 1024, 40), ("global", 16, 8, 256, None, 8)]

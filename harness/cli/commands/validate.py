@@ -6,7 +6,6 @@ import argparse
 from typing import Any
 from rich.markup import escape
 from rich.table import Table
-from harness.spec.models.cases import model_summary
 from harness.cli.common import check_suite_backends, console, err_console, load_suite
 
 
@@ -39,6 +38,8 @@ def run(args: argparse.Namespace) -> int:
     console().print("  heads: query/KV heads; dtype: bf16 = bfloat16, fp16 = float16, /e4m3 /e5m2 = fp8 KV cache",
                   highlight=False)
     console().print("  reqs: requests; max seq, KV tokens: upper bounds over the length distributions", highlight=False)
+    from harness.spec.models.cases import model_summary  # not at import: `harness --help` stays light
+
     for line in model_summary(suite.cases):
         console().print(f"  {escape(line)}", highlight=False, soft_wrap=True)
     console().print(f"{args.suite}: valid, {len(suite.cases)} cases")
