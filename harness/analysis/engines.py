@@ -24,6 +24,16 @@ from harness.analysis.selection_rules import VllmChoice
 
 ENGINES = ("vllm", "sglang")
 
+# SGLang's flags as its sources have them, each with the PR (date) it came in: printed under
+# ``recommend --engine sglang`` so a reader can check them against the release they run.
+SGLANG_FACTS = (
+    "`--attention-backend NAME` for prefill and decode alike; names from SGLang's server_args choices: "
+    "`fa3`, `flashinfer`, `triton`, `torch_native` (2024-2025), `flex_attention`, `fa4` (SGLang PR #10937, "
+    "2025-09, FA4 for MHA prefill)",
+    "`--prefill-attention-backend X --decode-attention-backend Y` (SGLang PR #6338, 2025-05): prefill "
+    "(and extend) and decode may differ",
+)
+
 
 @functools.lru_cache(maxsize=None)
 def _backend(name: str) -> Any:

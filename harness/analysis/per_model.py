@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from harness.report import markdown
-from harness.analysis.engines import sglang_flags, sglang_setting, vllm_flags
+from harness.analysis.engines import SGLANG_FACTS, sglang_flags, sglang_setting, vllm_flags
 from harness.analysis.recommend import rows as R
 from harness.analysis.recommend.buckets import batch_kind
 from harness.analysis.recommend.load import load_inputs
 from harness.analysis.recommend.rank import RAN_OK, BucketResult, Candidate, case_batches, rank_bucket
-from harness.analysis.recommend.vllm import vllm_setting
+from harness.analysis.recommend.vllm import VLLM_FACTS, vllm_setting
 from harness.records.results import ResultRow, read_header
 
 KIND_ORDER = {"decode": 0, "prefill": 1, "extend": 2, "mixed": 3}
@@ -314,6 +314,8 @@ def engine_markdown(paths: Sequence[str | Path], engine: str, tie: float, call_f
     if single:
         out += [f"Single setting over all shapes: `{single['flags']}` over {single['cases']} cases, cost "
                 f"{_pct(single['geomean_cost_pct'])} geomean, {_pct(single['worst_cost_pct'])} worst.", ""]
+    facts = VLLM_FACTS if engine == "vllm" else SGLANG_FACTS
+    out += [f"## {name}'s flags, with the release each is read from", "", *[f"- {f}" for f in facts], ""]
     out += ["## Winner per model shape and workload kind", "",
             _md(answer_records(answers(inputs.rows, tie)), "No timed passing rows."), ""]
     return "\n".join(out)

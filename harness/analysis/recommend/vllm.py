@@ -22,10 +22,12 @@ CASCADE_FACT = ("cascade attention: vLLM releases up to early 2026 applied a per
                 "2026-03-07) it is off by default (`disable_cascade_attn` defaults to True) and "
                 "`--no-disable-cascade-attn` opts in, the rule still deciding per batch; vLLM 0.33.0 removed it "
                 "(the flag is a no-op)")
-FA_VERSION_FACT = ("FlashAttention version: `--attention-config '{\"flash_attn_version\": N}'` (vLLM >= 0.14, where "
-                   "`--attention-config` replaced the deprecated VLLM_ATTENTION_BACKEND variable); earlier releases "
-                   "read `VLLM_FLASH_ATTN_VERSION`, which takes 2 or 3 only (fa_utils asserts it): FA4 has no "
-                   "environment-variable form")
+FA_VERSION_FACT = ("FlashAttention version: `--attention-config '{\"flash_attn_version\": N}'` (vLLM >= 0.14); "
+                   "earlier releases read `VLLM_FLASH_ATTN_VERSION`, which takes 2 or 3 only (fa_utils asserts it): "
+                   "FA4 has no environment-variable form")
+BACKEND_FLAG_FACT = ("backend: `--attention-backend FLASH_ATTN|FLASHINFER|FLEX_ATTENTION` (vLLM >= 0.14, where the "
+                     "VLLM_ATTENTION_BACKEND variable was deprecated in its favour; earlier releases read the variable)")
+VLLM_FACTS = (BACKEND_FLAG_FACT, FA_VERSION_FACT, CASCADE_FACT)
 VLLM_NOT_EXPRESSIBLE = [
     "One attention backend per process: vLLM's selector picks it once per layer configuration at start-up "
     "(`--attention-backend`, vLLM >= 0.14; `VLLM_ATTENTION_BACKEND` before). It cannot switch backend "
