@@ -106,7 +106,10 @@ def _from_hub(repo: str) -> ModelAttention | None:
     except ImportError:
         return None
     cache = hub_cache_dir()
-    hit = hub.try_to_load_from_cache(repo, "config.json", cache_dir=cache)
+    try:
+        hit = hub.try_to_load_from_cache(repo, "config.json", cache_dir=cache)
+    except ValueError:  # huggingface_hub refuses the name as a repo ID: not one
+        return None
     if isinstance(hit, str):
         return read_config(hit, model_id=repo)
     if os.environ.get(ALLOW_DOWNLOAD_ENV, "") not in ("1", "true", "yes"):
