@@ -164,3 +164,37 @@ def test_validate_a_suite_naming_a_cached_repo(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     line = next(x for x in out.splitlines() if "model google/gemma-3-12b-it tp1" in x)
     assert "head 256," in line and "scale 1/16," in line and "window 1024" in line and "40 local + 8 global" in line
+
+
+def test_the_defaults_table_agrees_with_transformers():
+    """The table is ours (no transformers at run time); where transformers is installed, each
+    value must be its config class's default (the version checked is noted in the module)."""
+    transformers = pytest.importorskip("transformers")
+    from harness.spec.models.defaults import MODEL_TYPE_DEFAULTS, alternates
+
+    for model_type, table in MODEL_TYPE_DEFAULTS.items():
+        cls = transformers.CONFIG_MAPPING[model_type]
+        fields = getattr(cls, "__dataclass_fields__", {})
+        for key, value in table.items():
+            if key in ("alternate", "sliding_window_pattern"):
+                continue
+            default = fields[key].default if key in fields else getattr(cls(), key)
+            assert default == value, (model_type, key, default, value)
+        # The layer pattern transformers derives when the file has no layer_types.
+        types = cls(num_hidden_layers=12).layer_types if hasattr(cls(), "layer_types") else None
+        if alternates(model_type):
+            assert types == ["sliding_attention", "full_attention"] * 6, model_type
+        if "sliding_window_pattern" in table:
+            p = table["sliding_window_pattern"]
+            assert types == ["full_attention" if (i + 1) % p == 0 else "sliding_attention" for i in range(12)]
+
+
+def test_gemma3_12b_as_transformers_reads_it():
+    transformers = pytest.importorskip("transformers")
+    text = transformers.Gemma3Config.from_dict(GEMMA3_12B).text_config
+    m = parse_config(GEMMA3_12B, "g", "t")
+    local, glob = m.kinds
+    assert local.head_size == text.head_dim == 256 and local.num_heads == text.num_attention_heads
+    assert (local.layers, glob.layers) == (text.layer_types.count("sliding_attention"),
+                                           text.layer_types.count("full_attention"))
+    assert text.query_pre_attn_scalar ** -0.5 == pytest.approx(1 / 16)
