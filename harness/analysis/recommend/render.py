@@ -9,7 +9,7 @@ from collections import defaultdict
 from typing import Any
 
 from harness.report import markdown
-from harness.report.terminal.tables import fmt_time
+from harness.report.markdown import fmt_time
 from harness.analysis.recommend.rank import Ratio
 from harness.analysis.recommend.recommendation import Recommendation
 from harness.analysis.recommend.vllm import VLLM_NOT_EXPRESSIBLE

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from harness.report.markdown import fmt_time
 from harness.records.results import FAILED, NOT_RUN, RESULTS_FILE, ResultRow, Status
 
 if TYPE_CHECKING:
@@ -30,16 +31,6 @@ _SIZE_FIGURE = re.compile(r"[\d,]+(\.\d+)?\s*(GFLOP|MiB)\s*>")
 
 def fmt(x: Any, spec: str) -> str:
     return "" if x is None else format(x, spec)
-
-
-def fmt_time(us: float | None) -> str:
-    """A duration in microseconds with 3-4 significant digits: 43.6 µs, 1475 ms, 1.475 s."""
-    if us is None or not math.isfinite(us):
-        return ""
-    for scale, unit in ((1e6, "s"), (1e3, "ms")):
-        if abs(us) >= scale:
-            return f"{us / scale:.4g} {unit}"
-    return f"{us:.3g} µs" if abs(us) < 1 else f"{us:.4g} µs"
 
 
 def reason_kind(reason: str) -> str:
