@@ -21,7 +21,7 @@ def _no_default_why(headers: list[dict], gpu: str) -> str:
     return f"GPU capability unknown (run.json names {gpu} without one): vLLM's default is not evaluated."
 
 
-@section("recommend", "Recommendation: measured selection against vLLM's default", order=40, cost=6,
+@section("recommend", "Recommendation: measured selection against vLLM's default", order=40, cost=12,
          looked_for="timed passing rows of two or more backends/variants on one shape bucket, or cascade rows with "
                     "call.rule_says_cascade and a timed plain counterpart")
 def recommend(df: pd.DataFrame) -> list[Block]:
