@@ -136,22 +136,27 @@ def verdict(df: pd.DataFrame) -> list[Block]:
 def _heatmap(g: pd.DataFrame, all_rows: pd.DataFrame, title: str) -> Figure:
     rk = ranking(g)
     wl = workloads(g)
-    labels = sorted(rk["label"].unique(), key=lambda lab: -rk[rk["label"] == lab]["rel"].mean())
+    mean_rel = {lab: r.mean() for lab, r in rk.groupby("label", sort=False)["rel"]}
+    labels = sorted(rk["label"].unique(), key=lambda lab: -mean_rel[lab])
     status: dict[tuple[str, str], set[str]] = {}
     for c, lab, st in zip(all_rows["case"], all_rows["label"], all_rows["status"]):
         status.setdefault((c, lab), set()).add(st)
+    # (suite, case, label) -> (rel, rank): one timed cell each (merged_cells); a dict, not a
+    # boolean mask per cell (those were a third of the heatmaps' time).
+    cell = {(su, c, lab): (rel, rank) for su, c, lab, rel, rank in
+            zip(rk["suite"], rk["case"], rk["label"], rk["rel"], rk["rank"])}
     grid = np.full((len(labels), len(wl)), np.nan)
     text = [["" for _ in range(len(wl))] for _ in labels]
-    for j, w in wl.iterrows():
+    for j, (suite, case) in enumerate(zip(wl["suite"], wl["case"])):
         for i, lab in enumerate(labels):
-            c = rk[(rk["suite"] == w["suite"]) & (rk["case"] == w["case"]) & (rk["label"] == lab)]
-            if not c.empty:
-                grid[i, j] = c["rel"].iloc[0]
-                text[i][j] = "best" if c["rank"].iloc[0] == 0 else f"{c['rel'].iloc[0]:.2f}"
+            got = cell.get((suite, case, lab))
+            if got is not None:
+                grid[i, j] = got[0]
+                text[i][j] = "best" if got[1] == 0 else f"{got[0]:.2f}"
             else:
-                st = status.get((w["case"], lab), set())
+                st = status.get((case, lab), set())
                 text[i][j] = "fail" if st & {"mismatch", "error", "timeout"} else ("n/a" if st else "")
-    short = {lab: rk[rk["label"] == lab]["short"].iloc[0] for lab in labels}
+    short = dict(zip(rk["label"], rk["short"]))  # one short name per label
     pyplot = plt()
     fig_w = min(16.0, 2.6 + 0.62 * len(wl))
     fig, ax = pyplot.subplots(figsize=(fig_w, 0.9 + 0.42 * len(labels)), layout="constrained")
