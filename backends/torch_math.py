@@ -35,7 +35,7 @@ class MathImpl(AttentionImpl[MathMetadata]):
     def _chunk(self, query, key, value, kv_cache, md: MathMetadata, pc, out, lse_out):
         cfg, layer = self.config, self.layer
         b, qmax, smax = len(pc.segments), pc.qmax, pc.smax
-        k, v = gather_kv(kv_cache, key, value, pc, cfg, layer, torch.float32)
+        k, v = self.gather(kv_cache, key, value, pc)
         # Padded key positions read slots no request owns (NaN under --adversarial): zero them,
         # since 0 * NaN in P.V would poison the row even though P is 0 there.
         unseen = ~pc.keep.any(1)[..., None, None]  # [b, smax, 1, 1]
@@ -68,6 +68,10 @@ class MathImpl(AttentionImpl[MathMetadata]):
         scatter_rows(out, o.transpose(1, 2), pc, md)
         if lse_out is not None:
             scatter_rows(lse_out, lse.transpose(1, 2), pc, md)
+
+    def gather(self, kv_cache, key, value, pc):
+        """K, V of a padded chunk in fp32 (``backends._paged.gather_kv``; MLA-aware)."""
+        return gather_kv(kv_cache, key, value, pc, self.config, self.layer, torch.float32)
 
     def forward(self, query, key, value, kv_cache, metadata, out, lse_out=None):
         md = metadata

@@ -269,7 +269,8 @@ class CaseSpec(_Strict):
     # latent cache, one KV head) or `expanded` (prefill: 192/128 over up-projected K/V).
     # num_kv_heads and head_size follow from the form and the dims (leave them out).
     attention: Literal["mha", "mla"] = "mha"
-    mla_form: Literal["absorbed", "expanded"] = "absorbed"
+    # auto: absorbed when every request group is a decode (vLLM's decode path), else expanded.
+    mla_form: Literal["auto", "absorbed", "expanded"] = "auto"
     kv_lora_rank: Annotated[int, Field(ge=1, le=4096)] = 512
     qk_rope_head_dim: Annotated[int, Field(ge=1, le=1024)] = 64
     qk_nope_head_dim: Annotated[int, Field(ge=1, le=1024)] = 128
@@ -289,7 +290,11 @@ class CaseSpec(_Strict):
         if not isinstance(data, dict) or data.get("attention") != "mla":
             return data
         data = dict(data)
-        form = data.get("mla_form", "absorbed")
+        form = data.get("mla_form", "auto")
+        if form == "auto":
+            kinds = [g.get("kind") if isinstance(g, dict) else getattr(g, "kind", None) for g in data.get("batch") or []]
+            form = "absorbed" if kinds and all(k == "decode" for k in kinds) else "expanded"
+            data["mla_form"] = form
         ints = {k: data.get(k, d) for k, d in (("kv_lora_rank", 512), ("qk_rope_head_dim", 64),
                                                 ("qk_nope_head_dim", 128), ("num_heads", None))}
         if not all(isinstance(v, int) and not isinstance(v, bool) for v in ints.values()):
