@@ -168,3 +168,27 @@ def test_model_cases_pick_the_form_from_the_batch():
     assert forms[(8, "decode")] == ("absorbed", 16, 576)
     assert forms[(1, "prefill")] == ("expanded", 128, 192)
     assert all(c.mla_mscale == pytest.approx(0.1 * math.log(40) + 1) for c in s.cases)
+
+
+def test_vllm_default_mla_backend_is_data_from_vllms_priority_list():
+    from harness.analysis.selection_rules import vllm_default
+
+    def pick(cap, **kw):
+        return vllm_default(cap, num_heads=16, num_kv_heads=1, head_size=576, attention_kind=MLA_ABSORBED, **kw)
+
+    h200 = pick("9.0", block_size=64)
+    assert h200.backend == "FLASH_ATTN_MLA" and h200.priorities[:2] == ("FLASH_ATTN_MLA", "FLASHMLA")
+    fp8 = pick("9.0", block_size=64, kv_cache_dtype="fp8_e4m3")
+    assert fp8.backend == "FLASHMLA" and "KV cache dtype" in fp8.rejected["FLASH_ATTN_MLA"]
+    assert pick("10.0", block_size=64).backend == "FLASHINFER_MLA"
+    assert pick("8.0", block_size=16).backend == "TRITON_MLA"
+    # MHA layers keep their own list.
+    assert vllm_default("9.0", num_heads=32, num_kv_heads=8, head_size=128).backend == "FLASH_ATTN"
+
+
+def test_engine_names_of_a_torch_baseline_do_not_cover_mla():
+    from harness.analysis.engines import sglang_setting
+
+    assert sglang_setting("sdpa", {})["attention_backend"] == "torch_native"
+    assert sglang_setting("sdpa", {}, MLA_ABSORBED) is None
+    assert not resolve("torch-math").engine_names
