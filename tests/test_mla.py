@@ -192,3 +192,21 @@ def test_engine_names_of_a_torch_baseline_do_not_cover_mla():
     assert sglang_setting("sdpa", {})["attention_backend"] == "torch_native"
     assert sglang_setting("sdpa", {}, MLA_ABSORBED) is None
     assert not resolve("torch-math").engine_names
+
+
+def test_vllm_style_chunked_prefill_equals_one_pass_attention(monkeypatch):
+    """torch-math's MLA prefill (new tokens causal, then context chunks, LSE merges), with query
+    rows blocked too, against the reference's one pass over every key."""
+    import backends._mla_prefill as mp
+
+    case = CaseSpec(name="c", num_heads=4, attention="mla", mla_form="expanded",
+                    batch=[{"kind": "prefill", "query_len": 37}, {"kind": "extend", "query_len": 21, "context_len": 50},
+                           {"kind": "decode", "context_len": 9}])
+    b = generate(case)
+    ref, ref_lse = reference_attention(b)
+    kv_start = b.common_metadata().kv_start_loc_cpu.tolist()
+    monkeypatch.setattr(mp, "SCORE_ELEMS", 4 * 64 * 3)  # blocks of 3 query rows
+    out, lse = torch.zeros(ref.shape), torch.zeros(ref_lse.shape)
+    mp.chunked_prefill(b.query, b.key, b.value, b.query_start_loc, kv_start, b.seq_lens, b.config.softmax_scale,
+                       True, 16, out, lse)
+    assert (out.double() - ref).abs().max() < 1e-5 and (lse.double() - ref_lse).abs().max() < 1e-5
