@@ -210,3 +210,17 @@ def test_vllm_style_chunked_prefill_equals_one_pass_attention(monkeypatch):
     mp.chunked_prefill(b.query, b.key, b.value, b.query_start_loc, kv_start, b.seq_lens, b.config.softmax_scale,
                        True, 16, out, lse)
     assert (out.double() - ref).abs().max() < 1e-5 and (lse.double() - ref_lse).abs().max() < 1e-5
+
+
+def test_models_suite_runs_deepseek_v3_at_tp8_on_the_cpu():
+    """`harness run suites/models.yaml --model deepseek-v3 --tp 8` on a CPU: the small cases run
+    (sdpa) in the absorbed (decode) and expanded (prefill) forms; the big ones are skipped."""
+    path = ROOT / "suites" / "models.yaml"
+    suite = load_suite(path, override={"model": "deepseek-v3", "tp": "8"})
+    shapes = {(c.name, c.mla_form, c.num_heads, c.num_kv_heads, c.head_size) for c in suite.cases}
+    assert ("small/deepseek-v3/tp8/4q1s512", "absorbed", 16, 1, 576) in shapes
+    assert ("small/deepseek-v3/tp8/q128", "expanded", 16, 16, 192) in shapes
+    small = suite.model_copy(update={"cases": [c for c in suite.cases if c.name.startswith("small/")]})
+    opts = RunOptions(device=torch.device("cpu"), time=False, suite_path=str(path))
+    rows = [r for g in group_by_case(plan_cells(small, [resolve("sdpa")], opts)) for r in iterate_case(g, small, opts)]
+    assert len(rows) == 2 and all(r.status == "pass" for r in rows), [(r.case, r.status, r.reason) for r in rows]

@@ -71,6 +71,11 @@ def _margin(res: BucketResult) -> str:
     return f"{r.pct:+.1f}% [{(r.low - 1) * 100:+.1f}, {(r.high - 1) * 100:+.1f}] vs {res.runner_up.name}"
 
 
+def answer_attention_kind(a: "Answer") -> str:
+    """The attention kind of an answer's rows ("mha", or an MLA form: docs/mla.md)."""
+    return R.config(a.result.example).get("attention_kind") or "mha"
+
+
 def _sglang_flag(c: Candidate, kind: str, attention_kind: str = "mha") -> str:
     s = sglang_setting(c.backend, c.variant, attention_kind)
     if s is None:
@@ -97,7 +102,7 @@ def answer_records(ans: list[Answer]) -> list[dict[str, Any]]:
         win = f"tie: {w.name} ~ {', '.join(a.result.tied_with)}" if a.result.tie else w.name
         out.append({"model shape": a.model, "workload": a.kind, "winner": win, "margin [interval]": _margin(a.result),
                     "vLLM": _vllm_flag(w),
-                    "SGLang": _sglang_flag(w, a.kind, R.config(a.result.example).get("attention_kind") or "mha")})
+                    "SGLang": _sglang_flag(w, a.kind, answer_attention_kind(a))})
     return out
 
 
