@@ -14,7 +14,8 @@ from harness.case.metrics import attention_work, layout_work
 from harness.case.layout import case_layout
 from harness.case.reference import reference_attention
 from harness.case.workload import generate
-from harness.cell.case import RunOptions, group_by_case, iterate_case, plan_cells
+from harness.cell.case import iterate_case
+from harness.plan.cells import RunOptions, group_by_case, plan_cells
 from harness.registry import resolve
 from harness.spec import CaseSpec, Suite, load_suite
 from harness.spec.models import builtin, parse_config, tp_slice

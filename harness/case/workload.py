@@ -186,7 +186,7 @@ def generate(case: CaseSpec, device: torch.device | str = "cpu", layout: CaseLay
     if cfg.is_mla:  # one latent vector per token: harness/case/workload_mla.py
         from harness.case.workload_mla import generate_mla
 
-        return generate_mla(case, device, layout, kv_scales(case)[0])
+        return Batch(**generate_mla(case, device, layout, kv_scales(case)[0]))
     qlens, seq_lens, group_of = list(layout.query_lens), list(layout.seq_lens), list(layout.group_of_req)
     n = layout.num_reqs
     bs = cfg.block_size
