@@ -177,6 +177,15 @@ class Capabilities:
             "mla_latent_dims": None if self.mla_latent_dims is None else sorted(self.mla_latent_dims),
         }
 
+    def kind_reason(self, config: AttentionConfig) -> str | None:
+        """Why a layer of ``config.attention_kind`` is not this backend's (None: it declares it).
+        The harness asks it before ``check_support`` too, so an override written before MLA
+        never sees an MLA layer."""
+        if config.attention_kind not in self.attention_kinds:
+            return (f"attention kind {config.attention_kind} not supported (this backend runs:"
+                    f" {', '.join(sorted(self.attention_kinds))})")
+        return None
+
     def unsupported_reason(self, config: AttentionConfig, device: str) -> str | None:
         """The first declared limit ``config`` breaks, or None when it is within all of them."""
         if device not in self.devices:
@@ -185,9 +194,9 @@ class Capabilities:
             declared = "{" + ", ".join(repr(d) for d in sorted(self.devices | {device})) + "}"
             return (f"runs on {'/'.join(sorted(self.devices))}, not {device}"
                     f" (a backend that runs on {device} declares it: Capabilities(devices=frozenset({declared})))")
-        if config.attention_kind not in self.attention_kinds:
-            return (f"attention kind {config.attention_kind} not supported (this backend runs:"
-                    f" {', '.join(sorted(self.attention_kinds))})")
+        kind = self.kind_reason(config)
+        if kind:
+            return kind
         if config.mla is not None and self.mla_latent_dims is not None:
             dims = (config.mla.kv_lora_rank, config.mla.qk_rope_head_dim)
             if dims not in self.mla_latent_dims:
