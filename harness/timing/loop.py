@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 import torch
 
+from harness.timing.clocks import SUSTAIN_CHUNK_S, SUSTAIN_PAD, RegimeSampler, nvml_reader
 from harness.timing.cold_l2 import L2Flusher, cold_l2_label, select_flush
 from harness.timing.device import _cycles_per_us, _EventSampler, _short, sm_clock_mhz
 from harness.timing.graphs import GraphDecision, _capture_graph, _replay_matches
@@ -162,7 +163,8 @@ def _time_cuda(fn: Callable[[], object], device: torch.device, opts: TimingOptio
     # whatever disturbs a sample (a host gap the hold did not cover, a clock still ramping up)
     # only lengthens it. The median let two disturbed samples set 1 call per sample on a 15.7 us
     # call that took 11 in the run before (H200, 2026-12-02 decode-minute: +17.6% per call).
-    k = calls_from_estimates([sampler.sample(fn, hold_for(host_call_s))[0] for _ in range(3)], opts)
+    estimates = [sampler.sample(fn, hold_for(host_call_s))[0] for _ in range(3)]
+    k = calls_from_estimates(estimates, opts)
 
     graph_info: dict[str, Any] = {"used": False, "reason": decision.reason, "required": decision.required,
                                   "declared": decision.declared}
@@ -200,13 +202,34 @@ def _time_cuda(fn: Callable[[], object], device: torch.device, opts: TimingOptio
     max_hold = int(opts.max_hold_ms * 1e3 * cyc_per_us)
 
     count = {"works": 0, "busy_s": 0.0}
+    # The clock regime (harness/timing/clocks.py): sustained warms the GPU to its power steady
+    # state with the timed work itself and queues more of it before every sample; burst reads
+    # the clock after every sample and discards throttled ones.
+    reader, why_no_reader = nvml_reader(device)
+    regime = RegimeSampler(opts.clock_regime, reader, why_no_reader, threshold=opts.throttle_threshold,
+                           recovery_s=opts.throttle_recovery_s, max_time_s=opts.max_time_s, device_key=str(device))
+    pad_works = max(1, round(SUSTAIN_PAD))
+
+    def pad() -> None:
+        for _ in range(pad_works):
+            work()
+
+    def run_chunk() -> None:
+        for _ in range(max(1, math.ceil(SUSTAIN_CHUNK_S / max(min(estimates) * k, 1e-6)))):
+            work()
+        torch.cuda.synchronize(device)
+
+    regime.warm(run_chunk)
+    loop_start = time.perf_counter()
 
     def take() -> float | None:
-        gpu_s, hidden, mhz, host_s = sampler.sample(work, state["hold"], flusher)
-        count["works"] += 1
-        count["busy_s"] += gpu_s
+        gpu_s, hidden, mhz, host_s = sampler.sample(work, state["hold"], flusher, pad if regime.pads else None)
+        count["works"] += 1 + (pad_works if regime.pads else 0)
+        count["busy_s"] += gpu_s * (1 + (pad_works if regime.pads else 0))
         if mhz:
             clocks.append(mhz)
+        if not regime.after_sample(time.perf_counter() - loop_start):
+            return None  # throttled (burst): discarded after the recovery delay
         if hidden is False and state["raises"] < 3 and state["hold"] < max_hold:
             # Host enqueue outlasted the hold: lengthen it and retake the sample.
             state["raises"] += 1
@@ -267,6 +290,9 @@ def _time_cuda(fn: Callable[[], object], device: torch.device, opts: TimingOptio
         },
         options=opts.model_dump(),
         contains=time_contents("cuda", graph_info["used"], state["hidden"] / n_hold if n_hold else None, k),
+        clock_regime=opts.clock_regime,
+        clocks=regime.finish(len(samples), opts.min_samples, elapsed),
+        sampling="sequential",
     )
     if flusher is not None:
         if flusher.count < len(samples):
