@@ -32,6 +32,11 @@ SHIFT_AGREE of the rows moved the same way. Such a shift cannot come from the pe
 class was dominated by; one moved row leaves the median, and so the class, where they were.
 ``harness gate`` (harness/gate.py) also re-measures the rows it finds slower and
 keeps only the slowdowns every re-measurement confirms.
+
+The GPU's clock (harness/compare_clock.py). Rows timed in two clock regimes (burst, sustained)
+are not compared: two runs each in one regime are refused (exit 2 from the commands), a row
+whose regime differs from its match's is listed, not judged. A slower/faster row whose time moved
+with its SM clock, by no more than the clock explains, is *clock-shifted*: reported, never failed.
 """
 
 from __future__ import annotations
@@ -44,9 +49,10 @@ from pathlib import Path
 from typing import Any, Literal, Sequence
 
 from harness import markdown as md
+from harness.compare_clock import clock_explains, clock_note, refuse_mixed_runs, regime_of
 from harness.results import FAILED, NOT_RUN, RAN, ResultRow, Status, read_rows, read_run_header, variant_label
 
-Speed = Literal["faster", "slower", "same", "ambiguous", "noisy", "not timed"]
+Speed = Literal["faster", "slower", "same", "ambiguous", "noisy", "not timed", "clock-shifted", "other regime"]
 ATTEMPTED = RAN | FAILED  # the cell was tried: it ran, or it failed trying
 NOISE_K = 3.0  # the noise band's half-width in robust standard deviations
 MIN_ROWS_FOR_SPREAD = 5  # fewer matched timed rows in a class: no spread estimate (CIs only)
@@ -348,6 +354,12 @@ def compare_rows(
         if b.status != n.status:
             d.info = f"status {b.status} -> {n.status}" + (f" ({n.reason})" if n.reason else "")
         if b.status == Status.PASS and n.status == Status.PASS and not correctness_only:
+            rb, rn = regime_of(b), regime_of(n)
+            if rb and rn and rb != rn:  # two GPU states: not a regression, not compared
+                d.speed = "other regime"
+                d.info = (f"not compared: timed in the {rb} clock regime in the baseline, {rn} in the new run "
+                          "(docs/measurement.md, Clock regimes)")
+                continue
             timed.append(d)
     comp = Comparison(diffs, threshold, correctness_only, warnings)
     _check_suites(comp, base_rows, new_rows)
@@ -363,9 +375,16 @@ def compare_rows(
         comp.noise[name] = estimate_noise(name, [(d.base, d.new) for d in ds], threshold)  # type: ignore[misc]
     for d in timed:
         assert d.base is not None and d.new is not None
-        d.speed, d.ratio = classify_speed(d.base, d.new, threshold, comp.noise.get(d.noise_class))
+        model = comp.noise.get(d.noise_class)
+        d.speed, d.ratio = classify_speed(d.base, d.new, threshold, model)
+        if d.speed in ("slower", "faster") and d.ratio is not None:
+            why = clock_explains(d.base, d.new, d.ratio, model.band if model else 0.0)
+            if why:  # the GPU's state moved, not the code (harness/compare_clock.py): reported, never failed
+                d.speed, d.info = "clock-shifted", f"{_pct(d.ratio)} with the clock: {why}"
         if d.speed == "slower":
-            d.problem = f"slower: {_pct(d.ratio)} beyond the noise ({_ci(d.base)} -> {_ci(d.new)})"
+            clk = clock_note(d.base, d.new)
+            d.problem = (f"slower: {_pct(d.ratio)} beyond the noise ({_ci(d.base)} -> {_ci(d.new)})"
+                         + (f"; {clk}, which does not explain it" if clk else ""))
     for m in comp.noise.values():
         if m.shared_shift:
             warnings.append(f"{m.device_class}: a shift shared by most rows, far outside their noise, is judged "
@@ -419,6 +438,9 @@ def confirm_slowdowns(comp: Comparison, remeasured: list[list[ResultRow]]) -> No
 def compare_paths(baseline: str | Path, new: str | Path, **kw: Any) -> Comparison:
     """Compare two results folders or .jsonl files (see ``compare_rows`` for the options)."""
     base_rows, new_rows = read_rows(baseline), read_rows(new)  # FileNotFoundError names the path
+    refused = None if kw.get("correctness_only") else refuse_mixed_runs(base_rows, new_rows)
+    if refused:
+        raise ValueError(refused)  # the commands: one line, exit 2
     comp = compare_rows(base_rows, new_rows, **kw)
     db, dn = read_run_header(baseline).device_name, read_run_header(new).device_name
     if db and dn and db != dn and not kw.get("correctness_only"):
@@ -454,6 +476,7 @@ def to_markdown(comp: Comparison, baseline: str = "baseline", new: str = "new", 
               ("allowed", sum(1 for d in comp.diffs if d.allowed))]
     if not comp.correctness_only:
         counts += [(s, len(comp.of(s))) for s in ("slower", "faster", "ambiguous", "same", "noisy")]  # type: ignore[arg-type]
+        counts += [(s, len(comp.of(s))) for s in ("clock-shifted", "other regime") if comp.of(s)]  # type: ignore[arg-type]
     lines += md.table([k for k, _ in counts], [[str(v) for _, v in counts]]) + [""]
     if comp.noise:
         lines += ["### Noise model (per device class)", ""]
@@ -492,6 +515,7 @@ def to_markdown(comp: Comparison, baseline: str = "baseline", new: str = "new", 
     if not comp.correctness_only:
         table("Ambiguous (change above the threshold, within the noise)", comp.of("ambiguous"), "speed")
         table("Faster", comp.of("faster"), "speed")
+        table("Clock-shifted (the time moved with the SM clock: reported, not failed)", comp.of("clock-shifted"), "info")
     table("Accepted by --allow-missing / --allow-skip", [d for d in comp.diffs if d.allowed], "allowed")
     if comp.unmatched_base or comp.unmatched_new:
         lines.extend(["### Rows that cannot be matched (different suites)", ""])
@@ -501,7 +525,7 @@ def to_markdown(comp: Comparison, baseline: str = "baseline", new: str = "new", 
                 more = f" and {len(items) - max_rows} more" if len(items) > max_rows else ""
                 lines.append(f"- {side} ({len(items)}): {md.escape(names)}{more}")
         lines.append("")
-    table("Other changes", [d for d in comp.diffs if d.info and not d.problem], "info")
+    table("Other changes", [d for d in comp.diffs if d.info and not d.problem and d.speed != "clock-shifted"], "info")
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -70,7 +70,22 @@ def run_args(args: argparse.Namespace, cases: list[str] | None = None) -> list[s
         out += ["--cpu-clock", args.cpu_clock]
     if args.no_isolation:
         out.append("--no-isolation")
+    regime = getattr(args, "clock_regime", None) or baseline_regime(args.baseline)
+    if regime:
+        out += ["--clock-regime", regime]
     return out
+
+
+def baseline_regime(baseline: Path) -> str | None:
+    """The clock regime the baseline's run.json records (GPU runs), so the gate's run is timed
+    in the same one (compare refuses two regimes)."""
+    from harness.results import read_header
+
+    try:
+        regime = read_header(baseline).get("clock_regime") if Path(baseline).is_dir() else None
+    except (OSError, ValueError):
+        return None
+    return regime if regime in ("burst", "sustained") else None
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -87,6 +102,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-time", metavar="SECONDS", help="sampling budget per cell, as harness run --max-time")
     p.add_argument("--cpu-clock", choices=["wall", "process"],
                    help="CPU timing clock for the run (process: CPU timings the gate can judge)")
+    p.add_argument("--clock-regime", choices=["burst", "sustained"],
+                   help="GPU clock regime of the run, as harness run --clock-regime (default: the baseline's, "
+                        "from its run.json; compare refuses rows of two regimes)")
     p.add_argument("--no-isolation", action="store_true",
                    help="run the cells in this process, as harness run --no-isolation (no worker start-up; "
                         "a crashing backend then ends the gate)")

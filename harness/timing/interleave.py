@@ -1,0 +1,83 @@
+"""Candidates of one case sampled in interleaved rounds (A B C A B C ...), so a drift of the clock,
+power or temperature over the sampling falls on all of them alike, and ranked from those rounds.
+
+Sampled one after another, two identical candidates differ by whatever the GPU's state did
+between their turns: a clock falling under load makes the later one look slower (a false
+margin; tests/test_timing_interleave.py shows it on a drifting stand-in). In rounds, every
+candidate sees the same drift; each candidate's per-round ratio to the others is free of it.
+
+``sample_rounds`` takes one ``take`` per candidate (a sample in seconds, or None for a sample the
+candidate rejected, as ``harness.timing.loop``'s takes do) and the options whose stopping
+criterion each candidate's samples must satisfy; every candidate is sampled in every round until
+all of them may stop, so all have the same rounds.
+"""
+
+from __future__ import annotations
+
+import bisect
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+from harness.timing.options import TimingOptions
+from harness.timing.stopping import STOP_TIME, ask, criterion_for
+
+SAMPLING_INTERLEAVED = "interleaved"
+SAMPLING_SEQUENTIAL = "sequential"
+MAX_REJECTS_PER_ROUND = 8  # a candidate rejecting this many samples in a row gives up the round
+
+
+@dataclass
+class Rounds:
+    """Per candidate: its samples (seconds, one per round it completed), why it stopped, and the
+    seconds its own samples took."""
+
+    samples: dict[str, list[float]] = field(default_factory=dict)
+    reasons: dict[str, str] = field(default_factory=dict)
+    elapsed: dict[str, float] = field(default_factory=dict)
+    rounds: int = 0
+
+
+def sample_rounds(takes: Mapping[str, Callable[[], float | None]], opts: TimingOptions,
+                  clock: Callable[[], float] = time.perf_counter) -> Rounds:
+    """Sample every candidate once per round until each one's stopping criterion says stop (asked
+    with its own samples and its own sampling seconds), or a round's time runs past every
+    candidate's budget."""
+    criterion = criterion_for(opts)
+    out = Rounds({k: [] for k in takes}, {}, {k: 0.0 for k in takes})
+    sorted_s: dict[str, list[float]] = {k: [] for k in takes}
+    while True:
+        out.rounds += 1
+        reasons: dict[str, str | None] = {}
+        for name, take in takes.items():
+            x = None
+            for _ in range(MAX_REJECTS_PER_ROUND):
+                t0 = clock()
+                x = take()
+                out.elapsed[name] += clock() - t0
+                if x is not None:
+                    break
+            if x is not None:
+                out.samples[name].append(x)
+                bisect.insort(sorted_s[name], x)
+            reasons[name] = (ask(criterion, sorted_s[name], out.elapsed[name], False) if sorted_s[name]
+                             else (STOP_TIME if out.elapsed[name] > opts.max_time_s else None))
+        if all(reasons.values()):
+            out.reasons = {k: str(v) for k, v in reasons.items()}
+            return out
+
+
+def round_ratios(rounds: Rounds, a: str, b: str) -> list[float]:
+    """a's time over b's, round by round (the rounds both completed)."""
+    return [x / y for x, y in zip(rounds.samples[a], rounds.samples[b]) if y > 0]
+
+
+def rank_from_rounds(rounds: Rounds) -> list[tuple[str, float]]:
+    """Candidates fastest first, each with its median time over its rounds (seconds)."""
+    meds = {k: statistics.median(v) for k, v in rounds.samples.items() if v}
+    return sorted(meds.items(), key=lambda kv: kv[1])
+
+
+__all__ = ["SAMPLING_INTERLEAVED", "SAMPLING_SEQUENTIAL", "Rounds", "rank_from_rounds", "round_ratios",
+           "sample_rounds"]

@@ -1,0 +1,81 @@
+"""Interleaved rounds against a drifting stand-in (harness/timing/interleave.py): a "kernel" whose
+duration grows with a global step counter (a clock falling as the GPU heats). Sampled one after
+the other, two identical candidates show a false margin; in rounds they tie."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+from harness.timing import TimingOptions
+from harness.timing.interleave import rank_from_rounds, round_ratios, sample_rounds
+from harness.timing.loop import _loop
+
+DRIFT = 0.001  # +0.1% per sample taken anywhere: 40 + 40 samples drift by 8%
+
+
+class DriftingGpu:
+    def __init__(self) -> None:
+        self.step = 0
+
+    def kernel(self, base_s: float):
+        def take() -> float:
+            s = base_s * (1 + DRIFT * self.step)
+            self.step += 1
+            return s
+        return take
+
+
+OPTS = TimingOptions.checked(stop_criterion="samples", min_samples=40, max_samples=40)
+
+
+def margin(a: float, b: float) -> float:
+    return abs(a / b - 1)
+
+
+def test_sequential_order_makes_a_false_margin_between_identical_candidates():
+    gpu = DriftingGpu()
+    a, _, _ = _loop(gpu.kernel(100e-6), OPTS)
+    b, _, _ = _loop(gpu.kernel(100e-6), OPTS)
+    assert margin(statistics.median(b), statistics.median(a)) > 0.03  # B "slower" by ~4%: the drift
+
+
+def test_interleaved_rounds_remove_it():
+    gpu = DriftingGpu()
+    r = sample_rounds({"A": gpu.kernel(100e-6), "B": gpu.kernel(100e-6)}, OPTS)
+    assert r.rounds == 40 and len(r.samples["A"]) == len(r.samples["B"]) == 40
+    assert margin(statistics.median(r.samples["B"]), statistics.median(r.samples["A"])) < 0.002
+    assert statistics.median(round_ratios(r, "B", "A")) == pytest.approx(1.0, abs=0.002)
+    assert set(r.reasons.values()) == {"max_samples"}
+
+
+def test_a_real_difference_survives_the_drift_and_ranks_first():
+    gpu = DriftingGpu()
+    r = sample_rounds({"slow": gpu.kernel(103e-6), "fast": gpu.kernel(100e-6), "same": gpu.kernel(103e-6)}, OPTS)
+    ranked = rank_from_rounds(r)
+    assert ranked[0][0] == "fast"
+    assert statistics.median(round_ratios(r, "slow", "fast")) == pytest.approx(1.03, abs=0.003)
+
+
+def test_rejected_samples_are_retaken_within_the_round():
+    gpu = DriftingGpu()
+    inner = gpu.kernel(100e-6)
+    calls = {"n": 0}
+
+    def flaky():
+        calls["n"] += 1
+        return None if calls["n"] % 3 == 0 else inner()
+
+    r = sample_rounds({"A": flaky, "B": gpu.kernel(100e-6)}, OPTS)
+    assert len(r.samples["A"]) == len(r.samples["B"]) == 40
+
+
+def test_every_candidate_is_sampled_until_all_may_stop():
+    # A noise target met early by one candidate does not leave the other with fewer rounds.
+    opts = TimingOptions.checked(min_samples=10, max_samples=60, target_rel_noise=0.001, max_time_s=100.0)
+    gpu = DriftingGpu()
+    noisy = iter([1.0, 1.2] * 100)
+    r = sample_rounds({"steady": lambda: 1e-4, "noisy": lambda: next(noisy) * 1e-4, "d": gpu.kernel(1e-4)}, opts)
+    assert len({len(v) for v in r.samples.values()}) == 1
+    assert r.rounds == 60
