@@ -90,4 +90,36 @@ def refuse_mixed_runs(base_rows: "list[ResultRow]", new_rows: "list[ResultRow]")
     return None
 
 
-__all__ = ["CLOCK_NOISE", "clock_explains", "clock_note", "refuse_mixed_runs", "regime_of", "run_regimes", "sm_clock"]
+def clock_summary(rows: "list[ResultRow]") -> str | None:
+    """One line on the clock state of a set of rows (terminal verdict, recommend, report): the
+    regime(s), the range of the rows' median SM clocks and power, throttle discards. None when
+    no row was timed on a GPU (CPU rows have no clock regime)."""
+    gpu = [r for r in rows if regime_of(r) is not None]
+    if not gpu:
+        return None
+    regimes = sorted(run_regimes(gpu))
+    text = f"GPU clock regime: {' and '.join(regimes)}"
+    if len(regimes) > 1:
+        text += " (mixed: rows of different regimes measure different GPU states)"
+    clocks = [c for c in (r.timing.clocks for r in gpu if r.timing is not None) if c is not None]
+    mhz = [c.sm_mhz.median for c in clocks if c.sm_mhz is not None]
+    watts = [c.power_w.median for c in clocks if c.power_w is not None]
+    if mhz:
+        text += f"; SM clock {min(mhz):.0f}-{max(mhz):.0f} MHz over the rows' medians"
+        top = next((c.max_sm_mhz for c in clocks if c.max_sm_mhz), None)
+        text += f" (max {top:.0f})" if top else ""
+    if watts:
+        text += f", power {min(watts):.0f}-{max(watts):.0f} W"
+    if not mhz:
+        text += "; SM clock not read" + (f" ({clocks[0].reason})" if clocks and clocks[0].reason else
+                                         " (rows written before clocks were recorded)" if not clocks else "")
+    dropped = sum(c.discarded or 0 for c in clocks)
+    short = sum(1 for c in clocks if c.short_of_clean)
+    if dropped:
+        text += f"; {dropped} sample(s) discarded as throttled"
+    if short:
+        text += f"; {short} row(s) short of clean samples"
+    return text
+
+
+__all__ = ["CLOCK_NOISE", "clock_explains", "clock_summary", "clock_note", "refuse_mixed_runs", "regime_of", "run_regimes", "sm_clock"]

@@ -125,3 +125,26 @@ def test_regime_of_rows():
     assert regime_of(gpu_row("x", 1.0, regime="sustained")) == "sustained"
     assert regime_of(gpu_row("x", 1.0, regime=None)) == "burst"  # written before regimes: burst
     assert regime_of(ran_row(1.0, device="cpu")) is None
+
+
+def test_clock_summary_says_which_state_the_numbers_are_from():
+    from harness.compare_clock import clock_summary
+
+    rows = [gpu_row("a", 100.0, mhz=1980.0), gpu_row("b", 90.0, mhz=1950.0)]
+    text = clock_summary(rows)
+    assert text.startswith("GPU clock regime: burst") and "1950-1980 MHz" in text and "(max 1980)" in text
+    mixed = clock_summary(rows + [gpu_row("c", 100.0, regime="sustained")])
+    assert "burst and sustained (mixed" in mixed
+    assert clock_summary([ran_row(1.0, device="cpu")]) is None  # CPU rows: no regime
+    old = clock_summary([gpu_row("d", 1.0, regime=None)])
+    assert "burst" in old and "not read" in old
+
+
+def test_recommend_ranks_one_regime_at_a_time():
+    from harness.recommend.load import RecommendError, inputs_of
+
+    rows = [gpu_row("a", 100.0), gpu_row("b", 100.0, regime="sustained")]
+    with pytest.raises(RecommendError, match="two clock regimes"):
+        inputs_of(rows, [])
+    notes = inputs_of([gpu_row("a", 100.0)], []).notes
+    assert any(n.startswith("GPU clock regime: burst") for n in notes)
