@@ -1,4 +1,4 @@
-"""The clock-aware gate on synthesized GPU rows (harness/compare_clock.py): a time shift the SM clock
+"""The clock-aware gate on synthesized GPU rows (harness/analysis/compare_clock.py): a time shift the SM clock
 explains is clock-shifted (exit 0); the same shift at the same clock fails; a correctness change
 always fails; rows of two clock regimes are refused, not judged."""
 
@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.compare import compare_paths, compare_rows, to_markdown
-from harness.compare_clock import clock_explains, refuse_mixed_runs, regime_of
-from harness.results import ResultRow, row_json
+from harness.analysis.compare import compare_paths, compare_rows, to_markdown
+from harness.analysis.compare_clock import clock_explains, refuse_mixed_runs
+from harness.records.clocks import regime_of
+from harness.records.results import ResultRow, row_json
 from typed_rows import as_status, ran_row
 
 STEADY = [("c1", 100.0), ("c2", 50.0), ("c3", 200.0), ("c4", 80.0), ("c5", 120.0)]
@@ -128,7 +129,7 @@ def test_regime_of_rows():
 
 
 def test_clock_summary_says_which_state_the_numbers_are_from():
-    from harness.compare_clock import clock_summary
+    from harness.records.clocks import clock_summary
 
     rows = [gpu_row("a", 100.0, mhz=1980.0), gpu_row("b", 90.0, mhz=1950.0)]
     text = clock_summary(rows)
@@ -141,7 +142,7 @@ def test_clock_summary_says_which_state_the_numbers_are_from():
 
 
 def test_recommend_ranks_one_regime_at_a_time():
-    from harness.recommend.load import RecommendError, inputs_of
+    from harness.analysis.recommend.load import RecommendError, inputs_of
 
     rows = [gpu_row("a", 100.0), gpu_row("b", 100.0, regime="sustained")]
     with pytest.raises(RecommendError, match="two clock regimes"):

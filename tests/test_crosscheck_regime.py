@@ -1,9 +1,9 @@
-"""harness crosscheck in the row's clock regime (harness/crosscheck_regime.py), on synthesized rows."""
+"""harness crosscheck in the row's clock regime (harness/crosscheck/regime.py), on synthesized rows."""
 
 from __future__ import annotations
 
-from harness.crosscheck_regime import BURST_IDLE_S, SUSTAIN_WARM_S, prepare, regime_plan, unmatched
-from harness.crosscheck_table import to_markdown
+from harness.crosscheck.regime import BURST_IDLE_S, SUSTAIN_WARM_S, prepare, regime_plan, unmatched
+from harness.crosscheck.table import to_markdown
 from test_compare_clock import gpu_row
 from typed_rows import ran_row
 

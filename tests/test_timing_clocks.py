@@ -211,7 +211,7 @@ def test_cpu_rows_carry_no_clocks():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_gpu_rows_record_clocks_in_both_regimes():
-    from harness.results import Timing
+    from harness.records.results import Timing
     from harness.timing import GraphDecision, time_callable
 
     dev = torch.device("cuda")
