@@ -79,3 +79,34 @@ def test_every_candidate_is_sampled_until_all_may_stop():
     r = sample_rounds({"steady": lambda: 1e-4, "noisy": lambda: next(noisy) * 1e-4, "d": gpu.kernel(1e-4)}, opts)
     assert len({len(v) for v in r.samples.values()}) == 1
     assert r.rounds == 60
+
+
+def test_a_candidate_that_raises_is_dropped_the_others_go_on():
+    gpu = DriftingGpu()
+    n = {"k": 0}
+
+    def breaks():
+        n["k"] += 1
+        if n["k"] == 5:
+            raise RuntimeError("illegal memory access")
+        return 1e-4
+
+    r = sample_rounds({"A": gpu.kernel(1e-4), "bad": breaks}, OPTS)
+    assert isinstance(r.errors["bad"], RuntimeError) and len(r.samples["A"]) == 40 and "bad" not in r.reasons
+
+
+def test_time_interleaved_on_the_cpu_says_so_in_every_record():
+    import torch
+
+    from harness.timing.loop import time_interleaved
+
+    opts = TimingOptions.for_device(torch.device("cpu"), min_samples=5, max_samples=5, stop_criterion="samples")
+
+    def fails():
+        raise ValueError("backend error")
+
+    got = time_interleaved({"a": (lambda: sum(range(200)), None, None), "b": (lambda: sum(range(400)), None, None),
+                            "c": (fails, None, None)}, torch.device("cpu"), opts)
+    assert got["a"]["sampling"] == got["b"]["sampling"] == "interleaved"
+    assert got["a"]["samples"] == got["b"]["samples"] == 5
+    assert isinstance(got["c"], ValueError)  # its warm-up raised: only its record is the error

@@ -7,9 +7,11 @@ margin; tests/test_timing_interleave.py shows it on a drifting stand-in). In rou
 candidate sees the same drift; each candidate's per-round ratio to the others is free of it.
 
 ``sample_rounds`` takes one ``take`` per candidate (a sample in seconds, or None for a sample the
-candidate rejected, as ``harness.timing.loop``'s takes do) and the options whose stopping
-criterion each candidate's samples must satisfy; every candidate is sampled in every round until
-all of them may stop, so all have the same rounds.
+candidate rejected, as ``harness.timing.loop``'s takes do; optionally with its host-bound test)
+and the options whose stopping criterion each candidate's samples must satisfy; every candidate
+is sampled in every round until all of them may stop, so all have the same rounds. A take that
+raises drops its candidate (``Rounds.errors``); the others go on.
+``harness.timing.loop.time_interleaved`` drives whole timing runs this way.
 """
 
 from __future__ import annotations
@@ -37,35 +39,46 @@ class Rounds:
     reasons: dict[str, str] = field(default_factory=dict)
     elapsed: dict[str, float] = field(default_factory=dict)
     rounds: int = 0
+    errors: dict[str, BaseException] = field(default_factory=dict)
 
 
-def sample_rounds(takes: Mapping[str, Callable[[], float | None]], opts: TimingOptions,
+Take = Callable[[], "float | None"]
+
+
+def sample_rounds(takes: Mapping[str, Take | tuple[Take, Callable[[], bool] | None]], opts: TimingOptions,
                   clock: Callable[[], float] = time.perf_counter) -> Rounds:
     """Sample every candidate once per round until each one's stopping criterion says stop (asked
-    with its own samples and its own sampling seconds), or a round's time runs past every
-    candidate's budget."""
+    with its own samples, its own sampling seconds and its host-bound test)."""
     criterion = criterion_for(opts)
-    out = Rounds({k: [] for k in takes}, {}, {k: 0.0 for k in takes})
-    sorted_s: dict[str, list[float]] = {k: [] for k in takes}
-    while True:
+    live = {k: (v if isinstance(v, tuple) else (v, None)) for k, v in takes.items()}
+    out = Rounds({k: [] for k in live}, {}, {k: 0.0 for k in live})
+    sorted_s: dict[str, list[float]] = {k: [] for k in live}
+    while live:
         out.rounds += 1
         reasons: dict[str, str | None] = {}
-        for name, take in takes.items():
+        for name, (take, host_bound) in list(live.items()):
             x = None
-            for _ in range(MAX_REJECTS_PER_ROUND):
-                t0 = clock()
-                x = take()
-                out.elapsed[name] += clock() - t0
-                if x is not None:
-                    break
+            try:
+                for _ in range(MAX_REJECTS_PER_ROUND):
+                    t0 = clock()
+                    x = take()
+                    out.elapsed[name] += clock() - t0
+                    if x is not None:
+                        break
+            except Exception as e:  # this candidate's failure, not the others'
+                out.errors[name] = e
+                del live[name]
+                continue
             if x is not None:
                 out.samples[name].append(x)
                 bisect.insort(sorted_s[name], x)
-            reasons[name] = (ask(criterion, sorted_s[name], out.elapsed[name], False) if sorted_s[name]
+            hb = host_bound is not None and host_bound()
+            reasons[name] = (ask(criterion, sorted_s[name], out.elapsed[name], hb) if sorted_s[name]
                              else (STOP_TIME if out.elapsed[name] > opts.max_time_s else None))
-        if all(reasons.values()):
-            out.reasons = {k: str(v) for k, v in reasons.items()}
+        if live and all(reasons.get(k) for k in live):
+            out.reasons = {k: str(reasons[k]) for k in live}
             return out
+    return out
 
 
 def round_ratios(rounds: Rounds, a: str, b: str) -> list[float]:
