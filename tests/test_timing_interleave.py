@@ -110,3 +110,51 @@ def test_time_interleaved_on_the_cpu_says_so_in_every_record():
     assert got["a"]["sampling"] == got["b"]["sampling"] == "interleaved"
     assert got["a"]["samples"] == got["b"]["samples"] == 5
     assert isinstance(got["c"], ValueError)  # its warm-up raised: only its record is the error
+
+
+SMOKE = __import__("pathlib").Path(__file__).resolve().parent.parent / "ci" / "smoke.yaml"
+
+
+@pytest.mark.parametrize("sampling", ["interleaved", "sequential"])
+def test_the_cell_engine_samples_a_cases_candidates_as_asked(tmp_path, sampling):
+    from harness.cli import main
+    from harness.records.results import read_rows
+
+    out = tmp_path / sampling
+    assert main(["run", str(SMOKE), "--device", "cpu", "--no-isolation", "--quiet", "--sampling", sampling,
+                 "--case", "decode-gqa*", "--out", str(out)]) == 0
+    rows = read_rows(out)
+    timed = [r for r in rows if r.timing is not None]
+    assert len({r.backend for r in timed}) >= 2  # at least two candidates per case
+    assert {r.timing.sampling for r in timed} == {sampling}
+    for r in timed:  # a cell's time is its own stages and its share of the rounds, not the others' wait
+        assert r.host.breakdown_ms["timing"] > 0 and r.host.cell_ms >= r.host.breakdown_ms["timing"]
+        assert r.check is not None and r.check.passed and len(r.check.rechecks) == 2  # re-checked after timing
+
+
+def test_auto_is_sequential_on_the_cpu_and_a_lone_cell_is_never_interleaved():
+    import torch
+
+    from harness.cell.case import interleave
+    from harness.plan.cells import RunOptions
+
+    cells = [object(), object()]
+    auto = RunOptions(device=torch.device("cpu"), timing=TimingOptions.for_device(torch.device("cpu")))
+    assert not interleave(cells, auto)
+    asked = RunOptions(device=torch.device("cpu"), timing=TimingOptions.checked(sampling="interleaved"))
+    assert not interleave(cells[:1], asked)
+    assert not interleave(cells, RunOptions(device=torch.device("cpu"), time=False,
+                                            timing=TimingOptions.checked(sampling="interleaved")))
+
+
+def test_cells_that_do_not_fit_together_are_sampled_one_after_another():
+    import torch
+
+    from harness.plan.memory import MiB, MemoryEstimate, together_reason
+
+    est = MemoryEstimate(kv_cache=1000 * MiB, logical=0, qkv=0, ref=0, metadata=0, generate=10 * MiB,
+                         reference=10 * MiB, cell=1200 * MiB)
+    dev = torch.device("cuda")
+    assert together_reason([est, est], 4000 * MiB, dev) is None  # 1000 + 10 + 2 x 1200
+    why = together_reason([est, est, est], 4000 * MiB, dev)
+    assert why and "3 cells together" in why and "4,610 MiB" in why

@@ -152,6 +152,10 @@ class RunFlags(BaseModel):
     throttle_recovery_delay: Annotated[float | None, Field(ge=0), Flag(
         "--throttle-recovery-delay", "burst: seconds the GPU is left idle after a discarded sample (default 0.05)",
         group=TIMING, metavar="SECONDS", problem="seconds >= 0")] = None
+    sampling: Annotated[Literal["auto", "interleaved", "sequential"] | None, Flag(
+        "--sampling", "how a case's candidates are sampled: auto (default: interleaved rounds A B C A B C on a "
+                      "GPU when they fit in memory together, else one after another), interleaved, sequential",
+        group=TIMING, bench=True)] = None
 
     resume: Annotated[str | None, Flag(
         "--resume", "continue an interrupted run in DIR: run only the cells it lacks", group=ROBUSTNESS,
@@ -247,7 +251,7 @@ class RunFlags(BaseModel):
                 min_samples=self.min_samples, max_samples=self.max_samples, stop_criterion=self.stop,
                 cpu_clock=self.cpu_clock, energy_window_s=self.energy_window,
                 clock_regime=self.clock_regime or suite_regime, throttle_threshold=self.throttle_threshold,
-                throttle_recovery_s=self.throttle_recovery_delay, **extra)
+                throttle_recovery_s=self.throttle_recovery_delay, sampling=self.sampling, **extra)
         except ValueError as e:
             raise UsageError(f"timing options: {e}") from None
 

@@ -232,6 +232,7 @@ class TimingOptionsRecord(Part):
     clock_regime: str | None = None
     throttle_threshold: float | None = None
     throttle_recovery_s: float | None = None
+    sampling: str | None = None
 
 
 # ---------------------------------------------------------------- metrics

@@ -32,6 +32,7 @@ _MESSAGES = {
     "clock_regime": "clock regime {!r}: expected burst or sustained",
     "throttle_threshold": "throttle threshold {}: expected a fraction of the maximum SM clock in (0, 1], e.g. 0.75",
     "throttle_recovery_s": "throttle recovery delay {}: must be 0 or positive seconds",
+    "sampling": "sampling {!r}: expected auto, interleaved or sequential",
 }
 
 
@@ -80,6 +81,10 @@ class TimingOptions(BaseModel):
     clock_regime: Literal["burst", "sustained"] = DEFAULT_REGIME
     throttle_threshold: Annotated[float, Field(gt=0, le=1)] = DEFAULT_THROTTLE_THRESHOLD  # of the max SM clock
     throttle_recovery_s: Annotated[float, Field(ge=0)] = DEFAULT_RECOVERY_S  # idle after a throttled sample
+    # The candidates of one case: "auto" samples them in interleaved rounds on a GPU when they
+    # fit in memory together (harness/timing/interleave.py), else one after another; CPU: one
+    # after another unless "interleaved" is asked for.
+    sampling: Literal["auto", "interleaved", "sequential"] = "auto"
 
     @model_validator(mode="wrap")
     @classmethod
