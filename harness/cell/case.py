@@ -100,7 +100,9 @@ def interleave(cells: list[Cell], opts: RunOptions) -> bool:
         return False
     if any(c.case.context_parallel is not None for c in cells):
         return False  # a context-parallel cell runs whole (harness/cell/context_parallel/)
-    return opts.fit_together is None or opts.fit_together(cells) is None
+    # Cells that will not be timed (references) finish at once and are never held with the others.
+    timed = [c for c in cells if not timing_skip_reason(c.backend.capabilities(c.variant), opts.device.type, opts)]
+    return len(timed) > 1 and (opts.fit_together is None or opts.fit_together(timed) is None)
 
 
 def _interleaved(cells: list[Cell], case_data: CaseContext, suite: Suite, opts: RunOptions,
@@ -115,9 +117,11 @@ def _interleaved(cells: list[Cell], case_data: CaseContext, suite: Suite, opts: 
         got = start_cell(cell, case_data, suite, opts)
         if isinstance(got, ResultRow):
             yield finish(got, cell)
+        elif not got.timed:  # nothing to wait for: its memory is freed now
+            yield finish(end_cell(got, case_data, opts), cell)
         else:
             started.append(got)
-    timed = [p for p in started if p.timed]
+    timed = started
     measured: dict[int, dict[str, Any] | BaseException] = {}
     share_ms = 0.0
     if len(timed) > 1:
