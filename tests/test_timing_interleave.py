@@ -71,14 +71,15 @@ def test_rejected_samples_are_retaken_within_the_round():
     assert len(r.samples["A"]) == len(r.samples["B"]) == 40
 
 
-def test_every_candidate_is_sampled_until_all_may_stop():
-    # A noise target met early by one candidate does not leave the other with fewer rounds.
+def test_a_candidate_leaves_the_rounds_when_its_rule_is_met():
+    # The steady ones stop together at min_samples, sharing every round; the noisy one goes on
+    # alone (sampling every candidate until the last stops would cost the others' samples too).
     opts = TimingOptions.checked(min_samples=10, max_samples=60, target_rel_noise=0.001, max_time_s=100.0)
-    gpu = DriftingGpu()
     noisy = iter([1.0, 1.2] * 100)
-    r = sample_rounds({"steady": lambda: 1e-4, "noisy": lambda: next(noisy) * 1e-4, "d": gpu.kernel(1e-4)}, opts)
-    assert len({len(v) for v in r.samples.values()}) == 1
-    assert r.rounds == 60
+    r = sample_rounds({"steady": lambda: 1e-4, "also": lambda: 2e-4, "noisy": lambda: next(noisy) * 1e-4}, opts)
+    assert len(r.samples["steady"]) == len(r.samples["also"]) == 10
+    assert len(r.samples["noisy"]) == 60 and r.rounds == 60
+    assert r.reasons == {"steady": "noise_target", "also": "noise_target", "noisy": "max_samples"}
 
 
 def test_a_candidate_that_raises_is_dropped_the_others_go_on():
