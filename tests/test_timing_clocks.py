@@ -232,3 +232,22 @@ def test_gpu_rows_record_clocks_in_both_regimes():
         assert c["read_cost_us"] > 0 and c["max_sm_mhz"] >= c["sm_mhz"]["min"]
         if regime == "sustained":
             assert c["warmup"]["seconds"] >= 0.1 and c["warmup"]["reason"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_gpu_calls_timed_in_interleaved_rounds():
+    from harness.records.results import Timing
+    from harness.timing import GraphDecision
+    from harness.timing.loop import time_interleaved
+
+    dev = torch.device("cuda")
+    a = torch.randn(2048, 2048, device=dev, dtype=torch.bfloat16)
+    o1, o2 = torch.empty_like(a), torch.empty_like(a)
+    got = time_interleaved({"x": (lambda: torch.matmul(a, a, out=o1), GraphDecision(True, ""), o1),
+                            "y": (lambda: torch.matmul(a, a, out=o2), GraphDecision(True, ""), o2)},
+                           dev, TimingOptions.for_device(dev, max_time_s=0.5))
+    for t in got.values():
+        Timing.model_validate(t)
+        assert t["sampling"] == "interleaved" and t["cuda_graph"]["used"]
+    # the same call twice, in rounds: within a few percent of each other
+    assert abs(got["x"]["median_us"] / got["y"]["median_us"] - 1) < 0.05

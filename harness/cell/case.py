@@ -102,7 +102,9 @@ def interleave(cells: list[Cell], opts: RunOptions) -> bool:
         return False  # a context-parallel cell runs whole (harness/cell/context_parallel/)
     # Cells that will not be timed (references) finish at once and are never held with the others.
     timed = [c for c in cells if not timing_skip_reason(c.backend.capabilities(c.variant), opts.device.type, opts)]
-    return len(timed) > 1 and (opts.fit_together is None or opts.fit_together(timed) is None)
+    if opts.fit_together is None:  # no memory check given: only when asked for explicitly
+        return len(timed) > 1 and t.sampling == "interleaved"
+    return len(timed) > 1 and opts.fit_together(timed) is None
 
 
 def _interleaved(cells: list[Cell], case_data: CaseContext, suite: Suite, opts: RunOptions,
