@@ -69,10 +69,10 @@ class _EventSampler:
                pad: Callable[[], None] | None = None) -> tuple[float, bool | None, float | None, float]:
         """(gpu seconds, launch hidden?, SM MHz during the hold, host enqueue seconds). ``pad``
         (sustained regime) queues untimed work ahead of the sample, keeping the GPU under load."""
+        if pad is not None:  # before the flush: the pad's reads must not warm a cold sample's L2
+            pad()
         if flusher is not None:
             flusher.flush()
-        if pad is not None:
-            pad()
         hold = hold_cycles > 0 and self.can_hold
         t0 = time.perf_counter()
         if hold:
