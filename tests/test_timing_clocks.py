@@ -251,3 +251,19 @@ def test_gpu_calls_timed_in_interleaved_rounds():
         assert t["sampling"] == "interleaved" and t["cuda_graph"]["used"]
     # the same call twice, in rounds: within a few percent of each other
     assert abs(got["x"]["median_us"] / got["y"]["median_us"] - 1) < 0.05
+
+
+def test_a_second_sustained_cell_right_after_the_first_warms_briefly():
+    clock, power = _heating()
+    gpu = Gpu(clock, power)
+    log = BusyLog(gpu.now)
+
+    def sampler():
+        return RegimeSampler("sustained", Reader(gpu), "", threshold=0.75, recovery_s=0.05, max_time_s=1.0,
+                             device_key="cuda:0", busy=log, sleep=gpu.sleep, clock=gpu.now)
+
+    first, second = sampler(), sampler()
+    first.warm(lambda: gpu.run(1980.0 * 0.05))
+    second.warm(lambda: gpu.run(1980.0 * 0.05))  # interleaved: set up right after the first
+    assert first.warmup["seconds"] >= 1.0 and not first.warmup["previous_busy"]
+    assert second.warmup["previous_busy"] and second.warmup["seconds"] < 0.5

@@ -268,6 +268,7 @@ class RegimeSampler:
         if self.regime == "sustained":
             self.warmup = warm_to_steady(run_chunk, self.reader, idle_s=self.busy.idle_s(self.device_key, "sustained"),
                                          clock=self.clock)
+            self.busy.mark(self.device_key, "sustained")  # the next call's warm-up (interleaved) is short
 
     def after_sample(self, elapsed_s: float) -> bool:
         """Read the clock after a sample; False: the sample is throttled and discarded (burst),
