@@ -149,3 +149,21 @@ def test_recommend_ranks_one_regime_at_a_time():
         inputs_of(rows, [])
     notes = inputs_of([gpu_row("a", 100.0)], []).notes
     assert any(n.startswith("GPU clock regime: burst") for n in notes)
+
+
+def test_the_runs_closing_verdict_names_the_regime_and_clocks():
+    from rich.console import Console
+
+    from harness.report.terminal.tables import print_verdict
+
+    rows = [gpu_row("c1", 100.0, mhz=1980.0), ran_row(120.0, 119.0, 121.0, case="c1", backend="other",
+                                                      device="cuda:0")]
+    rows[1] = ResultRow.model_validate({**rows[1].model_dump(), "timing": {**gpu_row("c1", 120.0, mhz=1960.0)
+                                                                           .timing.model_dump()}})
+    con = Console(record=True, width=200)
+    print_verdict(rows, {("b", ""): "A", ("other", ""): "B"}, con)
+    text = con.export_text()
+    assert "GPU clock regime: burst; SM clock 1960-1980 MHz" in text
+    cpu = Console(record=True, width=200)
+    print_verdict([ran_row(10.0, device="cpu")], {("b", ""): "A"}, cpu)
+    assert "clock regime" not in cpu.export_text()
