@@ -71,7 +71,7 @@ def _margin(res: BucketResult) -> str:
     return f"{r.pct:+.1f}% [{(r.low - 1) * 100:+.1f}, {(r.high - 1) * 100:+.1f}] vs {res.runner_up.name}"
 
 
-def _sglang_flag(c: Candidate, kind: str) -> str:
+def sglang_flag(c: Candidate, kind: str) -> str:
     s = sglang_setting(c.backend, c.variant)
     if s is None:
         return "no SGLang backend"
@@ -80,7 +80,7 @@ def _sglang_flag(c: Candidate, kind: str) -> str:
     return f"{flag} {s['attention_backend']}" + ("" if s["exact"] else " (nearest)")
 
 
-def _vllm_flag(c: Candidate) -> str:
+def vllm_flag(c: Candidate) -> str:
     s = vllm_setting(c)
     if s is None:
         return "no vLLM setting"
@@ -96,7 +96,7 @@ def answer_records(ans: list[Answer]) -> list[dict[str, Any]]:
             continue
         win = f"tie: {w.name} ~ {', '.join(a.result.tied_with)}" if a.result.tie else w.name
         out.append({"model shape": a.model, "workload": a.kind, "winner": win, "margin [interval]": _margin(a.result),
-                    "vLLM": _vllm_flag(w), "SGLang": _sglang_flag(w, a.kind)})
+                    "vLLM": vllm_flag(w), "SGLang": sglang_flag(w, a.kind)})
     return out
 
 

@@ -1,9 +1,10 @@
 """Suite -> result rows: generate each case once, then for every backend variant decide
 (available? supported? fits?), build metadata, run, check against the reference, time.
 
-The work is split by job: harness/plan/cells.py (options, cells, prechecks), harness/cell/run.py
-(one cell -> one typed row) and harness/cell/accounting.py (where the wall time went). This module
-runs one case's cells in order; every name importers used from here stays importable."""
+The work is split by job: harness/plan/cells.py (options, cells, prechecks), harness/cell/prepare.py
+(the case's batch, a cell's inputs, the row draft), harness/cell/run.py (one cell -> one typed row)
+and harness/cell/accounting.py (where the wall time went). This module runs one case's cells in
+order; import each name from the module that defines it."""
 
 from __future__ import annotations
 
@@ -12,20 +13,13 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from harness.cell.accounting import Stopwatch, _sync, breakdown, row_busy_s, sum_breakdown  # noqa: F401
-from harness.cell.run import (  # noqa: F401  (importers keep this path)
-    SENTINEL, CaseContext, CellInProgress, CellStage, CellTrace, CellUnsupported, PreparedCell, RowDraft, _same_bits,
-    _short_error, base_row, changed_inputs, end_cell, prepare_cell, run_cell, start_cell, status_row, timing_call)
-from harness.plan.cells import (  # noqa: F401  (importers keep this path)
-    _IMPORTED, Cell, RunOptions, backend_spec, case_work, cell_timed, collapse_variants, default_out_dir,
-    group_by_case, plan_cells, precheck, reproducer, segment_kinds, select_cases, select_variants,
-    timing_skip_reason, too_large_reason, warm_backend)
+from harness.cell.prepare import CaseContext, short_error, status_row
+from harness.cell.run import CellInProgress, end_cell, run_cell, start_cell, timing_call
+from harness.plan.cells import IMPORTED, Cell, RunOptions, precheck, timing_skip_reason
 from harness.records.results import ResultRow, Status
 from harness.spec import Suite
 from harness.timing import TimingOptions
 from harness.timing.loop import time_interleaved
-
-_precheck = precheck  # the old private name
 
 
 def iterate_case(
@@ -45,10 +39,10 @@ def iterate_case(
     for cell in case_cells:
         if on_start:
             on_start(cell)
-        first = cell.backend not in _IMPORTED
+        first = cell.backend not in IMPORTED
         t0 = time.perf_counter()
         reason, status = precheck(cell, opts)
-        _IMPORTED.add(cell.backend)
+        IMPORTED.add(cell.backend)
         precheck_ms[id(cell)] = (time.perf_counter() - t0) * 1e3
         if first:
             import_ms[id(cell)] = precheck_ms.pop(id(cell))
@@ -65,7 +59,7 @@ def iterate_case(
         case_data.num_cells = len(runnable)
     except Exception as e:
         for cell in runnable:
-            yield status_row(cell, suite, opts, Status.ERROR, f"generate/reference: {_short_error(e)}")
+            yield status_row(cell, suite, opts, Status.ERROR, f"generate/reference: {short_error(e)}")
         return
     def finish(row: ResultRow, cell: Cell) -> ResultRow:
         if row.host is not None and row.host.breakdown_ms is not None:
@@ -91,8 +85,8 @@ def iterate_case(
 
 def interleave(cells: list[Cell], opts: RunOptions) -> bool:
     """Whether a case's cells are timed together in interleaved rounds (harness/timing/interleave.py):
-    the run times, more than one cell, ``sampling`` asks for it (auto: on a GPU) and they fit in
-    memory all prepared at once. Otherwise they are timed one after another (rows say which)."""
+    the run times, more than one cell will be timed, ``sampling`` asks for it (auto: on a GPU)
+    and those cells fit in memory all prepared at once. Otherwise one after another (rows say which)."""
     t = opts.timing
     if not opts.time or t is None or len(cells) < 2 or t.sampling == "sequential":
         return False
@@ -110,8 +104,9 @@ def interleave(cells: list[Cell], opts: RunOptions) -> bool:
 def _interleaved(cells: list[Cell], case_data: CaseContext, suite: Suite, opts: RunOptions,
                  on_event: Callable[[str, Cell | None], None] | None,
                  finish: Callable[[ResultRow, Cell], ResultRow]) -> Iterator[ResultRow]:
-    """Every cell up to its timing, all of them timed in rounds, then each one's re-check and row.
-    A crash while sampling is attributed to the last cell started (the supervisor's view)."""
+    """Every cell up to its timing, the timed ones timed together in rounds, then each one's
+    re-check and row. A crash while sampling is attributed to the last cell started (the
+    supervisor's view)."""
     started: list[CellInProgress] = []
     for cell in cells:
         if on_event:
@@ -123,15 +118,14 @@ def _interleaved(cells: list[Cell], case_data: CaseContext, suite: Suite, opts: 
             yield finish(end_cell(got, case_data, opts), cell)
         else:
             started.append(got)
-    timed = started
     measured: dict[int, dict[str, Any] | BaseException] = {}
     share_ms = 0.0
-    if len(timed) > 1:
+    if len(started) > 1:
         t0 = time.perf_counter()
-        got_all = time_interleaved({i: timing_call(p.prepared, opts) for i, p in enumerate(timed)}, opts.device,
+        records = time_interleaved({i: timing_call(p.prepared, opts) for i, p in enumerate(started)}, opts.device,
                                    opts.timing or TimingOptions.for_device(opts.device))
-        share_ms = (time.perf_counter() - t0) * 1e3 / len(timed)
-        measured = {id(timed[i]): r for i, r in got_all.items()}
+        share_ms = (time.perf_counter() - t0) * 1e3 / len(started)
+        measured = {id(started[i]): r for i, r in records.items()}
     for p in started:
         # The wait for the other cells is not this cell's time; its share of the rounds is.
         p.trace.stopwatch.start += time.perf_counter() - p.paused_at - (share_ms / 1e3 if id(p) in measured else 0.0)

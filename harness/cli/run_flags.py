@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     import torch
 
     from harness.execute.local import ExecOptions
-    from harness.cell.case import RunOptions
+    from harness.plan.cells import RunOptions
     from harness.timing import TimingOptions
 
 MAIN, TIMING, ROBUSTNESS = None, "timing (docs/measurement.md)", "robustness (docs/robustness.md)"
@@ -257,7 +257,7 @@ class RunFlags(BaseModel):
 
     def run_options(self, device: "torch.device", suite_path: str, suite_regime: str | None = None,
                     **timing_extra: Any) -> "RunOptions":
-        from harness.cell.case import RunOptions
+        from harness.plan.cells import RunOptions
 
         return RunOptions(
             device=device, suite_path=suite_path, seed=self.seed, adversarial=self.adversarial,

@@ -18,8 +18,8 @@ def model_answer_lines(rows: Sequence[ResultRow], ids: dict[tuple[str, str], str
     """(head, vLLM flags, SGLang flags) per model shape and workload kind with a timed passing backend; empty when
     no row names a model shape. ``ids``: the summary table's backend+variant letters."""
     from harness.analysis.callform_gap import DEFAULT_CALL_FORM, only_call_form
-    from harness.analysis.per_model import _sglang_flag, _vllm_flag, answers
-    from harness.analysis.recommend import DEFAULT_TIE, _ratio_text
+    from harness.analysis.per_model import sglang_flag, vllm_flag, answers
+    from harness.analysis.recommend import DEFAULT_TIE, ratio_text
 
     modelled = [r for r in rows if (r.case_params or {}).get("model")]
     if not modelled:
@@ -40,10 +40,10 @@ def model_answer_lines(rows: Sequence[ResultRow], ids: dict[tuple[str, str], str
         elif res.tie:
             why = "interval reaches 0" if res.tie == "noise" else f"under {DEFAULT_TIE * 100:g}%"
             tied = [name(c) for c in res.ranked if c.name in res.tied_with]
-            what = f"tie ({why}): {' ~ '.join([name(w), *tied])}, {_ratio_text(r)}"
+            what = f"tie ({why}): {' ~ '.join([name(w), *tied])}, {ratio_text(r)}"
         else:
-            what = f"{name(w)}, {_ratio_text(r)} over {name(ru)}"
-        out.append((f"{a.model} {a.kind}: {what}", f"vLLM: {_vllm_flag(w)}", f"SGLang: {_sglang_flag(w, a.kind)}"))
+            what = f"{name(w)}, {ratio_text(r)} over {name(ru)}"
+        out.append((f"{a.model} {a.kind}: {what}", f"vLLM: {vllm_flag(w)}", f"SGLang: {sglang_flag(w, a.kind)}"))
     return out
 
 
