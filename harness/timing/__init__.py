@@ -21,7 +21,10 @@ One module a job:
     graphs    CUDA-graph eligibility (GraphDecision), capture and replay check
     device    SM clock, L2 size, spin-kernel calibration, the CUDA-event sampler
     cold_l2   L2Flusher, the flush probe and the per-device flush choice
-    loop      time_callable: warm-up, calls per sample, the sampling loop, the timing record
+    loop      time_callable: warm-up, calls per sample, the sampling loop, the timing record;
+              time_interleaved: several calls sampled in rounds
+    clocks    the clock regimes (burst, sustained): NVML reader, throttle rule, warm-up
+    interleave  sample_rounds: candidates sampled A B C A B C, ranked from those rounds
 """
 
 from harness.timing.cold_l2 import COLD_PROBE_MIN_RATIO, L2Flusher, cold_l2_label, select_flush, verify_cold_l2
