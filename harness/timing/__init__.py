@@ -30,7 +30,9 @@ One module a job:
 from harness.timing.cold_l2 import COLD_PROBE_MIN_RATIO, L2Flusher, cold_l2_label, select_flush, verify_cold_l2
 from harness.timing.device import l2_bytes, sm_clock_mhz
 from harness.timing.graphs import GraphDecision, graph_decision, required_graph_support
-from harness.timing.loop import calls_per_sample, time_callable
+from harness.timing.clocks import REGIMES, ClockRead, ClockReader, nvml_reader
+from harness.timing.interleave import rank_from_rounds, round_ratios, sample_rounds
+from harness.timing.loop import calls_per_sample, time_callable, time_interleaved
 from harness.timing.options import FLUSH_METHODS, MODES, TimingOptions
 from harness.timing.stats import median_ci, median_ci_ranks, rel_ci_half_width, summarize
 from harness.timing.stopping import (
@@ -50,6 +52,8 @@ from harness.timing.stopping import (
 )
 
 __all__ = [
+    "REGIMES", "ClockRead", "ClockReader", "nvml_reader", "rank_from_rounds", "round_ratios", "sample_rounds",
+    "time_interleaved",
     "COLD_PROBE_MIN_RATIO", "FLUSH_METHODS", "MIN_SAMPLES_ON_TIMEOUT", "MODES", "STOPPING_CRITERIA",
     "STOP_MAX_SAMPLES", "STOP_NOISE", "STOP_TIME", "GraphDecision", "L2Flusher", "NoiseCriterion",
     "SampleCountCriterion", "StoppingCriterion", "TimeBudgetCriterion", "TimingOptions", "calls_per_sample",
