@@ -167,3 +167,21 @@ def test_the_runs_closing_verdict_names_the_regime_and_clocks():
     cpu = Console(record=True, width=200)
     print_verdict([ran_row(10.0, device="cpu")], {("b", ""): "A"}, cpu)
     assert "clock regime" not in cpu.export_text()
+
+
+def test_the_gate_runs_in_the_baselines_regime(tmp_path):
+    import argparse
+    import json
+
+    from harness.analysis.gate import run_args
+
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "run.json").write_text(json.dumps({"clock_regime": "sustained"}))
+    args = argparse.Namespace(case=[], variant=[], max_time=None, cpu_clock=None, no_isolation=False,
+                              clock_regime=None, baseline=base)
+    assert run_args(args)[-2:] == ["--clock-regime", "sustained"]
+    args.clock_regime = "burst"  # --clock-regime given: it wins
+    assert run_args(args)[-2:] == ["--clock-regime", "burst"]
+    args.clock_regime, args.baseline = None, tmp_path / "cpu-baseline"  # no run.json regime: nothing added
+    assert "--clock-regime" not in run_args(args)
