@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 import torch
 
-LIBS = {"fa3": "FA3 with_kvcache", "flashinfer": "FlashInfer decode (tensor cores)"}
+LIBS = {"fa3": "FA3 with_kvcache", "flashinfer": "FlashInfer decode (tensor cores)", "fa4": "FA4 paged varlen"}
 
 
 def _graph(fn: Callable[[], Any], target_us: float = 500.0) -> tuple[torch.cuda.CUDAGraph, int]:
@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     p.add_argument("--idle", type=float, default=1.0, help="seconds idle before burst sampling (default 1)")
     p.add_argument("--load", type=float, default=3.0, help="seconds of continuous load before sustained sampling")
     p.add_argument("--samples", type=int, default=50, help="timed replays per state (default 50)")
-    p.add_argument("--libs", default="fa3,flashinfer", help="comma-separated: " + ",".join(LIBS))
+    p.add_argument("--libs", default="fa3,flashinfer", help="comma-separated: " + ",".join(LIBS) + " (default fa3,flashinfer)")
     p.add_argument("--out", type=Path, help="write the records as JSON here")
     args = p.parse_args(argv)
     libs = [x.strip() for x in args.libs.split(",") if x.strip()]
