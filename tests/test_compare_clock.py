@@ -185,3 +185,29 @@ def test_the_gate_runs_in_the_baselines_regime(tmp_path):
     assert run_args(args)[-2:] == ["--clock-regime", "burst"]
     args.clock_regime, args.baseline = None, tmp_path / "cpu-baseline"  # no run.json regime: nothing added
     assert "--clock-regime" not in run_args(args)
+
+
+def test_remeasuring_a_clock_shifted_row():
+    from harness.analysis.compare import confirm_slowdowns
+
+    base, new = runs(gpu_row("fa3", 292.7, mhz=1800.0), gpu_row("fa3", 267.2, mhz=1980.0))
+    # re-measured at the baseline's clock and as fast: it stays clock-shifted, the re-run named
+    comp = compare_rows(base, new)
+    confirm_slowdowns(comp, [[gpu_row("fa3", 267.5, mhz=1980.0)]])
+    d = next(x for x in comp.diffs if x.key[1] == "fa3")
+    assert d.speed == "clock-shifted" and "re-measured: +0.1%" in d.info and not comp.regressed
+    # re-measured slower at the baseline's clock every time: a regression after all
+    comp = compare_rows(base, new)
+    confirm_slowdowns(comp, [[gpu_row("fa3", 292.0, mhz=1980.0)], [gpu_row("fa3", 293.0, mhz=1975.0)]])
+    d = next(x for x in comp.diffs if x.key[1] == "fa3")
+    assert d.speed == "slower" and comp.regressed and "does not explain" in d.problem
+
+
+def test_a_slowdown_is_not_confirmed_by_a_remeasurement_the_clock_explains():
+    from harness.analysis.compare import confirm_slowdowns
+
+    base, new = runs(gpu_row("fa3", 292.7, mhz=1980.0), gpu_row("fa3", 267.2, mhz=1980.0))
+    comp = compare_rows(base, new)
+    confirm_slowdowns(comp, [[gpu_row("fa3", 292.0, mhz=1800.0)]])
+    d = next(x for x in comp.diffs if x.key[1] == "fa3")
+    assert d.speed == "ambiguous" and not comp.regressed

@@ -415,21 +415,41 @@ def _check_suites(comp: Comparison, base_rows: list[ResultRow], new_rows: list[R
         f"{len(comp.unmatched_new)} new row(s) cannot be matched (listed under \"Rows that cannot be matched\")")
 
 
+def _judged(comp: Comparison, d: RowDiff, r: ResultRow | None) -> tuple[Speed, float | None]:
+    """One re-measurement of ``d``'s row against its baseline: the speed verdict with the clock
+    rule applied (a slowdown its SM clock explains is clock-shifted, not slower)."""
+    if r is None or r.status != Status.PASS or d.base is None:
+        return "not timed", None
+    model = comp.noise.get(d.noise_class)
+    speed, ratio = classify_speed(d.base, r, comp.threshold, model)
+    if speed == "slower" and ratio is not None and clock_explains(d.base, r, ratio, model.band if model else 0.0):
+        speed = "clock-shifted"
+    return speed, ratio
+
+
 def confirm_slowdowns(comp: Comparison, remeasured: list[list[ResultRow]]) -> None:
     """Keep a *slower* verdict only if every re-measurement (runs of the same cells on the same
-    machine, after the first) finds the row slower too, judged with the same noise model;
-    otherwise the row becomes *ambiguous* and its slowdown is reported as unconfirmed."""
+    machine, after the first) finds the row slower too, judged with the same noise model and
+    clock rule; otherwise the row becomes *ambiguous* and its slowdown is reported as
+    unconfirmed. A *clock-shifted* row that every re-measurement finds slower at a clock that
+    does not explain it becomes a regression; otherwise it stays clock-shifted, with the
+    re-measurements named."""
     if not remeasured:
         return
     runs = [{r.key: r for r in rows} for rows in remeasured]
     for d in comp.diffs:
-        if d.speed != "slower" or d.base is None:
+        if d.speed not in ("slower", "clock-shifted") or d.base is None:
             continue
-        again = [run.get(d.key) for run in runs]
-        verdicts = [classify_speed(d.base, r, comp.threshold, comp.noise.get(d.noise_class))
-                    if r is not None and r.status == Status.PASS else ("not timed", None) for r in again]
+        verdicts = [_judged(comp, d, run.get(d.key)) for run in runs]
         moves = ", ".join(_pct(v[1]) or "no timing" for v in verdicts)
-        if all(v[0] == "slower" for v in verdicts):
+        confirmed = all(v[0] == "slower" for v in verdicts)
+        if d.speed == "clock-shifted":
+            if confirmed:
+                d.speed, d.problem = "slower", (f"slower: {_pct(d.ratio)} with a clock shift at first, then slower at "
+                                                f"a clock that does not explain it on every re-measurement ({moves})")
+            else:
+                d.info += f"; re-measured: {moves}"
+        elif confirmed:
             d.problem += f"; confirmed by {len(verdicts)} re-measurement(s): {moves}"
         else:
             d.speed, d.problem = "ambiguous", ""
