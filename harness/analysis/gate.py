@@ -196,7 +196,10 @@ def gate(args: argparse.Namespace) -> int:
                     again.append(read_rows(out))
                 finally:
                     shutil.rmtree(out.parent, ignore_errors=True)
-                print(f"gate: re-measured {len(slow)} slower or clock-shifted row(s) ({i + 1}/{args.remeasure})", file=sys.stderr)
+                shifted = len(comp.of("clock-shifted"))
+                print(f"gate: re-measured {len(slow)} slower row(s)" + (f", {shifted} of them clock-shifted" if shifted
+                                                                         else "") + f" ({i + 1}/{args.remeasure})",
+                      file=sys.stderr)
             confirm_slowdowns(comp, again)
         md = to_markdown(comp, str(args.baseline), str(new))
         print(md, end="")
