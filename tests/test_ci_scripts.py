@@ -203,13 +203,13 @@ def test_ci_holds_product_ci_only_and_the_diagnostics_are_commands(tmp_path, cap
     from harness.tools.diag import DIAGNOSTICS
 
     for name, (module, _) in DIAGNOSTICS.items():
-        text = (ROOT / "harness" / "diag" / f"{module}.py").read_text()
+        text = (ROOT / "harness" / "tools" / "diag" / f"{module}.py").read_text()
         assert "sys.path" not in text and "from test" not in text and "import test" not in text, name
         assert main(["diag", name, "--help"]) == 0, name  # every diagnostic answers --help through the CLI
         assert f"harness diag {name}" in capsys.readouterr().out
     assert main(["diag", "callform", "--out", str(tmp_path / "c"), "--libs", "fa5"]) == 2
     assert not (tmp_path / "c").exists()
     if not torch.cuda.is_available():  # a GPU diagnostic says plainly why it cannot run here
-        for name in ("fidelity", "direct"):
+        for name in ("fidelity", "direct", "clocks"):
             assert main(["diag", name, "--out", str(tmp_path / name)]) == 2
             assert f"harness diag {name} needs a CUDA device" in capsys.readouterr().err
