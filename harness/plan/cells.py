@@ -164,7 +164,7 @@ def plan_cells(suite: Suite, backends: list[type[AttentionBackend]], opts: RunOp
             # differ within a group for the backends' declared axis orders.
             def runnable(v: dict[str, Any], b: type[AttentionBackend] = b) -> bool:
                 try:
-                    return b.check_support(case.attention_config(), v, opts.device.type) is None
+                    return b.check_support(case.attention_config(), v, opts.device.type) is None  # noqa: B023  (called at once, in this iteration)
                 except Exception:  # a probe that fails only loses the preference
                     return False
 
