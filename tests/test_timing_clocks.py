@@ -209,7 +209,7 @@ def test_cpu_rows_carry_no_clocks():
     assert "clocks" not in t and "clock_regime" not in t
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.gpu
 def test_gpu_rows_record_clocks_in_both_regimes():
     from harness.records.results import Timing
     from harness.timing import GraphDecision, time_callable
@@ -234,7 +234,7 @@ def test_gpu_rows_record_clocks_in_both_regimes():
             assert c["warmup"]["seconds"] >= 0.1 and c["warmup"]["reason"]
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.gpu
 def test_gpu_calls_timed_in_interleaved_rounds():
     from harness.records.results import Timing
     from harness.timing import GraphDecision
