@@ -160,7 +160,7 @@ def test_gpu_pytest_script_runs_exactly_the_test_suite():
     assert any('python3 -m pytest "${common[@]}" "$@"' in c for c in commands)
     assert '-n "$workers" --dist "$dist"' in text and "DIST:-loadfile" in text
     # the GPU-timing files run alone, after the parallel part, which ignores them
-    assert "serial=(tests/test_timing.py tests/test_gate_noise.py)" in text and '--ignore "$s"' in text
+    assert "serial=(tests/test_timing.py tests/test_gate_noise.py tests/test_timing_clocks.py)" in text and '--ignore "$s"' in text
     assert '${1:-' in text, "the log goes where the caller says"
     assert not (ROOT / "ci" / "pytest_shards.py").exists()
 
