@@ -267,3 +267,21 @@ def test_a_second_sustained_cell_right_after_the_first_warms_briefly():
     second.warm(lambda: gpu.run(1980.0 * 0.05))  # interleaved: set up right after the first
     assert first.warmup["seconds"] >= 1.0 and not first.warmup["previous_busy"]
     assert second.warmup["previous_busy"] and second.warmup["seconds"] < 0.5
+
+
+def test_a_suite_sets_the_regime_and_the_flag_overrides_it(tmp_path):
+    from harness.cli.run_flags import RunFlags
+    from harness.spec import SpecError, load_suite
+
+    src = (tmp_path / "s.yaml")
+    src.write_text("suite: s\nclock_regime: sustained\ncases:\n  - name: c\n    num_heads: 4\n    num_kv_heads: 4\n"
+                   "    head_size: 64\n    batch: [{kind: decode, count: 1, context_len: 32}]\n")
+    suite = load_suite(str(src))
+    cpu = torch.device("cpu")
+    assert RunFlags.parse({"suite": str(src)}).timing_options(cpu, suite.clock_regime).clock_regime == "sustained"
+    flags = RunFlags.parse({"suite": str(src), "clock_regime": "burst"})
+    assert flags.timing_options(cpu, suite.clock_regime).clock_regime == "burst"
+    assert RunFlags.parse({"suite": str(src)}).timing_options(cpu, None).clock_regime == "burst"  # the default
+    src.write_text(src.read_text().replace("sustained", "hot"))
+    with pytest.raises(SpecError, match="clock_regime"):
+        load_suite(str(src))
