@@ -277,15 +277,17 @@ def _cuda_run(fn: Callable[[], object], device: torch.device, opts: TimingOption
         torch.cuda.synchronize(device)
 
     regime.warm(run_chunk)
-    loop_start = time.perf_counter()
+    started: list[float] = []  # the first sample's start: interleaved runs are set up long before
 
     def take() -> float | None:
+        if not started:
+            started.append(time.perf_counter())
         gpu_s, hidden, mhz, host_s = sampler.sample(work, state["hold"], flusher, pad if regime.pads else None)
         count["works"] += 1 + (pad_works if regime.pads else 0)
         count["busy_s"] += gpu_s * (1 + (pad_works if regime.pads else 0))
         if mhz:
             clocks.append(mhz)
-        if not regime.after_sample(time.perf_counter() - loop_start):
+        if not regime.after_sample(time.perf_counter() - started[0]):
             return None  # throttled (burst): discarded after the recovery delay
         if hidden is False and state["raises"] < 3 and state["hold"] < max_hold:
             # Host enqueue outlasted the hold: lengthen it and retake the sample.
