@@ -288,9 +288,11 @@ class ResultRow(BaseModel):
             if st == Status.MISMATCH:
                 c = self.check
                 later = c is not None and any(not r.passed for r in c.rechecks or [])
-                if c is None or (c.passed and not c.inputs_modified and not later):
+                # A broken invariant (--invariants) marks the row mismatch with a passing check.
+                broken = c is not None and any(i.status in (Status.MISMATCH, Status.ERROR) for i in c.invariants or [])
+                if c is None or (c.passed and not c.inputs_modified and not later and not broken):
                     raise ValueError(f"{where}: status mismatch needs a failed check (or a failed recheck, "
-                                     "or inputs the backend modified)")
+                                     "a broken invariant, or inputs the backend modified)")
             if st == Status.PASS and self.check is not None and not self.check.passed:
                 raise ValueError(f"{where}: status pass with a failed check")
             if self.check is None and (info.context or {}).get("checked"):
