@@ -11,6 +11,7 @@ import gzip
 import json
 import math
 import os
+import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Iterable
 
@@ -453,8 +454,21 @@ def results_file(path: str | Path) -> Path:
     if p.is_dir():
         plain = p / RESULTS_FILE
         packed = p / (RESULTS_FILE + ".gz")
+        if packed.exists() and plain.exists() and _gz_text(packed) != plain.read_bytes():
+            # Reading one would silently drop the other's rows: the user says which is the run.
+            raise ValueError(f"{p}: holds both {RESULTS_FILE} and {RESULTS_FILE}.gz and they differ; "
+                             "keep the one that is the run (move the other away)")
         return packed if packed.exists() and not plain.exists() else plain
     return p
+
+
+def _gz_text(p: Path) -> bytes:
+    """The decompressed bytes of a .gz rows file; a truncated or corrupt one (a partial copy or
+    download) is a ValueError naming the file, as a line that is not JSON is."""
+    try:
+        return gzip.decompress(p.read_bytes())
+    except (OSError, EOFError, zlib.error) as e:  # BadGzipFile is an OSError
+        raise ValueError(f"{p}: not a readable gzip file ({e}); copy or download it again") from None
 
 
 def read_rows(path: str | Path) -> list[ResultRow]:
@@ -468,9 +482,13 @@ def read_rows(path: str | Path) -> list[ResultRow]:
         raise FileNotFoundError(f"{path}: folder holds no results.jsonl")
     rows = []
     if p.suffix == ".gz":
-        lines = gzip.decompress(p.read_bytes()).decode("utf-8").splitlines()
+        raw = _gz_text(p)
     else:
-        lines = p.read_text(encoding="utf-8").splitlines()
+        raw = p.read_bytes()
+    try:
+        lines = raw.decode("utf-8").splitlines()
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{p}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     for n, line in enumerate(lines):
         if not line.strip():
             continue
@@ -538,7 +556,10 @@ def read_header(path: str | Path) -> dict[str, Any]:
     if p.is_file():
         p = p.parent
     f = p / HEADER_FILE
-    header = json.loads(f.read_text(encoding="utf-8")) if f.exists() else {}
+    try:
+        header = json.loads(f.read_text(encoding="utf-8")) if f.exists() else {}
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:  # a hand-edited or truncated run.json
+        raise ValueError(f"{f}: not valid JSON ({e}); restore it or remove it") from None
     if isinstance(header, dict):
         check_version(header.get("schema_version"), RUN_SCHEMA_VERSION, str(f), "run.json")
     return header

@@ -73,7 +73,10 @@ class RunFlags(BaseModel):
         "--backends", "comma-separated backend names or module:Class specs (default: the suite's, else all)",
         bench=True)] = None
     out: Annotated[str | None, Flag("--out", "results folder (default: results/SUITE-TIMESTAMP)")] = None
-    seed: Annotated[int | None, Flag("--seed", "override every case's seed")] = None
+    # The suite field's range (harness.spec.limits.MAX_SEED, not imported: this module stays light;
+    # a test keeps them equal): checked before the results folder is made.
+    seed: Annotated[int | None, Field(ge=0, le=2**63 - 1), Flag(
+        "--seed", "override every case's seed", problem="an integer from 0 to 2**63-1")] = None
     model: Annotated[str | None, Flag(
         "--model", "every case takes this model's attention shape: a built-in ID or a config.json path "
                    "(comma-separated: several)")] = None

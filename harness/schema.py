@@ -19,8 +19,9 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-from pathlib import Path
 from typing import Any
+
+from harness.fileio import atomic_write_text
 
 ROW_SCHEMA_VERSION = 2
 RUN_SCHEMA_VERSION = 2
@@ -135,7 +136,7 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     text = json.dumps(SCHEMAS[args.what](), indent=1) + "\n"
     if args.output:
-        Path(args.output).write_text(text, encoding="utf-8")
+        atomic_write_text(args.output, text)  # a bad path: one line, exit 2 (harness/fileio.py)
     else:
         print(text, end="")
     return 0

@@ -15,6 +15,7 @@ from harness import interrupts, suite_copy
 from harness.cli.common import EXIT_USAGE, RESULTS_FILE, UsageError, err_console, read_rows, spec_error
 from harness.cli.parser import build_parser
 from harness.cli_flags import configure_logging
+from harness.fileio import OutputPathError
 from harness.interrupts import Terminated
 
 __all__ = ["Terminated", "main", "resume_command"]  # Terminated: programs catch it from here
@@ -68,8 +69,8 @@ def main(argv: list[str] | None = None) -> int:
         args.argv = argv
         configure_logging(args)
         return args.func(args)
-    except Exception as e:  # a SpecError or UsageError; the suite models load only if something was raised
-        if not isinstance(e, (spec_error(), UsageError)):
+    except Exception as e:  # a SpecError, UsageError or unwritable output path; the suite models load only if something was raised
+        if not isinstance(e, (spec_error(), UsageError, OutputPathError)):
             raise
         err_console().print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
         return EXIT_USAGE

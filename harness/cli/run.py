@@ -175,7 +175,9 @@ def prepare_out_dir(flags: RunFlags, suite_path: str, argv: list[str], suite: An
         return out_dir, todo, header
     out_dir = Path(flags.out) if flags.out else default_out_dir(suite)
     check_out_path(out_dir)
-    if (out_dir / RESULTS_FILE).exists():
+    # An empty results.jsonl (a start that failed or was stopped before its first row) holds
+    # nothing to lose: the same --out may start again.
+    if (out_dir / RESULTS_FILE).exists() and (out_dir / RESULTS_FILE).stat().st_size > 0:
         raise UsageError(f"--out {out_dir}: already holds {RESULTS_FILE}; choose another folder (or --resume it)")
     from harness.planning import backend_versions
 
@@ -186,7 +188,10 @@ def prepare_out_dir(flags: RunFlags, suite_path: str, argv: list[str], suite: An
                                                  "devices": devices, **(extra or {})})
     # The suite's copy first: once run.json exists (an interrupt then prints the resume
     # command, which names the copy), the copy does too. repro and --resume read it.
-    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # /proc/x, a read-only disk: one line, nothing written
+        raise UsageError(f"--out {out_dir}: cannot make the folder ({e.strerror or e})") from None
     suite_copy.save(out_dir, suite_path)
     write_header(out_dir, header)
     started(out_dir)

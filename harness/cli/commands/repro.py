@@ -9,6 +9,7 @@ from pathlib import Path
 
 from attn_contract.status import Status
 from harness import suite_copy
+from harness.fileio import atomic_write_text
 from harness.run_flags import pick_device
 from harness.cli.common import UsageError, console, read_rows
 
@@ -70,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     except (FileNotFoundError, ValueError, repro.ReproError) as e:
         raise UsageError(str(e)) from None
     out = Path(args.output or f"repro_{index}.py")
-    out.write_text(text, encoding="utf-8")
+    atomic_write_text(out, text)
     console().print(f"wrote {out} (row #{index}: {row.case} / {row.backend} [{row.variant_label}], {row.status}); "
                   f"run: python3 {out}", highlight=False, markup=False, soft_wrap=True)
     return 0

@@ -1,0 +1,158 @@
+"""Defects a newcomer found from a fresh clone (issue 40): each bad input is one clear line
+naming the file, flag or field, exit 2, no traceback, nothing half-written."""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+
+TINY = """
+suite: tiny
+cases:
+  - name: gqa
+    num_heads: 8
+    num_kv_heads: 2
+    head_size: 32
+    block_size: 16
+    batch:
+      - kind: decode
+        count: 3
+        context_len: 20
+"""
+FAST = ["--device", "cpu", "--backends", "torch-math", "--quiet", "--no-time", "--no-isolation"]
+
+
+@pytest.fixture()
+def tiny(tmp_path):
+    p = tmp_path / "tiny.yaml"
+    p.write_text(TINY)
+    return p
+
+
+@pytest.fixture(scope="module")
+def ran(tmp_path_factory):
+    """One small finished run (two backends, checked, not timed) that the tests copy."""
+    d = tmp_path_factory.mktemp("ran")
+    suite = d / "tiny.yaml"
+    suite.write_text(TINY.replace("block_size: 16", "block_size: [16, 32]"))
+    out = d / "r"
+    argv = ["run", str(suite), *FAST, "--out", str(out)]
+    argv[argv.index("torch-math")] = "torch-math,sdpa"
+    assert main(argv) == 0
+    return out
+
+
+def _one_error(capsys, rc: int) -> str:
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    return " ".join(err.split())
+
+
+def _copy(ran: Path, tmp_path: Path, name: str = "c") -> Path:
+    return Path(shutil.copytree(ran, tmp_path / name))
+
+
+# ---------------------------------------------------------------- 1: corrupt results.jsonl.gz
+
+@pytest.mark.parametrize("damage", ["truncated", "not-gzip"])
+@pytest.mark.parametrize("command", ["report", "compare", "export", "recommend"])
+def test_a_corrupt_gz_is_one_line_naming_it(ran, tmp_path, capsys, damage, command):
+    d = _copy(ran, tmp_path)
+    packed = gzip.compress((d / "results.jsonl").read_bytes())
+    (d / "results.jsonl").unlink()
+    gz = d / "results.jsonl.gz"
+    gz.write_bytes(packed[:len(packed) // 2] if damage == "truncated" else b"garbage")
+    argv = {"report": ["report", str(d), "-o", str(tmp_path / "x.html")],
+            "compare": ["compare", str(ran), str(d)],
+            "export": ["export", str(d), "--csv", str(tmp_path / "x.csv")],
+            "recommend": ["recommend", str(d)]}[command]
+    err = _one_error(capsys, main(argv))
+    assert f"{gz}: not a readable gzip file" in err
+    assert not (tmp_path / "x.html").exists() and not (tmp_path / "x.csv").exists()
+
+
+# ---------------------------------------------------------------- 2: --seed
+
+@pytest.mark.parametrize("seed", ["-1", "99999999999999999999"])
+def test_a_seed_out_of_range_is_refused_before_anything_is_written(tiny, tmp_path, capsys, seed):
+    out = tmp_path / "r"
+    err = _one_error(capsys, main(["run", str(tiny), *FAST, "--out", str(out), f"--seed={seed}"]))
+    assert f"--seed {seed}: an integer from 0 to 2**63-1" in err
+    assert not out.exists()
+
+
+def test_the_seed_flag_and_the_suite_field_share_one_range():
+    from harness.run_flags import RunFlags
+    from harness.spec.limits import MAX_SEED
+
+    limits = RunFlags.model_fields["seed"].metadata
+    assert any(getattr(m, "le", None) == MAX_SEED for m in limits)
+    assert any(getattr(m, "ge", None) == 0 for m in limits)
+
+
+def test_a_folder_left_by_a_failed_start_does_not_block_its_out(tiny, tmp_path, capsys):
+    out = tmp_path / "r"
+    out.mkdir()
+    (out / "results.jsonl").write_text("")  # what a start stopped before its first row leaves
+    (out / "run.json").write_text("{}")
+    assert main(["run", str(tiny), *FAST, "--out", str(out)]) == 0
+    assert (out / "results.jsonl").read_text().count("\n") == 1
+
+
+# ---------------------------------------------------------------- 5: output paths
+
+@pytest.mark.parametrize("command", ["report", "export", "compare-markdown", "suggest"])
+def test_an_output_path_that_is_a_folder(ran, tmp_path, capsys, command):
+    d = tmp_path / "somedir"
+    d.mkdir()
+    argv = {"report": ["report", str(ran), "-o", str(d)],
+            "export": ["export", str(ran), "--csv", str(d)],
+            "compare-markdown": ["compare", str(ran), str(ran), "--markdown", str(d)],
+            "suggest": ["recommend", str(ran), "--suggest", str(d)]}[command]
+    err = _one_error(capsys, main(argv))
+    assert f"{d}: is a folder; give a file name to write" in err
+    assert list(d.iterdir()) == []
+
+
+def test_schema_output_under_a_missing_folder_is_written(tmp_path, capsys):
+    out = tmp_path / "missing" / "dir" / "x.json"
+    assert main(["schema", "row", "-o", str(out)]) == 0
+    assert out.read_text().startswith("{")
+
+
+@pytest.mark.parametrize("where", ["/proc/x", "/proc/x/y"])
+def test_an_out_folder_that_cannot_be_made(tiny, capsys, where):
+    err = _one_error(capsys, main(["run", str(tiny), *FAST, "--out", where]))
+    assert f"--out {where}: cannot make the folder" in err
+
+
+def test_recommend_out_that_cannot_be_made(ran, capsys):
+    err = _one_error(capsys, main(["recommend", str(ran), "--out", "/proc/x"]))
+    assert "/proc/x/recommend.md: cannot make its folder /proc/x" in err
+
+
+# ---------------------------------------------------------------- 7: misleading messages
+
+def test_a_corrupt_run_json_names_the_file(ran, tmp_path, capsys):
+    d = _copy(ran, tmp_path)
+    (d / "run.json").write_text('{"suite": ')
+    err = _one_error(capsys, main(["report", str(d), "-o", str(tmp_path / "x.html")]))
+    assert f"{d / 'run.json'}: not valid JSON" in err
+
+
+# ---------------------------------------------------------------- 8: accepted silently
+
+def test_a_folder_with_two_different_rows_files_is_refused(ran, tmp_path, capsys):
+    d = _copy(ran, tmp_path)
+    rows = (d / "results.jsonl").read_text().splitlines(keepends=True)
+    (d / "results.jsonl.gz").write_bytes(gzip.compress("".join(rows[:1]).encode()))
+    err = _one_error(capsys, main(["report", str(d), "-o", str(tmp_path / "x.html")]))
+    assert f"{d}: holds both results.jsonl and results.jsonl.gz and they differ" in err
+    (d / "results.jsonl.gz").write_bytes(gzip.compress("".join(rows).encode()))  # the same rows: fine
+    assert main(["report", str(d), "-o", str(tmp_path / "x.html")]) == 0
