@@ -515,5 +515,5 @@ def parse_threshold(text: str) -> float:
     if not s.endswith("%") and v >= 1:
         v /= 100  # "5" means 5%, not 500%
     if not 0 <= v < 10:
-        raise ValueError(f"--threshold {text!r}: out of range")
+        raise ValueError(f"--threshold {text!r}: out of range (0% up to 1000%)")
     return v

@@ -156,3 +156,48 @@ def test_a_folder_with_two_different_rows_files_is_refused(ran, tmp_path, capsys
     assert f"{d}: holds both results.jsonl and results.jsonl.gz and they differ" in err
     (d / "results.jsonl.gz").write_bytes(gzip.compress("".join(rows).encode()))  # the same rows: fine
     assert main(["report", str(d), "-o", str(tmp_path / "x.html")]) == 0
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["compare", "{ran}", "{ran}", "--threshold", "-5%"], "--threshold '-5%': out of range"),
+    (["recommend", "{ran}", "--tie", "-3%"], "--tie '-3%': out of range"),
+])
+def test_a_negative_percentage_reaches_the_flags_own_check(ran, capsys, argv, message):
+    err = _one_error(capsys, main([a.format(ran=ran) for a in argv]))
+    assert message in err and "expected one argument" not in err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--model", "no-such-model"], "--model no-such-model: unknown model 'no-such-model'"),
+    (["--model", "./none.json"], "--model ./none.json: model: ./none.json: no such config.json"),
+    (["--model", "llama-3.1-8b", "--tp", "3"], "--model llama-3.1-8b --tp 3: model llama-3.1-8b: field tp: 3 does not"),
+    (["--batch-spec", "zz"], "--batch-spec zz: segment 'zz'"),
+])
+def test_a_bad_command_line_override_blames_the_flag_not_the_suite(tiny, tmp_path, capsys, args, message):
+    out = tmp_path / "r"
+    err = _one_error(capsys, main(["run", str(tiny), *FAST, "--out", str(out), *args]))
+    assert message in err and str(tiny) not in err and "case 'gqa'" not in err
+    assert not out.exists()
+
+
+# ---------------------------------------------------------------- 8: accepted silently
+
+@pytest.mark.parametrize("args, message", [
+    (["--model", "llama-3.1-8b,,"], "--model 'llama-3.1-8b,,': an empty item"),
+    (["--batch-spec", "2q16", "--batch-spec", ""], "--batch-spec '2q16 ': an empty item"),
+    (["--variant", "flash-attn.fa_version=2"], "--variant flash-attn: flash-attn is not in this run (its backends: "
+                                               "torch-math); add it to --backends or drop the --variant"),
+])
+def test_what_was_dropped_or_ignored_is_an_error(tiny, tmp_path, capsys, args, message):
+    out = tmp_path / "r"
+    err = _one_error(capsys, main(["run", str(tiny), *FAST, "--out", str(out), *args]))
+    assert message in err
+    assert not out.exists()
+
+
+def test_a_repeated_batch_spec_adds_cases(tiny, tmp_path):
+    from harness.results import read_rows
+
+    out = tmp_path / "r"
+    assert main(["run", str(tiny), *FAST, "--out", str(out), "--batch-spec", "2q16", "--batch-spec", "1q1s64,q8"]) == 0
+    assert sorted(r.case for r in read_rows(out)) == ["gqa/1q1s64", "gqa/2q16", "gqa/q8"]

@@ -4,6 +4,7 @@ into the command that resumes the run (exit 130 / 143)."""
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
 import signal
 import sys
@@ -52,6 +53,22 @@ def _interrupted(args: argparse.Namespace | None, argv: list[str], terminated: b
     return 128 + signal.SIGTERM if terminated else 130
 
 
+_NEGATIVE = re.compile(r"-\d+(\.\d*)?%?|-\.\d+%?")
+
+
+def join_negative_values(argv: list[str]) -> list[str]:
+    """``--threshold -5%`` as ``--threshold=-5%``: argparse takes a value that starts with '-'
+    (and is not a plain number) for an option and fails before the flag's own check can say
+    what is wrong with it. No positional of any command is a negative number."""
+    out: list[str] = []
+    for a in argv:
+        if out and _NEGATIVE.fullmatch(a) and out[-1].startswith("--") and "=" not in out[-1] and out[-1] != "--":
+            out[-1] = f"{out[-1]}={a}"
+        else:
+            out.append(a)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = None
@@ -65,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:  # not the main thread: leave signals alone
         pass
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser().parse_args(join_negative_values(argv))
         args.argv = argv
         configure_logging(args)
         return args.func(args)

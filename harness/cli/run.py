@@ -46,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
     suite_path = flags.suite
     if flags.resume and not Path(suite_path).is_file():  # typed relative to where the run started
         suite_path = suite_copy.find_suite(flags.resume, suite_path) or suite_path
+    check_override_flags(flags)  # a bad --model / --batch-spec is the command line's, not the suite file's
     suite = load_suite(suite_path, flags.suite_override())
     for note in suite.notes:  # a vLLM study file: what it could not map, and why
         err_console().print(f"ignored: {escape(note)}", highlight=False, soft_wrap=True)
@@ -198,6 +199,27 @@ def prepare_out_dir(flags: RunFlags, suite_path: str, argv: list[str], suite: An
     return out_dir, cells, header
 
 
+def check_override_flags(flags: RunFlags) -> None:
+    """Each ``--model`` (with ``--tp``) resolves and each ``--batch-spec`` parses, else one line
+    naming the flag: the suite loader would name the suite file and its first case."""
+    from harness.spec.batch_spec import BatchSpecError, parse_batch_spec
+
+    if flags.model:
+        from harness.models.cases import model_cases
+        from harness.models.config import ModelError
+
+        given = f"--model {','.join(flags.models())}" + (f" --tp {flags.tp}" if flags.tp else "")
+        try:
+            model_cases({"model": flags.models(), "tp": flags.tp or 1})  # paths: from the working directory
+        except ModelError as e:
+            raise UsageError(f"{given}: {e}") from None
+    for spec in flags.batch_specs():
+        try:
+            parse_batch_spec(spec)
+        except BatchSpecError as e:
+            raise UsageError(f"--batch-spec {spec}: {e}") from None
+
+
 def check_out_path(out_dir: Path) -> None:
     """--out must be a folder or a path a folder can be made at (not a file, not under one)."""
     for p in (out_dir, *out_dir.parents):
@@ -241,15 +263,19 @@ def apply_shard(shard: str | None, suite: Any, cells: list, opts: Any) -> tuple[
 
 
 def check_variant_flags(filters: dict[str, dict[str, list[str]]], backends: list) -> None:
-    """--variant names a backend of this run (or a registered one) and axis values it has."""
+    """--variant names a backend of this run and axis values it has: a filter on a backend the
+    run does not include would be ignored, and the user would think it applied."""
     from harness.suite_check import variant_filter_problem
 
     in_run = {b.name: b for b in backends}
     for name, f in filters.items():
-        try:
-            cls = in_run[name] if name in in_run else registry.resolve(name)
-        except registry.BackendLookupError as e:
-            raise UsageError(f"--variant {name}: {e}") from None
-        problem = variant_filter_problem(cls, f)
+        if name not in in_run:
+            try:
+                registry.resolve(name)  # a misspelt name gets the registry's closest match
+            except registry.BackendLookupError as e:
+                raise UsageError(f"--variant {name}: {e}") from None
+            raise UsageError(f"--variant {name}: {name} is not in this run (its backends: {', '.join(in_run)}); "
+                             "add it to --backends or drop the --variant")
+        problem = variant_filter_problem(in_run[name], f)
         if problem:
             raise UsageError(f"--variant {name}: {problem}")
