@@ -29,8 +29,8 @@ from harness.layout import CaseLayout, case_layout
 from harness.metrics import layout_work
 from harness.planning import Cell, RunOptions, reproducer, timing_skip_reason
 from harness.reference import reference_attention, reference_lse_for
-from harness.results import (BatchSummary, Call, Check, Host, InvariantResult, Metrics, Recheck, ResultRow, RowConfig,
-                             RowLayout, Status, Timing, VariantAxes, variant_label)
+from harness.results import (UNCHECKED_REASON, BatchSummary, Call, Check, Host, InvariantResult, Metrics, Recheck,
+                             ResultRow, RowConfig, RowLayout, Status, Timing, VariantAxes, variant_label)
 from harness.roofline import get_ceilings, roofline_metrics
 from harness.spec import CaseSpec, Suite
 from harness.timing import GraphDecision, TimingOptions, graph_decision, time_callable
@@ -126,7 +126,10 @@ class RowDraft:
         self.check.inputs_modified = touched
 
     def finish(self, checked: bool) -> ResultRow:
-        """The typed row; with checking on (``checked``), a row that ran must carry its check."""
+        """The typed row; with checking on (``checked``), a row that ran must carry its check.
+        Without it (--no-check) a row that ran is ``unchecked``, never a pass no check made."""
+        if not checked and self.status == Status.PASS and self.check is None:
+            self.mark(Status.UNCHECKED, UNCHECKED_REASON)
         return ResultRow.model_validate({f.name: getattr(self, f.name) for f in fields(self)},
                                         context={"checked": checked})
 

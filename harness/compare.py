@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any, Literal, Sequence
 
 from harness import markdown as md
-from harness.results import FAILED, NOT_RUN, RAN, ResultRow, Status, read_rows, read_run_header, variant_label
+from harness.results import FAILED, NOT_RUN, RAN, TIMED_OK, ResultRow, Status, read_rows, read_run_header, variant_label
 
 Speed = Literal["faster", "slower", "same", "ambiguous", "noisy", "not timed"]
 ATTEMPTED = RAN | FAILED  # the cell was tried: it ran, or it failed trying
@@ -342,12 +342,12 @@ def compare_rows(
             pat = _matches(key, allow_skip)
             d.allowed, d.problem = (f"{why} (allowed by --allow-skip {pat})", "") if pat else ("", why)
             continue
-        if b.status == Status.PASS and n.status in FAILED:
-            d.problem = f"correctness: pass -> {n.status}" + (f" ({n.reason})" if n.reason else "")
+        if b.status in TIMED_OK and n.status in FAILED:  # unchecked (--no-check) -> a failure counts too
+            d.problem = f"correctness: {b.status} -> {n.status}" + (f" ({n.reason})" if n.reason else "")
             continue
         if b.status != n.status:
             d.info = f"status {b.status} -> {n.status}" + (f" ({n.reason})" if n.reason else "")
-        if b.status == Status.PASS and n.status == Status.PASS and not correctness_only:
+        if b.status in TIMED_OK and n.status in TIMED_OK and not correctness_only:
             timed.append(d)
     comp = Comparison(diffs, threshold, correctness_only, warnings)
     _check_suites(comp, base_rows, new_rows)
@@ -407,7 +407,7 @@ def confirm_slowdowns(comp: Comparison, remeasured: list[list[ResultRow]]) -> No
             continue
         again = [run.get(d.key) for run in runs]
         verdicts = [classify_speed(d.base, r, comp.threshold, comp.noise.get(d.noise_class))
-                    if r is not None and r.status == Status.PASS else ("not timed", None) for r in again]
+                    if r is not None and r.status in TIMED_OK else ("not timed", None) for r in again]
         moves = ", ".join(_pct(v[1]) or "no timing" for v in verdicts)
         if all(v[0] == "slower" for v in verdicts):
             d.problem += f"; confirmed by {len(verdicts)} re-measurement(s): {moves}"

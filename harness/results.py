@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Iterable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_serializer, model_validator
 
-from attn_contract.status import FAILED, NOT_RUN, RAN, Status
+from attn_contract.status import FAILED, NOT_RUN, RAN, TIMED_OK, Status
 from harness.fileio import atomic_write_text
 from harness.row_parts import (BatchSummary, ColdCheck, CudaGraphInfo, Energy, InvariantResult, KindCheck, Launch,
                                Recheck, RequestCheck, Roofline, RowConfig, RowEnvironment, RowLayout, Scalar, SmClock,
@@ -27,7 +27,7 @@ from harness.schema import ROW_SCHEMA_VERSION, RUN_SCHEMA_VERSION, check_version
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["Status", "RAN", "FAILED", "NOT_RUN", "Check", "Timing", "Metrics", "Host", "Call",
+__all__ = ["Status", "RAN", "FAILED", "NOT_RUN", "TIMED_OK", "UNCHECKED_REASON", "Check", "Timing", "Metrics", "Host", "Call",
            "Worker", "ResultRow", "Environment", "RunHeader", "rows_frame", "read_rows", "read_header",
            "read_run_header", "write_header", "ResultWriter", "variant_label",
            # the nested parts (harness/row_parts.py)
@@ -37,6 +37,7 @@ __all__ = ["Status", "RAN", "FAILED", "NOT_RUN", "Check", "Timing", "Metrics", "
 
 RESULTS_FILE = "results.jsonl"
 HEADER_FILE = "run.json"
+UNCHECKED_REASON = "not checked against the reference (--no-check)"
 
 
 # ---------------------------------------------------------------- payloads
@@ -286,6 +287,8 @@ class ResultRow(BaseModel):
                                      "or inputs the backend modified)")
             if st == Status.PASS and self.check is not None and not self.check.passed:
                 raise ValueError(f"{where}: status pass with a failed check")
+            if st == Status.UNCHECKED and self.check is not None:
+                raise ValueError(f"{where}: status unchecked with a check")
             if self.check is None and (info.context or {}).get("checked"):
                 raise ValueError(f"{where}: status {st} without a check in a checked run")
         elif st == Status.ERROR:

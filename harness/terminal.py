@@ -19,9 +19,9 @@ from harness.results import FAILED, NOT_RUN, RESULTS_FILE, ResultRow, Status
 if TYPE_CHECKING:
     from harness.recommend.rank import BucketResult  # imported where ranking happens, as below
 
-STATUS_STYLE = {Status.PASS: "green", Status.MISMATCH: "bold red", Status.ERROR: "red",
+STATUS_STYLE = {Status.PASS: "green", Status.UNCHECKED: "cyan", Status.MISMATCH: "bold red", Status.ERROR: "red",
                 Status.UNSUPPORTED: "yellow", Status.SKIPPED: "dim", Status.TIMEOUT: "magenta"}
-SHORT_STATUS = {Status.PASS: "pass", Status.MISMATCH: "mism", Status.ERROR: "err", Status.TIMEOUT: "tmo",
+SHORT_STATUS = {Status.PASS: "pass", Status.UNCHECKED: "unchk", Status.MISMATCH: "mism", Status.ERROR: "err", Status.TIMEOUT: "tmo",
                 Status.UNSUPPORTED: "unsup", Status.SKIPPED: "skip"}
 MAX_CASE_ID = 16  # longer case ids (long case group names) become c1, c2, ...: the table keeps 80 columns
 
@@ -94,8 +94,10 @@ def print_summary(rows: list[ResultRow], out_dir: Path, console: Console, err_co
                   max_rows: int = 80) -> None:
     """The run's tables, then the verdict. Names never wrap inside a table: long ones are ids."""
     # Table order: what ran, what failed, what did not run.
-    statuses = [str(s_) for s_ in (Status.PASS, Status.MISMATCH, Status.ERROR, Status.TIMEOUT, Status.UNSUPPORTED,
-                                   Status.SKIPPED)]
+    statuses = [str(s_) for s_ in (Status.PASS, Status.UNCHECKED, Status.MISMATCH, Status.ERROR, Status.TIMEOUT,
+                                   Status.UNSUPPORTED, Status.SKIPPED)]
+    if not any(r.status == Status.UNCHECKED for r in rows):  # a column only where a --no-check run has them
+        statuses.remove(Status.UNCHECKED.value)
     counts = Counter((r.backend, r.variant_label, str(r.status)) for r in rows)
     keys = sorted({(b, v) for b, v, _ in counts})
     ids = dict(zip(keys, letter_ids(len(keys))))

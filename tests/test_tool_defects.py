@@ -201,3 +201,28 @@ def test_a_repeated_batch_spec_adds_cases(tiny, tmp_path):
     out = tmp_path / "r"
     assert main(["run", str(tiny), *FAST, "--out", str(out), "--batch-spec", "2q16", "--batch-spec", "1q1s64,q8"]) == 0
     assert sorted(r.case for r in read_rows(out)) == ["gqa/1q1s64", "gqa/2q16", "gqa/q8"]
+
+
+# ---------------------------------------------------------------- 3: --no-check rows
+
+def test_a_no_check_run_is_unchecked_everywhere_a_status_is_shown(tiny, tmp_path, capsys):
+    from harness.compare import compare_paths
+    from harness.results import Status, read_rows
+
+    out = tmp_path / "r"
+    argv = ["run", str(tiny), *FAST, "--out", str(out), "--no-check"]
+    argv.remove("--quiet")
+    assert main(argv) == 0
+    term = capsys.readouterr().out
+    rows = read_rows(out)
+    assert [r.status for r in rows] == [Status.UNCHECKED] and rows[0].check is None
+    assert "unchk" in term and "no backend passed the check" in term
+    assert main(["export", str(out), "--csv", str(tmp_path / "x.csv")]) == 0
+    assert ",unchecked," in (tmp_path / "x.csv").read_text()
+    assert main(["report", str(out), "-o", str(tmp_path / "x.html")]) == 0
+    assert 'st-unchecked">unchecked 1' in (tmp_path / "x.html").read_text()
+    # compare: a checked run of the same cells says the status changed; never a silent "same".
+    checked = tmp_path / "c"
+    assert main(["run", str(tiny), *FAST, "--out", str(checked)]) == 0
+    comp = compare_paths(out, checked, threshold=0.05, correctness_only=True)
+    assert [d.info for d in comp.diffs] == ["status unchecked -> pass"]

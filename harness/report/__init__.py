@@ -25,7 +25,7 @@ from harness.report.core import (
 )
 from harness.report.plots import palette, to_uri
 
-STATUS_COLORS = {"pass": "#2e7d32", "mismatch": "#c62828", "error": "#b71c1c", "timeout": "#6a1b9a",
+STATUS_COLORS = {"pass": "#2e7d32", "unchecked": "#0277bd", "mismatch": "#c62828", "error": "#b71c1c", "timeout": "#6a1b9a",
                  "unsupported": "#f9a825", "skipped": "#9e9e9e"}
 
 
