@@ -226,3 +226,49 @@ def test_a_no_check_run_is_unchecked_everywhere_a_status_is_shown(tiny, tmp_path
     assert main(["run", str(tiny), *FAST, "--out", str(checked)]) == 0
     comp = compare_paths(out, checked, threshold=0.05, correctness_only=True)
     assert [d.info for d in comp.diffs] == ["status unchecked -> pass"]
+
+
+# ---------------------------------------------------------------- 4: crosscheck and repro
+
+def test_crosscheck_gates_gpu_and_process_clock_rows_and_reports_cpu_wall_clock_ones():
+    from harness.crosscheck import gated, verdict
+
+    outside = {"a": {"median_us": 100.0}, "b": {"median_us": 110.0}}
+    assert gated("cuda:0", "cuda_event") and gated("cpu", "process_time") and not gated("cpu", "wall_clock")
+    v = verdict(500.0, outside, 0.03, gated=False)
+    assert v["flagged"] is False and v["noisy"] is True and "outside 3%" in v["reason"]
+    assert verdict(500.0, outside, 0.03)["flagged"] is True
+    assert verdict(105.0, outside, 0.03, gated=False)["noisy"] is False
+
+
+def test_crosscheck_of_a_clean_cpu_wall_clock_run_flags_nothing(tmp_path, capsys):
+    import json
+
+    suite = tmp_path / "s.yaml"
+    suite.write_text(TINY.replace("block_size: 16", "block_size: [16, 32]"))
+    out = tmp_path / "r"
+    argv = ["run", str(suite), "--device", "cpu", "--backends", "torch-math,sdpa", "--quiet", "--no-isolation",
+            "--max-time", "0.05", "--out", str(out)]
+    assert main(argv) == 0
+    # One row made 50x off: on the CPU wall clock it is reported as noisy, never a flag (exit 0).
+    lines = (out / "results.jsonl").read_text().splitlines()
+    first = json.loads(lines[0])
+    first["timing"]["median_us"] *= 50
+    (out / "results.jsonl").write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
+    assert main(["crosscheck", str(out), "--min-run-time", "0.02"]) == 0
+    data = json.loads((out / "crosscheck.json").read_text())
+    assert data["checked"] == 4 and data["flagged"] == 0
+    assert data["rows"][0]["noisy"] and "noisy, not flagged (CPU wall clock)" in (out / "crosscheck.md").read_text()
+
+
+def test_repro_of_an_unsupported_row_refuses(tmp_path, capsys):
+    suite = tmp_path / "s.yaml"
+    suite.write_text(TINY.replace("head_size: 32", "head_size: 32\n    softcap: 4.0"))
+    out = tmp_path / "r"
+    assert main(["run", str(suite), *FAST[:2], "--backends", "sdpa", "--quiet", "--no-time", "--no-isolation",
+                 "--out", str(out)]) == 0
+    capsys.readouterr()
+    script = tmp_path / "x.py"
+    err = _one_error(capsys, main(["repro", str(out), "0", "-o", str(script)]))
+    assert "row #0 (gqa / sdpa []) is unsupported: logits softcap not supported" in err
+    assert "no call to reproduce" in err and not script.exists()

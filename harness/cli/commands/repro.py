@@ -49,6 +49,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         rows = read_rows(args.results)
         index, row = repro.select_row(rows, args.row, backend=args.backend, variant=args.variant)
+        if row.status == Status.UNSUPPORTED:  # a script would drop the feature the backend declines, then "fail"
+            raise repro.ReproError(f"row #{index} ({row.case} / {row.backend} [{row.variant_label}]) is unsupported: "
+                                   f"{row.reason}; the backend declines this case, so there is no call to reproduce")
         case, spec = repro.case_of_row(row, args.suite or _row_suite(args.results, row))
         try:
             backend = resolve(spec)
