@@ -372,7 +372,7 @@ class FlexAttentionBackend(TorchBackend):
     @classmethod
     def batch_workspace_bytes(cls, config, variant, query_lens, seq_lens, cache_bytes: int,
                               device_type: str = "cuda") -> int:
-        """Scratch (harness.memory): gathered K/V (cache dtype, then compute dtype, fp8 adds
+        """Scratch (harness.plan.memory): gathered K/V (cache dtype, then compute dtype, fp8 adds
         fp32), padded Q, output and LSE, index tensors; on CPU eager flex materializes fp32
         scores and probabilities of each call."""
         hq, hk, d = config.num_heads, config.num_kv_heads, config.head_size

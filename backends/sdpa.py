@@ -229,7 +229,7 @@ class SDPABackend(TorchBackend):
 
     @classmethod
     def batch_workspace_bytes(cls, config, variant, query_lens, seq_lens, cache_bytes: int, device_type: str = "cuda") -> int:
-        """Scratch of this batch (harness.memory), from the chunk plan: every chunk's mask
+        """Scratch of this batch (harness.plan.memory), from the chunk plan: every chunk's mask
         persists in the metadata; per call, the gathered K/V (cache dtype, then compute dtype;
         fp8 adds an fp32 copy), padded Q (gathered, cast, permuted), output (+ permuted and
         masked copies), index tensors, and three fp32 score-sized tensors in case SDPA falls

@@ -69,7 +69,7 @@ class MathImpl(AttentionImpl[MathMetadata]):
     def forward(self, query, key, value, kv_cache, metadata, out, lse_out=None):
         md = metadata
         qlens = md.query_lens
-        # Chunks bound the PADDED score matrix (harness.memory estimates the same plan).
+        # Chunks bound the PADDED score matrix (harness.plan.memory estimates the same plan).
         for chunk in plan_chunks(qlens, md.seq_lens, self.config.num_heads, MAX_SCORE_ELEMS, md.causal):
             pc = padded_chunk(chunk, md, query.shape[0], self.config.sliding_window, query.device)
             self._chunk(query, kv_cache, md, pc, out, lse_out)
@@ -115,7 +115,7 @@ class TorchMathBackend(TorchBackend):
 
     @classmethod
     def batch_workspace_bytes(cls, config, variant, query_lens, seq_lens, cache_bytes: int) -> int:
-        """Peak scratch of a forward over this batch (harness.memory): the largest chunk."""
+        """Peak scratch of a forward over this batch (harness.plan.memory): the largest chunk."""
         chunks = plan_chunks(list(query_lens), list(seq_lens), config.num_heads, MAX_SCORE_ELEMS, config.causal)
         return max((MathImpl.chunk_bytes(*chunk_dims(c), config, cache_bytes) for c in chunks), default=0)
 

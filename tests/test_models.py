@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from harness.cli import main
-from harness.models import ModelError, builtin, known_models, parse_config, read_config, resolve, tp_slice
-from harness.models.catalog import CONFIG_DIR, hf_repo
+from harness.spec.models import ModelError, builtin, known_models, parse_config, read_config, resolve, tp_slice
+from harness.spec.models.catalog import CONFIG_DIR, hf_repo
 from harness.spec import SpecError, parse_suite
 
 DATA = Path(__file__).parent / "data"
@@ -172,7 +172,7 @@ def test_cli_model_override_and_unknown_model(tmp_path, capsys):
     rc = main(["run", str(suite), "--model", str(DATA / "tiny-model"), "--tp", "1,2", "--device", "cpu",
                "--backends", "torch-math", "--no-time", "--quiet", "--no-isolation", "--out", str(out)])
     assert rc == 0
-    from harness.results import read_rows
+    from harness.records.results import read_rows
 
     rows = read_rows(out)
     assert sorted({r.case for r in rows}) == sorted(f"d/tiny-model/tp{t}/{k}/2q1s64" for t in (1, 2)

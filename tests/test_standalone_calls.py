@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from harness.cli import main
-from harness.results import read_rows
+from harness.records.results import read_rows
 
 SUITE = """
 suite: standalone
@@ -66,12 +66,12 @@ def test_every_row_ran(rows):
 
 @pytest.mark.parametrize("i", range(6))
 def test_the_standalone_call_is_the_adapters(rows, i):
-    from harness import repro
-    from harness.crosscheck import build_call_in
-    from harness.crosscheck_inputs import backend_view, bind_from_batch, constants_part
+    from harness.crosscheck import repro
+    from harness.crosscheck.run import build_call_in
+    from harness.crosscheck.inputs import backend_view, bind_from_batch, constants_part
     from harness.registry import resolve
-    from harness.runner import prepare_cell
-    from harness.workload import generate
+    from harness.cell.run import prepare_cell
+    from harness.case.workload import generate
 
     row = rows[i]
     case, spec = repro.case_of_row(row)

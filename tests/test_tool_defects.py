@@ -88,7 +88,7 @@ def test_a_seed_out_of_range_is_refused_before_anything_is_written(tiny, tmp_pat
 
 
 def test_the_seed_flag_and_the_suite_field_share_one_range():
-    from harness.run_flags import RunFlags
+    from harness.cli.run_flags import RunFlags
     from harness.spec.limits import MAX_SEED
 
     limits = RunFlags.model_fields["seed"].metadata
@@ -196,7 +196,7 @@ def test_what_was_dropped_or_ignored_is_an_error(tiny, tmp_path, capsys, args, m
 
 
 def test_a_repeated_batch_spec_adds_cases(tiny, tmp_path):
-    from harness.results import read_rows
+    from harness.records.results import read_rows
 
     out = tmp_path / "r"
     assert main(["run", str(tiny), *FAST, "--out", str(out), "--batch-spec", "2q16", "--batch-spec", "1q1s64,q8"]) == 0
@@ -206,8 +206,8 @@ def test_a_repeated_batch_spec_adds_cases(tiny, tmp_path):
 # ---------------------------------------------------------------- 3: --no-check rows
 
 def test_a_no_check_run_is_unchecked_everywhere_a_status_is_shown(tiny, tmp_path, capsys):
-    from harness.compare import compare_paths
-    from harness.results import Status, read_rows
+    from harness.analysis.compare import compare_paths
+    from harness.records.results import Status, read_rows
 
     out = tmp_path / "r"
     argv = ["run", str(tiny), *FAST, "--out", str(out), "--no-check"]
@@ -231,7 +231,7 @@ def test_a_no_check_run_is_unchecked_everywhere_a_status_is_shown(tiny, tmp_path
 # ---------------------------------------------------------------- 4: crosscheck and repro
 
 def test_crosscheck_gates_gpu_and_process_clock_rows_and_reports_cpu_wall_clock_ones():
-    from harness.crosscheck import gated, verdict
+    from harness.crosscheck.run import gated, verdict
 
     outside = {"a": {"median_us": 100.0}, "b": {"median_us": 110.0}}
     assert gated("cuda:0", "cuda_event") and gated("cpu", "process_time") and not gated("cpu", "wall_clock")

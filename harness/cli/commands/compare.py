@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from harness import ci_output
+from harness.analysis import ci_output
 from harness.cli.common import UsageError
-from harness.fileio import atomic_write_text
+from harness.records.fileio import atomic_write_text
 
 
 def add_parser(sub: Any) -> None:
@@ -26,12 +26,12 @@ def add_parser(sub: Any) -> None:
     cp.add_argument("--allow-skip", action="append", nargs="?", const="*", metavar="PATTERN",
                     help="accept rows that became skipped/unsupported (all, or those matching PATTERN; repeatable)")
     cp.add_argument("--markdown", metavar="FILE", help="also write the markdown summary to FILE")
-    ci_output.add_flags(cp)  # --junit, --benchmark-json (harness/ci_output.py)
+    ci_output.add_flags(cp)  # --junit, --benchmark-json (harness/analysis/ci_output.py)
     cp.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.compare import compare_paths, parse_threshold, to_markdown
+    from harness.analysis.compare import compare_paths, parse_threshold, to_markdown
 
     try:
         comp = compare_paths(args.baseline, args.new, threshold=parse_threshold(args.threshold),
