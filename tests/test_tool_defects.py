@@ -272,3 +272,33 @@ def test_repro_of_an_unsupported_row_refuses(tmp_path, capsys):
     err = _one_error(capsys, main(["repro", str(out), "0", "-o", str(script)]))
     assert "row #0 (gqa / sdpa []) is unsupported: logits softcap not supported" in err
     assert "no call to reproduce" in err and not script.exists()
+
+
+# ---------------------------------------------------------------- 7: more misleading messages
+
+def test_an_interrupt_before_a_resume_starts_names_the_saved_rows(ran, capsys):
+    import argparse
+
+    from harness.cli.entry import _interrupted
+
+    args = argparse.Namespace(resume=str(ran), started_out_dir=None)
+    argv = ["run", "s.yaml", "--resume", str(ran)]
+    assert _interrupted(args, argv) == 130
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"interrupted: 4 finished row(s) are saved in {ran}; continue with:" in err
+    assert "nothing to resume" not in err
+
+
+def test_compare_warns_when_the_runs_used_different_clocks(tiny, tmp_path):
+    from harness.analysis.compare import compare_paths
+
+    outs = []
+    for clock in ("wall", "process"):
+        out = tmp_path / clock
+        argv = ["run", str(tiny), *FAST, "--out", str(out), "--max-time", "0.02", "--cpu-clock", clock]
+        argv.remove("--no-time")
+        assert main(argv) == 0
+        outs.append(out)
+    comp = compare_paths(*outs, threshold=0.05)
+    assert any("timed on different clocks (baseline: wall_clock; new: process_time)" in w for w in comp.warnings)
+    assert not any("different clocks" in w for w in compare_paths(outs[0], outs[0], threshold=0.05).warnings)

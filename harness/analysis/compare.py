@@ -380,6 +380,10 @@ def compare_rows(
     devs = {(r.device or "?") for r in base_rows} | {(r.device or "?") for r in new_rows}
     if len(devs) > 1:
         warnings.append(f"rows ran on different devices ({', '.join(sorted(devs))}): timings are not comparable")
+    cb, cn = ({r.timing.method for r in rows if r.timing is not None} for rows in (base_rows, new_rows))
+    if cb and cn and cb != cn:  # CPU wall clock vs process time: two different quantities
+        warnings.append(f"the runs were timed on different clocks (baseline: {', '.join(sorted(cb))}; new: "
+                        f"{', '.join(sorted(cn))}): their timings measure different things (harness run --cpu-clock)")
     return comp
 
 

@@ -42,12 +42,18 @@ def resume_command(argv: list[str], out_dir: Path) -> str:
 
 def _interrupted(args: argparse.Namespace | None, argv: list[str], terminated: bool = False) -> int:
     out_dir = getattr(args, "started_out_dir", None)
+    resumed = getattr(args, "resume", None)
+    if out_dir is None and resumed and (Path(resumed) / RESULTS_FILE).is_file():
+        out_dir = Path(resumed)  # stopped before the resume started: the folder's rows are still there
     what = "terminated (SIGTERM)" if terminated else "interrupted"
     if out_dir is None:
         # At most the suite's copy is in the results folder: no run.json, nothing to resume.
         err_console().print(f"{what} before the run started: nothing to resume", highlight=False)
     else:
-        n = len(read_rows(out_dir)) if (out_dir / RESULTS_FILE).exists() else 0
+        try:
+            n = len(read_rows(out_dir)) if (out_dir / RESULTS_FILE).exists() else 0
+        except ValueError:  # a corrupt file: the resume says what is wrong with it
+            n = 0
         err_console().print(f"{what}: {n} finished row(s) are saved in {escape(str(out_dir))}; continue with:",
                             highlight=False)
         err_console().print(f"  {escape(resume_command(argv, out_dir))}", highlight=False, soft_wrap=True)
