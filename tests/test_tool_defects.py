@@ -302,3 +302,33 @@ def test_compare_warns_when_the_runs_used_different_clocks(tiny, tmp_path):
     comp = compare_paths(*outs, threshold=0.05)
     assert any("timed on different clocks (baseline: wall_clock; new: process_time)" in w for w in comp.warnings)
     assert not any("different clocks" in w for w in compare_paths(outs[0], outs[0], threshold=0.05).warnings)
+
+
+# ---------------------------------------------------------------- 8: duplicated rows, long names
+
+def test_a_results_file_with_every_row_twice_is_reported_once_with_a_warning(ran, tmp_path, capsys):
+    d = _copy(ran, tmp_path)
+    text = (d / "results.jsonl").read_text()
+    (d / "results.jsonl").write_text(text + text)
+    out = tmp_path / "x.html"
+    assert main(["report", str(d), "-o", str(out)]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"warning: {d}: 4 duplicate row(s)" in err
+    page = out.read_text()
+    assert "4 rows from 1 source(s)" in " ".join(page.split()) and "4 duplicate row(s)" in page
+
+
+def test_a_very_long_case_name_is_cut_in_terminal_lines_and_whole_in_the_files(tmp_path, capsys):
+    from harness.records.results import read_rows
+
+    name = "n" * 3000
+    suite = tmp_path / "s.yaml"
+    suite.write_text(TINY.replace("name: gqa", f"name: {name}"))
+    out = tmp_path / "r"
+    argv = ["run", str(suite), *FAST, "--out", str(out)]
+    argv[argv.index("torch-math")] = "torch-math,plugins.crashy:NaNBackend"
+    assert main(argv) == 0
+    cap = capsys.readouterr()
+    lines = (cap.out + cap.err).splitlines()
+    assert max(len(x) for x in lines) < 600 and any("n…" in x for x in lines)
+    assert {r.case for r in read_rows(out)} == {name}

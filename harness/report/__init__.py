@@ -14,7 +14,7 @@ import math
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import pandas as pd
 
@@ -132,13 +132,17 @@ def render_html(loaded: Loaded, title: str | None = None, built: list[Rendered] 
     return env.get_template("report.html.j2").render(
         title=title or f"Attention harness report: {', '.join(suites) or 'no rows'}",
         sections=built if built is not None else build_sections(loaded), counts=counts, colors=STATUS_COLORS, total=len(loaded.rows),
-        sources=loaded.sources,
+        sources=loaded.sources, warnings=loaded.warnings,
     )
 
 
-def write_report(paths: Iterable[str | Path], out: str | Path, title: str | None = None) -> Path:
-    """Render the report of ``paths`` into ``out`` (written atomically) and return its path."""
+def write_report(paths: Iterable[str | Path], out: str | Path, title: str | None = None,
+                 warn: Callable[[str], None] = lambda m: None) -> Path:
+    """Render the report of ``paths`` into ``out`` (written atomically) and return its path;
+    ``warn`` gets each warning about the inputs (duplicate rows), which the page shows too."""
     loaded = load(paths)
+    for w in loaded.warnings:
+        warn(w)
     page = render_html(loaded, title)
     return atomic_write_text(out, page)
 

@@ -72,8 +72,18 @@ def short_case_ids(rows: list[ResultRow]) -> dict[str, str]:
     return {c: (alias[g] + i[len(g):] if (g := group_of[c]) in alias else i) for c, i in ids.items()}
 
 
+MAX_NAME_CHARS = 120  # a case name in a terminal line; results.jsonl, the report and export keep it whole
+
+
+def shorten(text: str, limit: int = MAX_NAME_CHARS) -> str:
+    """``text`` cut to ``limit`` characters with an ellipsis (a 3000-character generated case
+    name made one 3004-character terminal line)."""
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
 def print_legend(console: Console, pairs: list[tuple[str, str]], width: int) -> None:
-    """``id = full name``, one a line; a name too long for the line starts on the next one."""
+    """``id = full name``, one a line; a name too long for the line starts on the next one,
+    broken after commas; a token wider than the line is cut with an ellipsis."""
     for i, name in pairs:
         line = f"  {i} = {name}"
         if len(line) <= width:
@@ -83,6 +93,7 @@ def print_legend(console: Console, pairs: list[tuple[str, str]], width: int) -> 
         # Longer than a line: break after a comma (between axis=value pairs), never inside a token.
         cur = ""
         for part in [p + "," for p in name.split(",")[:-1]] + [name.split(",")[-1]]:
+            part = shorten(part, max(width - 4, 20))
             if cur and len(cur) + len(part) + 4 > width:
                 console.print(escape(f"    {cur}"), highlight=False, soft_wrap=True)
                 cur = ""
@@ -151,9 +162,11 @@ def print_summary(rows: list[ResultRow], out_dir: Path, console: Console, err_co
     bad = [r for r in rows if r.status in FAILED]
     for r in bad[:20]:
         st = str(r.status)
-        err_console.print(f"[{STATUS_STYLE[st]}]{st}[/] " + escape(f"{r.case} {r.backend} {r.variant_label}: {r.reason}"),
+        err_console.print(f"[{STATUS_STYLE[st]}]{st}[/] " + escape(f"{shorten(r.case)} {r.backend} {r.variant_label}: {r.reason}"),
                           soft_wrap=True)
-        err_console.print(f"  reproduce: {escape(r.reproducer)}", soft_wrap=True)
+        rep = r.reproducer if len(r.reproducer) <= 4 * MAX_NAME_CHARS else \
+            shorten(r.reproducer, 4 * MAX_NAME_CHARS) + " (whole: the row's reproducer in results.jsonl)"
+        err_console.print(f"  reproduce: {escape(rep)}", soft_wrap=True)
     console.print(f"Results: {out_dir / RESULTS_FILE}", soft_wrap=True)
     print_verdict(rows, ids, console)
 
