@@ -332,3 +332,50 @@ def test_a_very_long_case_name_is_cut_in_terminal_lines_and_whole_in_the_files(t
     lines = (cap.out + cap.err).splitlines()
     assert max(len(x) for x in lines) < 600 and any("n…" in x for x in lines)
     assert {r.case for r in read_rows(out)} == {name}
+
+
+# ---------------------------------------------------------------- 9: the rest
+
+def test_a_worker_still_starting_is_killed_at_shutdown_not_waited_for():
+    """A Ctrl-C at startup waited up to 5 s for a worker that reads its pipe only once torch is
+    imported: such a worker is killed at once, nothing is sent to it."""
+    import multiprocessing as mp
+    import time as _time
+
+    from harness.execute.local import LocalExecutor, _Slot
+
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe(duplex=True)
+    proc = ctx.Process(target=_time.sleep, args=(60,), daemon=True)
+    proc.start()
+    ex = LocalExecutor.__new__(LocalExecutor)
+    ex.slots, ex.spares = [_Slot(index=0, device="cpu", opts=None, proc=proc, conn=parent, ready=False)], {}
+    ex._shutdown()
+    assert not proc.is_alive() and proc.exitcode == -9
+    with pytest.raises(EOFError):  # the pipe was closed with no Shutdown message in it
+        child.recv()
+
+
+def test_the_python_api_quiet_prints_no_summary(tiny, tmp_path, capsys):
+    import harness
+
+    df = harness.run(tiny, out=tmp_path / "r", device="cpu", backends="torch-math", no_time=True, isolation=False,
+                     quiet=True)
+    assert len(df) == 1 and capsys.readouterr().out == ""
+
+
+def test_gate_with_a_missing_baseline_stops_before_running(tiny, tmp_path, capsys):
+    from harness.analysis.gate import main as gate
+
+    out = tmp_path / "new"
+    assert gate(["--suite", str(tiny), "--baseline", str(tmp_path / "none"), "--out", str(out), "--device", "cpu"]) == 2
+    assert "no baseline at" in capsys.readouterr().err and not out.exists()
+
+
+def test_a_run_where_nothing_ran_says_what_runs_here(tiny, tmp_path, capsys):
+    argv = ["run", str(tiny), *FAST, "--out", str(tmp_path / "r")]
+    argv[argv.index("torch-math")] = "flash-attn"  # not installed on the CPU test machines
+    assert main(argv) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "nothing ran: all" in err and "skipped or unsupported on cpu" in err
+    assert "did not include:" in err and "torch-math" in err and "--batch-spec" in err

@@ -295,9 +295,12 @@ class LocalExecutor:
         slot.proc = slot.conn = None
 
     def _shutdown(self) -> None:
-        """Idle workers are asked to exit; busy ones (an interrupted run) are killed."""
+        """Idle workers are asked to exit; busy ones (an interrupted run) are killed, and so are
+        workers not ready yet: one still importing torch reads its pipe only when the import is
+        done (a Ctrl-C at startup was honoured 4.6-5.8 s late, waiting for that)."""
         for slot in self.slots:
-            if slot.conn is not None and slot.proc is not None and slot.proc.is_alive() and slot.phase == SlotPhase.IDLE:
+            if (slot.conn is not None and slot.proc is not None and slot.proc.is_alive()
+                    and slot.phase == SlotPhase.IDLE and slot.ready):
                 try:
                     slot.conn.send(Shutdown())
                 except (OSError, BrokenPipeError):
