@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from attn_contract.metadata import AttentionConfig
+from attn_contract.status import BUILD_LIMIT, KERNEL_LIMIT
 
 
 class CudaGraphSupport(enum.IntEnum):
@@ -119,6 +120,9 @@ class Capabilities:
     role: str = "kernel"
     untimed_on: frozenset[str] = frozenset()
     notes: tuple[str, ...] = ()
+    # Features (sliding_window, softcap, alibi, sinks) the library's kernel has but this
+    # installed build lacks: a config needing one is unsupported with a BUILD_LIMIT reason.
+    build_lacks: frozenset[str] = frozenset()
 
     def timing_skip_reason(self, device: str) -> str | None:
         """Why a cell of this backend is not timed by default on ``device``, or None."""
@@ -159,6 +163,7 @@ class Capabilities:
             "reorder_batch_threshold": self.reorder_batch_threshold,
             "role": self.role,
             "untimed_on": sorted(self.untimed_on),
+            "build_lacks": sorted(self.build_lacks),
         }
 
     def unsupported_reason(self, config: AttentionConfig, device: str) -> str | None:
@@ -184,14 +189,13 @@ class Capabilities:
             return "causal attention not supported"
         if not config.causal and not self.non_causal:
             return "non-causal attention not supported"
-        if config.sliding_window is not None and not self.sliding_window:
-            return "sliding window not supported"
-        if config.softcap and not self.softcap:
-            return "logits softcap not supported"
-        if config.alibi and not self.alibi:
-            return "ALiBi not supported"
-        if config.sinks and not self.sinks:
-            return "attention sinks not supported"
+        for feature, needed, has, text in (
+                ("sliding_window", config.sliding_window is not None, self.sliding_window, "sliding window"),
+                ("softcap", bool(config.softcap), self.softcap, "logits softcap"),
+                ("alibi", bool(config.alibi), self.alibi, "ALiBi"),
+                ("sinks", bool(config.sinks), self.sinks, "attention sinks")):
+            if needed and not has:
+                return f"{text} {BUILD_LIMIT if feature in self.build_lacks else KERNEL_LIMIT}"
         if config.num_heads != config.num_kv_heads and not self.gqa:
             return "GQA/MQA (num_heads != num_kv_heads) not supported"
         return None

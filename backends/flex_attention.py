@@ -41,6 +41,7 @@ from attn_contract import (
     CudaGraphSupport,
     HeadSizes,
 )
+from attn_contract.engines import EngineName
 from backends._paged import HostLoopMetadata, HostLoopMetadataBuilder, Segment, dequantize, plan_chunks
 from backends._torch import TorchBackend, torch_capabilities
 
@@ -337,6 +338,14 @@ class FlexAttentionBackend(TorchBackend):
     name = "flex-attention"
     description = ("torch FlexAttention: the batch packed into one sequence, paged KV gathered, a BlockMask "
                    "and score/mask mods (torch.compile on CUDA, eager on CPU)")
+    # vLLM: --attention-backend FLEX_ATTENTION (vllm/v1/attention/backends/flex_attention.py, the
+    # AttentionBackendEnum member; vLLM 0.10+). SGLang: --attention-backend flex_attention
+    # (server_args' choices; its TorchFlexAttnBackend). Both read their own cache layout in place.
+    engine_names = {
+        "vllm": EngineName("FLEX_ATTENTION", aliases=("flex_attention", "flex"),
+                           caveat="vLLM's FLEX_ATTENTION reads its cache in place (no gather)"),
+        "sglang": EngineName("flex_attention", caveat="SGLang's flex_attention backend reads its own cache layout"),
+    }
 
     @classmethod
     def availability(cls, variant=None) -> Availability:

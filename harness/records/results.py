@@ -22,7 +22,7 @@ from harness.records.fileio import atomic_write_text
 from harness.records.parts import (BatchSummary, ColdCheck, CudaGraphInfo, Energy, InvariantResult, KindCheck, Launch,
                                Recheck, RequestCheck, Roofline, RowConfig, RowEnvironment, RowLayout, Scalar, SmClock,
                                TimeContents, TimingOptionsRecord, VariantAxes)
-from harness.records.schema import ROW_SCHEMA_VERSION, RUN_SCHEMA_VERSION, check_version
+from harness.records.formats import ROW_SCHEMA_VERSION, RUN_SCHEMA_VERSION, check_version
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -359,10 +359,10 @@ class RunHeader(Environment):
 
 
 # ---------------------------------------------------------------- frames
-def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
+def flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
     if isinstance(value, dict) and value:
         for k, v in value.items():
-            _flatten(f"{prefix}.{k}" if prefix else str(k), v, out)
+            flatten(f"{prefix}.{k}" if prefix else str(k), v, out)
     else:
         out[prefix] = value
 
@@ -383,7 +383,7 @@ def rows_frame(rows: Iterable[ResultRow]) -> pd.DataFrame:
         rec: dict[str, Any] = {}
         for k, v in d.items():
             if k in ("variant", "config", "batch", "check", "timing", "metrics", "host", "call", "worker"):
-                _flatten(k, v, rec)
+                flatten(k, v, rec)
                 if v is None or v == {}:
                     rec.pop(k, None)
             else:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from harness.spec.limits import (
-    _NAME_RE,
+    NAME_RE,
     MAX_KV_TOKENS_PER_CASE,
     MAX_REQUESTS,
     MAX_SEED,
@@ -334,7 +334,7 @@ class CaseSpec(_Strict):
     @property
     def kv_element_bytes(self) -> float:
         """Bytes of one KV-cache element (the project's one dtype table: harness.case.layout)."""
-        from harness.case.layout import kv_element_bytes  # harness.case.layout imports this module
+        from harness.spec.dtypes import kv_element_bytes  # torch: loaded only when asked
 
         return kv_element_bytes(self.dtype, self.kv_cache_dtype)
 
@@ -369,7 +369,7 @@ class Suite(_Strict):
     @classmethod
     def _safe_name(cls, v: str) -> str:
         # The suite name becomes part of the default results folder: no path separators.
-        if not _NAME_RE.fullmatch(v):
+        if not NAME_RE.fullmatch(v):
             raise ValueError(f"{v[:60]!r} must be 1-128 letters, digits, '.', '_' or '-' (it names the results folder)")
         return v
 
@@ -379,7 +379,7 @@ class Suite(_Strict):
         # A suite file must not make the harness import arbitrary modules: module:Class specs
         # are accepted on the command line only.
         for name in v or []:
-            if not _NAME_RE.fullmatch(name):
+            if not NAME_RE.fullmatch(name):
                 raise ValueError(f"{name[:60]!r} is not a registered backend name"
                                  " (module:Class specs go on the command line, --backends)")
         return v

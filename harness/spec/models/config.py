@@ -14,15 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.spec.models.defaults import alternates, model_type_of, with_defaults
+
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
 
 # Models whose every layer adds a learned per-head sink to the softmax denominator; config.json
 # has no field for it, the architecture implies it.
 _SINK_MODEL_TYPES = {"gpt_oss"}
-# model_type -> how many layers form one local/global period and which of them is global
-# (for configs written before transformers' ``layer_types``): Gemma-2 alternates, its even
-# layers local; Gemma-3 has ``sliding_window_pattern`` (5 local then 1 global).
-_ALTERNATE_MODEL_TYPES = {"gemma2"}
 
 
 class ModelError(ValueError):
@@ -114,8 +112,7 @@ def _layer_pattern(cfg: dict[str, Any], top: dict[str, Any], n_layers: int | Non
             raise ModelError(f"{where}: field sliding_window_pattern: must be a positive integer, got {pattern!r}")
         n = n_layers or pattern
         return [(i + 1) % pattern != 0 for i in range(n)]
-    model_type = cfg.get("model_type") or top.get("model_type")
-    if model_type in _ALTERNATE_MODEL_TYPES:
+    if alternates(model_type_of(cfg, top)):
         n = n_layers or 2
         return [i % 2 == 0 for i in range(n)]
     if "use_sliding_window" in cfg:
@@ -135,7 +132,8 @@ def parse_config(data: Any, model_id: str, source: str) -> ModelAttention:
         raise ModelError(f"{where}: a config.json is a JSON object")
     top = data
     cfg = data.get("text_config") if isinstance(data.get("text_config"), dict) else data
-    model_type = str(cfg.get("model_type") or top.get("model_type") or "")
+    model_type = model_type_of(cfg, top)
+    cfg, notes = with_defaults(cfg, model_type)
     if cfg.get("kv_lora_rank") is not None:
         return ModelAttention(model_id, source, "bfloat16", (), unsupported=(
             f"MLA (multi-head latent attention, kv_lora_rank {cfg['kv_lora_rank']}, qk_rope_head_dim "
@@ -151,7 +149,8 @@ def parse_config(data: Any, model_id: str, source: str) -> ModelAttention:
         head = hidden // heads
     if heads % kv:
         raise ModelError(f"{where}: field num_key_value_heads: {kv} does not divide num_attention_heads ({heads})")
-    dtype, notes = _dtype({**top, **cfg} if "torch_dtype" not in cfg else cfg, where)
+    dtype, dtype_notes = _dtype({**top, **cfg} if "torch_dtype" not in cfg else cfg, where)
+    notes += dtype_notes
     window = cfg.get("sliding_window")
     if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
         raise ModelError(f"{where}: field sliding_window: must be a positive integer or null, got {window!r}")
