@@ -379,3 +379,38 @@ def test_a_run_where_nothing_ran_says_what_runs_here(tiny, tmp_path, capsys):
     err = " ".join(capsys.readouterr().err.split())
     assert "nothing ran: all" in err and "skipped or unsupported on cpu" in err
     assert "did not include:" in err and "torch-math" in err and "--batch-spec" in err
+
+
+# ---------------------------------------------------------------- run speed (issue 40 B)
+
+def test_the_worker_started_before_torch_runs_the_cells(tiny, tmp_path, caplog):
+    import logging
+
+    from harness.records.results import read_rows
+
+    caplog.set_level(logging.INFO, logger="harness.execute.local")
+    out = tmp_path / "r"
+    argv = ["run", str(tiny), *FAST, "--out", str(out)]
+    argv.remove("--no-isolation")
+    assert main(argv) == 0
+    assert "started before the parent imported torch" in caplog.text
+    rows = read_rows(out)
+    assert rows[0].status == "pass" and rows[0].worker is not None and rows[0].worker.pid is not None
+
+
+def test_plain_progress_prints_a_line_per_group_and_every_ten_seconds_with_an_eta():
+    from rich.console import Console
+
+    from harness.cli.progress import PlainProgress, eta_s
+
+    now = [0.0]
+    con = Console(record=True, width=200)
+    p = PlainProgress(con, total=6, label="s", every_s=10.0, clock=lambda: now[0])
+    for t, group in ((1, "a"), (2, "a"), (13, "a"), (14, "b"), (15, "b"), (30, "b")):
+        now[0] = t
+        p.advance(group)
+    lines = con.export_text().splitlines()
+    assert lines == ["s: 3/6 cells, 0:13 elapsed, ETA 0:13",  # 10 s after the start
+                     "s: 4/6 cells, 0:14 elapsed, ETA 0:07 (group a done)",
+                     "s: 6/6 cells, 0:30 elapsed"]
+    assert eta_s(0, 5, 3.0) is None and eta_s(1, 5, 2.0) == 8.0

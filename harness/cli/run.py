@@ -16,11 +16,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                           TimeRemainingColumn)
 
 from harness import interrupts
 from harness.records import suite_copy
 from harness.cli import summary
+from harness.cli.progress import PlainProgress
 from harness.cli.common import (RESULTS_FILE, ResultWriter, UsageError, check_suite_backends, console, err_console,
                                 load_suite, read_rows, registry, torch, write_header)
 from harness.cli.run_flags import RunFlags, add_arguments
@@ -44,6 +46,27 @@ def run(args: argparse.Namespace) -> int:
     # inherits the setting, harmless there.
     os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
     flags = RunFlags.from_args(args)
+    # The workers start first: their torch import overlaps this process's (harness/execute/worker/boot.py).
+    prestarted = prestart_workers(flags)
+    try:
+        return _run(args, flags, t_start, prestarted)
+    finally:
+        from harness.execute.worker.boot import discard
+
+        discard(prestarted)  # those the run did not take (bad input, an empty plan)
+
+
+def prestart_workers(flags: RunFlags) -> list:
+    """One worker per ``--devices`` entry, started now, when the run will use local workers.
+    ``HARNESS_PRESTART=0`` turns it off (the workers then start once the parent has planned)."""
+    if flags.no_isolation or flags.ray is not None or os.environ.get("HARNESS_PRESTART", "1") == "0":
+        return []
+    from harness.execute.worker.boot import prestart
+
+    return prestart(len([d for d in (flags.devices or "").split(",") if d.strip()]) or 1)
+
+
+def _run(args: argparse.Namespace, flags: RunFlags, t_start: float, prestarted: list) -> int:
     suite_path = flags.suite
     if flags.resume and not Path(suite_path).is_file():  # typed relative to where the run started
         suite_path = suite_copy.find_suite(flags.resume, suite_path) or suite_path
@@ -82,12 +105,15 @@ def run(args: argparse.Namespace) -> int:
     from harness.execute.api import make_executor
 
     executor = make_executor(suite, opts, exec_opts, ray=flags.ray)
+    if prestarted and hasattr(executor, "adopt"):
+        executor.adopt(prestarted)
+        prestarted.clear()
     try:
         # Workers start now, importing torch, making their CUDA context and importing the
         # backends' libraries, while this process plans the cells (docs/measurement.md, "Where
-        # a run's wall time goes"). An empty plan ends them again. They still start only after
-        # this process has imported torch (3.1-3.4 s on the H200 machine; CUDA's start there:
-        # 0.2 s), which is most of the 7 s before the first case.
+        # a run's wall time goes"). An empty plan ends them again. Workers prestarted at the
+        # command's start (before this process imported torch: 3.1-3.4 s on the H200 machine)
+        # get their Setup here instead of starting now.
         executor.start(backends)
         if problem := empty_plan_reason(suite, backends, opts):
             raise UsageError(f"nothing to run: {problem}")
@@ -119,9 +145,12 @@ def run_cells(args: argparse.Namespace, flags: RunFlags, suite_path: str, suite:
     console().print(f"[bold]{escape(suite.suite)}[/]: {len(cells)} cells on {executor.placement()} -> {out_dir}")
     with ResultWriter(out_dir) as writer, Progress(
         TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
-        TimeElapsedColumn(), console=console(), transient=False, disable=flags.quiet,
+        TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console(), transient=False,
+        disable=flags.quiet,
     ) as progress:
         task = progress.add_task("starting", total=len(cells))
+        # No terminal (a pipe, a CI log): a line per case group and every 10 s, with the ETA.
+        plain = None if flags.quiet or console().is_terminal else PlainProgress(console(), len(cells), suite.suite)
 
         def on_start(cell: Any) -> None:
             progress.update(task, description=escape(f"{cell.case.name[:40]} {cell.backend.name}"))
@@ -132,6 +161,8 @@ def run_cells(args: argparse.Namespace, flags: RunFlags, suite_path: str, suite:
                 writer.write(row)
                 rows.append(row)
                 progress.advance(task)
+                if plain is not None:
+                    plain.advance(row.group)
                 interrupts.check()
         progress.update(task, description="done")
     t_rows = time.perf_counter()
