@@ -414,3 +414,15 @@ def test_plain_progress_prints_a_line_per_group_and_every_ten_seconds_with_an_et
                      "s: 4/6 cells, 0:14 elapsed, ETA 0:07 (group a done)",
                      "s: 6/6 cells, 0:30 elapsed"]
     assert eta_s(0, 5, 3.0) is None and eta_s(1, 5, 2.0) == 8.0
+
+
+def test_a_cold_gpu_run_says_how_long_its_first_calls_took():
+    from harness.records.results import read_rows
+    from harness.report.terminal.tables import first_call_note
+
+    rows = read_rows(Path(__file__).resolve().parent.parent / "reports/h200/2026-12-02/decode")  # a committed run
+    note = first_call_note(rows)
+    assert note.startswith("First calls took 28.5 s in all (flash-attn call_form=fastest,fa_version=4 21.9 s, sdpa 5.5 s")
+    assert "next run on this machine starts faster" in note
+    cpu = [r.model_copy(update={"device": "cpu"}) for r in rows]
+    assert first_call_note(cpu) is None  # CPU first calls compile nothing

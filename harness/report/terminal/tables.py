@@ -167,6 +167,9 @@ def print_summary(rows: list[ResultRow], out_dir: Path, console: Console, err_co
         rep = r.reproducer if len(r.reproducer) <= 4 * MAX_NAME_CHARS else \
             shorten(r.reproducer, 4 * MAX_NAME_CHARS) + " (whole: the row's reproducer in results.jsonl)"
         err_console.print(f"  reproduce: {escape(rep)}", soft_wrap=True)
+    note = first_call_note(rows)
+    if note:
+        console.print(escape(note), highlight=False, soft_wrap=True)
     console.print(f"Results: {out_dir / RESULTS_FILE}", soft_wrap=True)
     print_verdict(rows, ids, console)
 
@@ -228,6 +231,27 @@ def print_verdict(rows: list[ResultRow], ids: dict[tuple[str, str], str], consol
                   "is under 3% (harness recommend's rules)", highlight=False)
     for line in lines:
         console.print(escape(f"  {line}"), highlight=False)
+
+
+FIRST_CALLS_NOTE_S = 5.0  # first calls on a GPU this long in all: name them (a cold run's JIT compilation)
+
+
+def first_call_note(rows: list[ResultRow], min_s: float = FIRST_CALLS_NOTE_S) -> str | None:
+    """How long the GPU rows' first calls took (``host.first_call_ms``: for FlashAttention 4 and
+    FlashInfer mostly JIT compilation, which the libraries cache on disk), by backend variant,
+    when that is ``min_s`` or more: a cold run then says why it was slow and that the next is not."""
+    by: dict[str, float] = {}
+    for r in rows:
+        if r.host is not None and r.host.first_call_ms and r.device.startswith("cuda"):
+            key = f"{r.backend} {r.variant_label}".strip()
+            by[key] = by.get(key, 0.0) + r.host.first_call_ms / 1e3
+    total = sum(by.values())
+    if total < min_s:
+        return None
+    big = [(k, v) for k, v in sorted(by.items(), key=lambda kv: -kv[1]) if v >= 0.5]
+    parts = ", ".join(f"{k} {v:.1f} s" for k, v in big[:3]) + (f", {len(by) - 3} more" if len(by) > 3 else "")
+    return (f"First calls took {total:.1f} s in all ({parts}): mostly kernel compilation (JIT), which the "
+            "libraries cache on disk, so the next run on this machine starts faster.")
 
 
 def print_trace_costs(rows: list[ResultRow], console: Console) -> None:
