@@ -110,6 +110,7 @@ def run(suite: str | Path, *, out: str | Path | None = None, isolation: bool | N
     default workers when they can start (a script with a main guard, python -m), this
     process otherwise (a notebook, stdin)."""
     from harness import cli
+    from harness.cli.common import spec_error
 
     # quiet: no closing summary either (the CLI's --quiet, always passed here, drops the progress bar).
     quiet = bool(options.pop("quiet", False))
@@ -140,7 +141,7 @@ def run(suite: str | Path, *, out: str | Path | None = None, isolation: bool | N
     try:
         args.func(args)
     except Exception as e:
-        if isinstance(e, (cli.UsageError, cli._spec_error())):
+        if isinstance(e, (cli.UsageError, spec_error())):
             raise HarnessError(str(e)) from None
         raise
     finally:

@@ -143,7 +143,7 @@ class Metrics(Payload):
     ``harness.case.metrics.Work`` lands here without touching this model."""
 
     model_config = ConfigDict(strict=True, extra="allow")
-    __pydantic_extra__: dict[str, int | float | None] = Field(init=False)  # type: ignore[assignment]
+    __pydantic_extra__: dict[str, int | float | None] = Field(init=False)
 
     flops: float
     bytes: float
@@ -185,7 +185,7 @@ class Call(Payload):
     always). The keys the harness writes or reads itself are typed fields."""
 
     model_config = ConfigDict(strict=True, extra="allow")
-    __pydantic_extra__: dict[str, Any] = Field(init=False)  # type: ignore[assignment]
+    __pydantic_extra__: dict[str, Any] = Field(init=False)
 
     compare_with: str | None = None  # cascade backends: the plain backend to compare against
     # vLLM's cascade decision rule for the batch (harness/cell/cascade.py), on cascade backends' rows.
@@ -282,9 +282,11 @@ class ResultRow(BaseModel):
             if st == Status.MISMATCH:
                 c = self.check
                 later = c is not None and any(not r.passed for r in c.rechecks or [])
-                if c is None or (c.passed and not c.inputs_modified and not later):
+                # A broken invariant (--invariants) marks the row mismatch with a passing check.
+                broken = c is not None and any(i.status in (Status.MISMATCH, Status.ERROR) for i in c.invariants or [])
+                if c is None or (c.passed and not c.inputs_modified and not later and not broken):
                     raise ValueError(f"{where}: status mismatch needs a failed check (or a failed recheck, "
-                                     "or inputs the backend modified)")
+                                     "a broken invariant, or inputs the backend modified)")
             if st == Status.PASS and self.check is not None and not self.check.passed:
                 raise ValueError(f"{where}: status pass with a failed check")
             if st == Status.UNCHECKED and self.check is not None:
