@@ -349,7 +349,7 @@ def test_a_worker_still_starting_is_killed_at_shutdown_not_waited_for():
     proc = ctx.Process(target=_time.sleep, args=(60,), daemon=True)
     proc.start()
     ex = LocalExecutor.__new__(LocalExecutor)
-    ex.slots, ex.spares = [_Slot(index=0, device="cpu", opts=None, proc=proc, conn=parent, ready=False)], {}
+    ex.slots, ex.spares, ex.prestarted = [_Slot(index=0, device="cpu", opts=None, proc=proc, conn=parent, ready=False)], {}, []
     ex._shutdown()
     assert not proc.is_alive() and proc.exitcode == -9
     with pytest.raises(EOFError):  # the pipe was closed with no Shutdown message in it
@@ -420,9 +420,10 @@ def test_a_cold_gpu_run_says_how_long_its_first_calls_took():
     from harness.records.results import read_rows
     from harness.report.terminal.tables import first_call_note
 
-    rows = read_rows(Path(__file__).resolve().parent.parent / "reports/h200/2026-12-02/decode")  # a committed run
+    rows = read_rows(Path(__file__).resolve().parent / "data/h200/models")  # a copy of a committed H200 run
     note = first_call_note(rows)
-    assert note.startswith("First calls took 28.5 s in all (flash-attn call_form=fastest,fa_version=4 21.9 s, sdpa 5.5 s")
+    assert note.startswith("First calls took 23.7 s in all (flash-attn call_form=vllm,fa_version=4 12.4 s, "
+                           "flash-attn call_form=fastest,fa_version=4 11.3 s, 5 more)")
     assert "next run on this machine starts faster" in note
     cpu = [r.model_copy(update={"device": "cpu"}) for r in rows]
     assert first_call_note(cpu) is None  # CPU first calls compile nothing

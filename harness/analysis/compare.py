@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any, Literal, Sequence
 
 from harness.report import markdown as md
-from harness.records.results import (FAILED, NOT_RUN, RAN, TIMED_OK, ResultRow, Status, read_rows, read_run_header,
+from harness.records.results import (FAILED, NOT_RUN, RAN, TIMED_OK, ResultRow, read_rows, read_run_header,
                                      variant_label)
 
 Speed = Literal["faster", "slower", "same", "ambiguous", "noisy", "not timed"]
