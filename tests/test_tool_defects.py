@@ -427,3 +427,21 @@ def test_a_cold_gpu_run_says_how_long_its_first_calls_took():
     assert "next run on this machine starts faster" in note
     cpu = [r.model_copy(update={"device": "cpu"}) for r in rows]
     assert first_call_note(cpu) is None  # CPU first calls compile nothing
+
+
+def test_a_long_steady_call_stops_on_the_noise_target_before_min_samples():
+    """sdpa's padded calls (issue 40: 57% of the H200 decode run's cell time) met the 1% target
+    3-50x over at min_samples=10: a call of 20 ms or more may stop once the median's CI has its
+    confidence (6 samples at 95%). Synthetic samples in seconds, as the timing loop takes them."""
+    from harness.timing import TimingOptions
+    from harness.timing.stopping import STOP_NOISE, stop_reason
+
+    opts = TimingOptions(min_samples=10, target_rel_noise=0.01, max_time_s=2.0)
+    steady = [0.1370, 0.1371, 0.1372, 0.1373, 0.1374, 0.1375]  # a 137 ms call, +-0.2%
+    assert stop_reason(steady[:5], 0.7, opts) is None  # 5 samples: no 95% CI of the median yet
+    assert stop_reason(steady, 0.8, opts) == STOP_NOISE
+    short = [x / 100 for x in steady]  # the same spread on a 1.37 ms call: min_samples still holds
+    assert stop_reason(short, 0.01, opts) is None
+    noisy = [0.130, 0.134, 0.137, 0.140, 0.145, 0.150]  # long but 7% wide: the target still decides
+    assert stop_reason(noisy, 0.8, opts) is None
+    assert stop_reason(steady, 0.8, opts.model_copy(update={"long_call_ms": None})) is None
