@@ -79,14 +79,15 @@ def prestart(count: int) -> list[Prestarted]:
 
 
 def discard(workers: list[Prestarted]) -> None:
-    """Workers the run did not use (bad input, an in-process run): closing the pipe ends them."""
+    """Workers the run did not use (bad input, an empty plan): killed at once. They hold nothing
+    yet, and one still importing torch would read its closed pipe only after the import, so an
+    error line would wait for it."""
     for w in workers:
         try:
             w.conn.close()
         except OSError:
             pass
-        w.proc.join(timeout=1)
         if w.proc.is_alive():
             w.proc.kill()
-            w.proc.join(timeout=5)
+        w.proc.join(timeout=5)
     workers.clear()
