@@ -12,6 +12,7 @@ class Status(str, enum.Enum):
     """Outcome of one case x backend x variant cell. The value is what results.jsonl stores."""
 
     PASS = "pass"            # checked against the reference and within tolerance
+    UNCHECKED = "unchecked"  # ran (and was timed) without the reference check: --no-check
     MISMATCH = "mismatch"    # ran, numbers wrong
     ERROR = "error"          # the backend raised, or its worker died
     UNSUPPORTED = "unsupported"  # outside what the backend declares; reason names the limit
@@ -22,7 +23,10 @@ class Status(str, enum.Enum):
         return self.value
 
 
-RAN: frozenset[Status] = frozenset({Status.PASS, Status.MISMATCH})
+RAN: frozenset[Status] = frozenset({Status.PASS, Status.UNCHECKED, Status.MISMATCH})
+# Rows whose timing stands for a working kernel: a checked pass, or a run that skipped the check
+# (a reader that ranks kernels by correctness too asks for PASS alone).
+TIMED_OK: frozenset[Status] = frozenset({Status.PASS, Status.UNCHECKED})
 FAILED: frozenset[Status] = frozenset({Status.MISMATCH, Status.ERROR, Status.TIMEOUT})
 NOT_RUN: frozenset[Status] = frozenset({Status.UNSUPPORTED, Status.SKIPPED})
 

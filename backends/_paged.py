@@ -207,13 +207,15 @@ def scatter_rows(out: torch.Tensor, o: torch.Tensor, pc: PaddedChunk, md: HostLo
 
 
 # ---------------------------------------------------------------- standalone reproducer source
-# The torch backends' library calls for `harness repro` (names: AttentionBackend.standalone_call),
-# kept as plain Python in backends/templates/:
-# torch_math_call: read each request's K/V through the block table, dequantize, softmax(QK^T)V in fp32;
-# sdpa_call: torch SDPA, one call per request with an additive mask (fp32 on the CPU, model dtype on a GPU).
+# The torch backends' library calls for `harness repro` / `harness crosscheck` (names:
+# AttentionBackend.standalone_call), kept as plain Python in backends/templates/, each the call
+# its adapter makes (crosscheck times them against the adapter: tests/test_crosscheck.py):
+# padded_chunks: plan_chunks / padded_chunk below, inline; torch_math_call: padded fp32
+# softmax(QK^T)V per chunk; sdpa_call: one batched SDPA call per chunk with the builder's mask.
 def _call_template(name: str) -> str:
     return (files("backends") / "templates" / name).read_text(encoding="utf-8")
 
 
-TORCH_MATH_CALL = _call_template("torch_math_call.py.tmpl")
-SDPA_CALL = _call_template("sdpa_call.py.tmpl")
+_PADDED = _call_template("padded_chunks.py.tmpl")
+TORCH_MATH_CALL = _PADDED + _call_template("torch_math_call.py.tmpl")
+SDPA_CALL = _PADDED + _call_template("sdpa_call.py.tmpl")

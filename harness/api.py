@@ -14,6 +14,7 @@ with the message the command line prints.
 from __future__ import annotations
 
 import ast
+import io
 import logging
 import sys
 import tempfile
@@ -111,6 +112,8 @@ def run(suite: str | Path, *, out: str | Path | None = None, isolation: bool | N
     from harness import cli
     from harness.cli.common import spec_error
 
+    # quiet: no closing summary either (the CLI's --quiet, always passed here, drops the progress bar).
+    quiet = bool(options.pop("quiet", False))
     if isolation is None:
         isolation = _main_importable()
         if not isolation:
@@ -130,12 +133,19 @@ def run(suite: str | Path, *, out: str | Path | None = None, isolation: bool | N
         raise HarnessError(f"bad option in harness run {' '.join(argv[1:])} (see the message above)") from None
     args.argv = argv
     cli.configure_logging(args)
+    shown = cli.console
+    if quiet:  # the summary prints through harness.cli.console; failures still go to stderr
+        from rich.console import Console
+
+        cli.console = Console(file=io.StringIO())
     try:
         args.func(args)
     except Exception as e:
         if isinstance(e, (cli.UsageError, spec_error())):
             raise HarnessError(str(e)) from None
         raise
+    finally:
+        cli.console = shown
     df = load(out_dir)
     df.attrs["results"] = str(out_dir)
     return df

@@ -68,10 +68,12 @@ def test_statuses_carry_the_payloads_they_should():
             "visible_pairs": 1, "kv_tokens_read": 1, "intensity": 1.0, "tflops": None, "tbps": None, "roofline": {}}})
     # A pass without a check is a --no-check run: accepted when reading, refused in a checked run.
     unchecked = {**base, "status": "pass", "host": host().model_dump()}
-    ResultRow.model_validate(unchecked)
+    ResultRow.model_validate(unchecked)  # rows written before 'unchecked' existed (runs now write that)
     with pytest.raises(ValidationError, match="without a check in a checked run"):
         ResultRow.model_validate(unchecked, context={"checked": True})
-    assert RAN == {Status.PASS, Status.MISMATCH} and Status.TIMEOUT in FAILED
+    with pytest.raises(ValidationError, match="unchecked with a check"):
+        ResultRow(**base, status=Status.UNCHECKED, reason="x", check=check(), host=host())
+    assert RAN == {Status.PASS, Status.UNCHECKED, Status.MISMATCH} and Status.TIMEOUT in FAILED
 
 
 def test_strict_types_do_not_coerce():

@@ -89,7 +89,9 @@ def test_median_ci_is_order_independent():
 
 # ---------------------------------------------------------------- stopping rule
 def _opts(**kw) -> TimingOptions:
-    base = dict(min_samples=10, max_samples=200, target_rel_noise=0.01, max_time_s=2.0)
+    # Samples here are unitless (100.0 as "100 us"); the loop feeds seconds, which the long-call
+    # rule reads (tests/test_tool_defects.py): off here, so 100.0 is not a 100 s call.
+    base = dict(min_samples=10, max_samples=200, target_rel_noise=0.01, max_time_s=2.0, long_call_ms=None)
     base.update(kw)
     return TimingOptions(**base)
 

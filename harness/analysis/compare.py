@@ -51,7 +51,8 @@ from typing import Any, Literal, Sequence
 from harness.analysis.compare_clock import clock_explains, clock_note, refuse_mixed_runs
 from harness.records.clocks import regime_of
 from harness.report import markdown as md
-from harness.records.results import FAILED, NOT_RUN, RAN, ResultRow, Status, read_rows, read_run_header, variant_label
+from harness.records.results import (FAILED, NOT_RUN, RAN, TIMED_OK, ResultRow, read_rows, read_run_header,
+                                     variant_label)
 
 Speed = Literal["faster", "slower", "same", "ambiguous", "noisy", "not timed", "clock-shifted", "other regime"]
 ATTEMPTED = RAN | FAILED  # the cell was tried: it ran, or it failed trying
@@ -348,12 +349,12 @@ def compare_rows(
             pat = _matches(key, allow_skip)
             d.allowed, d.problem = (f"{why} (allowed by --allow-skip {pat})", "") if pat else ("", why)
             continue
-        if b.status == Status.PASS and n.status in FAILED:
-            d.problem = f"correctness: pass -> {n.status}" + (f" ({n.reason})" if n.reason else "")
+        if b.status in TIMED_OK and n.status in FAILED:  # unchecked (--no-check) -> a failure counts too
+            d.problem = f"correctness: {b.status} -> {n.status}" + (f" ({n.reason})" if n.reason else "")
             continue
         if b.status != n.status:
             d.info = f"status {b.status} -> {n.status}" + (f" ({n.reason})" if n.reason else "")
-        if b.status == Status.PASS and n.status == Status.PASS and not correctness_only:
+        if b.status in TIMED_OK and n.status in TIMED_OK and not correctness_only:
             rb, rn = regime_of(b), regime_of(n)
             if rb and rn and rb != rn:  # two GPU states: not a regression, not compared
                 d.speed = "other regime"
@@ -398,6 +399,10 @@ def compare_rows(
     devs = {(r.device or "?") for r in base_rows} | {(r.device or "?") for r in new_rows}
     if len(devs) > 1:
         warnings.append(f"rows ran on different devices ({', '.join(sorted(devs))}): timings are not comparable")
+    cb, cn = ({r.timing.method for r in rows if r.timing is not None} for rows in (base_rows, new_rows))
+    if cb and cn and cb != cn:  # CPU wall clock vs process time: two different quantities
+        warnings.append(f"the runs were timed on different clocks (baseline: {', '.join(sorted(cb))}; new: "
+                        f"{', '.join(sorted(cn))}): their timings measure different things (harness run --cpu-clock)")
     return comp
 
 
@@ -417,7 +422,7 @@ def _check_suites(comp: Comparison, base_rows: list[ResultRow], new_rows: list[R
 def _judged(comp: Comparison, d: RowDiff, r: ResultRow | None) -> tuple[Speed, float | None]:
     """One re-measurement of ``d``'s row against its baseline: the speed verdict with the clock
     rule applied (a slowdown its SM clock explains is clock-shifted, not slower)."""
-    if r is None or r.status != Status.PASS or d.base is None:
+    if r is None or r.status not in TIMED_OK or d.base is None:
         return "not timed", None
     model = comp.noise.get(d.noise_class)
     speed, ratio = classify_speed(d.base, r, comp.threshold, model)
@@ -559,5 +564,5 @@ def parse_threshold(text: str) -> float:
     if not s.endswith("%") and v >= 1:
         v /= 100  # "5" means 5%, not 500%
     if not 0 <= v < 10:
-        raise ValueError(f"--threshold {text!r}: out of range")
+        raise ValueError(f"--threshold {text!r}: out of range (0% up to 1000%)")
     return v

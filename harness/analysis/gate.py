@@ -156,6 +156,9 @@ def gate(args: argparse.Namespace) -> int:
     if not args.results and not args.suite.is_file():
         print(f"gate: error: no such suite file {args.suite}", file=sys.stderr)
         return 2
+    if not args.update_baseline and not args.baseline.exists():  # before a run of minutes, not after it
+        print(f"gate: error: no baseline at {args.baseline} (create one with --update-baseline)", file=sys.stderr)
+        return 2
     tmp = None
     try:
         if args.results:

@@ -25,7 +25,7 @@ from harness.cell.cascade import decide as decide_cascade
 from harness.case.layout import CaseLayout, case_layout
 from harness.plan.cells import Cell, RunOptions, reproducer
 from harness.case.reference import reference_attention
-from harness.records.results import (BatchSummary, Call, Check, Host, Metrics, ResultRow, RowConfig,
+from harness.records.results import (UNCHECKED_REASON, BatchSummary, Call, Check, Host, Metrics, ResultRow, RowConfig,
                              RowLayout, Status, Timing, VariantAxes, variant_label)
 from harness.spec import CaseSpec, Suite
 from harness.timing import GraphDecision, graph_decision
@@ -121,7 +121,10 @@ class RowDraft:
         self.check.inputs_modified = touched
 
     def finish(self, checked: bool) -> ResultRow:
-        """The typed row; with checking on (``checked``), a row that ran must carry its check."""
+        """The typed row; with checking on (``checked``), a row that ran must carry its check.
+        Without it (--no-check) a row that ran is ``unchecked``, never a pass no check made."""
+        if not checked and self.status == Status.PASS and self.check is None:
+            self.mark(Status.UNCHECKED, UNCHECKED_REASON)
         return ResultRow.model_validate({f.name: getattr(self, f.name) for f in fields(self)},
                                         context={"checked": checked})
 

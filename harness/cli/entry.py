@@ -4,6 +4,7 @@ into the command that resumes the run (exit 130 / 143)."""
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
 import signal
 import sys
@@ -16,6 +17,7 @@ from harness.records import suite_copy
 from harness.cli.common import EXIT_USAGE, RESULTS_FILE, UsageError, err_console, read_rows, spec_error
 from harness.cli.parser import build_parser
 from harness.cli.flags import configure_logging
+from harness.records.fileio import OutputPathError
 from harness.interrupts import Terminated
 
 __all__ = ["Terminated", "main", "resume_command"]  # Terminated: programs catch it from here
@@ -40,16 +42,38 @@ def resume_command(argv: list[str], out_dir: Path) -> str:
 
 def _interrupted(args: argparse.Namespace | None, argv: list[str], terminated: bool = False) -> int:
     out_dir = getattr(args, "started_out_dir", None)
+    resumed = getattr(args, "resume", None)
+    if out_dir is None and resumed and (Path(resumed) / RESULTS_FILE).is_file():
+        out_dir = Path(resumed)  # stopped before the resume started: the folder's rows are still there
     what = "terminated (SIGTERM)" if terminated else "interrupted"
     if out_dir is None:
         # At most the suite's copy is in the results folder: no run.json, nothing to resume.
         err_console().print(f"{what} before the run started: nothing to resume", highlight=False)
     else:
-        n = len(read_rows(out_dir)) if (out_dir / RESULTS_FILE).exists() else 0
+        try:
+            n = len(read_rows(out_dir)) if (out_dir / RESULTS_FILE).exists() else 0
+        except ValueError:  # a corrupt file: the resume says what is wrong with it
+            n = 0
         err_console().print(f"{what}: {n} finished row(s) are saved in {escape(str(out_dir))}; continue with:",
                             highlight=False)
         err_console().print(f"  {escape(resume_command(argv, out_dir))}", highlight=False, soft_wrap=True)
     return 128 + signal.SIGTERM if terminated else 130
+
+
+_NEGATIVE = re.compile(r"-\d+(\.\d*)?%?|-\.\d+%?")
+
+
+def join_negative_values(argv: list[str]) -> list[str]:
+    """``--threshold -5%`` as ``--threshold=-5%``: argparse takes a value that starts with '-'
+    (and is not a plain number) for an option and fails before the flag's own check can say
+    what is wrong with it. No positional of any command is a negative number."""
+    out: list[str] = []
+    for a in argv:
+        if out and _NEGATIVE.fullmatch(a) and out[-1].startswith("--") and "=" not in out[-1] and out[-1] != "--":
+            out[-1] = f"{out[-1]}={a}"
+        else:
+            out.append(a)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,12 +89,12 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:  # not the main thread: leave signals alone
         pass
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser().parse_args(join_negative_values(argv))
         args.argv = argv
         configure_logging(args)
         return args.func(args)
-    except Exception as e:  # a SpecError or UsageError; the suite models load only if something was raised
-        if not isinstance(e, (spec_error(), UsageError)):
+    except Exception as e:  # a SpecError, UsageError or unwritable output path; the suite models load only if something was raised
+        if not isinstance(e, (spec_error(), UsageError, OutputPathError)):
             raise
         err_console().print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
         return EXIT_USAGE

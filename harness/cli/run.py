@@ -16,11 +16,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                           TimeRemainingColumn)
 
 from harness import interrupts
 from harness.records import suite_copy
 from harness.cli import summary
+from harness.cli.progress import PlainProgress
 from harness.cli.common import (RESULTS_FILE, ResultWriter, UsageError, check_suite_backends, console, err_console,
                                 load_suite, read_rows, registry, torch, write_header)
 from harness.cli.run_flags import RunFlags, add_arguments
@@ -44,9 +46,31 @@ def run(args: argparse.Namespace) -> int:
     # there.
     os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
     flags = RunFlags.from_args(args)
+    # The workers start first: their torch import overlaps this process's (harness/execute/worker/boot.py).
+    prestarted = prestart_workers(flags)
+    try:
+        return _run(args, flags, t_start, prestarted)
+    finally:
+        from harness.execute.worker.boot import discard
+
+        discard(prestarted)  # those the run did not take (bad input, an empty plan)
+
+
+def prestart_workers(flags: RunFlags) -> list:
+    """One worker per ``--devices`` entry, started now, when the run will use local workers.
+    ``HARNESS_PRESTART=0`` turns it off (the workers then start once the parent has planned)."""
+    if flags.no_isolation or flags.ray is not None or os.environ.get("HARNESS_PRESTART", "1") == "0":
+        return []
+    from harness.execute.worker.boot import prestart
+
+    return prestart(len([d for d in (flags.devices or "").split(",") if d.strip()]) or 1)
+
+
+def _run(args: argparse.Namespace, flags: RunFlags, t_start: float, prestarted: list) -> int:
     suite_path = flags.suite
     if flags.resume and not Path(suite_path).is_file():  # typed relative to where the run started
         suite_path = suite_copy.find_suite(flags.resume, suite_path) or suite_path
+    check_override_flags(flags)  # a bad --model / --batch-spec is the command line's, not the suite file's
     suite = load_suite(suite_path, flags.suite_override())
     for note in suite.notes:  # a vLLM study file: what it could not map, and why
         err_console().print(f"ignored: {escape(note)}", highlight=False, soft_wrap=True)
@@ -81,12 +105,15 @@ def run(args: argparse.Namespace) -> int:
     from harness.execute.api import make_executor
 
     executor = make_executor(suite, opts, exec_opts, ray=flags.ray)
+    if prestarted and hasattr(executor, "adopt"):
+        executor.adopt(prestarted)
+        prestarted.clear()
     try:
         # Workers start now, importing torch, making their CUDA context and importing the
         # backends' libraries, while this process plans the cells (docs/measurement.md, "Where
-        # a run's wall time goes"). An empty plan ends them again. They still start only after
-        # this process has imported torch (3.1-3.4 s on the H200 machine; CUDA's start there:
-        # 0.2 s), which is most of the 7 s before the first case.
+        # a run's wall time goes"). An empty plan ends them again. Workers prestarted at the
+        # command's start (before this process imported torch: 3.1-3.4 s on the H200 machine)
+        # get their Setup here instead of starting now.
         executor.start(backends)
         if problem := empty_plan_reason(suite, backends, opts):
             raise UsageError(f"nothing to run: {problem}")
@@ -120,9 +147,12 @@ def run_cells(args: argparse.Namespace, flags: RunFlags, suite_path: str, suite:
     console().print(f"[bold]{escape(suite.suite)}[/]: {len(cells)} cells on {executor.placement()} -> {out_dir}")
     with ResultWriter(out_dir) as writer, Progress(
         TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
-        TimeElapsedColumn(), console=console(), transient=False, disable=flags.quiet,
+        TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console(), transient=False,
+        disable=flags.quiet,
     ) as progress:
         task = progress.add_task("starting", total=len(cells))
+        # No terminal (a pipe, a CI log): a line per case group and every 10 s, with the ETA.
+        plain = None if flags.quiet or console().is_terminal else PlainProgress(console(), len(cells), suite.suite)
 
         def on_start(cell: Any) -> None:
             progress.update(task, description=escape(f"{cell.case.name[:40]} {cell.backend.name}"))
@@ -133,6 +163,8 @@ def run_cells(args: argparse.Namespace, flags: RunFlags, suite_path: str, suite:
                 writer.write(row)
                 rows.append(row)
                 progress.advance(task)
+                if plain is not None:
+                    plain.advance(row.group)
                 interrupts.check()
         progress.update(task, description="done")
     t_rows = time.perf_counter()
@@ -178,7 +210,9 @@ def prepare_out_dir(flags: RunFlags, suite_path: str, argv: list[str], suite: An
         return out_dir, todo, header
     out_dir = Path(flags.out) if flags.out else default_out_dir(suite)
     check_out_path(out_dir)
-    if (out_dir / RESULTS_FILE).exists():
+    # An empty results.jsonl (a start that failed or was stopped before its first row) holds
+    # nothing to lose: the same --out may start again.
+    if (out_dir / RESULTS_FILE).exists() and (out_dir / RESULTS_FILE).stat().st_size > 0:
         raise UsageError(f"--out {out_dir}: already holds {RESULTS_FILE}; choose another folder (or --resume it)")
     from harness.plan.cells import backend_versions
 
@@ -189,11 +223,35 @@ def prepare_out_dir(flags: RunFlags, suite_path: str, argv: list[str], suite: An
                                                  "devices": devices, **(extra or {})})
     # The suite's copy first: once run.json exists (an interrupt then prints the resume
     # command, which names the copy), the copy does too. repro and --resume read it.
-    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # /proc/x, a read-only disk: one line, nothing written
+        raise UsageError(f"--out {out_dir}: cannot make the folder ({e.strerror or e})") from None
     suite_copy.save(out_dir, suite_path)
     write_header(out_dir, header)
     started(out_dir)
     return out_dir, cells, header
+
+
+def check_override_flags(flags: RunFlags) -> None:
+    """Each ``--model`` (with ``--tp``) resolves and each ``--batch-spec`` parses, else one line
+    naming the flag: the suite loader would name the suite file and its first case."""
+    from harness.spec.batch_spec import BatchSpecError, parse_batch_spec
+
+    if flags.model:
+        from harness.spec.models.cases import model_cases
+        from harness.spec.models.config import ModelError
+
+        given = f"--model {','.join(flags.models())}" + (f" --tp {flags.tp}" if flags.tp else "")
+        try:
+            model_cases({"model": flags.models(), "tp": flags.tp or 1})  # paths: from the working directory
+        except ModelError as e:
+            raise UsageError(f"{given}: {e}") from None
+    for spec in flags.batch_specs():
+        try:
+            parse_batch_spec(spec)
+        except BatchSpecError as e:
+            raise UsageError(f"--batch-spec {spec}: {e}") from None
 
 
 def check_out_path(out_dir: Path) -> None:
@@ -239,15 +297,19 @@ def apply_shard(shard: str | None, suite: Any, cells: list, opts: Any) -> tuple[
 
 
 def check_variant_flags(filters: dict[str, dict[str, list[str]]], backends: list) -> None:
-    """--variant names a backend of this run (or a registered one) and axis values it has."""
+    """--variant names a backend of this run and axis values it has: a filter on a backend the
+    run does not include would be ignored, and the user would think it applied."""
     from harness.spec.registry_check import variant_filter_problem
 
     in_run = {b.name: b for b in backends}
     for name, f in filters.items():
-        try:
-            cls = in_run[name] if name in in_run else registry.resolve(name)
-        except registry.BackendLookupError as e:
-            raise UsageError(f"--variant {name}: {e}") from None
-        problem = variant_filter_problem(cls, f)
+        if name not in in_run:
+            try:
+                registry.resolve(name)  # a misspelt name gets the registry's closest match
+            except registry.BackendLookupError as e:
+                raise UsageError(f"--variant {name}: {e}") from None
+            raise UsageError(f"--variant {name}: {name} is not in this run (its backends: {', '.join(in_run)}); "
+                             "add it to --backends or drop the --variant")
+        problem = variant_filter_problem(in_run[name], f)
         if problem:
             raise UsageError(f"--variant {name}: {problem}")

@@ -73,14 +73,18 @@ class RunFlags(BaseModel):
         "--backends", "comma-separated backend names or module:Class specs (default: the suite's, else all)",
         bench=True)] = None
     out: Annotated[str | None, Flag("--out", "results folder (default: results/SUITE-TIMESTAMP)")] = None
-    seed: Annotated[int | None, Flag("--seed", "override every case's seed")] = None
-    model: Annotated[str | None, Flag(
+    # The suite field's range (harness.spec.limits.MAX_SEED, not imported: this module stays light;
+    # a test keeps them equal): checked before the results folder is made.
+    seed: Annotated[int | None, Field(ge=0, le=2**63 - 1), Flag(
+        "--seed", "override every case's seed", problem="an integer from 0 to 2**63-1")] = None
+    model: Annotated[list[str] | None, Flag(
         "--model", "every case takes this model's attention shape: a built-in ID or a config.json path "
-                   "(comma-separated: several)")] = None
+                   "(comma-separated or repeated: several)", action="append")] = None
     tp: Annotated[str | None, Flag(
         "--tp", "with --model: tensor-parallel degree(s), e.g. 1,2 (heads sliced as vLLM does)")] = None
-    batch_spec: Annotated[str | None, Flag(
-        "--batch-spec", "every case's batch in vLLM's grammar, e.g. 2q1k_32q1s1k (comma-separated: one case each)")] = None
+    batch_spec: Annotated[list[str] | None, Flag(
+        "--batch-spec", "every case's batch in vLLM's grammar, e.g. 2q1k_32q1s1k (comma-separated or repeated: "
+                        "one case each)", action="append")] = None
     case: Annotated[list[str] | None, Flag(
         "--case", "only cases with this exact name, else this glob (repeatable)", action="append", bench=True)] = None
     variant: Annotated[list[str] | None, Flag(
@@ -191,6 +195,12 @@ class RunFlags(BaseModel):
 
     @model_validator(mode="after")
     def _flags_that_go_together(self) -> "RunFlags":
+        for name in ("model", "batch_spec"):  # "a,,b" or "--model ''": a typo, not a wish to run fewer
+            given = getattr(self, name) or []
+            if any(not item.strip() for v in given for item in v.split(",")):
+                shown = ",".join(given) if len(given) == 1 else " ".join(given)
+                raise ValueError(f"--{name.replace('_', '-')} {shown!r}: an empty item; separate names by single "
+                                 "commas")
         if self.tp and not self.model:
             raise ValueError("--tp slices a model's heads: give --model too")
         for item in self.variant or []:
@@ -234,10 +244,18 @@ class RunFlags(BaseModel):
         """``--model`` / ``--tp`` / ``--batch-spec``: fields set in every case of the suite."""
         out: dict[str, Any] = {}
         if self.model:
-            out["model"], out["tp"] = self.model, self.tp
+            out["model"], out["tp"] = ",".join(self.models()), self.tp
         if self.batch_spec:
-            out["batch"] = [s for s in self.batch_spec.split(",") if s.strip()]
+            out["batch"] = self.batch_specs()
         return out or None
+
+    def models(self) -> list[str]:
+        """Every ``--model`` item: a repeated flag adds to the list, as a comma does."""
+        return [m.strip() for v in self.model or [] for m in v.split(",")]
+
+    def batch_specs(self) -> list[str]:
+        """Every ``--batch-spec`` item (repeated or comma-separated: one case each)."""
+        return [b.strip() for v in self.batch_spec or [] for b in v.split(",")]
 
     def timing_options(self, device: "torch.device", suite_regime: str | None = None, **extra: Any) -> "TimingOptions":
         """The device's timing defaults with the timing flags applied (``extra``: e.g. keep_raw).

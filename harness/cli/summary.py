@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from attn_contract.status import FAILED  # no torch, no pydantic
+from attn_contract.status import FAILED, NOT_RUN  # no torch, no pydantic
 from harness.cli.common import console, err_console, terminal, write_header
 
 if TYPE_CHECKING:
@@ -84,11 +84,37 @@ def record_wall_time(out_dir: Path, header: dict, rows: list[ResultRow], run_s: 
     write_header(out_dir, header)
 
 
+def nothing_ran_hint(rows: list[ResultRow]) -> str:
+    """What to run instead when no cell ran (every one skipped or unsupported): the backends
+    available here that the run did not include (from the registry, as `harness list`)."""
+    from harness import registry
+
+    used = {r.backend for r in rows}
+    here = []
+    for name in sorted(registry.known_backends()):
+        if name in used:
+            continue
+        try:
+            cls = registry.resolve(name)
+            if any(cls.availability(v).available for v in cls.variants()):
+                here.append(name)
+        except Exception:  # a plugin that does not import: `harness list` says why
+            continue
+    dev = rows[0].device
+    more = (f" Backends available here that this run did not include: {', '.join(here)}; add them with "
+            f"--backends {','.join(here[:2])} (`harness list` shows every backend and why).") if here else ""
+    cpu = (" On a CPU, cells above --cpu-max-gflop / --cpu-max-kv-mib are skipped too: a smaller --batch-spec "
+           "(e.g. 4q1s256) fits.") if dev.startswith("cpu") else ""
+    return f"nothing ran: all {len(rows)} cell(s) were skipped or unsupported on {dev} (reasons above).{more}{cpu}"
+
+
 def finish(rows: list[ResultRow], this_run: list[ResultRow], out_dir: Path, header: dict, t_start: float,
            process_t0: float, report: bool, strict: bool) -> int:
     """Record the wall time, print the summary (and write report.html); the exit code."""
     record_wall_time(out_dir, header, this_run, time.perf_counter() - t_start, process_t0)
     print_summary(rows, out_dir)
+    if rows and all(r.status in NOT_RUN for r in rows):
+        err_console().print(nothing_ran_hint(rows), highlight=False, soft_wrap=True)
     if report:
         from harness.report import write_report
 

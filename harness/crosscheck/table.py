@@ -53,7 +53,8 @@ def to_markdown(res: dict[str, Any], source: str) -> str:
                      f"{r['harness_us']:.4g}", ex["adapter here us"], ex["harness here us"], ex["kernel us (profiler)"],
                      *[f"{r['outside'][t]['median_us']:.4g}" if t in r["outside"] else "-" for t in timers],
                      f"{r['ref_us']:.4g}", f"{r['ratio']:.3f}", ex["SM MHz"],
-                     "**FLAGGED**: " + r["reason"] if r["flagged"] else "ok"]
+                     "**FLAGGED**: " + r["reason"] if r["flagged"] else
+                     "noisy, not flagged (CPU wall clock): " + r["reason"] if r.get("noisy") else "ok"]
             out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
         out.append("")
     if res["not_retimed"]:

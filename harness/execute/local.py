@@ -47,11 +47,11 @@ from harness.plan.cells import Cell, RunOptions, cell_timed, group_by_case
 from harness.cell.case import iterate_case
 from harness.cell.accounting import row_busy_s
 from harness.cell.prepare import status_row
-from harness.execute.worker.spawn_main import main_not_reimported
+from harness.execute.worker.boot import Prestarted, discard, start_process
 from harness.spec import Suite
 from harness.plan.resume import cell_key
 from harness.execute.worker.messages import (CaseDone, CaseFailed, CasePartDeferred, CellStarted, LibrariesReady, PreparingCase,
-                                     RestartMe, RowDone, RunCase, Shutdown, WorkerReady)
+                                     RestartMe, RowDone, RunCase, Setup, Shutdown, WorkerReady)
 from harness.execute.worker.process import worker_main
 
 log = logging.getLogger(__name__)  # -v / -vv (harness/cli/flags.py): workers and rows
@@ -185,6 +185,7 @@ class LocalExecutor:
         self.t_all_ready: float | None = None
         self.t_done: float | None = None
         self.backend_versions: dict[str, dict[str, Any]] = {}  # from the first ready worker
+        self.prestarted: list[Prestarted] = []  # adopt(): workers started before torch was imported
 
     @property
     def reports_versions(self) -> bool:
@@ -226,7 +227,23 @@ class LocalExecutor:
                       for i, d in enumerate(self.exec_opts.devices)]
         self.t_spawned = time.monotonic()
         for slot in self.slots:
-            self._spawn(slot, warm=True)
+            pre = self.prestarted.pop(0) if self.prestarted else None
+            if pre is not None and pre.proc.is_alive():
+                try:
+                    pre.conn.send(Setup(*self._worker_args(slot.device, warm=True)))
+                except OSError:
+                    pre = None
+            else:
+                pre = None
+            if pre is None:
+                self._spawn(slot, warm=True)
+                continue
+            slot.proc, slot.conn, slot.pid, slot.ready = pre.proc, pre.conn, pre.proc.pid, False
+            slot.libraries_pending = bool(self.warm)
+            slot.started_at = slot.spawned_at = pre.started_at
+            self.t_spawned = min(self.t_spawned, pre.started_at)
+            log.info("worker pid %s on %s started before the parent imported torch", slot.pid, slot.device)
+        discard(self.prestarted)  # more than the devices (none today): not needed
 
     def _timed(self, cell: Cell) -> bool:
         """Whether ``cell`` will be timed (the cost estimate leaves untimed references' timing out)."""
@@ -245,33 +262,24 @@ class LocalExecutor:
                         "busy_s": round(s.busy_s, 3), "idle_s": round(max(0.0, span - s.busy_s), 3)})
         return out
 
-    def _start_process(self, device: str, warm: bool = False) -> tuple[Any, Any]:
+    def _worker_args(self, device: str, warm: bool) -> tuple:
+        """``worker_main``'s arguments after its pipe (the same as a prestarted worker's Setup)."""
         n_cpu = sum(d == "cpu" for d in self.exec_opts.devices)
         threads = max(1, (os.cpu_count() or 1) // n_cpu) if device == "cpu" and n_cpu > 1 else None
-        parent_conn, child_conn = self.mp_context.Pipe(duplex=True)
-        proc = self.mp_context.Process(
-            target=worker_main, name=f"harness-worker-{device}", daemon=True,
-            args=(child_conn, device, self.suite, self.opts, self.exec_opts.memory_budget_mib, max(1, n_cpu), threads,
-                  self.warm if warm else ()),
-        )
-        # SIGINT is blocked (not ignored) while the worker starts: the mask survives exec, so a
-        # Ctrl-C while the worker still imports torch stays pending there until worker_main
-        # ignores it (no traceback from the worker), and one that reaches the parent meanwhile
-        # is delivered as soon as start() returns (an ignored one would be lost: seen in CI).
-        # The spawn context starts multiprocessing's resource tracker on the first start(); that
-        # start blocks and then UNBLOCKS SIGINT itself, which would undo our block for the worker
-        # started right after it (a Ctrl-C then killed the worker inside `site`). Start it first.
-        from multiprocessing import resource_tracker
+        return (device, self.suite, self.opts, self.exec_opts.memory_budget_mib, max(1, n_cpu), threads,
+                self.warm if warm else ())
 
-        resource_tracker.ensure_running()
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-        try:
-            with main_not_reimported():  # harness/execute/worker/spawn_main.py: scripts without a guard, stdin
-                proc.start()
-        finally:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    def _start_process(self, device: str, warm: bool = False) -> tuple[Any, Any]:
+        parent_conn, child_conn = self.mp_context.Pipe(duplex=True)
+        proc = start_process(self.mp_context, worker_main, (child_conn, *self._worker_args(device, warm)),
+                             f"harness-worker-{device}")
         child_conn.close()  # so the parent sees EOF when the worker dies
         return proc, parent_conn
+
+    def adopt(self, prestarted: list[Prestarted]) -> None:
+        """Workers started before this process imported torch (harness/execute/worker/boot.py):
+        ``start`` hands them their Setup instead of starting new ones."""
+        self.prestarted = list(prestarted)
 
     def _spawn(self, slot: _Slot, restart: bool = False, warm: bool = False) -> None:
         spare = self.spares.pop(slot.device, None)
@@ -300,9 +308,12 @@ class LocalExecutor:
         slot.proc = slot.conn = None
 
     def _shutdown(self) -> None:
-        """Idle workers are asked to exit; busy ones (an interrupted run) are killed."""
+        """Idle workers are asked to exit; busy ones (an interrupted run) are killed, and so are
+        workers not ready yet: one still importing torch reads its pipe only when the import is
+        done (a Ctrl-C at startup was honoured 4.6-5.8 s late, waiting for that)."""
         for slot in self.slots:
-            if slot.conn is not None and slot.proc is not None and slot.proc.is_alive() and slot.phase == SlotPhase.IDLE:
+            if (slot.conn is not None and slot.proc is not None and slot.proc.is_alive()
+                    and slot.phase == SlotPhase.IDLE and slot.ready):
                 try:
                     slot.conn.send(Shutdown())
                 except (OSError, BrokenPipeError):
@@ -314,6 +325,7 @@ class LocalExecutor:
             proc.join(timeout=10)
             conn.close()
         self.spares.clear()
+        discard(self.prestarted)
 
     def _cell_by_key(self, slot: _Slot, key: tuple | None) -> Cell | None:
         for c in slot.cells:

@@ -15,6 +15,23 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
+class OutputPathError(ValueError):
+    """An output path that cannot be written (a folder, a parent that cannot be made): the
+    command line prints it as one line, exit 2, naming the path."""
+
+
+def _check_target(path: Path, mkdir: bool) -> None:
+    if path.is_dir():
+        raise OutputPathError(f"{path}: is a folder; give a file name to write")
+    if mkdir:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise OutputPathError(f"{path}: cannot make its folder {path.parent} ({e.strerror or e})") from None
+    elif not path.parent.is_dir():
+        raise OutputPathError(f"{path}: its folder {path.parent} does not exist")
+
+
 def _tmp_for(path: Path) -> Path:
     return path.with_name(f"{path.name}.tmp{os.getpid()}")
 
@@ -24,11 +41,15 @@ def atomic_path(path: str | Path, *, mkdir: bool = True) -> Iterator[Path]:
     """A temporary path beside ``path`` for a writer that wants a file name (pandas, tarfile):
     renamed over ``path`` when the block ends, removed if it raises."""
     path = Path(path)
-    if mkdir:
-        path.parent.mkdir(parents=True, exist_ok=True)
+    _check_target(path, mkdir)
     tmp = _tmp_for(path)
     try:
-        yield tmp
+        try:
+            yield tmp
+        except OSError as e:  # the temporary file beside the target could not be written
+            if e.filename not in (str(tmp), tmp):
+                raise
+            raise OutputPathError(f"{path}: cannot write ({e.strerror or e})") from None
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)

@@ -217,6 +217,7 @@ class TimingOptionsRecord(Part):
     target_rel_noise: float
     max_time_s: float
     host_bound_max_time_s: float | None = None
+    long_call_ms: float | None = None
     mode: str
     cuda_graph: bool
     confidence: float

@@ -11,12 +11,13 @@ import gzip
 import json
 import math
 import os
+import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Iterable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_serializer, model_validator
 
-from attn_contract.status import FAILED, NOT_RUN, RAN, Status
+from attn_contract.status import FAILED, NOT_RUN, RAN, TIMED_OK, Status
 from harness.records.fileio import atomic_write_text
 from harness.records.parts import (BatchSummary, ClockStats, Clocks, ColdCheck, CudaGraphInfo, Energy, InvariantResult,
                                    KindCheck, Launch, Recheck, RequestCheck, Roofline, RowConfig, RowEnvironment,
@@ -26,7 +27,7 @@ from harness.records.formats import ROW_SCHEMA_VERSION, RUN_SCHEMA_VERSION, chec
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["Status", "RAN", "FAILED", "NOT_RUN", "Check", "Timing", "Metrics", "Host", "Call",
+__all__ = ["Status", "RAN", "FAILED", "NOT_RUN", "TIMED_OK", "UNCHECKED_REASON", "Check", "Timing", "Metrics", "Host", "Call",
            "Worker", "ResultRow", "Environment", "RunHeader", "rows_frame", "read_rows", "read_header",
            "read_run_header", "write_header", "ResultWriter", "variant_label",
            # the nested parts (harness/records/parts.py)
@@ -37,6 +38,7 @@ __all__ = ["Status", "RAN", "FAILED", "NOT_RUN", "Check", "Timing", "Metrics", "
 
 RESULTS_FILE = "results.jsonl"
 HEADER_FILE = "run.json"
+UNCHECKED_REASON = "not checked against the reference (--no-check)"
 
 
 # ---------------------------------------------------------------- payloads
@@ -295,6 +297,8 @@ class ResultRow(BaseModel):
                                      "a broken invariant, or inputs the backend modified)")
             if st == Status.PASS and self.check is not None and not self.check.passed:
                 raise ValueError(f"{where}: status pass with a failed check")
+            if st == Status.UNCHECKED and self.check is not None:
+                raise ValueError(f"{where}: status unchecked with a check")
             if self.check is None and (info.context or {}).get("checked"):
                 raise ValueError(f"{where}: status {st} without a check in a checked run")
         elif st == Status.ERROR:
@@ -464,8 +468,21 @@ def results_file(path: str | Path) -> Path:
     if p.is_dir():
         plain = p / RESULTS_FILE
         packed = p / (RESULTS_FILE + ".gz")
+        if packed.exists() and plain.exists() and _gz_text(packed) != plain.read_bytes():
+            # Reading one would silently drop the other's rows: the user says which is the run.
+            raise ValueError(f"{p}: holds both {RESULTS_FILE} and {RESULTS_FILE}.gz and they differ; "
+                             "keep the one that is the run (move the other away)")
         return packed if packed.exists() and not plain.exists() else plain
     return p
+
+
+def _gz_text(p: Path) -> bytes:
+    """The decompressed bytes of a .gz rows file; a truncated or corrupt one (a partial copy or
+    download) is a ValueError naming the file, as a line that is not JSON is."""
+    try:
+        return gzip.decompress(p.read_bytes())
+    except (OSError, EOFError, zlib.error) as e:  # BadGzipFile is an OSError
+        raise ValueError(f"{p}: not a readable gzip file ({e}); copy or download it again") from None
 
 
 def read_rows(path: str | Path) -> list[ResultRow]:
@@ -479,9 +496,13 @@ def read_rows(path: str | Path) -> list[ResultRow]:
         raise FileNotFoundError(f"{path}: folder holds no results.jsonl")
     rows = []
     if p.suffix == ".gz":
-        lines = gzip.decompress(p.read_bytes()).decode("utf-8").splitlines()
+        raw = _gz_text(p)
     else:
-        lines = p.read_text(encoding="utf-8").splitlines()
+        raw = p.read_bytes()
+    try:
+        lines = raw.decode("utf-8").splitlines()
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{p}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     for n, line in enumerate(lines):
         if not line.strip():
             continue
@@ -549,7 +570,10 @@ def read_header(path: str | Path) -> dict[str, Any]:
     if p.is_file():
         p = p.parent
     f = p / HEADER_FILE
-    header = json.loads(f.read_text(encoding="utf-8")) if f.exists() else {}
+    try:
+        header = json.loads(f.read_text(encoding="utf-8")) if f.exists() else {}
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:  # a hand-edited or truncated run.json
+        raise ValueError(f"{f}: not valid JSON ({e}); restore it or remove it") from None
     if isinstance(header, dict):
         check_version(header.get("schema_version"), RUN_SCHEMA_VERSION, str(f), "run.json")
     return header

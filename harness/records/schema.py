@@ -11,9 +11,9 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-from pathlib import Path
 from typing import Any
 
+from harness.records.fileio import atomic_write_text
 from harness.records.formats import ROW_SCHEMA_VERSION, RUN_SCHEMA_VERSION
 
 def row_schema() -> dict[str, Any]:
@@ -118,7 +118,7 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     text = json.dumps(SCHEMAS[args.what](), indent=1) + "\n"
     if args.output:
-        Path(args.output).write_text(text, encoding="utf-8")
+        atomic_write_text(args.output, text)  # a bad path: one line, exit 2 (harness/records/fileio.py)
     else:
         print(text, end="")
     return 0

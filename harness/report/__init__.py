@@ -18,7 +18,7 @@ import traceback
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import pandas as pd
 from markupsafe import Markup, escape
@@ -31,7 +31,7 @@ from harness.report.core import (
 from harness.report import plots
 from harness.report.plots import palette, to_uri
 
-STATUS_COLORS = {"pass": "#2e7d32", "mismatch": "#c62828", "error": "#b71c1c", "timeout": "#6a1b9a",
+STATUS_COLORS = {"pass": "#2e7d32", "unchecked": "#0277bd", "mismatch": "#c62828", "error": "#b71c1c", "timeout": "#6a1b9a",
                  "unsupported": "#f9a825", "skipped": "#9e9e9e"}
 
 
@@ -203,15 +203,18 @@ def render_html(loaded: Loaded, title: str | None = None, built: list[Rendered] 
     return env.get_template("report.html.j2").render(
         title=title or f"Attention harness report: {', '.join(suites) or 'no rows'}",
         sections=built if built is not None else build_sections(loaded, jobs=jobs), counts=counts, colors=STATUS_COLORS, total=len(loaded.rows),
-        sources=loaded.sources,
+        sources=loaded.sources, warnings=loaded.warnings,
     )
 
 
 def write_report(paths: Iterable[str | Path], out: str | Path, title: str | None = None,
-                 jobs: int | None = None) -> Path:
+                 jobs: int | None = None, warn: Callable[[str], None] = lambda m: None) -> Path:
     """Render the report of ``paths`` into ``out`` (written atomically) and return its path;
-    ``jobs``: processes to build the sections in (``build_sections``)."""
+    ``jobs``: processes to build the sections in (``build_sections``); ``warn`` gets each warning
+    about the inputs (duplicate rows), which the page shows too."""
     loaded = load(paths)
+    for w in loaded.warnings:
+        warn(w)
     page = render_html(loaded, title, jobs=jobs)
     return atomic_write_text(out, page)
 

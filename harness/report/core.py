@@ -122,6 +122,7 @@ class Loaded:
     headers: list[dict[str, Any]]
     sources: list[str]
     run_of_row: list[int] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # shown at the top of the page and by `harness report`
 
 
 def load(paths: Iterable[str | Path]) -> Loaded:
@@ -130,14 +131,20 @@ def load(paths: Iterable[str | Path]) -> Loaded:
     headers: list[dict[str, Any]] = []
     sources: list[str] = []
     run_of_row: list[int] = []
+    warnings: list[str] = []
     for i, p in enumerate(paths):
         p = Path(p)
         got = read_rows(p)  # FileNotFoundError names a missing path or an empty folder
+        last = {r.key: r for r in got}  # a row key twice (a file appended to twice): the last, as compare does
+        if len(last) < len(got):
+            warnings.append(f"{p}: {len(got) - len(last)} duplicate row(s) (same suite/case/backend/variant); "
+                            "the last of each is used, so no count is doubled")
+            got = list(last.values())
         rows.extend(got)
         run_of_row.extend([i] * len(got))
         headers.append(read_header(p))
         sources.append(str(p))
-    return Loaded(rows, headers, sources, run_of_row)
+    return Loaded(rows, headers, sources, run_of_row, warnings)
 
 
 DERIVED = {

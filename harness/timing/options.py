@@ -58,6 +58,12 @@ class TimingOptions(BaseModel):
     # (host time in every sample; compare's noise-dominated "host-bound" class, not gated):
     # more samples do not make such a row repeatable (harness.timing.stopping, "host_bound").
     host_bound_max_time_s: Annotated[float, Field(gt=0)] = 0.25
+    # A call at least this long (its running median) may stop on the noise target as soon as the
+    # median's CI reaches its confidence (6 samples at 95%) instead of after min_samples: on the
+    # H200 decode run (2026-12-02) sdpa's padded calls of 4.6-138 ms all stopped at exactly 10
+    # samples with CI half-widths of 0.02-0.3%, 3-50x inside the 1% target; their 10 samples were
+    # 57% of the run's cell time. None: min_samples for every call.
+    long_call_ms: Annotated[float | None, Field(gt=0)] = 20.0
     mode: Literal["hot", "cold"] = "hot"  # "hot" (L2 as the previous call left it) or "cold" (flushed per sample)
     cuda_graph: bool = True  # use CUDA graphs where the backend allows them
     confidence: Annotated[float, Field(gt=0, lt=1)] = 0.95

@@ -115,8 +115,10 @@ class NoiseCriterion(StoppingCriterion):
         n = len(samples)
         if n >= opts.max_samples:
             return STOP_MAX_SAMPLES
-        # The noise target counts only once the CI reaches its confidence (n >= 6 at 95%).
-        if (n >= opts.min_samples and median_ci_ranks(n, opts.confidence)[2] >= opts.confidence
+        # The noise target counts only once the CI reaches its confidence (n >= 6 at 95%); a long
+        # call (samples in seconds, as the loop takes them) need not reach min_samples first.
+        long_call = opts.long_call_ms is not None and n > 0 and samples[n // 2] * 1e3 >= opts.long_call_ms
+        if ((n >= opts.min_samples or long_call) and median_ci_ranks(n, opts.confidence)[2] >= opts.confidence
                 and rel_ci_half_width(samples, opts.confidence) <= opts.target_rel_noise):
             return STOP_NOISE
         if host_bound and n >= opts.min_samples and elapsed_s >= min(opts.host_bound_max_time_s, opts.max_time_s):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 from typing import Any
-from pathlib import Path
 
 from harness.analysis import ci_output
 from harness.cli.common import UsageError
+from harness.records.fileio import atomic_write_text
 
 
 def add_parser(sub: Any) -> None:
@@ -42,6 +42,6 @@ def run(args: argparse.Namespace) -> int:
     md = to_markdown(comp, str(args.baseline), str(args.new))
     print(md, end="")
     if args.markdown:
-        Path(args.markdown).write_text(md, encoding="utf-8")
+        atomic_write_text(args.markdown, md)
     ci_output.emit(args, comp, md)  # $GITHUB_STEP_SUMMARY, ::error lines, --junit, --benchmark-json
     return 1 if comp.regressed else 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 from typing import Any
-from harness.cli.common import UsageError, console
+from harness.cli.common import UsageError, console, err_console
 
 
 def add_parser(sub: Any) -> None:
@@ -31,7 +31,9 @@ def run(args: argparse.Namespace) -> int:
     from harness.report import write_report
 
     try:
-        out = write_report(args.results, args.output, title=args.title, jobs=args.jobs)
+        out = write_report(args.results, args.output, title=args.title, jobs=args.jobs,
+                           warn=lambda m: err_console().print(f"warning: {m}", highlight=False, markup=False,
+                                                              soft_wrap=True))
     except (FileNotFoundError, ValueError) as e:
         raise UsageError(str(e)) from None
     console().print(f"Report: {out}")

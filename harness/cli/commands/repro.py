@@ -9,6 +9,7 @@ from pathlib import Path
 
 from attn_contract.status import Status
 from harness.records import suite_copy
+from harness.records.fileio import atomic_write_text
 from harness.cli.run_flags import pick_device
 from harness.cli.common import UsageError, console, read_rows
 
@@ -48,6 +49,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         rows = read_rows(args.results)
         index, row = repro.select_row(rows, args.row, backend=args.backend, variant=args.variant)
+        if row.status == Status.UNSUPPORTED:  # a script would drop the feature the backend declines, then "fail"
+            raise repro.ReproError(f"row #{index} ({row.case} / {row.backend} [{row.variant_label}]) is unsupported: "
+                                   f"{row.reason}; the backend declines this case, so there is no call to reproduce")
         case, spec = repro.case_of_row(row, args.suite or _row_suite(args.results, row))
         try:
             backend = resolve(spec)
@@ -70,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     except (FileNotFoundError, ValueError, repro.ReproError) as e:
         raise UsageError(str(e)) from None
     out = Path(args.output or f"repro_{index}.py")
-    out.write_text(text, encoding="utf-8")
+    atomic_write_text(out, text)
     console().print(f"wrote {out} (row #{index}: {row.case} / {row.backend} [{row.variant_label}], {row.status}); "
                   f"run: python3 {out}", highlight=False, markup=False, soft_wrap=True)
     return 0

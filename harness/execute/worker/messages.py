@@ -23,6 +23,20 @@ class Shutdown:
     """Exit now (the worker is idle)."""
 
 
+@dataclass(frozen=True)
+class Setup:
+    """What a worker started before the parent knew it (harness/execute/worker/boot.py) runs:
+    ``worker_main``'s arguments."""
+
+    device: str
+    suite: Any
+    opts: Any
+    budget_mib: float | None
+    cpu_share: int
+    threads: int | None
+    warm: tuple = ()
+
+
 # Worker -> parent
 @dataclass(frozen=True)
 class WorkerReady:

@@ -9,8 +9,8 @@ from attn_contract.status import Status
 from harness.report.core import Block, Heading, Table, Text, section
 
 _RANK = {Status.MISMATCH.value: 0, Status.ERROR.value: 1, Status.TIMEOUT.value: 2, Status.UNSUPPORTED.value: 3,
-         Status.SKIPPED.value: 4, Status.PASS.value: 5}
-_RAN = {Status.PASS.value, Status.MISMATCH.value, Status.ERROR.value, Status.TIMEOUT.value}
+         Status.SKIPPED.value: 4, Status.UNCHECKED.value: 5, Status.PASS.value: 6}
+_RAN = {Status.PASS.value, Status.UNCHECKED.value, Status.MISMATCH.value, Status.ERROR.value, Status.TIMEOUT.value}
 
 
 def _err(x: object) -> str:

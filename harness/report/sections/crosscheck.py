@@ -84,7 +84,8 @@ def crosscheck(df: pd.DataFrame) -> list[Block]:
                for t in timers},
             "harness / outside": f"{r.get('ratio', float('nan')):.3f}",
             "SM MHz": _clock(r),
-            "verdict": ("FLAGGED: " + str(r.get("reason", ""))) if r.get("flagged") else "ok",
+            "verdict": ("FLAGGED: " + str(r.get("reason", ""))) if r.get("flagged") else
+                       ("noisy, not flagged (CPU wall clock): " + str(r.get("reason", ""))) if r.get("noisy") else "ok",
         } for r in rows])
         if not table.empty:
             classes = pd.DataFrame("", index=table.index, columns=table.columns)

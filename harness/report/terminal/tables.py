@@ -20,9 +20,9 @@ from harness.records.results import FAILED, NOT_RUN, RESULTS_FILE, ResultRow, St
 if TYPE_CHECKING:
     from harness.analysis.recommend.rank import BucketResult  # imported where ranking happens, as below
 
-STATUS_STYLE = {Status.PASS: "green", Status.MISMATCH: "bold red", Status.ERROR: "red",
+STATUS_STYLE = {Status.PASS: "green", Status.UNCHECKED: "cyan", Status.MISMATCH: "bold red", Status.ERROR: "red",
                 Status.UNSUPPORTED: "yellow", Status.SKIPPED: "dim", Status.TIMEOUT: "magenta"}
-SHORT_STATUS = {Status.PASS: "pass", Status.MISMATCH: "mism", Status.ERROR: "err", Status.TIMEOUT: "tmo",
+SHORT_STATUS = {Status.PASS: "pass", Status.UNCHECKED: "unchk", Status.MISMATCH: "mism", Status.ERROR: "err", Status.TIMEOUT: "tmo",
                 Status.UNSUPPORTED: "unsup", Status.SKIPPED: "skip"}
 MAX_CASE_ID = 16  # longer case ids (long case group names) become c1, c2, ...: the table keeps 80 columns
 
@@ -63,8 +63,18 @@ def short_case_ids(rows: list[ResultRow]) -> dict[str, str]:
     return {c: (alias[g] + i[len(g):] if (g := group_of[c]) in alias else i) for c, i in ids.items()}
 
 
+MAX_NAME_CHARS = 120  # a case name in a terminal line; results.jsonl, the report and export keep it whole
+
+
+def shorten(text: str, limit: int = MAX_NAME_CHARS) -> str:
+    """``text`` cut to ``limit`` characters with an ellipsis (a 3000-character generated case
+    name made one 3004-character terminal line)."""
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
 def print_legend(console: Console, pairs: list[tuple[str, str]], width: int) -> None:
-    """``id = full name``, one a line; a name too long for the line starts on the next one."""
+    """``id = full name``, one a line; a name too long for the line starts on the next one,
+    broken after commas; a token wider than the line is cut with an ellipsis."""
     for i, name in pairs:
         line = f"  {i} = {name}"
         if len(line) <= width:
@@ -74,6 +84,7 @@ def print_legend(console: Console, pairs: list[tuple[str, str]], width: int) -> 
         # Longer than a line: break after a comma (between axis=value pairs), never inside a token.
         cur = ""
         for part in [p + "," for p in name.split(",")[:-1]] + [name.split(",")[-1]]:
+            part = shorten(part, max(width - 4, 20))
             if cur and len(cur) + len(part) + 4 > width:
                 console.print(escape(f"    {cur}"), highlight=False, soft_wrap=True)
                 cur = ""
@@ -85,8 +96,10 @@ def print_summary(rows: list[ResultRow], out_dir: Path, console: Console, err_co
                   max_rows: int = 80) -> None:
     """The run's tables, then the verdict. Names never wrap inside a table: long ones are ids."""
     # Table order: what ran, what failed, what did not run.
-    statuses = [str(s_) for s_ in (Status.PASS, Status.MISMATCH, Status.ERROR, Status.TIMEOUT, Status.UNSUPPORTED,
-                                   Status.SKIPPED)]
+    statuses = [str(s_) for s_ in (Status.PASS, Status.UNCHECKED, Status.MISMATCH, Status.ERROR, Status.TIMEOUT,
+                                   Status.UNSUPPORTED, Status.SKIPPED)]
+    if not any(r.status == Status.UNCHECKED for r in rows):  # a column only where a --no-check run has them
+        statuses.remove(Status.UNCHECKED.value)
     counts = Counter((r.backend, r.variant_label, str(r.status)) for r in rows)
     keys = sorted({(b, v) for b, v, _ in counts})
     ids = dict(zip(keys, letter_ids(len(keys))))
@@ -140,9 +153,14 @@ def print_summary(rows: list[ResultRow], out_dir: Path, console: Console, err_co
     bad = [r for r in rows if r.status in FAILED]
     for r in bad[:20]:
         st = str(r.status)
-        err_console.print(f"[{STATUS_STYLE[st]}]{st}[/] " + escape(f"{r.case} {r.backend} {r.variant_label}: {r.reason}"),
+        err_console.print(f"[{STATUS_STYLE[st]}]{st}[/] " + escape(f"{shorten(r.case)} {r.backend} {r.variant_label}: {r.reason}"),
                           soft_wrap=True)
-        err_console.print(f"  reproduce: {escape(r.reproducer)}", soft_wrap=True)
+        rep = r.reproducer if len(r.reproducer) <= 4 * MAX_NAME_CHARS else \
+            shorten(r.reproducer, 4 * MAX_NAME_CHARS) + " (whole: the row's reproducer in results.jsonl)"
+        err_console.print(f"  reproduce: {escape(rep)}", soft_wrap=True)
+    note = first_call_note(rows)
+    if note:
+        console.print(escape(note), highlight=False, soft_wrap=True)
     console.print(f"Results: {out_dir / RESULTS_FILE}", soft_wrap=True)
     print_verdict(rows, ids, console)
 
@@ -209,6 +227,27 @@ def print_verdict(rows: list[ResultRow], ids: dict[tuple[str, str], str], consol
         console.print(escape(f"  {clocks}"), highlight=False)
     for line in lines:
         console.print(escape(f"  {line}"), highlight=False)
+
+
+FIRST_CALLS_NOTE_S = 5.0  # first calls on a GPU this long in all: name them (a cold run's JIT compilation)
+
+
+def first_call_note(rows: list[ResultRow], min_s: float = FIRST_CALLS_NOTE_S) -> str | None:
+    """How long the GPU rows' first calls took (``host.first_call_ms``: for FlashAttention 4 and
+    FlashInfer mostly JIT compilation, which the libraries cache on disk), by backend variant,
+    when that is ``min_s`` or more: a cold run then says why it was slow and that the next is not."""
+    by: dict[str, float] = {}
+    for r in rows:
+        if r.host is not None and r.host.first_call_ms and r.device.startswith("cuda"):
+            key = f"{r.backend} {r.variant_label}".strip()
+            by[key] = by.get(key, 0.0) + r.host.first_call_ms / 1e3
+    total = sum(by.values())
+    if total < min_s:
+        return None
+    big = [(k, v) for k, v in sorted(by.items(), key=lambda kv: -kv[1]) if v >= 0.5]
+    parts = ", ".join(f"{k} {v:.1f} s" for k, v in big[:3]) + (f", {len(by) - 3} more" if len(by) > 3 else "")
+    return (f"First calls took {total:.1f} s in all ({parts}): mostly kernel compilation (JIT), which the "
+            "libraries cache on disk, so the next run on this machine starts faster.")
 
 
 def print_trace_costs(rows: list[ResultRow], console: Console) -> None:
