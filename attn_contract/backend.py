@@ -226,7 +226,12 @@ class AttentionBackend(ABC):
 
         ``canonical`` is ``(num_blocks, 2, block_size, num_kv_heads, head_size)``, contiguous.
         The result has the backend's logical shape, with memory laid out in its stride order
-        (as vLLM allocates it), so the kernel sees real NHD or HND strides."""
+        (as vLLM allocates it), so the kernel sees real NHD or HND strides.
+
+        MLA: ``canonical`` is the latent cache ``(num_blocks, block_size, latent_dim)``
+        (3 dims), handed to ``materialize_latent_cache`` (the layout does not apply)."""
+        if canonical.dim() == 3:
+            return cls.materialize_latent_cache(canonical)
         nb, _, bs, hk, d = canonical.shape
         shape = cls.get_kv_cache_shape(nb, bs, hk, d)
         if tuple(shape) != tuple(canonical.shape):

@@ -13,8 +13,9 @@ from backends._paged import (
     TORCH_MATH_CALL,
     HostLoopMetadata,
     HostLoopMetadataBuilder,
+    MLA_CAPABILITIES,
     chunk_dims,
-    dequantize,
+    gather_kv,
     padded_chunk,
     plan_chunks,
     scatter_rows,
@@ -31,14 +32,16 @@ MathMetadataBuilder = HostLoopMetadataBuilder
 
 
 class MathImpl(AttentionImpl[MathMetadata]):
-    def _chunk(self, query, kv_cache, md: MathMetadata, pc, out, lse_out):
+    def _chunk(self, query, key, value, kv_cache, md: MathMetadata, pc, out, lse_out):
         cfg, layer = self.config, self.layer
         b, qmax, smax = len(pc.segments), pc.qmax, pc.smax
-        k, v = dequantize(kv_cache[pc.blocks, 0, pc.offsets], kv_cache[pc.blocks, 1, pc.offsets], layer, torch.float32)
+        k, v = gather_kv(kv_cache, key, value, pc, cfg, layer, torch.float32)
         # Padded key positions read slots no request owns (NaN under --adversarial): zero them,
         # since 0 * NaN in P.V would poison the row even though P is 0 there.
         unseen = ~pc.keep.any(1)[..., None, None]  # [b, smax, 1, 1]
-        k.masked_fill_(unseen, 0.0), v.masked_fill_(unseen, 0.0)  # in place: fresh gathered copies
+        k.masked_fill_(unseen, 0.0)  # in place: fresh gathered copies (MLA's absorbed V is a view of K)
+        if not cfg.absorbed:
+            v.masked_fill_(unseen, 0.0)
         hk = cfg.num_kv_heads
         group = cfg.num_heads // hk
         k = k.permute(0, 2, 1, 3)  # [b, Hk, smax, D]
@@ -72,7 +75,7 @@ class MathImpl(AttentionImpl[MathMetadata]):
         # Chunks bound the PADDED score matrix (harness.memory estimates the same plan).
         for chunk in plan_chunks(qlens, md.seq_lens, self.config.num_heads, MAX_SCORE_ELEMS, md.causal):
             pc = padded_chunk(chunk, md, query.shape[0], self.config.sliding_window, query.device)
-            self._chunk(query, kv_cache, md, pc, out, lse_out)
+            self._chunk(query, key, value, kv_cache, md, pc, out, lse_out)
         return out
 
     @staticmethod
@@ -109,6 +112,7 @@ class TorchMathBackend(TorchBackend):
             # ate a third of the decode suite's time (H200 2026-11-30 decode-1: 73 s of 209 s);
             # the timed torch baseline is `sdpa` (batched). On CPU it stays timed.
             role="reference",
+            **MLA_CAPABILITIES,
             untimed_on=cls.untimed_on,
             notes=("fp32 math with padding; requests chunked so each padded score matrix stays under 2**26 elements",),
         )

@@ -218,6 +218,10 @@ class RowConfig(Part):
     sinks: bool
     seed: int
     tags: list[str]
+    # MLA cells only (docs/mla.md): the value head size, the form and the latent dims.
+    v_head_size: int | None = None
+    attention_kind: str | None = None
+    mla: dict[str, float | int] | None = None
 
 
 class BatchSummary(Part):
