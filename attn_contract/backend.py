@@ -116,7 +116,7 @@ class AttentionBackend(ABC):
     tested_versions: ClassVar[dict[str, str]] = {}
     # The Python modules whose import is the slow part of using this backend (a GPU library):
     # a run's worker imports them on a thread at start and runs other backends' cells meanwhile
-    # (harness/worker_imports.py). Empty: nothing beyond torch, ready at once.
+    # (harness/execute/worker/imports.py). Empty: nothing beyond torch, ready at once.
     library_modules: ClassVar[tuple[str, ...]] = ()
     # How serving engines name this backend ("vllm", "sglang" -> attn_contract.engines.EngineName);
     # engines that cannot run it are absent.
@@ -184,8 +184,8 @@ class AttentionBackend(ABC):
 
         ``call`` is the row's recorded ``describe_call`` (e.g. a resolved version), if any.
         The source runs at module level of the script and may import the library. It finds
-        (the names of attn_contract/standalone.py ``STANDALONE_NAMES``, which harness/repro.py and
-        harness/crosscheck.py define):
+        (the names of attn_contract/standalone.py ``STANDALONE_NAMES``, which harness/crosscheck/repro.py and
+        harness/crosscheck/run.py define):
         ``q`` [num_tokens, NUM_HEADS, HEAD_SIZE] in DTYPE; ``kv_cache`` the logical
         (num_blocks, 2, BLOCK_SIZE, NUM_KV_HEADS, HEAD_SIZE) cache in CACHE_DTYPE (KV_LAYOUT
         memory order, as ``materialize_kv_cache`` makes it); ``block_table`` int32

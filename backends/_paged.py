@@ -93,7 +93,7 @@ def plan_chunks(query_lens: list[int], seq_lens: list[int], num_heads: int, budg
                 causal: bool) -> list[list[Segment]]:
     """Requests grouped into chunks whose PADDED score matrix (chunk size x max rows x max keys
     x heads) stays within ``budget_elems``; a request too large on its own is split by query
-    rows. The torch backends compute one chunk per call, and harness.memory estimates their
+    rows. The torch backends compute one chunk per call, and harness.plan.memory estimates their
     peak from the same plan, so the estimate and the allocation cannot drift apart."""
     chunks: list[list[Segment]] = []
     cur: list[Segment] = []

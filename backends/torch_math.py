@@ -35,7 +35,7 @@ class MathImpl(AttentionImpl[MathMetadata]):
     def _chunk(self, query, key, value, kv_cache, md: MathMetadata, pc, out, lse_out):
         cfg, layer = self.config, self.layer
         b, qmax, smax = len(pc.segments), pc.qmax, pc.smax
-        k, v = gather_kv(kv_cache, key, value, pc, cfg, layer, torch.float32)
+        k, v = self.gather(kv_cache, key, value, pc)
         # Padded key positions read slots no request owns (NaN under --adversarial): zero them,
         # since 0 * NaN in P.V would poison the row even though P is 0 there.
         unseen = ~pc.keep.any(1)[..., None, None]  # [b, smax, 1, 1]
@@ -69,10 +69,14 @@ class MathImpl(AttentionImpl[MathMetadata]):
         if lse_out is not None:
             scatter_rows(lse_out, lse.transpose(1, 2), pc, md)
 
+    def gather(self, kv_cache, key, value, pc):
+        """K, V of a padded chunk in fp32 (``backends._paged.gather_kv``; MLA-aware)."""
+        return gather_kv(kv_cache, key, value, pc, self.config, self.layer, torch.float32)
+
     def forward(self, query, key, value, kv_cache, metadata, out, lse_out=None):
         md = metadata
         qlens = md.query_lens
-        # Chunks bound the PADDED score matrix (harness.memory estimates the same plan).
+        # Chunks bound the PADDED score matrix (harness.plan.memory estimates the same plan).
         for chunk in plan_chunks(qlens, md.seq_lens, self.config.num_heads, MAX_SCORE_ELEMS, md.causal):
             pc = padded_chunk(chunk, md, query.shape[0], self.config.sliding_window, query.device)
             self._chunk(query, key, value, kv_cache, md, pc, out, lse_out)
@@ -119,7 +123,7 @@ class TorchMathBackend(TorchBackend):
 
     @classmethod
     def batch_workspace_bytes(cls, config, variant, query_lens, seq_lens, cache_bytes: int) -> int:
-        """Peak scratch of a forward over this batch (harness.memory): the largest chunk."""
+        """Peak scratch of a forward over this batch (harness.plan.memory): the largest chunk."""
         chunks = plan_chunks(list(query_lens), list(seq_lens), config.num_heads, MAX_SCORE_ELEMS, config.causal)
         return max((MathImpl.chunk_bytes(*chunk_dims(c), config, cache_bytes) for c in chunks), default=0)
 

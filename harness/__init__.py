@@ -3,7 +3,7 @@
 From Python: ``harness.api`` (``run``, ``load``, ``report``, ``compare``; docs/api.md), loaded on
 first use so that ``import harness`` stays light. ``harness.run`` and ``harness.load`` are
 shortcuts; ``compare`` and ``report`` are reached as ``harness.api.compare`` /
-``harness.api.report`` (``harness.compare`` and ``harness.report`` are the modules).
+``harness.api.report`` (``harness.analysis.compare`` and ``harness.report`` are the modules).
 """
 
 from __future__ import annotations

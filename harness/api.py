@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 if TYPE_CHECKING:
     import pandas as pd
 
-    from harness.compare import Comparison
+    from harness.analysis.compare import Comparison
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ def load(paths: str | Path | Iterable[str | Path]) -> "pd.DataFrame":
     ``variant.fa_version``), plus ``case_id`` (c1, c2, ... over all the paths given; the legend
     is ``df.attrs["case_legend"]``), ``label`` (backend [variant]) and ``results`` (the path the
     row came from). Columns: docs/api.md."""
-    from harness.export import flat_frame
+    from harness.records.export import flat_frame
 
     try:
         return flat_frame(_paths(paths))
@@ -155,9 +155,9 @@ def compare(baseline: str | Path, new: str | Path, *, threshold: str | float = "
             correctness_only: bool = False, allow_missing: list[str] | None = None,
             allow_skip: list[str] | None = None) -> "Comparison":
     """`harness compare` as an object: ``.regressed``, ``.diffs`` (one per matched row, with
-    ``.kind`` such as ``slower`` or ``status``), ``.of(kind)``; ``harness.compare.to_markdown``
+    ``.kind`` such as ``slower`` or ``status``), ``.of(kind)``; ``harness.analysis.compare.to_markdown``
     renders it."""
-    from harness.compare import compare_paths, parse_threshold
+    from harness.analysis.compare import compare_paths, parse_threshold
 
     try:
         t = parse_threshold(threshold) if isinstance(threshold, str) else float(threshold)

@@ -29,10 +29,10 @@ BENCH_TESTS = Path(__file__).resolve().parent / "benchmarks" / "test_suite_bench
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    # The options are `harness run`'s flags (harness/run_flags.py, declared once there) as
+    # The options are `harness run`'s flags (harness/cli/run_flags.py, declared once there) as
     # --bench-*: --bench-suite, --bench-backends, --bench-device, --bench-case, --bench-mode
     # (--timing-mode), --bench-max-samples, ...
-    from harness.run_flags import add_pytest_options
+    from harness.cli.run_flags import add_pytest_options
 
     add_pytest_options(parser.getgroup("attn-harness", "attention harness suites as pytest-benchmark tests"))
 
@@ -91,9 +91,9 @@ class BenchPlan:
 def make_plan(config: pytest.Config) -> BenchPlan | None:
     """The cells of ``--bench-suite`` (None when no suite was given). Bad input -> pytest.UsageError."""
     from harness import registry
-    from harness.cli_flags import UsageError
-    from harness.run_flags import from_pytest, pick_device
-    from harness.runner import plan_cells
+    from harness.cli.flags import UsageError
+    from harness.cli.run_flags import from_pytest, pick_device
+    from harness.cell.case import plan_cells
     from harness.spec import SpecError, load_suite
 
     try:
@@ -112,7 +112,7 @@ def make_plan(config: pytest.Config) -> BenchPlan | None:
 
 
 def cell_id(cell: Any) -> str:
-    from harness.results import variant_label
+    from harness.records.results import variant_label
 
     v = variant_label(cell.variant)
     return f"{cell.case.name}|{cell.backend.name}" + (f"|{v}" if v else "")
@@ -128,7 +128,7 @@ class CaseRunner:
         self._rows: dict[str, Any] = {}
 
     def row(self, cell: Any) -> Any:
-        from harness.runner import iterate_case
+        from harness.cell.case import iterate_case
 
         if cell.case.name != self._case:
             self._rows.clear()

@@ -1,5 +1,5 @@
 """Rows timed from synthesized samples: fixed-seed draws summarized by the harness's own
-statistics (harness.timing.stats.summarize), typed as harness.results rows.
+statistics (harness.timing.stats.summarize), typed as harness.records.results rows.
 
 Tests of the noise model, compare and the gate use these instead of timing this machine: the
 draws are the same on every run, so a verdict cannot change with the box's load."""
@@ -10,7 +10,7 @@ import math
 import random
 from pathlib import Path
 
-from harness.results import ResultRow, row_json
+from harness.records.results import ResultRow, row_json
 from harness.timing.stats import summarize
 from typed_rows import ran_row, timing
 

@@ -6,9 +6,9 @@ from pathlib import Path
 import torch
 
 from harness.registry import resolve
-from harness.runner import CaseContext, Cell, RunOptions, run_cell, select_cases
+from harness.cell.case import CaseContext, Cell, RunOptions, run_cell, select_cases
 from harness.spec import CaseSpec, load_suite
-from harness.workload import generate
+from harness.case.workload import generate
 
 ROOT = Path(__file__).resolve().parent.parent
 CPU = torch.device("cpu")

@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from attn_contract import AlibiLse
-from harness.reference import alibi_lse_shift, reference_attention, reference_lse_for
+from harness.case.reference import alibi_lse_shift, reference_attention, reference_lse_for
 from harness.registry import resolve
-from harness.runner import RunOptions, group_by_case, iterate_case, plan_cells
+from harness.cell.case import RunOptions, group_by_case, iterate_case, plan_cells
 from harness.spec import CaseSpec, load_suite
-from harness.workload import generate
+from harness.case.workload import generate
 
 CPU = torch.device("cpu")
 

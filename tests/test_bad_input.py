@@ -15,7 +15,7 @@ import pytest
 
 from conftest import interrupt, subprocess_env
 from harness.cli import main
-from harness.results import read_rows
+from harness.records.results import read_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -97,6 +97,6 @@ def test_cli_batch_spec_and_study_notes(tmp_path, capsys):
     assert rc == 0
     err = capsys.readouterr().err
     assert "ignored: backends TRITON_ATTN" in err
-    from harness.results import read_rows
+    from harness.records.results import read_rows
 
     assert sorted({r.case for r in read_rows(out)}) == ["2q1s48", "q40"]

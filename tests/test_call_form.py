@@ -13,9 +13,9 @@ from attn_contract import AttentionConfig, decode_first_order
 from backends.flash_attn import FlashAttentionBackend, FlashAttentionImpl, FlashAttentionMetadataBuilder
 from backends.flashinfer import FlashInferBackend
 from harness.cli import main
-from harness.runner import RunOptions, plan_cells
+from harness.cell.case import RunOptions, plan_cells
 from harness.spec import load_suite, parse_suite
-from harness.workload import generate
+from harness.case.workload import generate
 
 ROOT = Path(__file__).resolve().parent.parent
 CPU = torch.device("cpu")

@@ -7,11 +7,11 @@ import json
 import re
 from pathlib import Path
 
-from harness.callform_gap import gap_records, gaps, only_call_form
+from harness.analysis.callform_gap import gap_records, gaps, only_call_form
 from harness.cli import main
-from harness.recommend import inputs_of, policy, recommend_rows
+from harness.analysis.recommend import inputs_of, policy, recommend_rows
 from harness.report import load, render_html
-from harness.results import ResultRow
+from harness.records.results import ResultRow
 from typed_rows import CFG, check, host, timing
 
 BATCH = {"num_reqs": 64, "num_tokens": 64, "num_decode": 64, "num_prefill": 0, "num_extend": 0,

@@ -13,11 +13,11 @@ from backends.flash_attn_cascade import FACascadeMetadataBuilder, FlashAttnCasca
 from backends.flashinfer_cascade import FlashInferCascadeBackend, cascade_levels
 from backends.torch_cascade import TorchCascadeBackend, shifted_block_table
 from attn_contract import cascade_batch_reason, merge_attn_states
-from harness.cascade import DEFAULT_NUM_SMS, rule_agreement, use_cascade_attention
-from harness.reference import attention_one_request
-from harness.runner import CaseContext, Cell, RunOptions, run_cell
+from harness.cell.cascade import DEFAULT_NUM_SMS, rule_agreement, use_cascade_attention
+from harness.case.reference import attention_one_request
+from harness.cell.case import CaseContext, Cell, RunOptions, run_cell
 from harness.spec import CaseSpec, Suite
-from harness.workload import generate
+from harness.case.workload import generate
 
 INF = float("inf")
 
@@ -307,7 +307,7 @@ def test_shifted_block_table():
 
 # ---------------------------------------------------------------- rule vs measurement
 def test_rule_agreement_pairs_cascade_with_its_plain_backend():
-    from harness.results import Call
+    from harness.records.results import Call
     from typed_rows import ran_row
 
     def row(backend, variant, us, call=None, case="c"):

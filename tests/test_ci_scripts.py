@@ -13,7 +13,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 
 
-from harness.diag import callform, direct, fidelity  # noqa: E402  (GPU diagnostics: they import without a GPU)
+from harness.tools.diag import callform, direct, fidelity  # noqa: E402  (GPU diagnostics: they import without a GPU)
 
 
 def test_gate_applies_to_kernel_bound_rows_only():
@@ -111,7 +111,7 @@ def test_callform_diag_skips_cleanly_without_a_gpu_and_checks_its_arguments(tmp_
 def test_callform_diag_shapes_are_the_orientation_cases():
     """The diagnostic's three shapes are suites/callforms.yaml's orientation cases, decode-only,
     every sequence the same length: the plain batched [B, 1, H, D] call is defined on them."""
-    from harness.layout import case_layout
+    from harness.case.layout import case_layout
     from harness.spec import load_suite
 
     diag = callform
@@ -200,7 +200,7 @@ def test_ci_holds_product_ci_only_and_the_diagnostics_are_commands(tmp_path, cap
     top = sorted({Path(f).parts[1] for f in listed.stdout.split()})
     assert top == ["baselines", "gate.py", "gpu_pytest.sh", "install_browser.sh", "smoke.yaml"]
     from harness.cli import main
-    from harness.diag import DIAGNOSTICS
+    from harness.tools.diag import DIAGNOSTICS
 
     for name, (module, _) in DIAGNOSTICS.items():
         text = (ROOT / "harness" / "diag" / f"{module}.py").read_text()

@@ -17,9 +17,9 @@ import yaml
 from conftest import subprocess_env
 
 from harness.cli import build_parser, main
-from harness.compare import compare_rows
-from harness.ci_output import annotations, benchmark_entries, junit_xml
-from harness.results import Status, read_rows, row_json
+from harness.analysis.compare import compare_rows
+from harness.analysis.ci_output import annotations, benchmark_entries, junit_xml
+from harness.records.results import Status, read_rows, row_json
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = (ROOT / "docs" / "ci.md").read_text()

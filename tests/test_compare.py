@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.compare import classify_speed, compare_paths, compare_rows, parse_threshold, to_markdown
-from harness.results import ResultRow, Timing, read_rows, row_json
+from harness.analysis.compare import classify_speed, compare_paths, compare_rows, parse_threshold, to_markdown
+from harness.records.results import ResultRow, Timing, read_rows, row_json
 from typed_rows import as_status, ran_row
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -275,8 +275,8 @@ def test_h200_identical_runs_pass_and_a_real_slowdown_fails():
 def test_an_axis_added_between_the_runs_still_matches_its_rows():
     # The H200 decode suite of 2026-12-01 against 2026-12-02: FlashInfer rows gained
     # decode_backend=wrapper; matched on the axes both runs have, they are not "missing".
-    from harness.compare import compare_rows
-    from harness.results import variant_label
+    from harness.analysis.compare import compare_rows
+    from harness.records.results import variant_label
     from typed_rows import ran_row
 
     def fi(v: dict, med: float):

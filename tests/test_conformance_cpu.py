@@ -7,12 +7,12 @@ import random
 import pytest
 import torch
 
-from harness.check import check_output, tolerance_for
-from harness.reference import reference_attention
+from harness.cell.check import check_output, tolerance_for
+from harness.case.reference import reference_attention
 from harness.registry import resolve
-from harness.runner import CaseContext, Cell, RunOptions, run_cell
+from harness.cell.case import CaseContext, Cell, RunOptions, run_cell
 from harness.spec import CaseSpec, Suite
-from harness.workload import generate
+from harness.case.workload import generate
 
 GRID = list(itertools.product(
     ["float16", "bfloat16"],  # dtype

@@ -11,8 +11,8 @@ import pytest
 
 from conftest import subprocess_env
 from harness.cli import main
-from harness.crosscheck import DEADLINE_REASON, PENDING_REASON, CrosscheckError, crosscheck, split_call, verdict
-from harness.results import read_rows
+from harness.crosscheck.run import DEADLINE_REASON, PENDING_REASON, CrosscheckError, crosscheck, split_call, verdict
+from harness.records.results import read_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 

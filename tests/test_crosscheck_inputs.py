@@ -1,18 +1,18 @@
 """The cross-check's inputs: the names a ``standalone_call`` source reads, bound from the harness's
-own batch (harness/crosscheck_inputs.py), against the repro script's inputs (harness/repro.py) and
+own batch (harness/crosscheck/inputs.py), against the repro script's inputs (harness/crosscheck/repro.py) and
 the adapter's own forward on the same batch. CPU backends, small cases; no timing."""
 import pytest
 import torch
 
-from harness import repro
-from harness.crosscheck import build_call, build_call_in
-from harness.crosscheck_explain import explain
-from harness.crosscheck_inputs import backend_view, bind_from_batch, constants_part
+from harness.crosscheck import repro
+from harness.crosscheck.run import build_call, build_call_in
+from harness.crosscheck.explain import explain
+from harness.crosscheck.inputs import backend_view, bind_from_batch, constants_part
 from harness.registry import resolve
-from harness.results import ResultRow, Status
-from harness.runner import prepare_cell
+from harness.records.results import ResultRow, Status
+from harness.cell.case import prepare_cell
 from harness.spec import CaseSpec
-from harness.workload import generate
+from harness.case.workload import generate
 
 CPU = torch.device("cpu")
 # The names the contract lists (attn_contract/standalone.py); `visible` and the layer's optional

@@ -9,9 +9,9 @@ import pytest
 from typed_rows import CFG, check, host, timing
 
 from harness.cli import main
-from harness.engine_export import answer_records, answers, engine_settings, model_of
-from harness.engines import from_vllm_name, sglang_flags, sglang_setting
-from harness.results import ResultRow, ResultWriter, write_header
+from harness.analysis.per_model import answer_records, answers, engine_settings, model_of
+from harness.analysis.engines import from_vllm_name, sglang_flags, sglang_setting
+from harness.records.results import ResultRow, ResultWriter, write_header
 
 DECODE = {"num_reqs": 64, "num_tokens": 64, "num_decode": 64, "num_prefill": 0, "num_extend": 0,
           "max_query_len": 1, "max_seq_len": 4000, "mean_seq_len": 3000.0, "prefix_groups": 0}

@@ -10,13 +10,13 @@ import torch
 import yaml
 
 from backends.torch_math import TorchMathBackend
-from harness import memory
+from harness.plan import memory
 from harness.cli import main
-from harness.devices import parse_devices
-from harness.results import read_rows
-from harness.runner import Cell
+from harness.execute.devices import parse_devices
+from harness.records.results import read_rows
+from harness.cell.case import Cell
 from harness.spec import parse_suite
-from harness.workload import generate
+from harness.case.workload import generate
 
 ONE_CASE = """
 suite: crashy
@@ -142,7 +142,7 @@ cases:
 @pytest.mark.parametrize("index", [0, 1])
 def test_memory_terms_match_the_generated_batch(index):
     """The formula's persistent terms are exact for what generate() allocates (CPU, fp64 ref)."""
-    from harness.reference import reference_attention
+    from harness.case.reference import reference_attention
 
     case = _case(PREFIX_CASE, index)
     est = memory.estimate(case, TorchMathBackend, {}, device_type="cpu")
@@ -170,7 +170,7 @@ def test_memory_estimate_grows_with_the_case():
 def test_memory_estimate_bounds_the_measured_gpu_peak(backend_name):
     """The estimate must be an upper bound of what a cell really allocates (check included)."""
     from harness import registry
-    from harness.runner import RunOptions, iterate_case
+    from harness.cell.case import RunOptions, iterate_case
 
     backend = registry.resolve(backend_name)
     if not backend.availability().available:
@@ -218,8 +218,8 @@ def _spawned_worker(suite, warm: tuple = ()):
     through its pipe; killed at the end if it is still alive."""
     import multiprocessing as mp
 
-    from harness.runner import RunOptions
-    from harness.worker_process import _worker_main
+    from harness.cell.case import RunOptions
+    from harness.execute.worker.process import _worker_main
 
     opts = RunOptions(device=torch.device("cpu"), time=False)
     ctx = mp.get_context("spawn")
@@ -247,8 +247,8 @@ def _until(parent, kind):
 
 def test_worker_protocol_is_typed_messages_in_phase_order():
     """A real spawned worker, driven by hand: the messages it sends for one case, in order."""
-    from harness.resume import cell_key
-    from harness.worker_messages import CaseDone, CellStarted, PreparingCase, RowDone, RunCase, Shutdown, WorkerReady
+    from harness.plan.resume import cell_key
+    from harness.execute.worker.messages import CaseDone, CellStarted, PreparingCase, RowDone, RunCase, Shutdown, WorkerReady
 
     suite = parse_suite(yaml.safe_load(ONE_CASE))
     with _spawned_worker(suite) as (proc, parent):
@@ -269,7 +269,7 @@ def test_worker_runs_cells_while_a_library_imports_and_gives_the_rest_back(tmp_p
     """A spawned worker whose second backend's import is held by a gate: ready at once, runs the
     torch-only cell, gives the gated cell back; a case of gated cells alone waits for the
     import, then runs; LibrariesReady carries the import time and versions."""
-    from harness.worker_messages import (CaseDone, CasePartDeferred, CellStarted, LibrariesReady, PreparingCase,
+    from harness.execute.worker.messages import (CaseDone, CasePartDeferred, CellStarted, LibrariesReady, PreparingCase,
                                          RowDone, RunCase, Shutdown, WorkerReady)
     from plugins.slow_import import GATE_ENV, GatedImportBackend
 

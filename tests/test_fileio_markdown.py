@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness import markdown
-from harness.fileio import atomic_copy, atomic_write_text
+from harness.report import markdown
+from harness.records.fileio import atomic_copy, atomic_write_text
 
 
 def test_atomic_write_replaces_whole_and_leaves_no_temp(tmp_path):
@@ -50,7 +50,7 @@ def test_markdown_table_rejects_ragged_rows():
 
 
 def test_atomic_path_renames_on_success_and_removes_on_error(tmp_path):
-    from harness.fileio import atomic_path
+    from harness.records.fileio import atomic_path
 
     target = tmp_path / "out.csv"
     with atomic_path(target) as tmp:

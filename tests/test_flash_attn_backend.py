@@ -29,7 +29,7 @@ from backends.flash_attn import (
     support_reason,
 )
 from harness.spec import CaseSpec, load_suite
-from harness.workload import generate
+from harness.case.workload import generate
 
 ROOT = Path(__file__).resolve().parent.parent
 H100, A100, B200, RTX5090, V100 = (9, 0), (8, 0), (10, 0), (12, 0), (7, 0)

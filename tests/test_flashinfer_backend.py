@@ -21,9 +21,9 @@ from backends.flashinfer import (
 )
 from harness import registry
 from attn_contract import AttentionConfig, decode_first_order, split_decodes_and_prefills
-from harness.reference import attention_one_request
+from harness.case.reference import attention_one_request
 from harness.spec import CaseSpec, load_suite
-from harness.workload import generate
+from harness.case.workload import generate
 
 LLAMA = dict(num_heads=32, num_kv_heads=8, head_size=128)
 
@@ -199,7 +199,7 @@ def test_availability_without_library():
 
 @pytest.mark.skipif(importlib.util.find_spec("flashinfer") is not None, reason="flashinfer is installed here")
 def test_page_size_suite_cells_skip_with_reason_on_cpu():
-    from harness.runner import RunOptions, group_by_case, iterate_case, plan_cells
+    from harness.cell.case import RunOptions, group_by_case, iterate_case, plan_cells
 
     suite = load_suite("suites/page_sizes.yaml")
     opts = RunOptions(device=torch.device("cpu"))
@@ -208,8 +208,8 @@ def test_page_size_suite_cells_skip_with_reason_on_cpu():
     # The suite narrows prefill_backend to auto; decode_tensor_cores runs both ways where the
     # batch has decodes and once (it cannot apply) on prefill-only batches; call_form runs both
     # ways only where decodes and prefills share a batch (elsewhere the two are one call).
-    from harness.layout import case_layout
-    from harness.runner import segment_kinds
+    from harness.case.layout import case_layout
+    from harness.cell.case import segment_kinds
 
     def expected(kinds: set[str]) -> int:
         if "decode" not in kinds:
@@ -337,8 +337,8 @@ def test_family_axes_are_opt_in_so_default_runs_keep_their_cells():
     """The families add no cell where no filter names their axes: the default variants are the
     wrapper's twelve, and a filter on another axis (page_sizes narrows prefill_backend only)
     still leaves decode_backend at the wrapper."""
-    from harness.planning import select_variants
-    from harness.runner import RunOptions
+    from harness.plan.cells import select_variants
+    from harness.cell.case import RunOptions
 
     opts = RunOptions(device=torch.device("cpu"))
     assert FlashInferBackend.opt_in_axes == {"decode_backend", "prefill_backend"}
@@ -450,7 +450,7 @@ def test_cutlass_takes_only_batches_without_cached_context():
 def test_other_kernels_suite_family_cells_skip_with_reason_on_cpu():
     """Each family is its own cell (decode families on decode batches, prefill families on prefill
     batches), recorded with its variant; without FlashInfer every one is skipped with that reason."""
-    from harness.runner import RunOptions, group_by_case, iterate_case, plan_cells
+    from harness.cell.case import RunOptions, group_by_case, iterate_case, plan_cells
 
     suite = load_suite("suites/other_kernels.yaml")
     opts = RunOptions(device=torch.device("cpu"))

@@ -18,10 +18,10 @@ import pytest
 import torch
 
 from harness.cli import main
-from harness.compare import (NoiseModel, classify_speed, compare_paths, compare_rows, confirm_slowdowns,
+from harness.analysis.compare import (NoiseModel, classify_speed, compare_paths, compare_rows, confirm_slowdowns,
                              estimate_noise, robust_sigma, to_markdown)
-from harness.results import read_rows
-from harness.row_parts import CudaGraphInfo
+from harness.records.results import read_rows
+from harness.records.parts import CudaGraphInfo
 from sampled_rows import sampled_run, write_run
 from typed_rows import ran_row
 

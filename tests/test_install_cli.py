@@ -10,8 +10,8 @@ from pathlib import Path
 
 from attn_contract import AttentionBackend
 from harness import cli
-from harness.results import RESULTS_FILE
-from harness.versions import outside_tested, untested, untested_note
+from harness.records.results import RESULTS_FILE
+from harness.records.versions import outside_tested, untested, untested_note
 from conftest import subprocess_env
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,7 +31,7 @@ def test_help_imports_neither_torch_nor_pandas():
                           "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
                           "    cli.main(['--help'])\n"
                           "    cli.main(['run', '--help'])\n")
-    heavy = {"torch", "pandas", "harness.registry", "harness.spec.models"} & mods
+    heavy = {"torch", "pandas", "harness.registry", "harness.spec.suite_model"} & mods
     assert not heavy, heavy
 
 
@@ -56,7 +56,7 @@ def test_version_names_harness_torch_and_every_backend_library():
     for dist in ("flashinfer-python", "flash-attn-4", "flash-attn", "tokenspeed_fa3"):
         assert f"\n{dist} " in out, out
     # Versions come from metadata: no backend library was imported to answer.
-    mods = _modules_after("from harness.versions import version_lines\nversion_lines()")
+    mods = _modules_after("from harness.records.versions import version_lines\nversion_lines()")
     assert not {m for m in mods if m.split(".")[0] in ("flashinfer", "flash_attn", "flash_attn_interface")}
 
 
@@ -121,6 +121,6 @@ def test_vv_logs_the_workers_and_rows_of_a_run(tmp_path):
     loud = subprocess.run([args[0], *args[1:3], "-vv", *args[3:], "--out", str(tmp_path / "b")], cwd=ROOT, env=ENV,
                           capture_output=True, text=True, timeout=300)
     assert quiet.returncode == loud.returncode == 0, loud.stderr[-2000:]
-    assert "harness.executor" not in quiet.stderr
-    assert "INFO harness.executor: worker pid" in loud.stderr and "1 cell(s) in 1 case(s)" in loud.stderr
-    assert "DEBUG harness.executor: row decode-gqa[block_size=16,count=1] / torch-math: pass" in loud.stderr
+    assert "harness.execute.local" not in quiet.stderr
+    assert "INFO harness.execute.local: worker pid" in loud.stderr and "1 cell(s) in 1 case(s)" in loud.stderr
+    assert "DEBUG harness.execute.local: row decode-gqa[block_size=16,count=1] / torch-math: pass" in loud.stderr

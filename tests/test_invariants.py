@@ -1,13 +1,13 @@
-"""Metamorphic invariants (harness/invariants.py): correct CPU backends hold all three; a
+"""Metamorphic invariants (harness/cell/invariants.py): correct CPU backends hold all three; a
 backend that mixes up requests or pages breaks them."""
 
 import torch
 
-from harness.invariants import check_invariants, permuted_pages
-from harness.reference import reference_attention
+from harness.cell.invariants import check_invariants, permuted_pages
+from harness.case.reference import reference_attention
 from harness.registry import resolve
 from harness.spec import CaseSpec
-from harness.workload import generate
+from harness.case.workload import generate
 
 CPU = torch.device("cpu")
 

@@ -44,6 +44,6 @@ def test_no_imports_cross_between_harness_and_backends(package, forbidden):
 def test_the_check_sees_a_crossing(tmp_path):
     # The parser must catch both forms, at any depth, or the test above proves nothing.
     f = tmp_path / "m.py"
-    f.write_text("import os\ndef f():\n    from harness import cascade\n    import backends.flash_attn as fa\n")
+    f.write_text("import os\ndef f():\n    from harness.cell import cascade\n    import backends.flash_attn as fa\n")
     mods = [m for _, m in imported_modules(f)]
-    assert "harness.cascade" in mods and "backends.flash_attn" in mods
+    assert "harness.cell.cascade" in mods and "backends.flash_attn" in mods

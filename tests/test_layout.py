@@ -8,12 +8,12 @@ import pytest
 import torch
 
 from harness.cli import main as cli_main
-from harness.layout import case_layout, dtype_bytes, kv_element_bytes
+from harness.case.layout import case_layout, dtype_bytes, kv_element_bytes
 from attn_contract import TORCH_DTYPES
-from harness.metrics import attention_work, layout_work
-from harness.runner import RunOptions, too_large_reason
+from harness.case.metrics import attention_work, layout_work
+from harness.cell.case import RunOptions, too_large_reason
 from harness.spec import parse_suite
-from harness.workload import generate
+from harness.case.workload import generate
 from test_workload import case  # the same mixed decode/prefill/extend case
 
 
@@ -112,6 +112,6 @@ def test_rows_carry_the_case_parameters_and_layout(tmp_path):
     assert r["layout"]["kv_cache_bytes"] == r["batch"]["num_blocks"] * 16 * 2 * 1 * 16 * 2
     # An unswept case has no parameters (its row omits the empty field; the model reads it as {}).
     assert by_case["plain"]["case_group"] == "plain" and by_case["plain"].get("case_params", {}) == {}
-    from harness.results import read_rows
+    from harness.records.results import read_rows
 
     assert {r.case: r.case_params for r in read_rows(out)}["plain"] == {}

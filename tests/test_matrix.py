@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.matrix.envs import (EnvError, EnvSpec, build_env, installed_version, parse_env_arg, pip_failure,
+from harness.tools.matrix.envs import (EnvError, EnvSpec, build_env, installed_version, parse_env_arg, pip_failure,
                                 torch_mismatch, torch_request_mismatch)
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from harness import roofline
-from harness.metrics import attention_work, visible_key_range, visible_keys, visible_pairs
-from harness.roofline import Ceilings, roofline_metrics
+from harness.case import roofline
+from harness.case.metrics import attention_work, visible_key_range, visible_keys, visible_pairs
+from harness.case.roofline import Ceilings, roofline_metrics
 
 
 def brute_mask(q: int, s: int, causal: bool, window: int | None) -> list[tuple[int, int]]:

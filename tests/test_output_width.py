@@ -13,7 +13,8 @@ import pytest
 from rich.console import Console
 
 from conftest import subprocess_env
-from harness import cli, terminal
+from harness import cli
+from harness.report.terminal import tables as terminal
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -90,7 +91,7 @@ cases:
 @pytest.fixture(scope="module")
 def wide_rows(tmp_path_factory):
     """Real rows: CPU backends timed, plus GPU backends' variants (skipped here, long labels)."""
-    from harness.results import read_rows
+    from harness.records.results import read_rows
 
     d = tmp_path_factory.mktemp("wide")
     (d / "wide.yaml").write_text(LONG)

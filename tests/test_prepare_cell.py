@@ -6,10 +6,10 @@ import torch
 
 from backends.torch_cascade import TorchCascadeBackend
 from backends.torch_math import TorchMathBackend
-from harness.reference import reference_attention
-from harness.runner import CellStage, CellTrace, CellUnsupported, PreparedCell, Stopwatch, prepare_cell
+from harness.case.reference import reference_attention
+from harness.cell.case import CellStage, CellTrace, CellUnsupported, PreparedCell, Stopwatch, prepare_cell
 from harness.spec import CaseSpec
-from harness.workload import generate
+from harness.case.workload import generate
 
 CPU = torch.device("cpu")
 

@@ -12,8 +12,8 @@ import pytest
 from importlib.util import find_spec
 
 from harness.cli import main
-from harness.ray_executor import _local_pythonpath
-from harness.results import read_header, read_rows
+from harness.execute.ray_cluster import _local_pythonpath
+from harness.records.results import read_header, read_rows
 
 # Ray is imported by the cluster fixture, not at collection: importing it costs ~1.5 s in every
 # test process, most of which never run these tests.
@@ -97,8 +97,8 @@ def _plan(tmp_path: Path):
     import yaml
 
     from harness import registry
-    from harness.executor import ExecOptions
-    from harness.runner import RunOptions, plan_cells
+    from harness.execute.local import ExecOptions
+    from harness.cell.case import RunOptions, plan_cells
     from harness.spec import parse_suite
 
     suite = parse_suite(yaml.safe_load(FOUR_CASES))
@@ -113,7 +113,7 @@ def _run_and_lose_an_actor(tmp_path: Path, how: str, max_retries: int):
     import os
     import signal
 
-    from harness.ray_executor import RayExecutor
+    from harness.execute.ray_cluster import RayExecutor
 
     import ray
 
@@ -133,8 +133,8 @@ def _run_and_lose_an_actor(tmp_path: Path, how: str, max_retries: int):
 
 @pytest.mark.parametrize("how", ["sigkill", "ray.kill"])
 def test_lost_actor_case_is_retried_and_rows_equal_a_local_run(cluster, tmp_path: Path, how: str) -> None:
-    from harness.executor import ExecOptions, LocalExecutor
-    from harness.resume import cell_key
+    from harness.execute.local import ExecOptions, LocalExecutor
+    from harness.plan.resume import cell_key
 
     suite, cells, rows, ex = _run_and_lose_an_actor(tmp_path, how, max_retries=2)
     assert len(ex.lost_actors) == 1, ex.lost_actors  # the kill really hit a busy actor
@@ -160,9 +160,9 @@ def test_cuda_run_on_a_cluster_without_gpus_is_error_rows_not_a_traceback(cluste
     import yaml
 
     from harness import registry
-    from harness.executor import ExecOptions
-    from harness.ray_executor import RayExecutor
-    from harness.runner import RunOptions, plan_cells
+    from harness.execute.local import ExecOptions
+    from harness.execute.ray_cluster import RayExecutor
+    from harness.cell.case import RunOptions, plan_cells
     from harness.spec import parse_suite
 
     suite = parse_suite(yaml.safe_load(ONE_CASE))

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from harness import cli
-from harness.recommend import Inputs, RecommendError, load_inputs, policy, recommend_rows, vllm_export
-from harness.results import Call, ResultRow, ResultWriter, write_header
-from harness.selection_rules import vllm_default, vllm_flash_attn_version
+from harness.analysis.recommend import Inputs, RecommendError, load_inputs, policy, recommend_rows, vllm_export
+from harness.records.results import Call, ResultRow, ResultWriter, write_header
+from harness.analysis.selection_rules import vllm_default, vllm_flash_attn_version
 from typed_rows import CFG, check, host, timing
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from harness.reference import attention_one_request
+from harness.case.reference import attention_one_request
 
 
 def naive(q, k, v, scale, causal, window, softcap, slopes, sinks):

@@ -40,11 +40,11 @@ def test_builtins_come_from_the_entry_point_group():
 # Literals in harness/ allowed to be backend names, each with why (keep this short).
 NAME_SCAN_ALLOWED: dict[str, set[str]] = {
     # A measurement script's default: docs/conformance.md's calibration table is of these two.
-    "harness/calibrate.py": {"torch-math,sdpa"},
+    "harness/tools/calibrate.py": {"torch-math,sdpa"},
 }
-# Folders outside the core: harness/diag/ holds measurement diagnostics that exist to time named
+# Folders outside the core: harness/tools/diag/ holds measurement diagnostics that exist to time named
 # libraries against the harness (`harness diag NAME`); nothing in the run path imports them.
-NAME_SCAN_EXEMPT_DIRS = ("harness/diag/",)
+NAME_SCAN_EXEMPT_DIRS = ("harness/tools/diag/",)
 
 
 def _code_strings(tree: ast.AST) -> list[tuple[int, str]]:
@@ -101,7 +101,7 @@ def test_module_class_specs_still_resolve_and_unknown_names_are_one_clear_error(
 
 
 def test_the_run_path_does_not_import_the_diagnostics():
-    # The name scan skips harness/diag/ because nothing but the command table reaches it.
+    # The name scan skips harness/tools/diag/ because nothing but the command table reaches it.
     users = []
     for path in sorted((ROOT / "harness").rglob("*.py")):
         rel = str(path.relative_to(ROOT))
@@ -110,5 +110,5 @@ def test_the_run_path_does_not_import_the_diagnostics():
         for node in ast.walk(ast.parse(path.read_text())):
             mods = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
                 [a.name for a in node.names] if isinstance(node, ast.Import) else []
-            users += [f"{rel}: {m}" for m in mods if m == "harness.diag" or m.startswith("harness.diag.")]
+            users += [f"{rel}: {m}" for m in mods if m == "harness.tools.diag" or m.startswith("harness.tools.diag.")]
     assert not users, users

@@ -18,7 +18,7 @@ import pytest
 from harness.cli import main
 from harness.report import REGISTRY, SECTIONS, build_frame, build_sections, load, render_html, section, write_report
 from harness.report.core import Table, Text
-from harness.results import read_rows
+from harness.records.results import read_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 BASELINE = ROOT / "ci" / "baselines" / "cpu-smoke"

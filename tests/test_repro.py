@@ -83,7 +83,7 @@ def test_script_of_a_mutant_reproduces_its_bug(results, tmp_path):
 
 
 def test_row_selected_by_its_reproducer_string(results, tmp_path):
-    from harness.results import read_rows
+    from harness.records.results import read_rows
 
     row = read_rows(results)[1]
     script = tmp_path / "s.py"
@@ -161,9 +161,9 @@ def test_flashinfer_e5m2_mismatch_rows_get_the_known_bug_diagnosis():
     """The H200 rows of the FlashInfer e5m2 mask-fill bug (kv_scale auto) match the diagnosis;
     rows with the same configuration but a larger scale (fill far below) do not."""
     from backends.flashinfer import FlashInferBackend
-    from harness.results import read_rows
+    from harness.records.results import read_rows
     from harness.spec import load_suite
-    from harness.workload import kv_scales
+    from harness.case.workload import kv_scales
     from attn_contract import LayerParams
 
     cases = {c.name: c for c in load_suite(ROOT / "suites" / "conformance.yaml").cases}
@@ -182,7 +182,7 @@ def test_flashinfer_e5m2_mismatch_rows_get_the_known_bug_diagnosis():
 def test_runner_appends_a_backends_diagnosis_to_the_mismatch_reason():
     import torch
 
-    from harness.runner import RunOptions, group_by_case, iterate_case, plan_cells
+    from harness.cell.case import RunOptions, group_by_case, iterate_case, plan_cells
     from harness.spec import load_suite
     from mutants.cpu import SwappedRequests
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from harness.results import (FAILED, NOT_RUN, RAN, Recheck, ResultRow, RunHeader, Status, Timing, read_rows,
+from harness.records.results import (FAILED, NOT_RUN, RAN, Recheck, ResultRow, RunHeader, Status, Timing, read_rows,
                              read_run_header, row_json, rows_frame)
 from typed_rows import check, host, ran_row, timing
 
@@ -139,7 +139,7 @@ def test_compressed_results_folder_reads_like_the_plain_one(tmp_path):
     import gzip
     import shutil
 
-    from harness.results import read_rows, results_file
+    from harness.records.results import read_rows, results_file
 
     src = Path(__file__).resolve().parents[1] / "ci" / "baselines" / "cpu-smoke"
     plain = read_rows(src)

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import interrupt, subprocess_env
 from harness.cli import main
-from harness.results import read_header, read_rows, repair_torn_tail
+from harness.records.results import read_header, read_rows, repair_torn_tail
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -17,8 +17,8 @@ import yaml
 jsonschema = pytest.importorskip("jsonschema", reason="jsonschema validates the exported schemas (the test extra installs it)")
 
 from harness import cli
-from harness.results import read_header, read_rows
-from harness.schema import ROW_SCHEMA_VERSION, RUN_SCHEMA_VERSION, row_schema, suite_schema
+from harness.records.results import read_header, read_rows
+from harness.records.schema import ROW_SCHEMA_VERSION, RUN_SCHEMA_VERSION, row_schema, suite_schema
 
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE = ROOT / "ci" / "baselines" / "cpu-smoke"

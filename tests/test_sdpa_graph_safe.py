@@ -13,10 +13,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from attn_contract import CudaGraphSupport
 from backends._paged import scatter_rows
 from backends.sdpa import SDPABackend
-from harness.reference import reference_attention
-from harness.runner import prepare_cell
+from harness.case.reference import reference_attention
+from harness.cell.case import prepare_cell
 from harness.spec import CaseSpec
-from harness.workload import generate
+from harness.case.workload import generate
 
 CPU = torch.device("cpu")
 SYNCING = {"nonzero", "_local_scalar_dense", "masked_select", "unique", "_unique2", "item"}

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.results import read_header, read_rows
-from harness.shard import parse_shard, partition, suite_hash
+from harness.records.results import read_header, read_rows
+from harness.plan.shard import parse_shard, partition, suite_hash
 
 SMOKE = "ci/smoke.yaml"
 FLAGS = ["--device", "cpu", "--no-time", "--no-isolation", "--quiet"]
@@ -48,8 +48,8 @@ def test_shards_partition_and_merge_equals_whole(runs: Path) -> None:
 
 def test_partition_is_stable_and_balanced() -> None:
     from harness import registry
-    from harness.balance import case_cost_s
-    from harness.runner import RunOptions, group_by_case, plan_cells
+    from harness.plan.balance import case_cost_s
+    from harness.cell.case import RunOptions, group_by_case, plan_cells
     from harness.spec import load_suite
     import torch
 

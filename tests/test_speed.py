@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from harness.cli import main
-from harness.results import read_rows
+from harness.records.results import read_rows
 from harness.spec import parse_suite
 
 SMALL = """
@@ -124,8 +124,9 @@ def test_torch_backend_workspace_bounds_what_its_forward_allocates(spec, index, 
     torch-math's scores far larger than its old chunk budget (on the H200: an OOM instead of a
     skip). The declared workspace must bound the forward's measured allocations, with small
     chunk budgets so the plan really splits."""
-    from harness import memory, registry
-    from harness.runner import CaseContext
+    from harness import registry
+    from harness.plan import memory
+    from harness.cell.case import CaseContext
 
     backend = registry.load_spec(spec)
     mod = __import__(backend.__module__, fromlist=["x"])
@@ -177,7 +178,7 @@ def test_flashinfer_prefill_backend_collapses_on_decode_only_batches():
     on a decode-only case its twelve variants (x call_form, which changes nothing on a one-kind
     batch) are two cells, on a mixed case all twelve run."""
     from backends.flashinfer import FlashInferBackend
-    from harness.runner import RunOptions, plan_cells, segment_kinds
+    from harness.cell.case import RunOptions, plan_cells, segment_kinds
 
     assert segment_kinds([1, 1], [5, 9]) == {"decode"}
     assert segment_kinds([1, 4, 6], [5, 9, 6]) == {"decode", "extend", "prefill"}
@@ -214,7 +215,7 @@ def test_collapsed_rows_say_which_axes_applied(tmp_path):
 
 # ---------------------------------------------------------------- workers balanced by cost
 def test_lpt_plan_balances_cost_not_count():
-    from harness.balance import plan_assignment
+    from harness.plan.balance import plan_assignment
 
     costs = [10.0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]  # by count: 6/5 cases; by cost: 10 vs 10
     plan = plan_assignment(costs, 2)
@@ -227,8 +228,8 @@ def test_two_cpu_workers_take_every_case_exactly_once_from_the_shared_queue(tmp_
     """decode-like cases of very different sizes on --devices cpu,cpu: one queue, largest
     estimate first; each case runs exactly once, on one worker; run.json says which worker
     took what and where the wall time went."""
-    from harness.balance import CaseQueues, case_cost_s
-    from harness.runner import RunOptions, group_by_case, plan_cells
+    from harness.plan.balance import CaseQueues, case_cost_s
+    from harness.cell.case import RunOptions, group_by_case, plan_cells
 
     text = SMALL.replace("count: [2, 5]", "count: [1, 2, 3, 8]").replace("high: 70", "high: 300")
     suite = tmp_path / "s.yaml"
@@ -347,7 +348,7 @@ def test_energy_from_the_timed_loop_counts_every_call_and_the_busy_share():
 def test_first_library_import_in_process_is_import_not_precheck(tmp_path):
     """In one process (--no-isolation) the first availability probe of each backend is where
     its library loads: that row records it as "import"; later rows of the backend do not."""
-    from harness import runner
+    from harness.cell import case as runner
 
     runner._IMPORTED.clear()  # this test process may have probed these backends already
     suite = tmp_path / "s.yaml"

@@ -7,8 +7,8 @@ import shutil
 from pathlib import Path
 
 from harness.cli import main, resume_command
-from harness.results import RESULTS_FILE, read_header, read_rows
-from harness.suite_copy import SUITE_COPY, find_suite
+from harness.records.results import RESULTS_FILE, read_header, read_rows
+from harness.records.suite_copy import SUITE_COPY, find_suite
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = ["--case", "decode-gqa[block_size=16,count=1]", "--case", "decode-gqa[block_size=32,count=1]"]

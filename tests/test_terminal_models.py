@@ -10,8 +10,8 @@ from pathlib import Path
 from rich.console import Console
 from typed_rows import CFG, check, host, timing
 
-from harness import terminal
-from harness.results import ResultRow
+from harness.report.terminal import tables as terminal
+from harness.records.results import ResultRow
 
 DECODE = {"num_reqs": 64, "num_tokens": 64, "num_decode": 64, "num_prefill": 0, "num_extend": 0,
           "max_query_len": 1, "max_seq_len": 4000, "mean_seq_len": 3000.0, "prefix_groups": 0}

@@ -10,8 +10,9 @@ import re
 import pytest
 from rich.console import Console
 
-from harness import cli, terminal
-from harness.results import Status, read_rows
+from harness import cli
+from harness.report.terminal import tables as terminal
+from harness.records.results import Status, read_rows
 
 SWEEP = """
 suite: term

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from harness.spec import SpecError
-from harness.trace import SchedulerParams, TraceError, TraceRequest, read_trace, select, simulate
+from harness.spec.trace import SchedulerParams, TraceError, TraceRequest, read_trace, select, simulate
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "traces"
 
@@ -134,8 +134,8 @@ def test_deterministic_and_block_size_rule():
 
 
 def test_stratified_sample_weights_cover_trace():
-    from harness.spec.models import RequestGroup
-    from harness.trace.replay import sample_steps, step_request_groups
+    from harness.spec.suite_model import RequestGroup
+    from harness.spec.trace.replay import sample_steps, step_request_groups
     reqs = select(read_trace(DATA / "azure-llm-2023-conv.csv"), first=60, rate_scale=20.0)
     steps = simulate(reqs, SchedulerParams(max_num_batched_tokens=2048)).steps
     sample = sample_steps(steps, 12)
@@ -151,7 +151,7 @@ def test_make_suite_and_cpu_replay(tmp_path):
     import json
     import subprocess
     import sys
-    from harness.trace.make_suite import main
+    from harness.spec.trace.make_suite import main
     out = tmp_path / "t.yaml"
     assert main([str(DATA / "azure-llm-2023-conv.csv"), "--first", "30", "--rate-scale", "4",
                  "--sample", "2", "--max-num-batched-tokens", "512", "--block-size", "16",
@@ -169,9 +169,9 @@ def test_make_suite_and_cpu_replay(tmp_path):
 
 
 def test_step_case_carries_shared_pages():
-    from harness.spec.models import CaseSpec
-    from harness.layout import case_layout
-    from harness.trace.replay import step_case
+    from harness.spec.suite_model import CaseSpec
+    from harness.case.layout import case_layout
+    from harness.spec.trace.replay import step_case
     reqs = select(read_trace(DATA / "mooncake-fast25-conversation.jsonl"), first=20)
     steps = simulate(reqs, SchedulerParams(max_num_batched_tokens=2048, block_size=256)).steps
     shared_steps = 0
@@ -204,7 +204,7 @@ def test_mooncake_slice_cascade_rows_pass_with_shared_tokens(tmp_path):
     import json
     import subprocess
     import sys
-    from harness.trace.make_suite import main
+    from harness.spec.trace.make_suite import main
     out = tmp_path / "mc.yaml"
     assert main([str(DATA / "mooncake-fast25-conversation.jsonl"), "--first", "20", "--sample", "3",
                  "--block-size", "256", "--max-num-batched-tokens", "2048", "--heads", "2", "1", "32",

@@ -15,7 +15,7 @@ DATA = ROOT / "data" / "traces"
 
 @pytest.fixture(scope="module")
 def trace_run(tmp_path_factory):
-    from harness.trace.make_suite import main
+    from harness.spec.trace.make_suite import main
     tmp = tmp_path_factory.mktemp("trace")
     suite = tmp / "t.yaml"
     assert main([str(DATA / "azure-llm-2023-conv.csv"), "--first", "24", "--rate-scale", "4",

@@ -32,7 +32,7 @@ def _suite(tmp_path, case: str, name: str = "s.yaml") -> Path:
      "{trace: %s, window: [0, 30], first_n: 40, steps: 3, scheduler: {max_num_batched_tokens: 512, max_num_seqs: 8}}"),
 ])
 def test_trace_source_gives_the_generator_cases(tmp_path, trace, args, src):
-    from harness.trace.make_suite import main
+    from harness.spec.trace.make_suite import main
     gen = tmp_path / "gen.yaml"
     assert main([str(trace), *args, "--block-size", "256", "--heads", "2", "1", "32", "--backends", "sdpa",
                  "-o", str(gen)]) == 0

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from harness.spec import CaseSpec
-from harness.workload import draw_lengths, generate, sample_lengths
+from harness.case.workload import draw_lengths, generate, sample_lengths
 
 
 def case(**kw):

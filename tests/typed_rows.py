@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.results import Check, Host, ResultRow, Status, Timing
+from harness.records.results import Check, Host, ResultRow, Status, Timing
 from harness.timing import TimingOptions
 
 
-# A typed row's config (harness/row_parts.py RowConfig): a Llama-3-8B-like GQA layer, bf16, page 16.
+# A typed row's config (harness/records/parts.py RowConfig): a Llama-3-8B-like GQA layer, bf16, page 16.
 CFG = {"num_heads": 32, "num_kv_heads": 8, "head_size": 128, "dtype": "bfloat16", "kv_cache_dtype": "auto",
        "block_size": 16, "kv_layout": "NHD", "causal": True, "sliding_window": None, "softcap": 0.0,
        "alibi": False, "sinks": False, "scale": None, "seed": 0, "tags": []}

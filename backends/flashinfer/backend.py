@@ -190,7 +190,7 @@ class FlashInferBackend(AttentionBackend):
 
     @classmethod
     def workspace_bytes(cls, config: AttentionConfig, variant: dict[str, Any]) -> int:
-        """Device scratch of one builder, for the memory planner (harness/memory.py): the shared
+        """Device scratch of one builder, for the memory planner (harness/plan/memory.py): the shared
         float workspace, what each wrapper's constructor allocates in flashinfer 0.6.18 (an 8 MiB
         int workspace and a 32768-entry int32 kv_lens buffer; read from its prefill.py/decode.py),
         and an allowance for what plan()/run() and FlashInfer's process-wide cached buffers take

@@ -1,5 +1,5 @@
 """The FlashInfer backend's library call as standalone source (``AttentionBackend.standalone_call``,
-names agreed with harness/repro.py): what its builder plans and its impl runs, per call form.
+names agreed with harness/crosscheck/repro.py): what its builder plans and its impl runs, per call form.
 The source lives in standalone_call.py.tmpl (a string.Template), so it reads as Python."""
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from __future__ import annotations
 import pytest
 
 from harness.pytest_plugin import CaseRunner, cell_id, harness_clock, load_samples, make_plan, replay_one_sample
-from harness.results import Status
+from harness.records.results import Status
 
 # pytest-benchmark's timer for these tests is the harness's (replayed) device clock.
 pytestmark = pytest.mark.benchmark(timer=harness_clock, disable_gc=False, warmup=False)

@@ -1,7 +1,7 @@
 """The ``harness`` command line (``main``), as a package:
 
 - ``parser``: the parser, built from a registry of command modules (``add_parser`` + ``run``);
-- ``run``: ``harness run`` (its flags: harness/run_flags.py; its executors: harness/executor_api.py);
+- ``run``: ``harness run`` (its flags: harness/cli/run_flags.py; its executors: harness/execute/api.py);
 - ``summary``: run.json's wall-time bookkeeping and the closing summary;
 - ``commands/``: report, merge, compare, recommend, repro, validate, list;
 - ``entry``: ``main``, bad input as one line (exit 2), Ctrl-C / SIGTERM as a resume command.
@@ -27,8 +27,8 @@ from harness.cli.run import (  # noqa: E402
 from harness.cli.summary import (  # noqa: E402
     fmt as _fmt, letter_ids as _ids, print_summary, reason_kind as _reason_kind, record_wall_time as _record_wall_time,
     wall_breakdown)
-from harness.cli_flags import configure_logging  # noqa: E402
-from harness.run_flags import RunFlags  # noqa: E402
+from harness.cli.flags import configure_logging  # noqa: E402
+from harness.cli.run_flags import RunFlags  # noqa: E402
 
 __all__ = ["COMMANDS", "EXIT_USAGE", "RESULTS_FILE", "RunFlags", "Terminated", "UsageError", "build_parser",
            "configure_logging", "console", "err_console", "list_backends", "main", "print_summary",

@@ -11,10 +11,11 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from harness import interrupts, suite_copy
+from harness import interrupts
+from harness.records import suite_copy
 from harness.cli.common import EXIT_USAGE, RESULTS_FILE, UsageError, err_console, read_rows, spec_error
 from harness.cli.parser import build_parser
-from harness.cli_flags import configure_logging
+from harness.cli.flags import configure_logging
 from harness.interrupts import Terminated
 
 __all__ = ["Terminated", "main", "resume_command"]  # Terminated: programs catch it from here

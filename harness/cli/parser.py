@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import importlib
 
-from harness.cli_flags import add_global_flags
+from harness.cli.flags import add_global_flags
 
 COMMANDS = (
     "harness.cli.run",
@@ -18,20 +18,20 @@ COMMANDS = (
     "harness.cli.commands.repro",
     "harness.cli.commands.validate",
     "harness.cli.commands.listing",
-    "harness.plan",
-    "harness.crosscheck",
-    "harness.matrix.matrix",
-    "harness.matrix.bisect",
-    "harness.export",
-    "harness.schema",
-    "harness.gate",
-    "harness.diag",
+    "harness.tools.evidence_plan",
+    "harness.crosscheck.run",
+    "harness.tools.matrix.matrix",
+    "harness.tools.matrix.bisect",
+    "harness.records.export",
+    "harness.records.schema",
+    "harness.analysis.gate",
+    "harness.tools.diag",
 )
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="harness", description="Benchmark and conformance harness for GPU attention backends.")
-    add_global_flags(p)  # --version, -v/-vv (harness/cli_flags.py)
+    add_global_flags(p)  # --version, -v/-vv (harness/cli/flags.py)
     sub = p.add_subparsers(dest="command", required=True)
     for name in COMMANDS:  # light modules: each imports its heavy parts in run()
         importlib.import_module(name).add_parser(sub)

@@ -1,7 +1,7 @@
 """``harness run SUITE``: plan the cells, hand them to an executor, write the rows as they come.
 
-The flags are ``harness.run_flags.RunFlags`` (declared once, validated there); the executor is
-whichever ``harness.executor_api.make_executor`` picks; the end (wall time, summary, exit code)
+The flags are ``harness.cli.run_flags.RunFlags`` (declared once, validated there); the executor is
+whichever ``harness.execute.api.make_executor`` picks; the end (wall time, summary, exit code)
 is harness/cli/summary.py.
 """
 
@@ -18,21 +18,22 @@ from typing import TYPE_CHECKING, Any, Callable
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from harness import interrupts, suite_copy
+from harness import interrupts
+from harness.records import suite_copy
 from harness.cli import summary
 from harness.cli.common import (RESULTS_FILE, ResultWriter, UsageError, check_suite_backends, console, err_console,
                                 load_suite, read_rows, registry, torch, write_header)
-from harness.run_flags import RunFlags, add_arguments
+from harness.cli.run_flags import RunFlags, add_arguments
 
 if TYPE_CHECKING:
-    from harness.executor_api import Executor
-    from harness.results import ResultRow
-    from harness.runner import RunOptions
+    from harness.execute.api import Executor
+    from harness.records.results import ResultRow
+    from harness.cell.case import RunOptions
 
 
 def add_parser(sub: Any) -> None:
     r = sub.add_parser("run", help="run a suite: check every cell against the reference and time it")
-    add_arguments(r)  # every flag is a RunFlags field (harness/run_flags.py)
+    add_arguments(r)  # every flag is a RunFlags field (harness/cli/run_flags.py)
     r.set_defaults(func=run)
 
 
@@ -50,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     for note in suite.notes:  # a vLLM study file: what it could not map, and why
         err_console().print(f"ignored: {escape(note)}", highlight=False, soft_wrap=True)
     check_suite_backends(suite)  # the checks `harness validate` makes, with file and field
-    from harness.filters import FilterError, backend_names, empty_plan_reason  # imports the registry
+    from harness.plan.filters import FilterError, backend_names, empty_plan_reason  # imports the registry
 
     try:
         backends = registry.resolve_many(backend_names(flags.backends, suite))
@@ -62,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     device = torch.device(exec_opts.devices[0])  # rows and the header name the first worker's device
     opts = flags.run_options(device, suite_path)
     if flags.ray is not None:
-        from harness.ray_executor import RayUnavailable, import_ray
+        from harness.execute.ray_cluster import RayUnavailable, import_ray
 
         try:
             import_ray()
@@ -71,13 +72,13 @@ def run(args: argparse.Namespace) -> int:
     if flags.out and not flags.resume:
         check_out_path(Path(flags.out))  # before any worker starts
     if flags.resume:
-        from harness.resume import ResumeError, check_resumable
+        from harness.plan.resume import ResumeError, check_resumable
 
         try:
             check_resumable(Path(flags.resume), suite, seed=flags.seed)  # likewise
         except ResumeError as e:
             raise UsageError(str(e)) from None
-    from harness.executor_api import make_executor
+    from harness.execute.api import make_executor
 
     executor = make_executor(suite, opts, exec_opts, ray=flags.ray)
     try:
@@ -97,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
 def run_cells(args: argparse.Namespace, flags: RunFlags, suite_path: str, suite: Any, backends: list,
               opts: RunOptions, devices: list[str], executor: Executor, t_start: float) -> int:
     from harness.cli import PROCESS_T0
-    from harness.runner import plan_cells
+    from harness.cell.case import plan_cells
 
     cells = plan_cells(suite, backends, opts)
     if not cells:
@@ -145,7 +146,7 @@ def run_cells(args: argparse.Namespace, flags: RunFlags, suite_path: str, suite:
 
 
 def pick_device(name: str | None) -> torch.device:
-    from harness.run_flags import pick_device as pick
+    from harness.cli.run_flags import pick_device as pick
 
     return pick(name)
 
@@ -158,9 +159,9 @@ def prepare_out_dir(flags: RunFlags, suite_path: str, argv: list[str], suite: An
     missing cells left to run and this run added to the header's ``resumed`` list.
     ``probe_versions=False``: the workers report the backends' versions (they import the
     libraries anyway); the header's ``backends`` is filled in when they do."""
-    from harness.env import run_header
-    from harness.resume import ResumeError, resume_plan
-    from harness.runner import default_out_dir
+    from harness.records.env import run_header
+    from harness.plan.resume import ResumeError, resume_plan
+    from harness.cell.case import default_out_dir
 
     if flags.resume:
         out_dir = Path(flags.resume)
@@ -177,7 +178,7 @@ def prepare_out_dir(flags: RunFlags, suite_path: str, argv: list[str], suite: An
     check_out_path(out_dir)
     if (out_dir / RESULTS_FILE).exists():
         raise UsageError(f"--out {out_dir}: already holds {RESULTS_FILE}; choose another folder (or --resume it)")
-    from harness.planning import backend_versions
+    from harness.plan.cells import backend_versions
 
     versions = {b.name: backend_versions(b) for b in backends} if probe_versions else {}
     header = run_header(device, versions, argv, {"suite": suite.suite, "suite_file": suite_path,
@@ -213,9 +214,9 @@ def harness_version() -> str | None:
 
 
 def apply_shard(shard: str | None, suite: Any, cells: list, opts: Any) -> tuple[list, dict]:
-    """--shard K/N: this shard's cells (harness/shard.py) and what run.json records about it."""
-    from harness.resume import cell_key
-    from harness.shard import parse_shard, partition, shard_costs, suite_hash
+    """--shard K/N: this shard's cells (harness/plan/shard.py) and what run.json records about it."""
+    from harness.plan.resume import cell_key
+    from harness.plan.shard import parse_shard, partition, shard_costs, suite_hash
 
     extra: dict[str, Any] = {"suite_hash": suite_hash(suite), "harness_version": harness_version()}
     if not shard:
@@ -237,7 +238,7 @@ def apply_shard(shard: str | None, suite: Any, cells: list, opts: Any) -> tuple[
 
 def check_variant_flags(filters: dict[str, dict[str, list[str]]], backends: list) -> None:
     """--variant names a backend of this run (or a registered one) and axis values it has."""
-    from harness.suite_check import variant_filter_problem
+    from harness.spec.registry_check import variant_filter_problem
 
     in_run = {b.name: b for b in backends}
     for name, f in filters.items():

@@ -10,11 +10,11 @@ from attn_contract.status import FAILED  # no torch, no pydantic
 from harness.cli.common import console, err_console, terminal, write_header
 
 if TYPE_CHECKING:
-    from harness.results import ResultRow
+    from harness.records.results import ResultRow
 
 
 def print_summary(rows: list[ResultRow], out_dir: Path, max_rows: int = 80) -> None:
-    """The run's tables and verdict (harness/terminal.py), on harness.cli's consoles."""
+    """The run's tables and verdict (harness/report/terminal/tables.py), on harness.cli's consoles."""
     terminal.print_summary(rows, out_dir, console(), err_console(), max_rows)
 
 
@@ -54,7 +54,7 @@ def record_wall_time(out_dir: Path, header: dict, rows: list[ResultRow], run_s: 
     """run.json gets this invocation's wall time (``wall_s``: process start to the last row,
     imports and worker start-up included; ``run_s``: from the command's start) and where the
     rows' time went, summed over rows (``time_breakdown_s``; case-level stages once per case)."""
-    from harness.runner import sum_breakdown
+    from harness.cell.case import sum_breakdown
 
     marks = header.pop("_marks", None)
     if report_s is None:

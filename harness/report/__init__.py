@@ -19,7 +19,7 @@ from typing import Any, Iterable
 import pandas as pd
 
 from attn_contract.status import Status
-from harness.fileio import atomic_write_text
+from harness.records.fileio import atomic_write_text
 from harness.report.core import (
     REGISTRY, Block, Figure, Heading, Loaded, SectionSpec, SharedDict, Table, Text, frame, load, registered, section,
 )

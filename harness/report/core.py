@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable
 import pandas as pd
 
 from attn_contract.status import FAILED, Status
-from harness.results import read_header, read_rows, rows_frame
+from harness.records.results import read_header, read_rows, rows_frame
 
 # ---------------------------------------------------------------- what a section returns
 

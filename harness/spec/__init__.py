@@ -25,7 +25,7 @@ from harness.spec.limits import (
     yaml_size,
 )
 from harness.spec.loading import load_suite
-from harness.spec.models import (
+from harness.spec.suite_model import (
     CaseSpec,
     ContextParallel,
     Dist,

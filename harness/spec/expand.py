@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from harness.spec.errors import SpecError
 from harness.spec.limits import MAX_CASES, MAX_YAML_NODES, yaml_size
-from harness.spec.models import DIST_TAGS, CaseSpec, Suite
+from harness.spec.suite_model import DIST_TAGS, CaseSpec, Suite
 from harness.spec.shorthand import SHORTHAND_KEYS, expand_shorthand
 
 _LIST_KEYS = {"batch", "values", "tags", "sizes"}  # keys whose value is a list by type, not a sweep axis
@@ -141,11 +141,11 @@ def _format_validation_error(err: ValidationError) -> str:
 
 
 def _expand_trace(case: dict[str, Any], src: dict[str, Any], source: str, label: str) -> list[dict[str, Any]]:
-    """A case whose ``batch`` is a ``trace:`` source -> its sampled steps (harness/trace/source.py)."""
+    """A case whose ``batch`` is a ``trace:`` source -> its sampled steps (harness/spec/trace/source.py)."""
     from pathlib import Path
 
-    from harness.trace.readers import TraceError
-    from harness.trace.source import expand_trace_case
+    from harness.spec.trace.readers import TraceError
+    from harness.spec.trace.source import expand_trace_case
 
     if "trace" not in src:
         raise SpecError(f"{source}: case '{label}': field batch: a mapping must name a trace file"
@@ -193,7 +193,7 @@ def parse_suite(data: Any, source: str = "<suite>", override: dict[str, Any] | N
         _check_keys(raw, _CASE_KEYS, f"{source}: case '{label}': ", "field(s)")
         merged = {**defaults, **raw}
         if override:
-            from harness.models.cases import with_model
+            from harness.spec.models.cases import with_model
 
             if "model" in override:
                 merged = with_model(merged, override["model"], override.get("tp"))

@@ -12,7 +12,7 @@ import yaml
 from harness.spec.errors import SpecError
 from harness.spec.expand import parse_suite
 from harness.spec.limits import MAX_SUITE_BYTES, yaml_size
-from harness.spec.models import Suite
+from harness.spec.suite_model import Suite
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):

@@ -1,5 +1,5 @@
 """The two shorthands a suite case may use before the sweep expansion: ``model:`` (with ``tp:``),
-which fills in the attention geometry from a config.json (harness/models), and a ``batch:``
+which fills in the attention geometry from a config.json (harness/spec/models), and a ``batch:``
 written in vLLM's batch-spec grammar (harness/spec/batch_spec.py), a string or a list of
 strings (one case per spec, named by it). Errors name the file, the case and the field."""
 
@@ -52,8 +52,8 @@ def _spec_cases(case: dict[str, Any], source: str, label: str) -> list[dict[str,
 def expand_shorthand(case: dict[str, Any], source: str, label: str, named: bool) -> list[dict[str, Any]]:
     """``case`` (defaults merged) -> raw cases without ``model``/``tp`` and with request-group
     batches. ``named``: the suite gave the case a name (else a model or a spec names it)."""
-    from harness.models.cases import model_cases
-    from harness.models.config import ModelError
+    from harness.spec.models.cases import model_cases
+    from harness.spec.models.config import ModelError
 
     cases = [case]
     if "model" in case:

@@ -39,7 +39,7 @@ def _suite_name(source: str) -> str:
 
 
 def _backends(names: Any, source: str, notes: list[str]) -> list[str] | None:
-    from harness.engines import from_vllm_name
+    from harness.analysis.engines import from_vllm_name
 
     if names is None:
         return None

@@ -1,10 +1,10 @@
 """Broken context-parallel combines, one bug each, registered under their own names in
-``harness.context_parallel.combine.COMBINES`` (the mutation test of tests/test_context_parallel.py
+``harness.cell.context_parallel.combine.COMBINES`` (the mutation test of tests/test_context_parallel.py
 runs suites/context_parallel.yaml cells with them and requires each to be flagged)."""
 
 from __future__ import annotations
 
-from harness.context_parallel.combine import COMBINES, Combine
+from harness.cell.context_parallel.combine import COMBINES, Combine
 
 CP_MUTANTS: dict[str, Combine] = {
     # A reducer written for FlashInfer's base-2 LSEs fed FA's natural-log ones.

@@ -2,7 +2,7 @@
 
 import torch
 
-from harness.context_parallel.combine import combine_rank
+from harness.cell.context_parallel.combine import combine_rank
 
 
 def partials(n: int, seed: int = 0, big: float = 1.0):
@@ -35,7 +35,7 @@ def gloo_rank(rank: int, n: int, port: int, q) -> None:
 
     import torch.distributed as dist
 
-    from harness.context_parallel.ranks import DistComm
+    from harness.cell.context_parallel.ranks import DistComm
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=n)

@@ -2,7 +2,7 @@
 its library module (plugins/slow_import_lib.py) blocks at import until a gate opens, as a real
 library's import (FlashAttention's CuTe DSL: ~11 s on the H200) holds a worker. It declares that
 module in ``library_modules``, so a worker imports it on its library thread
-(harness/worker_imports.py); ``availability()`` imports it too, as a real backend does.
+(harness/execute/worker/imports.py); ``availability()`` imports it too, as a real backend does.
 
 The gate is the file named by ``SLOW_IMPORT_GATE``: its existence, or, with
 ``SLOW_IMPORT_GATE_LINES=N``, at least N lines in it (e.g. a run's results.jsonl, so the import

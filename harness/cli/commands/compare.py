@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 from pathlib import Path
 
-from harness import ci_output
+from harness.analysis import ci_output
 from harness.cli.common import UsageError
 
 
@@ -26,12 +26,12 @@ def add_parser(sub: Any) -> None:
     cp.add_argument("--allow-skip", action="append", nargs="?", const="*", metavar="PATTERN",
                     help="accept rows that became skipped/unsupported (all, or those matching PATTERN; repeatable)")
     cp.add_argument("--markdown", metavar="FILE", help="also write the markdown summary to FILE")
-    ci_output.add_flags(cp)  # --junit, --benchmark-json (harness/ci_output.py)
+    ci_output.add_flags(cp)  # --junit, --benchmark-json (harness/analysis/ci_output.py)
     cp.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.compare import compare_paths, parse_threshold, to_markdown
+    from harness.analysis.compare import compare_paths, parse_threshold, to_markdown
 
     try:
         comp = compare_paths(args.baseline, args.new, threshold=parse_threshold(args.threshold),

@@ -9,7 +9,7 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
-from harness.versions import untested, untested_note
+from harness.records.versions import untested, untested_note
 from harness.cli.common import console, registry, terminal, variant_label
 
 

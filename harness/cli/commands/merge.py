@@ -1,4 +1,4 @@
-"""Join shard folders (and --resume leftovers) into one results folder (harness/merge.py)."""
+"""Join shard folders (and --resume leftovers) into one results folder (harness/records/merge.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 from pathlib import Path
 
-from harness import suite_copy
+from harness.records import suite_copy
 from harness.cli.common import UsageError, console, err_console
 
 
@@ -19,8 +19,8 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Join shard folders (and --resume leftovers) into one results folder (harness/merge.py)."""
-    from harness.merge import MergeError, merge_dirs, write_merged
+    """Join shard folders (and --resume leftovers) into one results folder (harness/records/merge.py)."""
+    from harness.records.merge import MergeError, merge_dirs, write_merged
 
     try:
         res = merge_dirs([Path(d) for d in args.dirs])

@@ -1,4 +1,4 @@
-"""The measured backend per shape bucket: markdown, policy files, engine settings (harness/recommend)."""
+"""The measured backend per shape bucket: markdown, policy files, engine settings (harness/analysis/recommend)."""
 
 from __future__ import annotations
 
@@ -22,21 +22,21 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Measured backend per shape bucket: markdown to stdout, policy files into --out."""
-    from harness.compare import parse_threshold
-    from harness.recommend import recommend, to_markdown, write_outputs, write_suggest
+    from harness.analysis.compare import parse_threshold
+    from harness.analysis.recommend import recommend, to_markdown, write_outputs, write_suggest
 
     command = " ".join(["harness", *sys.argv[1:]]) if sys.argv[1:2] == ["recommend"] else ""
     try:
         tie = parse_threshold(args.tie.replace("--threshold", "--tie"))
         rec = recommend(args.results, tie=tie, call_form=args.call_form)
         md = to_markdown(rec, command)
-        from harness.callform_gap import gap_markdown
-        from harness.recommend import load_inputs
+        from harness.analysis.callform_gap import gap_markdown
+        from harness.analysis.recommend import load_inputs
 
         gap = gap_markdown(load_inputs(args.results, "any").rows, tie)  # both forms, whatever --call-form ranks
         md += ("\n" + gap) if gap else ""
-        if args.engine:  # the per-model engine settings lead (harness/engine_export.py)
-            from harness.engine_export import engine_markdown, write_engine_outputs
+        if args.engine:  # the per-model engine settings lead (harness/analysis/per_model.py)
+            from harness.analysis.per_model import engine_markdown, write_engine_outputs
 
             md = engine_markdown(args.results, args.engine, tie, args.call_form) + "\n" + md
         n = write_suggest(rec, args.suggest) if args.suggest else None

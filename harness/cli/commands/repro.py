@@ -1,4 +1,4 @@
-"""A standalone script reproducing one row (harness/repro.py); --shrink makes a failing case smaller first."""
+"""A standalone script reproducing one row (harness/crosscheck/repro.py); --shrink makes a failing case smaller first."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 from pathlib import Path
 
 from attn_contract.status import Status
-from harness import suite_copy
-from harness.run_flags import pick_device
+from harness.records import suite_copy
+from harness.cli.run_flags import pick_device
 from harness.cli.common import UsageError, console, read_rows
 
 
@@ -32,7 +32,7 @@ def add_parser(sub: Any) -> None:
 
 
 def _row_suite(results: str, row: Any) -> str | None:
-    """The suite a row's reproducer names, found from any directory (harness/suite_copy.py)."""
+    """The suite a row's reproducer names, found from any directory (harness/records/suite_copy.py)."""
     try:
         parts = shlex.split(row.reproducer)
     except ValueError:
@@ -41,8 +41,8 @@ def _row_suite(results: str, row: Any) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """A standalone script reproducing one row (harness/repro.py); --shrink first."""
-    from harness import repro
+    """A standalone script reproducing one row (harness/crosscheck/repro.py); --shrink first."""
+    from harness.crosscheck import repro
     from harness.registry import resolve
 
     try:

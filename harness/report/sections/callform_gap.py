@@ -1,13 +1,13 @@
 """The call-form gap, after the answer sections: where timing a library as vLLM calls it and
-through its fastest documented call differ beyond the noise (harness/callform_gap.py, the same
+through its fastest documented call differ beyond the noise (harness/analysis/callform_gap.py, the same
 numbers as ``harness recommend``'s block)."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from harness.callform_gap import gap_records, gap_summary, gaps
-from harness.recommend import DEFAULT_TIE
+from harness.analysis.callform_gap import gap_records, gap_summary, gaps
+from harness.analysis.recommend import DEFAULT_TIE
 from harness.report.core import Block, Table, Text, result_rows, section
 
 

@@ -10,7 +10,7 @@ import pandas as pd
 
 from harness.report.core import Block, Table, Text, section
 
-JSON_FILE = "crosscheck.json"  # harness/crosscheck.py writes it (the report does not import commands)
+JSON_FILE = "crosscheck.json"  # harness/crosscheck/run.py writes it (the report does not import commands)
 
 
 def _found(src: str) -> tuple[Path, dict] | None:

@@ -1,16 +1,16 @@
 """The answer per model, first: one row per model shape and workload kind with the winner (or
 "tie"), its margin with the interval, and the vLLM and SGLang flags that run it; then each
-engine's one setting per model shape and what it costs (harness/engine_export.py, the same
+engine's one setting per model shape and what it costs (harness/analysis/per_model.py, the same
 numbers as ``harness recommend --engine``)."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from harness.callform_gap import DEFAULT_CALL_FORM, form_note, only_call_form
-from harness.engine_export import answer_records, answers, engine_settings
-from harness.recommend import DEFAULT_TIE
-from harness.recommend import rows as R
+from harness.analysis.callform_gap import DEFAULT_CALL_FORM, form_note, only_call_form
+from harness.analysis.per_model import answer_records, answers, engine_settings
+from harness.analysis.recommend import DEFAULT_TIE
+from harness.analysis.recommend import rows as R
 from harness.report.core import Block, Table, Text, result_rows, section
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.recommend import (
+from harness.analysis.recommend import (
     RecommendError,
     cascade_records,
     defaults_records,

@@ -1,7 +1,7 @@
 """Roofline: achieved TFLOP/s against arithmetic intensity under the device's measured ceilings.
 
 Bytes: ``metrics.bytes`` counts the K/V of a shared prefix once per request that reads it
-(harness/metrics.py), which is what a plain kernel asks for but not what DRAM must deliver: the
+(harness/case/metrics.py), which is what a plain kernel asks for but not what DRAM must deliver: the
 prefix is the same memory. Rows with a shared prefix are therefore plotted with ``bytes_eff``
 (the prefix once per group, computed by the report frame) and drawn as a separate, labelled
 series. A point still above a roof gets a number and a row in the table saying why."""
@@ -36,7 +36,7 @@ def _f(x: Any) -> float | None:
 def ceilings(headers: list[dict[str, Any]], rows: pd.DataFrame) -> tuple[float | None, float | None, str]:
     """(peak TFLOP/s, peak TB/s, where from): run header ``ceilings`` / ``device.ceilings``
     (``peak_tflops``/``peak_tbps`` or ``tflops``/``tbps``), ``device.peak_tflops``/``peak_tbps``,
-    else the ceilings harness.roofline measured into rows (``metrics.roofline.ceiling_*``)."""
+    else the ceilings harness.case.roofline measured into rows (``metrics.roofline.ceiling_*``)."""
     for h in headers:
         for where, d, generic in (("run header: ceilings", h.get("ceilings"), True),
                                   ("run header: device.ceilings", _get(h, "device", "ceilings"), True),

@@ -1,7 +1,7 @@
 """Replayed serving traces: attention cost per served token, per backend.
 
 Rows come from a trace when their case carries the tags ``trace``, ``step=I`` and ``weight=W``
-(``harness.trace`` writes them: W = how many scheduler steps of the trace this sampled step
+(``harness.spec.trace`` writes them: W = how many scheduler steps of the trace this sampled step
 stands for). One trace = one suite. Per backend+variant timed on every step of the suite:
 
 - per-step attention time p50/p90/p99, each step counted W times (weighted quantile: the

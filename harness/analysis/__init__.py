@@ -1,0 +1,1 @@
+"""Readers that decide from records: compare, gate, recommend, per-model answers."""

@@ -1,0 +1,134 @@
+"""Serving engines' names for this harness's backends and variants, read from each backend's
+declaration (``AttentionBackend.engine_names``, ``attn_contract.engines.EngineName``): turn a
+measured winner into the flags to paste. The core spells no backend's name.
+
+vLLM (one attention backend per process):
+    ``--attention-backend FLASH_ATTN|FLASHINFER`` (releases with the flag); older releases read
+    ``VLLM_ATTENTION_BACKEND``. FlashAttention's version: ``--attention-config
+    '{"flash_attn_version": N}'`` where ``--attention-config`` exists, else the
+    ``VLLM_FLASH_ATTN_VERSION`` environment variable.
+SGLang (prefill and decode may differ):
+    ``--attention-backend fa3|fa4|flashinfer|torch_native`` for both, or
+    ``--prefill-attention-backend X --decode-attention-backend Y``.
+
+A candidate whose backend declares no name for an engine has no setting there.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from harness import registry
+from harness.analysis.selection_rules import VllmChoice
+
+ENGINES = ("vllm", "sglang")
+
+
+@functools.lru_cache(maxsize=None)
+def _backend(name: str) -> Any:
+    """The registered class of a backend named in rows, or None (unknown, or it fails to load)."""
+    if name not in registry.known_backends():
+        return None
+    try:
+        return registry.resolve(name)
+    except registry.BackendLookupError:
+        return None
+
+
+def engine_name(backend: str, engine: str) -> Any:
+    """The backend's declared ``EngineName`` for ``engine``, or None."""
+    cls = _backend(backend)
+    return None if cls is None else cls.engine_names.get(engine)
+
+
+@functools.lru_cache(maxsize=None)
+def plain_counterpart(backend: str) -> str | None:
+    """The plain backend a cascade backend pairs with (``Capabilities.plain_counterpart``), or None."""
+    cls = _backend(backend)
+    if cls is None:
+        return None
+    try:
+        return cls.capabilities({}).plain_counterpart
+    except Exception:  # noqa: BLE001  a backend that cannot describe itself pairs with nothing
+        return None
+
+
+def cascade_of(backend: str, names: Any) -> list[str]:
+    """The cascade backends among ``names`` whose plain counterpart is ``backend``."""
+    return [n for n in names if n != backend and plain_counterpart(n) == backend]
+
+
+def engine_backends(engine: str) -> list[tuple[str, Any]]:
+    """(backend name, EngineName) of every registered backend the engine can run, in registry order."""
+    out = []
+    for name in registry.known_backends():
+        decl = engine_name(name, engine)
+        if decl is not None:
+            out.append((name, decl))
+    return out
+
+
+def harness_candidates(choice: VllmChoice) -> list[tuple[str, dict[str, Any]]]:
+    """The harness backend+variant that runs what vLLM would run, best match first."""
+    out = []
+    for name, decl in engine_backends("vllm"):
+        if decl.name != choice.backend:
+            continue
+        axis, fixed = decl.version_axis, decl.runs
+        want = {**fixed, **({axis: choice.fa_version} if axis else {})}
+        out.append((name, want))
+        if len(fixed) > 1:  # then any value of the axes after the first
+            first = next(iter(fixed))
+            out.append((name, {first: fixed[first], **({axis: choice.fa_version} if axis else {})}))
+    return out
+
+
+def from_vllm_name(name: str) -> str | None:
+    """A vLLM backend name (``FLASH_ATTN``, ``flashinfer``, ...) -> this harness's backend, or
+    None when there is no counterpart (MLA kernels, Triton, FlexAttention...)."""
+    key = name.strip()
+    decls = engine_backends("vllm")
+    for ours, decl in decls:
+        if key.upper() == decl.name:
+            return ours
+    return next((ours for ours, decl in decls if key.lower() in decl.aliases), None)
+
+
+def sglang_setting(backend: str, variant: dict[str, Any]) -> dict[str, Any] | None:
+    """SGLang's backend name for one harness backend+variant, with whether SGLang runs exactly
+    that variant; None when SGLang has no such backend."""
+    decl = engine_name(backend, "sglang")
+    if decl is None:
+        return None
+    axis, fixed, caveat = decl.version_axis, decl.runs, decl.caveat
+    names = decl.version_names if axis else {None: decl.name}
+    v = variant.get(axis) if axis else None
+    try:
+        v = int(v) if v is not None else None
+    except (TypeError, ValueError):
+        return None  # "auto": not a version SGLang can be told
+    if v not in names:
+        return None
+    exact = all(str(variant.get(k, want)) == str(want) for k, want in fixed.items())
+    out: dict[str, Any] = {"attention_backend": names[v], "exact": exact}
+    if caveat:
+        out["caveat"] = caveat
+    if not exact:
+        out["caveat"] = (caveat + "; " if caveat else "") + "SGLang does not run this variant (" + ",".join(
+            f"{k}={variant.get(k)}" for k in fixed) + ")"
+    return out
+
+
+def sglang_flags(prefill: str | None, decode: str | None) -> str:
+    """The flags for a prefill and a decode backend (one flag when they agree)."""
+    if prefill and decode and prefill != decode:
+        return f"--prefill-attention-backend {prefill} --decode-attention-backend {decode}"
+    one = prefill or decode
+    return f"--attention-backend {one}" if one else ""
+
+
+def vllm_flags(setting: dict[str, Any]) -> str:
+    """CLI flags, then the environment variables for releases without them."""
+    env = " ".join(f"{k}={v}" for k, v in setting.get("env", {}).items())
+    return f"{setting['cli']} (older releases: {env})" if env else setting["cli"]

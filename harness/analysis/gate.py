@@ -1,0 +1,210 @@
+"""The regression gate (`harness gate`; ``ci/gate.py`` is a wrapper kept for old commands):
+run a small suite (or take finished results), compare with a baseline, exit non-zero on a
+regression.
+
+    harness gate --correctness-only                    # CPU CI: ci/smoke.yaml vs ci/baselines/cpu-smoke
+    harness gate --results results/decode-x --baseline ci/baselines/h200-decode   # speed + correctness
+    harness gate --update-baseline                     # rewrite the baseline from a fresh run
+    harness gate --device cuda --baseline B --remeasure 2   # GPU: rows found slower are re-run twice
+
+The default suite and baseline are ``ci/smoke.yaml`` and ``ci/baselines/cpu-smoke`` under the
+current directory (a project's root); ``--suite`` / ``--baseline`` name others.
+
+What fails: a correctness regression, a missing row, a row that stopped running, and (only
+where timings are not noise-dominated: see harness/analysis/compare.py and docs/reports.md) a row
+slower beyond the threshold, the device class's run-to-run noise band and both CIs. When
+the gate ran the suite itself it re-measures the rows it found slower (--remeasure times)
+and keeps only the slowdowns every re-measurement confirms.
+
+Exit codes: 0 no regression, 1 regression, 2 bad input (missing suite/baseline/results).
+The markdown summary goes to stdout, to --markdown FILE, and to $GITHUB_STEP_SUMMARY if set;
+each regression is also a ``::error`` line (docs/ci.md); --junit / --benchmark-json as
+`harness compare`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+DEFAULT_SUITE = Path("ci") / "smoke.yaml"
+DEFAULT_BASELINE = Path("ci") / "baselines" / "cpu-smoke"
+
+
+def run_suite(suite: Path, out: Path, device: str, backends: str | None, no_time: bool,
+              extra: list[str] | None = None) -> int:
+    from harness.cli import main as harness_main
+
+    try:
+        suite = suite.resolve().relative_to(Path.cwd())  # a short path in the rows' reproducers
+    except ValueError:
+        pass
+    argv = ["run", str(suite), "--device", device, "--out", str(out), "--quiet", *(extra or [])]
+    if backends:
+        argv += ["--backends", backends]
+    if no_time:
+        argv.append("--no-time")
+    saved = sys.argv
+    sys.argv = ["harness", *argv]  # the run header records sys.argv as the command
+    try:
+        return harness_main(argv)
+    finally:
+        sys.argv = saved
+
+
+def run_args(args: argparse.Namespace, cases: list[str] | None = None) -> list[str]:
+    """The harness run flags the gate passes through (``cases``: instead of --case)."""
+    out: list[str] = []
+    for c in args.case if cases is None else cases:
+        out += ["--case", c]
+    for v in args.variant:
+        out += ["--variant", v]
+    if args.max_time:
+        out += ["--max-time", str(args.max_time)]
+    if args.cpu_clock:
+        out += ["--cpu-clock", args.cpu_clock]
+    if args.no_isolation:
+        out.append("--no-isolation")
+    return out
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--suite", type=Path, default=DEFAULT_SUITE, help="suite to run (default ./ci/smoke.yaml)")
+    p.add_argument("--baseline", type=Path, default=DEFAULT_BASELINE,
+                   help="baseline results folder (default ./ci/baselines/cpu-smoke)")
+    p.add_argument("--results", type=Path, help="compare these results instead of running the suite")
+    p.add_argument("--out", type=Path, help="keep the new results here (default: a temporary folder)")
+    p.add_argument("--device", default="cpu", help="device for the run (default cpu)")
+    p.add_argument("--backends", help="override the suite's backends")
+    p.add_argument("--case", action="append", default=[], metavar="PATTERN", help="run only these cases (repeatable)")
+    p.add_argument("--variant", action="append", default=[], metavar="BACKEND.AXIS=VALUE",
+                   help="narrow a backend's variants, as harness run --variant (repeatable)")
+    p.add_argument("--max-time", metavar="SECONDS", help="sampling budget per cell, as harness run --max-time")
+    p.add_argument("--cpu-clock", choices=["wall", "process"],
+                   help="CPU timing clock for the run (process: CPU timings the gate can judge)")
+    p.add_argument("--no-isolation", action="store_true",
+                   help="run the cells in this process, as harness run --no-isolation (no worker start-up; "
+                        "a crashing backend then ends the gate)")
+    p.add_argument("--remeasure", type=int, default=2, metavar="N",
+                   help="re-run the cells of rows found slower N times; a slowdown stands only if every "
+                        "re-measurement confirms it (default 2; 0: off; only when the gate ran the suite)")
+    p.add_argument("--correctness-only", action="store_true", help="statuses and missing rows only (CPU CI)")
+    p.add_argument("--threshold", default="5%",
+                   help="speed threshold (default 5%%); also beyond the noise band and non-overlapping CIs")
+    p.add_argument("--allow-missing", action="append", metavar="PATTERN", default=[])
+    p.add_argument("--allow-skip", action="append", nargs="?", const="*", metavar="PATTERN", default=[])
+    p.add_argument("--markdown", type=Path, help="also write the summary here")
+    p.add_argument("--report", action="store_true", help="write report.html (baseline + new) next to the new results")
+    p.add_argument("--update-baseline", action="store_true", help="run the suite and replace the baseline with it")
+    from harness.analysis.ci_output import add_flags
+
+    add_flags(p)  # --junit, --benchmark-json
+
+
+def build_parser(prog: str = "harness gate") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    add_arguments(p)
+    return p
+
+
+def add_parser(sub: Any) -> None:
+    g = sub.add_parser("gate", help="CI regression gate: run a small suite (default ./ci/smoke.yaml), compare with a "
+                                    "baseline, exit 1 on a regression (docs/ci.md)")
+    add_arguments(g)
+    g.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    return gate(args)
+
+
+def main(argv: list[str] | None = None, prog: str = "harness gate", **defaults: Any) -> int:
+    """The gate as a script (``ci/gate.py`` passes its repository's suite and baseline)."""
+    p = build_parser(prog)
+    p.set_defaults(**defaults)
+    return gate(p.parse_args(argv))
+
+
+def gate(args: argparse.Namespace) -> int:
+    from harness.analysis.ci_output import annotations, benchmark_entries, junit_xml
+    from harness.analysis.compare import compare_paths, confirm_slowdowns, parse_threshold, to_markdown
+    from harness.records.results import read_rows
+
+    if not args.results and not args.suite.is_file():
+        print(f"gate: error: no such suite file {args.suite}", file=sys.stderr)
+        return 2
+    tmp = None
+    try:
+        if args.results:
+            new = args.results
+        else:
+            new = args.out or Path(tempfile.mkdtemp(prefix="gate-")) / "new"
+            tmp = None if args.out else new.parent
+            rc = run_suite(args.suite, new, args.device, args.backends,
+                           no_time=args.correctness_only and not args.update_baseline, extra=run_args(args))
+            if rc == 2:
+                return 2
+        if args.update_baseline:
+            if args.baseline.exists():
+                shutil.rmtree(args.baseline)
+            shutil.copytree(new, args.baseline, ignore=shutil.ignore_patterns("report.html"))
+            print(f"gate: baseline {args.baseline} rewritten from {new}")
+            return 0
+        if not args.baseline.exists():
+            print(f"gate: error: no baseline at {args.baseline} (create one with --update-baseline)", file=sys.stderr)
+            return 2
+        try:
+            comp = compare_paths(args.baseline, new, threshold=parse_threshold(args.threshold),
+                                 correctness_only=args.correctness_only, allow_missing=args.allow_missing,
+                                 allow_skip=args.allow_skip)
+        except (FileNotFoundError, ValueError) as e:
+            print(f"gate: error: {e}", file=sys.stderr)
+            return 2
+        slow = comp.of("slower")
+        if slow and not args.results and args.remeasure > 0:
+            again = []
+            for i in range(args.remeasure):
+                # The suspect cases only (exact names), every backend of the run.
+                extra = run_args(args, cases=sorted({d.key[1] for d in slow}))
+                out = Path(tempfile.mkdtemp(prefix="gate-remeasure-")) / "r"
+                try:
+                    if run_suite(args.suite, out, args.device, args.backends, no_time=False, extra=extra) == 2:
+                        return 2
+                    again.append(read_rows(out))
+                finally:
+                    shutil.rmtree(out.parent, ignore_errors=True)
+                print(f"gate: re-measured {len(slow)} slower row(s) ({i + 1}/{args.remeasure})", file=sys.stderr)
+            confirm_slowdowns(comp, again)
+        md = to_markdown(comp, str(args.baseline), str(new))
+        print(md, end="")
+        if args.markdown:
+            args.markdown.write_text(md, encoding="utf-8")
+        summary = os.environ.get("GITHUB_STEP_SUMMARY")
+        if summary:
+            with open(summary, "a", encoding="utf-8") as fh:
+                fh.write(md)
+        if os.environ.get("GITHUB_ACTIONS") == "true":
+            for line in annotations(comp, new):
+                print(line)
+        if args.junit:
+            Path(args.junit).write_text(junit_xml(comp), encoding="utf-8")
+        if args.benchmark_json:
+            import json
+
+            Path(args.benchmark_json).write_text(json.dumps(benchmark_entries(comp), indent=1) + "\n", encoding="utf-8")
+        if args.report and not tmp:
+            from harness.report import write_report
+
+            print(f"gate: report {write_report([args.baseline, new], Path(new) / 'report.html')}")
+        print("gate: REGRESSED" if comp.regressed else "gate: OK", file=sys.stderr)
+        return 1 if comp.regressed else 0
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+

@@ -1,0 +1,108 @@
+"""``recommend --suggest``: a suite with one case per bucket the results do not measure."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from harness.analysis.recommend import rows as R
+from harness.analysis.recommend.export import _atomic_write
+from harness.analysis.recommend.load import RecommendError
+from harness.analysis.recommend.rank import BucketResult
+from harness.analysis.recommend.recommendation import Recommendation
+
+
+def _suggest_case(i: int, res: BucketResult) -> dict[str, Any] | None:
+    """A case of the bucket's shape, rebuilt from one of its rows' config and batch statistics
+    (same heads, dtypes, page, features, batch kind and size; lengths in the context range)."""
+    cfg, b = R.config(res.example), R.batch(res.example)
+    if not cfg or not b:
+        return None
+    n_dec, n_pre, n_ext = (int(b.get(k) or 0) for k in ("num_decode", "num_prefill", "num_extend"))
+    mean = max(1, int(round(b.get("mean_seq_len") or 1)))
+    mx = max(mean, int(b.get("max_seq_len") or mean))
+    prefix = 0
+    case: dict[str, Any] = {
+        "name": f"fill-{i:03d}",
+        "num_heads": int(cfg["num_heads"]), "num_kv_heads": int(cfg["num_kv_heads"]), "head_size": int(cfg["head_size"]),
+        "dtype": cfg.get("dtype", "bfloat16"), "kv_cache_dtype": cfg.get("kv_cache_dtype", "auto"),
+        "block_size": int(cfg.get("block_size", 16)), "kv_layout": cfg.get("kv_layout", "NHD"),
+        "causal": cfg.get("causal", True) is not False,
+    }
+    for k in ("sliding_window", "alibi", "sinks"):
+        if cfg.get(k):
+            case[k] = cfg[k]
+    if cfg.get("softcap"):
+        case["softcap"] = float(cfg["softcap"])
+    if (b.get("prefix_groups") or 0) > 0:
+        lens = R.prefix_lens(res.example) or [R.rule_costs(res.example).get("min_prefix_len")]
+        prefix = int(min(x for x in lens if x)) if any(lens) else 0
+        prefix -= prefix % case["block_size"]
+        if prefix > 0:
+            case["shared_prefix"] = {"length": prefix, "groups": int(b["prefix_groups"])}
+    own_mean, own_max = max(1, mean - prefix), max(1, mx - prefix)
+    low = max(1, min(own_mean, 2 * own_mean - own_max))
+    ctx = {"dist": "uniform", "low": max(0, low - 1), "high": max(0, own_max - 1)}
+    q_tokens = int(b.get("num_tokens") or 0) - n_dec
+    per_q = max(1, q_tokens // max(1, n_pre + n_ext))
+    batch = []
+    if n_dec:
+        batch.append({"kind": "decode", "count": n_dec, "context_len": ctx})
+    if n_pre:
+        batch.append({"kind": "prefill", "count": n_pre, "query_len": per_q})
+    if n_ext:
+        batch.append({"kind": "extend", "count": n_ext, "query_len": per_q,
+                      "context_len": {"dist": "uniform", "low": 0, "high": max(0, own_max - per_q)}})
+    if not batch:
+        return None
+    case["batch"] = batch
+    case["tags"] = [f"bucket: {res.bucket.label}"]
+    return case
+
+
+def suggest_suite(rec: Recommendation, *, include_single: bool = True) -> dict[str, Any] | None:
+    """A suite with one case per bucket that has no measurement (and, with ``include_single``,
+    per bucket measured with one candidate only); None when nothing is missing."""
+    from harness import registry
+
+    todo = rec.unmeasured + (rec.single_candidate if include_single else [])
+    cases = [c for i, res in enumerate(todo) if (c := _suggest_case(i, res)) is not None]
+    if not cases:
+        return None
+    known = set(registry.known_backends())
+    backends = sorted({r.backend for r in rec.inputs.rows if r.backend in known})
+    return {
+        "suite": "recommend-fill",
+        "description": f"Buckets without a measurement on {rec.inputs.gpu} (written by harness recommend --suggest).",
+        "backends": backends or None,
+        "cases": cases,
+    }
+
+
+def write_suggest(rec: Recommendation, path: str | Path) -> int:
+    """Write the fill-in suite (validated with the same loader ``harness validate`` uses)
+    atomically; returns the number of cases (0: nothing missing, nothing written)."""
+    import yaml
+
+    from harness.spec import SpecError, parse_suite
+    from harness.spec.registry_check import check_suite_backends
+
+    data = suggest_suite(rec)
+    if data is None:
+        return 0
+    if data["backends"] is None:
+        del data["backends"]
+    # One case a line (flow style): a fill-in suite can hold hundreds of small cases.
+    head = {k: v for k, v in data.items() if k != "cases"}
+    text = ("# Written by `harness recommend --suggest`: one case per bucket the results do not measure.\n"
+            "# Lengths are rebuilt from the bucket's batch statistics (kind, size, mean/max context).\n"
+            + yaml.safe_dump(head, sort_keys=False, width=120, default_flow_style=None) + "cases:\n"
+            + "".join("- " + yaml.safe_dump(c, sort_keys=False, default_flow_style=True, width=10**6).strip() + "\n"
+                      for c in data["cases"]))
+    try:  # validate exactly what is written, with the checks `harness validate` applies
+        suite = parse_suite(yaml.safe_load(text), str(path))
+        check_suite_backends(suite)
+    except SpecError as e:  # a bug here, not the user's: say so instead of writing a bad suite
+        raise RecommendError(f"--suggest: the generated suite does not validate: {e}") from None
+    _atomic_write(Path(path), text)
+    return len(suite.cases)

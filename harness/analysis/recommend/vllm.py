@@ -1,0 +1,177 @@
+"""The vLLM side: the setting that runs a candidate (from the backend's ``engine_names``
+declaration), vLLM's default choice per bucket against the measured winner, and the cost of one
+setting for a whole deployment."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from harness.analysis.engines import cascade_of, engine_name, harness_candidates, plain_counterpart
+from harness.analysis.recommend import rows as R
+from harness.analysis.recommend.buckets import Bucket
+from harness.analysis.recommend.rank import BucketResult, Candidate, Ratio, ratio, tie_kind
+from harness.analysis.selection_rules import VllmChoice, vllm_default
+
+VLLM_NOT_EXPRESSIBLE = [
+    "One attention backend per process: vLLM's selector picks it once per layer configuration at start-up "
+    "(`--attention-backend` / `VLLM_ATTENTION_BACKEND`, FA version via `--attention-config "
+    "'{\"flash_attn_version\": N}'`, older releases `VLLM_FLASH_ATTN_VERSION`). It cannot switch backend "
+    "per batch (decode vs prefill, batch size, context length), so a per-bucket policy only applies as "
+    "one setting per deployment: see the single-setting line.",
+    "FlashInfer's decode kernel and prefill backend: vLLM decodes with tensor cores and lets FlashInfer pick "
+    "its prefill kernel; the harness variants decode_tensor_cores=False and prefill_backend=fa2/fa3 have no "
+    "vLLM switch.",
+    "Cascade attention cannot be forced: vLLM 0.2x decides per batch with its built-in rule "
+    "(`--disable-cascade-attn` turns it off); vLLM 0.33 removed cascade attention.",
+    "KV layout is global (`VLLM_KV_CACHE_LAYOUT`); the page size is global (`--block-size`) and each "
+    "backend only accepts its kernel block sizes (FA: multiple of 16; FlashInfer on Hopper: 16, 32, 64).",
+    "torch-math and sdpa are harness baselines, not vLLM decoder backends.",
+]
+
+
+def vllm_setting(c: Candidate) -> dict[str, Any] | None:
+    """The vLLM settings that run candidate ``c``, with what they cannot express; None when
+    vLLM has no setting for it."""
+    base = plain_counterpart(c.backend)
+    if base is not None:  # a cascade backend: vLLM runs its plain counterpart, cascading by its own rule
+        decl = engine_name(base, "vllm")
+        plain = Candidate(base, {**(decl.runs if decl else {}), **c.variant}, c.variant_label, c.times)
+        s = vllm_setting(plain)
+        if s is None:
+            return None
+        return {**s, "exact": False,
+                "caveat": "cascade cannot be forced in vLLM: 0.2x applies its own per-batch rule (on by default), "
+                          "0.33 removed cascade attention"}
+    decl = engine_name(c.backend, "vllm")
+    if decl is None:
+        return None
+    vllm_name, version_axis, fixed = decl.name, decl.version_axis, decl.runs
+    v = c.variant.get(version_axis) if version_axis else None
+    if version_axis and (v is None or str(v) == "auto"):
+        return None
+    v = int(v) if v is not None else None
+    exact = all(str(c.variant.get(k, want)) == str(want) for k, want in fixed.items())
+    cli = f"--attention-backend {vllm_name}" + (f" --attention-config '{{\"flash_attn_version\": {v}}}'" if v else "")
+    env = {"VLLM_ATTENTION_BACKEND": vllm_name, **({"VLLM_FLASH_ATTN_VERSION": str(v)} if v else {})}
+    out: dict[str, Any] = {"attention_backend": vllm_name, "flash_attn_version": v, "exact": exact, "cli": cli, "env": env}
+    if not exact:
+        out["caveat"] = f"vLLM cannot select {c.backend} variant {c.variant_label} (it runs {variant_label_of(fixed)})"
+    return out
+
+
+def variant_label_of(variant: dict[str, Any]) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(variant.items()))
+
+
+def _find(res: BucketResult, backend: str, want: dict[str, Any]) -> Candidate | None:
+    for c in res.ranked + res.excluded:
+        # A row without an axis predates it (it ran the axis's default, e.g. decode_backend).
+        if c.backend == backend and all(str(c.variant.get(k, v)) == str(v) for k, v in want.items()):
+            return c
+    return None
+
+
+def _same_times(a: Candidate, b: Candidate, cases: list[str]) -> bool:
+    """``a`` is ``b`` on every case (the default's composite picked the winner's rows)."""
+    return set(a.times) == set(cases) and all(a.times[k] is b.times.get(k) for k in cases)
+
+
+def _cascade_for(res: BucketResult, backend: str, want: dict[str, Any]) -> Candidate | None:
+    """The bucket's candidate of a cascade backend paired with ``backend``, on the same kernel version."""
+    decl = engine_name(backend, "vllm")
+    axis = decl.version_axis if decl else None
+    names = dict.fromkeys(c.backend for c in res.ranked + res.excluded)
+    for name in cascade_of(backend, names):
+        found = _find(res, name, {k: v for k, v in want.items() if k == axis})
+        if found is not None:
+            return found
+    return None
+
+
+def _vllm_pick(choice: VllmChoice, res: BucketResult) -> Candidate | None:
+    """The candidate that runs what vLLM would run. With shared prefixes vLLM 0.2x also
+    applies its cascade rule per batch: then the default is, case by case, the cascade row
+    where that rule says cascade and the plain row elsewhere."""
+    for backend, want in harness_candidates(choice):
+        plain = _find(res, backend, want)
+        if plain is None:
+            continue
+        casc = _cascade_for(res, backend, want)
+        if casc is None or casc.excluded or plain.excluded or not casc.rule_says_cascade:
+            return plain
+        shared = set(plain.times) & set(casc.times)
+        if not any(casc.rule_says_cascade.get(k) for k in shared):
+            return plain
+        times = {k: casc.times[k] if casc.rule_says_cascade.get(k) else plain.times[k] for k in shared}
+        return Candidate(plain.backend, plain.variant, plain.variant_label, times,
+                         rule_says_cascade={k: casc.rule_says_cascade.get(k, False) for k in shared},
+                         name_override=f"{plain.name} + vLLM cascade rule")
+    return None
+
+
+@dataclass
+class DefaultCost:
+    bucket: Bucket
+    choice: VllmChoice
+    candidate: str | None
+    status: str  # 'winner' / 'tied' / 'slower' / 'not measured' / 'excluded: ...'
+    cost: Ratio | None  # default / winner
+    pick: Candidate | None = None
+
+
+def default_costs(results: list[BucketResult], capability: str | None, tie: float) -> list[DefaultCost]:
+    out: list[DefaultCost] = []
+    if not capability:
+        return out
+    for res in results:
+        if not res.ranked:
+            continue
+        b = res.bucket
+        cfg = R.config(res.example)
+        choice = vllm_default(capability, num_heads=b.num_heads, num_kv_heads=b.num_kv_heads, head_size=b.head_size,
+                              dtype=b.dtype, kv_cache_dtype=b.kv_cache_dtype, block_size=b.block_size,
+                              alibi=bool(cfg.get("alibi")), sinks=bool(cfg.get("sinks")),
+                              causal=cfg.get("causal") is not False)
+        pick = _vllm_pick(choice, res)
+        if pick is None:
+            out.append(DefaultCost(b, choice, None, "not measured", None))
+        elif pick.excluded:
+            out.append(DefaultCost(b, choice, pick.name, f"excluded: {pick.excluded}", None))
+        elif pick is res.winner or _same_times(pick, res.winner, res.cases):
+            out.append(DefaultCost(b, choice, pick.name, "winner", Ratio(1.0, 1.0, 1.0, len(res.cases)), pick))
+        else:
+            r = ratio(pick, res.winner)
+            status = "tied" if r is not None and tie_kind(r, tie) else "slower"
+            out.append(DefaultCost(b, choice, pick.name, status, r, pick))
+    return out
+
+
+def single_setting(results: list[BucketResult]) -> list[dict[str, Any]]:
+    """For each vLLM setting, its cost against the per-bucket winner over the buckets where it
+    was measured: what one deployment-wide setting gives up. Best first."""
+    acc: dict[str, dict[str, Any]] = {}
+    for res in results:
+        if not res.ranked:
+            continue
+        for c in res.ranked:
+            s = vllm_setting(c)
+            if s is None or not s["exact"]:
+                continue
+            key = s["cli"]
+            r = ratio(c, res.winner) if c is not res.winner else Ratio(1.0, 1.0, 1.0, len(res.cases))
+            if r is None:
+                continue
+            a = acc.setdefault(key, {"setting": s, "logs": [], "worst": (0.0, ""), "wins": 0})
+            a["logs"].append(math.log(r.point))
+            a["wins"] += c is res.winner
+            if r.pct > a["worst"][0]:
+                a["worst"] = (r.pct, res.bucket.label)
+    out = []
+    for key, a in acc.items():
+        out.append({"cli": key, "attention_backend": a["setting"]["attention_backend"],
+                    "flash_attn_version": a["setting"]["flash_attn_version"], "buckets": len(a["logs"]),
+                    "wins": a["wins"], "geomean_cost_pct": (math.exp(sum(a["logs"]) / len(a["logs"])) - 1) * 100,
+                    "worst_cost_pct": a["worst"][0], "worst_bucket": a["worst"][1]})
+    return sorted(out, key=lambda d: (-d["buckets"], d["geomean_cost_pct"]))

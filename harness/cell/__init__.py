@@ -1,0 +1,1 @@
+"""One cell (case x backend x variant) -> one checked, timed result row."""

@@ -1,0 +1,183 @@
+"""What ``harness crosscheck`` measures beside the outside timers, to say *why* a row is off.
+
+Per re-timed row, none of it part of the outside median:
+
+- ``here``: the harness's own ``time_callable`` with the row's recorded timing options, on the
+  same standalone call, in the cross-check process, just before the outside timers. Row vs here
+  compares the conditions (the run's process, GPU state, history); here vs outside compares the
+  timers on one call in one process.
+- ``adapter``: the same timer on the adapter's own timed call (``prepare_cell`` on the batch):
+  row vs adapter isolates the conditions, adapter vs here the standalone source.
+- ``kernel``: on a GPU, the eager kernel time of one call from ``torch.profiler`` (the CUDA
+  kernels' and copies' self time summed over a few calls, per call). Kernel vs the outside
+  median compares the kernels alone with a graph replay / event loop around them.
+- ``clocks``: on a GPU, the SM clock (NVML) before and after each timer.
+
+On a CPU the GPU-only figures say ``n/a on cpu``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+NA_CPU = "n/a on cpu"
+PROFILED_CALLS = 10
+
+
+def row_timing_options(recorded: dict[str, Any], device: torch.device) -> Any:
+    """The row's ``TimingOptions`` from its recorded ``timing.options``: fields this version
+    does not know are dropped, missing ones keep the device's defaults; no energy window (the
+    cross-check does not report energy)."""
+    from harness.timing import TimingOptions
+
+    known = set(TimingOptions.model_fields)
+    if hasattr(recorded, "model_dump"):  # a typed row's TimingOptionsRecord
+        recorded = recorded.model_dump(exclude_none=True)
+    given = {k: v for k, v in (recorded or {}).items() if k in known}
+    given.update(energy_window_s=0.0, keep_raw=False)
+    return TimingOptions.for_device(device, **given)
+
+
+def time_here(fn: Callable[[], None], device: torch.device, recorded: dict[str, Any], graph: bool) -> dict[str, Any]:
+    """The harness's own timer on ``fn`` as the row was timed: median, quartiles, samples."""
+    from harness.timing import GraphDecision, time_callable
+
+    opts = row_timing_options(recorded, device)
+    m = time_callable(fn, device, opts, graph=GraphDecision(graph, "" if graph else "the row was timed eagerly"))
+    used = bool((m.get("cuda_graph") or {}).get("used"))
+    return {"median_us": float(m["median_us"]), "q1_us": float(m["q1_us"]), "q3_us": float(m["q3_us"]),
+            "n": int(m["samples"]), "graph": used, "method": m.get("method"),
+            "settings": f"harness time_callable({'graph' if used else 'eager'}, {opts.mode}, "
+                        f"max_time_s={opts.max_time_s:g}, stop={opts.stop_criterion})"}
+
+
+def time_adapter(backend: Any, variant: dict[str, Any], batch: Any, device: torch.device,
+                 recorded: dict[str, Any]) -> dict[str, Any]:
+    """The harness's timer on the adapter's own timed call (``prepare_cell`` on the same batch,
+    the graph decision the run makes): the row's exact call, in this process. Against the row it
+    isolates the conditions; against ``time_here`` on the standalone source, the call source."""
+    from harness.cell.case import prepare_cell
+    from harness.timing import time_callable
+
+    opts = row_timing_options(recorded, device)
+    prepared = prepare_cell(backend, variant, batch, device)
+    prepared.forward()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    graph = prepared.graph_decision(enabled=opts.cuda_graph)
+    m = time_callable(prepared.timed_call, device, opts, graph=graph, output=prepared.out)
+    used = bool((m.get("cuda_graph") or {}).get("used"))
+    return {"median_us": float(m["median_us"]), "q1_us": float(m["q1_us"]), "q3_us": float(m["q3_us"]),
+            "n": int(m["samples"]), "graph": used,
+            "settings": f"harness time_callable on the adapter's timed_call ({'graph' if used else 'eager'}, {opts.mode})"}
+
+
+def kernel_time(fn: Callable[[], None], calls: int = PROFILED_CALLS) -> dict[str, Any]:
+    """Eager device time of one call: every CUDA event's self time over ``calls`` calls / calls."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    per: list[tuple[str, int, float]] = []
+    total = 0.0
+    for e in prof.key_averages():
+        t = float(getattr(e, "self_device_time_total", 0.0) or getattr(e, "self_cuda_time_total", 0.0) or 0.0)
+        if t > 0:
+            per.append((e.key, int(e.count), t / calls))
+            total += t
+    per.sort(key=lambda x: -x[2])
+    return {"per_call_us": total / calls, "calls": calls,
+            "top": [{"name": k[:120], "count": c, "us_per_call": round(u, 3)} for k, c, u in per[:4]]}
+
+
+def clock_now(device: torch.device) -> float | None:
+    from harness.timing.device import sm_clock_mhz
+
+    mhz, _src = sm_clock_mhz(device)
+    return mhz
+
+
+def with_clocks(device: torch.device, on_gpu: bool, run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """``run()``'s record with the SM clock before and after it (``n/a on cpu`` off a GPU)."""
+    if not on_gpu:
+        rec = run()
+        rec["sm_clock_mhz"] = NA_CPU
+        return rec
+    before = clock_now(device)
+    rec = run()
+    rec["sm_clock_mhz"] = {"before": before, "after": clock_now(device)}
+    return rec
+
+
+def _off(a: float, b: float, tol: float) -> bool:
+    return abs(a / b - 1) > tol
+
+
+CLOCK_DROP = 0.05  # a fall of more than this between the harness timer and the outside timers is named
+
+
+def explain(harness_us: float, ref_us: float, here: dict[str, Any] | None, kernel: dict[str, Any] | str,
+            tol: float, adapter: dict[str, Any] | None = None,
+            outside: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Which comparison fails: row vs here (the row's conditions), here vs outside (the timer),
+    kernel vs the outside median (graph replay / launch gaps around the kernels); with the
+    adapter's call timed here too, row vs that (the same call: only the conditions differ) and
+    adapter vs standalone (the same timer and process: the call source differs). Each entry:
+    ratio and whether it is more than ``tol`` off; ``because`` lists the failing ones in words."""
+    comps: dict[str, Any] = {}
+    because: list[str] = []
+    if adapter is not None:
+        a = adapter["median_us"]
+        comps["row_vs_adapter_here"] = {"ratio": harness_us / a, "off": _off(harness_us, a, tol)}
+        if comps["row_vs_adapter_here"]["off"]:
+            because.append(f"row vs adapter here {harness_us / a:.3f}: the row's own call timed by the harness here "
+                           f"gives {a:.4g} us: the row's conditions")
+        if here is not None:
+            h = here["median_us"]
+            comps["adapter_vs_standalone"] = {"ratio": a / h, "off": _off(a, h, tol)}
+            if comps["adapter_vs_standalone"]["off"]:
+                because.append(f"adapter vs standalone {a / h:.3f}: the standalone source is not the adapter's call "
+                               f"({a:.4g} against {h:.4g} us, one timer, one process)")
+    if here is not None:
+        h = here["median_us"]
+        comps["row_vs_here"] = {"ratio": harness_us / h, "off": _off(harness_us, h, tol)}
+        comps["here_vs_outside"] = {"ratio": h / ref_us, "off": _off(h, ref_us, tol)}
+        if comps["row_vs_here"]["off"]:
+            because.append(f"row vs here {harness_us / h:.3f}: the row's conditions (the harness timer here gives "
+                           f"{h:.4g} us on the same call)")
+        if comps["here_vs_outside"]["off"]:
+            because.append(f"here vs outside {h / ref_us:.3f}: the timers disagree on one call in one process")
+    # The GPU's clock during the timers (NVML, before/after each): the outside timers repeat the
+    # call for 100+ ms, the harness samples for a few ms. On the H200 (2026-12-02) the SM clock
+    # fell from 1980 to ~1455-1575 MHz during bench_gpu_time / do_bench_cudagraph (power limit)
+    # while the harness's own timer ran at 1980 MHz: FA rows then read 7-15% slower outside.
+    def mhz(rec: dict[str, Any] | None) -> list[float]:
+        c = (rec or {}).get("sm_clock_mhz")
+        return [x for x in c.values() if isinstance(x, (int, float))] if isinstance(c, dict) else []  # CPU: a note
+
+    here_mhz = mhz(here)
+    out_mhz = [x for o in (outside or {}).values() for x in mhz(o)]
+    if here_mhz and out_mhz:
+        lo, top = min(out_mhz), min(here_mhz)
+        comps["clock"] = {"here_mhz": top, "outside_min_mhz": lo, "off": lo < (1 - CLOCK_DROP) * top}
+        if comps["clock"]["off"]:
+            because.append(f"clock: the SM clock fell to {lo:.0f} MHz during the outside timers' longer loops "
+                           f"(the harness timer here ran at {top:.0f} MHz): they time a sustained, power-limited "
+                           "clock, the harness's short sampling a boost clock")
+    if isinstance(kernel, dict):
+        k = kernel["per_call_us"]
+        comps["kernel_vs_outside"] = {"ratio": k / ref_us, "off": _off(k, ref_us, tol)}
+        if comps["kernel_vs_outside"]["off"]:
+            because.append(f"kernel vs outside {k / ref_us:.3f}: the profiler's eager kernel time {k:.4g} us differs "
+                           "from the graph replay / timed loop")
+    return {"comparisons": comps, "because": because}
+
+
+__all__ = ["NA_CPU", "clock_now", "explain", "kernel_time", "row_timing_options", "time_adapter", "time_here",
+           "with_clocks"]

@@ -1,0 +1,540 @@
+"""``harness crosscheck RESULTS``: re-time each timed row's library call with timers this project
+did not write, in one process on the row's device, and flag rows whose median disagrees.
+
+For every row that passed and was timed, the row's own batch is generated again on its device
+from its case and seed (``harness.case.workload.generate``, reordered as the backend asks) and bound
+to the names a ``standalone_call`` source reads (harness/crosscheck/inputs.py; only the
+constant part of the ``harness repro`` inputs runs), and the backend's library call is taken
+from its ``standalone_call`` hook. The call's source is split at its first module-level
+``out = ...`` (what every hook does: setup, plans and metadata before it, the call after), the
+setup runs once, and the rest becomes the function the outside timers repeat:
+
+- GPU: FlashInfer's ``flashinfer.testing.bench_gpu_time`` (CUDA graph and L2 mode as the row was
+  timed; its signature is read at run time) and Triton's ``do_bench_cudagraph`` (graph-replayed
+  hot rows) or ``do_bench`` (eager cold rows: it flushes L2 before every call), when installed;
+- CPU: ``torch.utils.benchmark.Timer.blocked_autorange`` on the row's clock (wall or process).
+
+A row is flagged when its median is more than the tolerance away from the median of the outside
+timers' medians *and* outside their own spread (the range of their medians; one timer: its
+interquartile range), whichever is wider. Flags set exit status 1; rows that cannot be re-timed
+are listed with the reason. Beside the outside timers, each row gets the harness's own timer on
+the adapter's call and on the same standalone call here, the profiler's kernel time and the SM
+clock (harness/crosscheck/explain.py), and a flag names the comparison that fails. The table goes to ``crosscheck.md`` /
+``crosscheck.json`` in the results folder (or ``--out FILE``), rewritten after every row, where
+the report's cross-check section reads it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import gc
+import inspect
+import json
+import math
+import statistics
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from typing import TYPE_CHECKING
+
+from harness.crosscheck.table import cells_of, to_markdown
+from harness.records.fileio import atomic_write_text
+from harness.cli.lazy import LazyModule
+
+# Imported on first use: `harness --help` builds this command's parser without torch or pydantic.
+torch = LazyModule("torch")
+results = LazyModule("harness.records.results")
+if TYPE_CHECKING:
+    from harness.records.results import ResultRow
+
+JSON_FILE = "crosscheck.json"
+MD_FILE = "crosscheck.md"
+DEFAULT_TOLERANCE = "3%"
+
+
+class CrosscheckError(Exception):
+    """Why one row cannot be re-timed (listed, not fatal)."""
+
+
+# ------------------------------------------------------------------ the call as a function
+def split_call(source: str) -> tuple[str, str]:
+    """(setup, call): the source up to and including its first module-level assignment to
+    ``out``, and the statements after it. Raises CrosscheckError when there is none."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as e:
+        raise CrosscheckError(f"standalone_call source does not parse: {e.msg} (line {e.lineno})") from None
+    lines = source.splitlines()
+    for stmt in tree.body:
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else []
+        if any(isinstance(t, ast.Name) and t.id == "out" for t in targets):
+            end = stmt.end_lineno or stmt.lineno
+            call = "\n".join(lines[end:]).strip("\n")
+            if not call.strip():
+                break
+            return "\n".join(lines[:end]), call
+    raise CrosscheckError("standalone_call source has no module-level `out = ...` followed by the call "
+                          "(nothing separates the setup from the call to repeat)")
+
+
+def build_call(inputs: str, call_source: str) -> Callable[[], None]:
+    """Run the inputs source (the repro's draws) and the call's setup once; return the call as a
+    function of no arguments."""
+    ns: dict[str, Any] = {"__name__": "__crosscheck__"}
+    exec(compile(inputs, "<crosscheck inputs>", "exec"), ns)  # noqa: S102 - our own repro source
+    return build_call_in(ns, call_source)
+
+
+def build_call_in(ns: dict[str, Any], call_source: str) -> Callable[[], None]:
+    """Run the call's setup once in ``ns`` (the inputs already bound); return the call as a
+    function of no arguments."""
+    setup, call = split_call(call_source)
+    exec(compile(setup, "<crosscheck setup>", "exec"), ns)  # noqa: S102 - the backend's own hook source
+    body = "\n".join("    " + ln if ln.strip() else "" for ln in call.splitlines())
+    exec(compile(f"def _crosscheck_call():\n{body}\n    return None\n", "<crosscheck call>", "exec"), ns)  # noqa: S102
+    return ns["_crosscheck_call"]
+
+
+# ------------------------------------------------------------------ outside timers
+def _spread(ms: list[float]) -> tuple[float, float, float]:
+    xs = sorted(ms)
+    if len(xs) < 4:
+        return statistics.median(xs), xs[0], xs[-1]
+    q = statistics.quantiles(xs, n=4)
+    return statistics.median(xs), q[0], q[2]
+
+
+def time_cpu(fn: Callable[[], None], clock: str, min_run_s: float = 0.2) -> dict[str, Any]:
+    from torch.utils.benchmark import Timer
+
+    timer = time.process_time if clock == "process" else time.perf_counter
+    m = Timer(stmt="fn()", globals={"fn": fn}, timer=timer, num_threads=torch.get_num_threads()).blocked_autorange(
+        min_run_time=min_run_s)
+    times = [t * 1e6 for t in m.times]
+    med, q1, q3 = _spread(times)
+    return {"median_us": m.median * 1e6, "q1_us": q1, "q3_us": q3, "n": len(times),
+            "settings": f"torch.utils.benchmark.Timer.blocked_autorange(min_run_time={min_run_s}), "
+                        f"{'process_time' if clock == 'process' else 'perf_counter'} clock"}
+
+
+def gpu_timers(graph: bool, cold: bool) -> dict[str, Callable[[Callable[[], None]], dict[str, Any]] | str]:
+    """Each outside GPU timer that matches the row's timing (graph or eager, hot or cold L2): a
+    function timing ``fn``, or the reason it does not apply here."""
+    out: dict[str, Any] = {}
+    try:
+        from flashinfer.testing import bench_gpu_time
+    except Exception as e:  # not installed, or a build for another torch
+        out["flashinfer.bench_gpu_time"] = f"not available: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    else:
+        params = inspect.signature(bench_gpu_time).parameters
+        want = {"use_cuda_graph": graph, "cold_l2_cache": cold, "enable_cupti": False,
+                "dry_run_time_ms": 25, "repeat_time_ms": 100}
+        if cold and "cold_l2_cache" not in params:
+            out["flashinfer.bench_gpu_time"] = "this version has no cold_l2_cache: cannot time a cold-L2 row"
+        elif graph and "use_cuda_graph" not in params:
+            out["flashinfer.bench_gpu_time"] = "this version has no use_cuda_graph: cannot time a graph-replayed row"
+        else:
+            kw = {k: v for k, v in want.items() if k in params}
+
+            def fi(fn: Callable[[], None], kw: dict[str, Any] = kw) -> dict[str, Any]:
+                ms = [float(x) for x in bench_gpu_time(fn, **kw)]
+                med, q1, q3 = _spread(ms)
+                return {"median_us": med * 1e3, "q1_us": q1 * 1e3, "q3_us": q3 * 1e3, "n": len(ms),
+                        "settings": "bench_gpu_time(" + ", ".join(f"{k}={v!r}" for k, v in kw.items()) + ")"}
+            out["flashinfer.bench_gpu_time"] = fi
+    try:
+        import triton.testing as tt
+    except Exception as e:
+        out["triton"] = f"not available: {type(e).__name__}"
+        return out
+    if graph and not cold:
+        def tr(fn: Callable[[], None]) -> dict[str, Any]:
+            ms = float(tt.do_bench_cudagraph(fn, rep=100, return_mode="median"))
+            return {"median_us": ms * 1e3, "n": None, "settings": 'do_bench_cudagraph(rep=100, return_mode="median")'}
+        out["triton.do_bench_cudagraph"] = tr
+    elif cold and not graph:
+        def trc(fn: Callable[[], None]) -> dict[str, Any]:
+            ms = float(tt.do_bench(fn, rep=100, return_mode="median"))
+            return {"median_us": ms * 1e3, "n": None, "settings": 'do_bench(rep=100, return_mode="median"), L2 flushed'}
+        out["triton.do_bench"] = trc
+    else:
+        out["triton"] = ("do_bench_cudagraph replays hot and do_bench flushes L2 eagerly: neither times a "
+                         f"{'cold graph-replayed' if graph else 'hot eager'} row")
+    return out
+
+
+# ------------------------------------------------------------------ the verdict
+def verdict(harness_us: float, outside: dict[str, dict[str, Any]], tol: float) -> dict[str, Any]:
+    """Reference (median of the outside medians), ratios, the accepted band and the flag."""
+    meds = [o["median_us"] for o in outside.values()]
+    ref = statistics.median(meds)
+    if len(meds) >= 2:
+        lo, hi = min(meds), max(meds)
+    else:
+        one = next(iter(outside.values()))
+        lo, hi = one.get("q1_us") or ref, one.get("q3_us") or ref
+    lo, hi = min(lo, ref * (1 - tol)), max(hi, ref * (1 + tol))
+    ratio = harness_us / ref
+    flagged = not lo <= harness_us <= hi
+    reason = ""
+    if flagged:
+        reason = (f"harness {harness_us:.4g} us is {ratio:.3g}x the outside timers' median {ref:.4g} us, outside "
+                  f"{tol:.0%} and their spread [{lo:.4g}, {hi:.4g}] us")
+    return {"ref_us": ref, "ratio": ratio, "band_us": [lo, hi], "flagged": flagged, "reason": reason,
+            "ratios": {k: harness_us / o["median_us"] for k, o in outside.items()}}
+
+
+def skip_reason(row: ResultRow) -> str | None:
+    if row.status != results.Status.PASS:
+        return f"status {row.status.value}, not pass"
+    if row.timing is None:
+        return f"not timed ({row.timing_skipped})" if row.timing_skipped else "not timed"
+    return None
+
+
+class BatchCache:
+    """The last case's generated batch, on its device: the rows of one case (one per backend
+    variant) share it, as the run's CaseContext shares it; a new case frees the old one first."""
+
+    def __init__(self) -> None:
+        self.key: tuple[str, str] | None = None
+        self.batch: Any = None
+
+    def get(self, case: Any, device: Any) -> Any:
+        from harness.case.workload import generate
+
+        key = (case.model_dump_json(), str(device))
+        if key != self.key:
+            self.key, self.batch = None, None
+            gc.collect()
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+            self.batch, self.key = generate(case, device), key
+        return self.batch
+
+
+def _first_line(e: BaseException) -> str:
+    return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+
+
+def retime_row(row: ResultRow, tol: float, suite: str | None, min_run_s: float,
+               batches: BatchCache | None = None) -> dict[str, Any]:
+    """One row's cross-check record; raises CrosscheckError with the reason it cannot be re-timed."""
+    from harness.crosscheck import explain as ex
+    from harness.crosscheck import repro
+    from harness.crosscheck.inputs import backend_view, bind_from_batch, constants_part
+    from harness.registry import resolve
+
+    try:
+        case, spec = repro.case_of_row(row, suite)
+    except repro.ReproError as e:
+        raise CrosscheckError(str(e)) from None
+    try:
+        backend = resolve(spec)
+    except Exception as e:
+        raise CrosscheckError(f"backend {spec!r} cannot be loaded: {str(e).splitlines()[0] if str(e) else e}") from None
+    variant = dict(row.variant)
+    on_gpu = row.device.startswith("cuda")
+    if on_gpu and not torch.cuda.is_available():
+        raise CrosscheckError(f"row timed on {row.device}; torch sees no CUDA device here")
+    avail = backend.availability(variant)
+    if not avail.available:
+        raise CrosscheckError(f"library missing here: {avail.reason}")
+    try:
+        source = repro.call_source(backend, row, case, variant)
+    except repro.ReproError:
+        raise CrosscheckError(f"backend {backend.name} offers no standalone_call") from None
+    timing = row.timing
+    assert timing is not None
+    graph = timing.cuda_graph.used
+    cold = timing.mode == "cold"
+    dev = torch.device(row.device) if on_gpu else torch.device("cpu")
+    if on_gpu and dev.index is not None and dev.index >= torch.cuda.device_count():
+        dev = torch.device("cuda")
+    ctx = torch.cuda.device(dev) if on_gpu else _Null()
+    batches = batches or BatchCache()
+    with ctx:
+        t0 = time.perf_counter()
+        try:
+            # The row's own inputs: the harness's batch for its case and seed, made on the device.
+            batch = batches.get(case, dev)
+            view = backend_view(batch, backend, variant)
+            constants = constants_part(repro.inputs_source(row, repro.script_case(case, backend, variant), backend))
+            fn = build_call_in(bind_from_batch(constants, view), source)
+            del view
+            fn()  # first call: JIT, workspaces
+            if on_gpu:
+                torch.cuda.synchronize()
+        except CrosscheckError:
+            raise
+        except Exception as e:
+            raise CrosscheckError(f"the standalone call raised: {_first_line(e)}") from None
+        setup_s = time.perf_counter() - t0  # batch, call setup, first call
+        # The harness's own timer on the adapter's call and on this call, just before the outside
+        # timers; the profiler last (its tracer stays out of every timed figure).
+        try:
+            adapter: dict[str, Any] | None = ex.with_clocks(
+                dev, on_gpu, lambda: ex.time_adapter(backend, variant, batch, dev, timing.options))
+            adapter_error = None
+        except Exception as e:
+            adapter, adapter_error = None, f"failed: {_first_line(e)}"
+        del batch
+        gc.collect()
+        try:
+            here: dict[str, Any] | None = ex.with_clocks(dev, on_gpu, lambda: ex.time_here(fn, dev, timing.options, graph))
+            here_error = None
+        except Exception as e:
+            here, here_error = None, f"failed: {_first_line(e)}"
+        outside: dict[str, dict[str, Any]] = {}
+        unused: dict[str, str] = {}
+        if on_gpu:
+            for name, t in gpu_timers(graph, cold).items():
+                if isinstance(t, str):
+                    unused[name] = t
+                    continue
+                try:
+                    outside[name] = ex.with_clocks(dev, True, lambda t=t: t(fn))
+                except Exception as e:
+                    unused[name] = f"failed: {_first_line(e)}"
+        else:
+            clock = "process" if timing.method == "process_time" else "wall"
+            outside["torch.utils.benchmark.Timer"] = ex.with_clocks(dev, False, lambda: time_cpu(fn, clock, min_run_s))
+        kernel: dict[str, Any] | str = ex.NA_CPU
+        if on_gpu:
+            try:
+                kernel = ex.kernel_time(fn)
+            except Exception as e:
+                kernel = f"failed: {_first_line(e)}"
+    del fn
+    gc.collect()
+    if on_gpu:
+        torch.cuda.empty_cache()
+    if not outside:
+        raise CrosscheckError("no outside timer could time it: " + "; ".join(f"{k}: {v}" for k, v in unused.items()))
+    rec = {"case": row.case, "backend": row.backend, "variant": row.variant_label, "device": row.device,
+           "mode": timing.mode, "graph": graph, "clock": timing.method, "harness_us": timing.median_us,
+           "inputs": f"harness batch (generate on {dev.type})", "setup_s": setup_s,
+           "here": here if here is not None else here_error,
+           "here_adapter": adapter if adapter is not None else adapter_error, "kernel": kernel,
+           "outside": outside, "timers_not_used": unused}
+    rec.update(verdict(timing.median_us, outside, tol))
+    why = ex.explain(timing.median_us, rec["ref_us"], here, kernel, tol, adapter, outside=outside)
+    rec.update(why)
+    if rec["flagged"]:
+        rec["reason"] += "; " + ("; ".join(why["because"]) if why["because"] else
+                                 f"no single comparison (row vs here, here vs outside, kernel vs outside) is "
+                                 f"more than {tol:.0%} off")
+    return rec
+
+
+class _Null:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *a: Any) -> None:
+        return None
+
+
+# ------------------------------------------------------------------ the table
+DEADLINE_REASON = "not re-timed: deadline"
+PENDING_REASON = "not re-timed yet: the command stopped before this row"
+
+
+def _ident(i: int, row: ResultRow) -> dict[str, Any]:
+    return {"row": i, "case": row.case, "backend": row.backend, "variant": row.variant_label}
+
+
+def select_rows(rows: list[ResultRow], cases: list[str] | None, backends: list[str] | None) -> list[int]:
+    """Indices of the rows whose case and backend match one of the globs (all when none given)."""
+    from fnmatch import fnmatchcase
+
+    return [i for i, r in enumerate(rows)
+            if (not cases or any(fnmatchcase(r.case, c) for c in cases))
+            and (not backends or any(fnmatchcase(r.backend, b) for b in backends))]
+
+
+def reusable(previous: dict[str, Any] | None, rows: list[ResultRow]) -> dict[int, dict[str, Any]]:
+    """Records of an earlier cross-check of these results that still describe the same row
+    (index, case, backend, variant, harness median): ``--resume`` keeps them."""
+    keep: dict[int, dict[str, Any]] = {}
+    for rec in (previous or {}).get("rows") or []:
+        i = rec.get("row")
+        if not isinstance(i, int) or not 0 <= i < len(rows) or rows[i].timing is None:
+            continue
+        r = rows[i]
+        if (rec.get("case"), rec.get("backend"), rec.get("variant"), rec.get("harness_us")) == (
+                r.case, r.backend, r.variant_label, r.timing.median_us):
+            keep[i] = rec
+    return keep
+
+
+def crosscheck(rows: list[ResultRow], tol: float, suite: str | None = None, min_run_s: float = 0.2,
+               log: Callable[[str], None] = lambda m: None, *, deadline_s: float | None = None,
+               selected: list[int] | None = None, previous: dict[str, Any] | None = None,
+               on_progress: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """The cross-check table of ``rows`` (those in ``selected``; all by default).
+
+    ``deadline_s``: no row starts once that many seconds have passed since the call (at least
+    one row is re-timed); the rest are listed as not re-timed for the deadline. ``on_progress``
+    gets the table so far after every row, the rows not reached listed as pending."""
+    start = time.perf_counter()
+    order = list(range(len(rows))) if selected is None else list(selected)
+    kept = reusable(previous, rows)
+    batches = BatchCache()
+    checked: list[dict[str, Any]] = []
+    not_retimed: list[dict[str, Any]] = []
+    attempted = 0
+
+    def table(done: int, complete: bool) -> dict[str, Any]:
+        pending = [{**_ident(i, rows[i]), "reason": PENDING_REASON} for i in order[done:]] if not complete else []
+        timers = sorted({k for r in checked for k in r["outside"]})
+        return {"tolerance": tol, "timers": timers, "rows": list(checked), "not_retimed": not_retimed + pending,
+                "flagged": sum(r["flagged"] for r in checked), "checked": len(checked), "complete": complete,
+                "selected": len(order), "of_rows": len(rows), "elapsed_s": time.perf_counter() - start,
+                "deadline_s": deadline_s, "torch": torch.__version__,
+                "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+    for n, i in enumerate(order):
+        row = rows[i]
+        tag = f"#{i} {row.case} / {row.backend} [{row.variant_label}]"
+        why = skip_reason(row)
+        if why is None and i in kept:
+            rec = dict(kept[i])
+            rec.update(verdict(rec["harness_us"], rec["outside"], tol))  # the verdict under this tolerance
+            # ... and its explanation from the recorded figures (what this version compares)
+            from harness.crosscheck import explain as ex
+
+            here_rec = rec.get("here") if isinstance(rec.get("here"), dict) else None
+            adapter_rec = rec.get("here_adapter") if isinstance(rec.get("here_adapter"), dict) else None
+            rec.update(ex.explain(rec["harness_us"], rec["ref_us"], here_rec, rec.get("kernel", ex.NA_CPU), tol,
+                                  adapter_rec, outside=rec["outside"]))
+            if rec["flagged"] and rec.get("because"):
+                rec["reason"] += "; " + "; ".join(rec["because"])
+            checked.append(rec)
+            log(f"{tag}: kept from the earlier cross-check (--resume)")
+        elif why is None and deadline_s is not None and attempted and time.perf_counter() - start >= deadline_s:
+            not_retimed.append({**_ident(i, row), "reason": DEADLINE_REASON})
+            log(f"{tag}: {DEADLINE_REASON} ({deadline_s:g} s passed)")
+        elif why is None:
+            attempted += 1
+            t0 = time.perf_counter()
+            try:
+                rec = retime_row(row, tol, suite, min_run_s, batches)
+            except CrosscheckError as e:
+                not_retimed.append({**_ident(i, row), "reason": str(e)})
+                log(f"{tag}: not re-timed: {e}")
+            else:
+                rec["retime_s"] = time.perf_counter() - t0
+                checked.append({"row": i, **rec})
+                ex = cells_of(rec)
+                log(f"{tag}: harness {rec['harness_us']:.4g} us, adapter here {ex['adapter here us']}, standalone here "
+                    f"{ex['harness here us']}, kernel {ex['kernel us (profiler)']}, outside {rec['ref_us']:.4g} us, "
+                    f"ratio {rec['ratio']:.3g} (setup {rec['setup_s']:.1f} s of {rec['retime_s']:.1f} s)"
+                    f"{'  FLAGGED' if rec['flagged'] else ''}")
+        else:
+            not_retimed.append({**_ident(i, row), "reason": why})
+        if on_progress is not None:
+            on_progress(table(n + 1, False))
+    return table(len(order), True)
+
+
+def _write(path: Path, text: str) -> None:
+    atomic_write_text(path, text)  # nothing half-written
+
+
+# ------------------------------------------------------------------ command
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("crosscheck", help="re-time every timed row's library call with outside timers (FlashInfer "
+                                          "bench_gpu_time, Triton do_bench_cudagraph; CPU: torch.utils.benchmark); "
+                                          "exit 1 if a row is flagged")
+    p.add_argument("results", help="results folder or results.jsonl")
+    p.add_argument("--out", metavar="FILE", help=f"markdown table to write (JSON beside it, .json); default "
+                                                 f"RESULTS/{MD_FILE} and RESULTS/{JSON_FILE}")
+    p.add_argument("--tolerance", default=DEFAULT_TOLERANCE,
+                   help="flag a row further than this from the outside timers' median (and their spread), e.g. 3%% (default)")
+    p.add_argument("--suite", metavar="FILE", help="the suite file (default: the one each row's reproducer names)")
+    p.add_argument("--min-run-time", type=float, default=0.2, metavar="S",
+                   help="CPU: blocked_autorange's min_run_time per row (default 0.2)")
+    p.add_argument("--deadline", type=float, metavar="SECONDS",
+                   help="start no new row after this many seconds (at least one row is re-timed); the rest are "
+                        "listed as 'not re-timed: deadline'. The table is rewritten after every row either way")
+    p.add_argument("--case", action="append", metavar="GLOB", help="only rows whose case matches (repeatable)")
+    p.add_argument("--backend", action="append", metavar="GLOB", help="only rows whose backend matches (repeatable)")
+    p.add_argument("--resume", action="store_true",
+                   help="keep the rows an earlier (stopped) cross-check of the same results re-timed; re-time the rest")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Bad input (missing folder, no rows, bad flags): one line on stderr and exit 2."""
+    try:
+        return _run(args)
+    except _Usage as e:
+        from rich.console import Console
+        from rich.markup import escape
+
+        Console(stderr=True).print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
+        return 2
+
+
+class _Usage(Exception):
+    pass
+
+
+def _run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from harness.analysis.compare import parse_threshold
+
+    console = Console()
+    try:
+        tol = parse_threshold(args.tolerance)
+    except ValueError as e:
+        raise _Usage(str(e).replace("--threshold", "--tolerance")) from None
+    try:
+        rows = results.read_rows(args.results)
+    except (FileNotFoundError, ValueError) as e:
+        raise _Usage(str(e)) from None
+    if not rows:
+        raise _Usage(f"{args.results}: holds no rows")
+    src = Path(args.results)
+    if args.out:
+        md_path = Path(args.out)
+        json_path = md_path.with_suffix(".json") if md_path.suffix != ".json" else md_path.with_suffix(".json.json")
+    else:
+        folder = src if src.is_dir() else src.parent
+        md_path, json_path = folder / MD_FILE, folder / JSON_FILE
+    if not md_path.parent.is_dir():
+        raise _Usage(f"--out {md_path}: folder {md_path.parent} does not exist")
+    if args.deadline is not None and not (args.deadline >= 0 and math.isfinite(args.deadline)):
+        raise _Usage(f"--deadline {args.deadline}: give seconds >= 0")
+    selected = select_rows(rows, args.case, args.backend)
+    if not selected:
+        raise _Usage(f"{args.results}: no row matches --case {args.case or ['*']} --backend {args.backend or ['*']}")
+    previous = None
+    if args.resume and json_path.is_file():
+        try:
+            previous = json.loads(json_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise _Usage(f"--resume: {json_path} is not readable JSON ({e})") from None
+
+    def save(res: dict[str, Any]) -> None:
+        res["results"] = str(src)
+        res["filters"] = {"case": args.case, "backend": args.backend}
+        _write(json_path, json.dumps(results._clean(res), indent=2, allow_nan=False, default=str) + "\n")
+        _write(md_path, to_markdown(res, str(src)) + "\n")
+
+    err = Console(stderr=True)  # progress per row on stderr; the table on stdout at the end
+    res = crosscheck(rows, tol, args.suite, args.min_run_time,
+                     log=lambda m: err.print(m, highlight=False, markup=False, soft_wrap=True),
+                     deadline_s=args.deadline, selected=selected, previous=previous, on_progress=save)
+    save(res)
+    console.print(to_markdown(res, str(src)), highlight=False, markup=False, soft_wrap=True)
+    console.print(f"wrote {md_path} and {json_path}", highlight=False, markup=False, soft_wrap=True)
+    return 1 if res["flagged"] else 0
+
+
+__all__ = ["add_parser", "build_call", "build_call_in", "cells_of", "crosscheck", "run", "split_call", "to_markdown",
+           "verdict"]

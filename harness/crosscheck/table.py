@@ -1,0 +1,62 @@
+"""The markdown of ``harness crosscheck``'s table (harness/crosscheck/run.py builds the records)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+
+def _us(x: Any) -> str:
+    return f"{x:.4g}" if isinstance(x, (int, float)) and math.isfinite(x) else "-"
+
+
+def cells_of(r: dict[str, Any]) -> dict[str, str]:
+    """The explaining columns of one record as text (the markdown and the report both show them)."""
+    here, kernel = r.get("here"), r.get("kernel")
+    clocks = [o.get("sm_clock_mhz") for o in [here, r.get("here_adapter"), *(r.get("outside") or {}).values()]
+              if isinstance(o, dict)]
+    if any(c == "n/a on cpu" for c in clocks) or not r.get("device", "").startswith("cuda"):
+        clock = "n/a on cpu"
+    else:
+        mhz = [v for c in clocks if isinstance(c, dict) for v in (c.get("before"), c.get("after")) if v is not None]
+        clock = f"{min(mhz):.0f}-{max(mhz):.0f}" if mhz else "-"
+    adapter = r.get("here_adapter")
+    return {"harness here us": _us(here.get("median_us")) if isinstance(here, dict) else str(here or "-"),
+            "adapter here us": _us(adapter.get("median_us")) if isinstance(adapter, dict) else str(adapter or "-"),
+            "kernel us (profiler)": _us(kernel.get("per_call_us")) if isinstance(kernel, dict) else str(kernel or "-"),
+            "SM MHz": clock}
+
+
+def to_markdown(res: dict[str, Any], source: str) -> str:
+    timers = res["timers"]
+    state = "" if res.get("complete", True) else " (incomplete: the command is running or was stopped)"
+    out = [f"# Outside-timer cross-check of {source}", "",
+           f"{res['checked']} row(s) re-timed{state}, **{res['flagged']} flagged** (more than {res['tolerance']:.0%} "
+           "from the outside timers' median and outside their spread); "
+           f"{len(res['not_retimed'])} not re-timed.", "",
+           "`adapter here`, `harness here`, `kernel` and `SM MHz` explain a verdict and are not part of the outside "
+           "median: the harness's own timer in this process on the adapter's call and on the standalone call the "
+           "outside timers time, the profiler's eager kernel time per call, the SM clock range around the timers.", ""]
+    if res["rows"]:
+        head = ["row", "case", "backend [variant]", "timed as", "harness us", "adapter here us", "harness here us",
+                "kernel us (profiler)",
+                *[f"{t} us" for t in timers], "outside median us", "harness / outside", "SM MHz", "verdict"]
+        out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for r in res["rows"]:
+            mode = "graph" if r["graph"] else ("cpu " + r["clock"] if not r["device"].startswith("cuda") else "eager")
+            ex = cells_of(r)
+            cells = [str(r["row"]), r["case"], f"{r['backend']} [{r['variant']}]", f"{mode}, {r['mode']}",
+                     f"{r['harness_us']:.4g}", ex["adapter here us"], ex["harness here us"], ex["kernel us (profiler)"],
+                     *[f"{r['outside'][t]['median_us']:.4g}" if t in r["outside"] else "-" for t in timers],
+                     f"{r['ref_us']:.4g}", f"{r['ratio']:.3f}", ex["SM MHz"],
+                     "**FLAGGED**: " + r["reason"] if r["flagged"] else "ok"]
+            out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+        out.append("")
+    if res["not_retimed"]:
+        out += ["## Not re-timed", ""]
+        out += [f"- row {r['row']} {r['case']} / {r['backend']} [{r['variant']}]: {r['reason']}" for r in res["not_retimed"]]
+        out.append("")
+    return "\n".join(out)
+
+
+__all__ = ["cells_of", "to_markdown"]

@@ -1,0 +1,1 @@
+"""Placing a run's cases on workers: in-process, worker processes, a Ray cluster."""

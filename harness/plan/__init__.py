@@ -1,0 +1,1 @@
+"""Suite -> cells: what a run selects, what fits in memory, which slice, what is left to run."""

@@ -1,0 +1,141 @@
+"""Versions of the file formats and their JSON Schemas (``harness schema row|suite|run``).
+
+``schema_version`` in every result row and in run.json says which format wrote it:
+
+- rows: 1 = rows written before the field existed (the key is absent; reports/ holds them),
+  2 = rows that carry it. A version-1 row writes back without the key, as it was.
+- run.json: 1 = absent, 2 = carries it.
+
+Readers accept every version up to theirs and refuse a newer one with a message saying so
+(``check_version``), instead of misreading fields they do not know.
+
+The suite schema describes the YAML file as written (before sweeps expand): every field may
+also be a non-empty list (a sweep axis), ``sweep: product|zip``; usable as
+``# yaml-language-server: $schema=suite.schema.json`` at the top of a suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+ROW_SCHEMA_VERSION = 2
+RUN_SCHEMA_VERSION = 2
+
+
+def check_version(found: Any, known: int, where: str, what: str) -> None:
+    """Refuse a file written by a newer harness (``found`` > ``known``)."""
+    if isinstance(found, int) and not isinstance(found, bool) and found > known:
+        raise ValueError(f"{where}: {what} schema_version {found} is newer than this harness reads (up to {known}); "
+                         "upgrade attn-harness to read it")
+
+
+def row_schema() -> dict[str, Any]:
+    from harness.records.results import ResultRow
+
+    s = ResultRow.model_json_schema()  # the validation side: the serializer only drops empty keys
+    s["$comment"] = f"attn-harness result row (results.jsonl), schema_version {ROW_SCHEMA_VERSION}"
+    return s
+
+
+def run_schema() -> dict[str, Any]:
+    from harness.records.results import RunHeader
+
+    s = RunHeader.model_json_schema(mode="serialization")
+    s["$comment"] = f"attn-harness run.json, schema_version {RUN_SCHEMA_VERSION}"
+    return s
+
+
+_LIST_KEYS = ("batch", "values", "tags", "sizes")  # lists by type, not sweep axes (harness/spec/expand.py)
+
+
+def _sweepable(obj: dict[str, Any]) -> None:
+    """Each property of an object schema may also be a non-empty list of its values (a sweep)."""
+    for name, prop in list(obj.get("properties", {}).items()):
+        if name in _LIST_KEYS:
+            continue
+        obj["properties"][name] = {"anyOf": [prop, {"type": "array", "minItems": 1, "items": prop}],
+                                   **({"description": prop["description"]} if "description" in prop else {})}
+
+
+def _int_shorthand(node: Any) -> Any:
+    """A length distribution may be written as a plain integer (``context_len: 128`` = fixed)."""
+    if isinstance(node, dict):
+        node = {k: _int_shorthand(v) for k, v in node.items()}
+        if node.get("discriminator", {}).get("propertyName") == "dist":
+            return {"anyOf": [node, {"type": "integer", "minimum": 0}]}
+    elif isinstance(node, list):
+        return [_int_shorthand(v) for v in node]
+    return node
+
+
+def suite_schema() -> dict[str, Any]:
+    from harness.spec.suite_model import CaseSpec, Suite
+
+    case = _int_shorthand(CaseSpec.model_json_schema())
+    defs = case.pop("$defs", {})
+    for d in defs.values():
+        if d.get("type") == "object":
+            _sweepable(d)
+    for k in ("group", "params"):  # filled in by the expansion, not written in a file
+        case.get("properties", {}).pop(k, None)
+    # Any field may come from the suite's defaults: a case itself needs only its name.
+    case["required"] = [k for k in case.get("required", []) if k == "name"]
+    _sweepable(case)
+    props = case.setdefault("properties", {})
+    props["sweep"] = {"enum": ["product", "zip"], "default": "product",
+                      "description": "how list-valued fields combine: cartesian product or zipped"}
+    spec = {"type": "string", "description": "vLLM's batch grammar, e.g. 2q1k_32q1s1k (docs/models.md)"}
+    if "batch" in props:  # request groups, a trace source (docs/traces.md), or vLLM batch strings
+        props["batch"] = {"anyOf": [props["batch"], {"type": "object"}, spec,
+                                    {"type": "array", "minItems": 1, "items": spec}]}
+    # The model shorthand (harness/spec/shorthand.py): the geometry from a config.json, sliced by
+    # TP; such a case is named after its model (so it needs no name).
+    one_model = {"type": "string", "description": "a built-in model id or a config.json path"}
+    props["model"] = {"anyOf": [one_model, {"type": "array", "minItems": 1, "items": one_model}]}
+    one_tp = {"type": "integer", "minimum": 1}
+    props["tp"] = {"anyOf": [one_tp, {"type": "array", "minItems": 1, "items": one_tp}]}
+    case["required"] = []  # a name, a model or a batch string names the case (checked on load)
+    defaults = copy.deepcopy(case)
+    defaults.pop("required", None)
+    defaults.pop("title", None)
+    top = Suite.model_json_schema()["properties"]
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$comment": "attn-harness suite file (YAML), as written: list-valued fields are sweeps",
+        "title": "attn-harness suite",
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["suite", "cases"],
+        "properties": {
+            "suite": top["suite"],
+            "description": top.get("description", {"type": "string"}),
+            "backends": top["backends"],
+            "variants": top["variants"],
+            "defaults": defaults,
+            "cases": {"type": "array", "minItems": 1, "items": case},
+        },
+        "$defs": defs,
+    }
+
+
+SCHEMAS = {"row": row_schema, "suite": suite_schema, "run": run_schema}
+
+
+def add_parser(sub: Any) -> None:
+    sc = sub.add_parser("schema", help="print the JSON Schema of a result row, a suite file or run.json")
+    sc.add_argument("what", choices=sorted(SCHEMAS), help="row (results.jsonl lines), suite (YAML files), run (run.json)")
+    sc.add_argument("-o", "--output", metavar="FILE", help="write it to FILE instead of stdout")
+    sc.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    text = json.dumps(SCHEMAS[args.what](), indent=1) + "\n"
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+    else:
+        print(text, end="")
+    return 0

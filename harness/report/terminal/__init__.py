@@ -1,0 +1,1 @@
+"""What harness run prints at the end: tables and the per-model verdict."""

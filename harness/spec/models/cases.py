@@ -1,0 +1,78 @@
+"""A suite case's ``model:`` (and ``tp:``) -> one raw case per model, TP degree and kind of
+layer, named after it (``gemma-2-9b/tp2/local``). The case's own fields (batch, block size,
+dtype, ...) are kept; the attention geometry comes from the model."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+from harness.spec.models.catalog import resolve
+from harness.spec.models.config import ModelError, tp_slice
+
+# The fields a model sets; a case naming both a model and one of these is ambiguous.
+GEOMETRY_KEYS = ("num_heads", "num_kv_heads", "head_size", "sliding_window", "softcap", "sinks", "scale",
+                 "attention", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "mla_mscale")
+
+
+def _as_list(v: Any, field: str) -> list[Any]:
+    items = v if isinstance(v, list) else [v]
+    if not items:
+        raise ModelError(f"field {field}: an empty list names nothing")
+    return items
+
+
+def _tps(v: Any) -> list[int]:
+    if isinstance(v, str):  # "1,2" as on the command line
+        try:
+            v = [int(x) for x in v.split(",") if x.strip()]
+        except ValueError:
+            raise ModelError(f"field tp: {v[:40]!r} is not a list of integers") from None
+    out = _as_list(v, "tp")
+    for t in out:
+        if isinstance(t, bool) or not isinstance(t, int) or t < 1:
+            raise ModelError(f"field tp: must be a positive integer (or a list of them), got {str(repr(t))[:40]}")
+    return out
+
+
+def model_cases(raw: dict[str, Any], base_dir: Path | None = None) -> list[dict[str, Any]]:
+    """``raw`` holds ``model`` (an ID, a config.json path, or a list of them) and maybe ``tp``."""
+    raw = dict(raw)
+    models = _as_list(raw.pop("model"), "model")
+    tps = _tps(raw.pop("tp", 1))
+    clash = [k for k in GEOMETRY_KEYS if k in raw]
+    if clash:
+        raise ModelError(f"field {clash[0]}: the model sets it; give either model or {', '.join(clash)}")
+    prefix = raw.pop("name", None)
+    out = []
+    for m in models:
+        model = resolve(m, base_dir)
+        for tp in tps:
+            for shape in tp_slice(model, tp):
+                k = shape.kind
+                case = copy.deepcopy(raw)
+                if k.mla is not None:  # MLA: the form (from the batch unless given) sets KV heads and head size
+                    case.update(num_heads=shape.num_heads, attention="mla", kv_lora_rank=k.mla.kv_lora_rank,
+                                qk_rope_head_dim=k.mla.qk_rope_head_dim, qk_nope_head_dim=k.mla.qk_nope_head_dim,
+                                v_head_dim=k.mla.v_head_dim, mla_mscale=k.mla.mscale)
+                else:
+                    case.update(num_heads=shape.num_heads, num_kv_heads=shape.num_kv_heads, head_size=k.head_size,
+                                sliding_window=k.sliding_window, softcap=k.softcap, sinks=k.sinks, scale=k.scale)
+                case.setdefault("dtype", model.dtype)
+                case["name"] = f"{prefix}/{shape.name}" if prefix else shape.name
+                case["group"] = case["name"]
+                case["params"] = {"model": shape.name, "model_id": model.id, "tp": tp, "layers": k.name}
+                tags = list(case.get("tags") or [])
+                case["tags"] = tags + [f"model={model.id}", f"tp={tp}"] + ([f"layers={k.name}"] if shape.multi_kind else [])
+                out.append(case)
+    return out
+
+
+def with_model(raw: dict[str, Any], model: str, tp: str | None) -> dict[str, Any]:
+    """A suite case with the command line's ``--model`` / ``--tp`` in place of its geometry."""
+    raw = {k: v for k, v in raw.items() if k not in GEOMETRY_KEYS}
+    raw["model"] = [m for m in model.split(",") if m.strip()] if "," in model else model
+    if tp is not None:
+        raw["tp"] = tp
+    return raw

@@ -1,0 +1,1 @@
+"""Evidence and diagnostic tools beside the pipeline: evidence plans, env matrix, diagnostics."""
