@@ -48,15 +48,24 @@ def fa3_contiguous(heads: int, q_len: int, kv_lens: list[int], time_it: bool) ->
     return res
 
 
-def fa3_varlen(heads: int, q_len: int, kv_lens: list[int], num_splits: int, time_it: bool) -> dict[str, Any]:
-    """The latent gathered from the paged pool into one packed [tokens, 1, D] cache."""
+def fa3_varlen(heads: int, q_len: int, kv_lens: list[int], num_splits: int, time_it: bool,
+               views: bool = False) -> dict[str, Any]:
+    """The latent gathered from the paged pool into one packed [tokens, 1, D] cache; ``views``:
+    one gather of the 576-wide pool and q, kpe, ckv, q_nope as views (the harness adapter's call)."""
     fa3 = _fa3()
     b = make_mla_batch(heads, q_len, 64, kv_lens, seed=12)
     b.reference()
     slots = b.token_slots()
+    if views:
+        b = b.as_views()
+        pool = b.extras["pool"]
 
-    def gather():
-        return b.ckv.view(-1, 1, CKV)[slots], b.kpe.view(-1, 1, KPE)[slots]
+        def gather():
+            packed = pool.reshape(-1, CKV + KPE).index_select(0, slots).unsqueeze(1)
+            return packed[..., :CKV], packed[..., CKV:]
+    else:
+        def gather():
+            return b.ckv.reshape(-1, 1, CKV)[slots], b.kpe.reshape(-1, 1, KPE)[slots]
 
     ckv_p, kpe_p = gather()
     cu_q = torch.arange(b.batch + 1, dtype=torch.int32, device="cuda") * q_len
@@ -143,6 +152,8 @@ def run_fa3(rec: Recorder) -> None:
                         lambda: fa3_contiguous(heads, q_len, lens, False))
             rec.attempt("fa3_mla_varlen", dict(heads=heads, q_len=q_len, kv_lens=lens, num_splits=0),
                         lambda: fa3_varlen(heads, q_len, lens, 0, False))
+            rec.attempt("fa3_mla_varlen_views", dict(heads=heads, q_len=q_len, kv_lens=lens, num_splits=0),
+                        lambda: fa3_varlen(heads, q_len, lens, 0, False, views=True))
     for heads in (16, 128):
         rec.attempt("fa3_mla_contiguous_timed", dict(heads=heads, q_len=1, kv_lens="64 x 8192"),
                     lambda: fa3_contiguous(heads, 1, [8192] * 64, True))

@@ -36,9 +36,11 @@ def _check(b: MLABatch, out: torch.Tensor, lse2: torch.Tensor | None, tol: float
 
 
 def decode_attempt(backend: str, heads: int, page: int, q_len: int, kv_lens: list[int], time_it: bool,
-                   seed: int) -> dict[str, Any]:
+                   seed: int, views: bool = False) -> dict[str, Any]:
     b = make_mla_batch(heads, q_len, page, kv_lens, seed=seed)
     b.reference()
+    if views:
+        b = b.as_views()
     w = _wrapper(backend)
     _plan(w, b, torch.bfloat16, torch.bfloat16, SM_SCALE)
     out, lse = w.run(b.q_nope, b.q_pe, b.ckv, b.kpe, return_lse=True)
@@ -50,13 +52,16 @@ def decode_attempt(backend: str, heads: int, page: int, q_len: int, kv_lens: lis
     return res
 
 
-def fp8_attempt(backend: str, how: str, heads: int, page: int, q_len: int, kv_lens: list[int]) -> dict[str, Any]:
+def fp8_attempt(backend: str, how: str, heads: int, page: int, q_len: int, kv_lens: list[int],
+                views: bool = False) -> dict[str, Any]:
     """fp8 e4m3 latent. ``how``: ``scale_kwargs`` passes run(ckv_scale=, kpe_scale=) where the
     installed run() has them; ``fold`` plans kv fp8 with q bf16 and folds the dequant scale into
     sm_scale (logits) and the output (V is ckv); ``fp8_q`` quantizes q too (FA3-style kernels
     want q and kv in one dtype)."""
     b = make_mla_batch(heads, q_len, page, kv_lens, seed=7, fp8=True)
     b.reference()
+    if views:
+        b = b.as_views()
     w = _wrapper(backend)
     params = inspect.signature(w.run).parameters
     s = b.scale
@@ -74,6 +79,14 @@ def fp8_attempt(backend: str, how: str, heads: int, page: int, q_len: int, kv_le
         res = _check(b, out, lse, TOL["fp8"])
         res["scale_type"] = type(kw["ckv_scale"]).__name__
         res.update(cuda_time_us(lambda: w.run(b.q_nope, b.q_pe, b.ckv, b.kpe, **kw)))
+        return res
+    if how == "q_scaled":
+        # the harness adapter's form: q multiplied by the scale before the call, output after it
+        _plan(w, b, torch.bfloat16, torch.float8_e4m3fn, SM_SCALE)
+        qn, qp = b.q_nope * s, b.q_pe * s
+        out, lse = w.run(qn, qp, b.ckv, b.kpe, return_lse=True)
+        res = _check(b, out.float() * s, lse, TOL["fp8"])
+        res.update(cuda_time_us(lambda: w.run(qn, qp, b.ckv, b.kpe)))
         return res
     if how == "fold":
         _plan(w, b, torch.bfloat16, torch.float8_e4m3fn, SM_SCALE * s)
@@ -144,6 +157,17 @@ def run(rec: Recorder) -> None:
             rec.attempt("mla_decode_fp8", dict(backend=backend, how=how, heads=16, page=64, q_len=1,
                                                kv_lens="16 x 2048"),
                         lambda: fp8_attempt(backend, how, 16, 64, 1, [2048] * 16))
+    # The adapter's exact inputs: q and the latent as one 576-wide tensor each, cut by views.
+    for backend in ("fa2", "fa3"):
+        for page in (1, 64):
+            for q_len in (1, 4):
+                lens = lengths(8, q_len, 3000, gen, must=(q_len, 2 * page + 1))
+                rec.attempt("mla_decode_bf16_views", dict(backend=backend, heads=16, page=page, q_len=q_len,
+                                                          kv_lens=lens),
+                            lambda: decode_attempt(backend, 16, page, q_len, lens, False, seed=5, views=True))
+        rec.attempt("mla_decode_fp8_views", dict(backend=backend, how="q_scaled", heads=16, page=64, q_len=1,
+                                                 kv_lens="16 x 2048"),
+                    lambda: fp8_attempt(backend, "q_scaled", 16, 64, 1, [2048] * 16, views=True))
     for backend in ("fa2", "fa3"):
         rec.attempt("ragged_prefill_192_128", dict(backend=backend, lens=[1024, 3072], heads=16),
                     lambda: ragged_192_128(backend, [1024, 3072]))

@@ -76,6 +76,16 @@ class MLABatch:
             kpe[b, : self.kv_lens[b], 0] = self.kpe[pages].reshape(-1, KPE)[: self.kv_lens[b]]
         return ckv, kpe
 
+    def as_views(self) -> "MLABatch":
+        """The same batch with q and the cache held as ONE 576-wide tensor each and the 512/64
+        parts as strided views of it (the contract's latent layout, as the harness adapters and
+        SGLang pass them to FlashInfer); the reference is shared."""
+        pool = torch.cat([self.ckv, self.kpe], dim=-1)
+        q = torch.cat([self.q_nope, self.q_pe], dim=-1)
+        return MLABatch(self.heads, self.q_len, self.page, self.kv_lens, q[..., :CKV], q[..., CKV:], pool[..., :CKV],
+                        pool[..., CKV:], self.block_table, self.kv_indptr, self.kv_indices, self.scale, self.ref_out,
+                        self.ref_lse, extras={"pool": pool, "q": q})
+
     def token_slots(self) -> torch.Tensor:
         """Flat pool slot (page * page_size + offset) of every cached token, request by request:
         the index a packed (varlen) gather reads."""
