@@ -166,3 +166,29 @@ def test_probe_batch_and_reference_agree():
                                      ckv[:, None], SM_SCALE, True)
         assert errors(o, b.ref_out[sl], 1e-5)["passed"]
         assert torch.allclose(lse, b.ref_lse[sl], atol=1e-5)
+
+
+def test_wrapped_mla_bugs_are_flagged_on_the_cpu():
+    """tests/mutants/mla_gpu.py's bugs, wrapped around torch-math here (around the MLA library
+    backends on a GPU): each is flagged on suites/mla.yaml's CPU cells, torch-math is not."""
+    from mutants.mla_gpu import GPU_MLA_MUTANTS, MATH_MLA_MUTANTS, SPECS
+
+    from harness.cell.case import RunOptions, group_by_case, iterate_case, plan_cells
+    from harness.registry import resolve
+    from harness.spec import load_suite
+
+    suite = load_suite("suites/mla.yaml")
+    keep = ("cpu-mixed[mla_form=absorbed]", "cpu-mixed[mla_form=expanded]", "cpu-v2-lite")
+    suite = suite.model_copy(update={"cases": [c for c in suite.cases if c.name in keep]})
+    opts = RunOptions(device=torch.device("cpu"), time=False)
+    by: dict[str, list] = {}
+    for group in group_by_case(plan_cells(suite, [resolve("torch-math"), *MATH_MLA_MUTANTS], opts)):
+        for row in iterate_case(group, suite, opts):
+            by.setdefault(row.backend, []).append(row)
+    assert len(by["torch-math"]) == 3 and all(r.status == "pass" for r in by["torch-math"])
+    for m in MATH_MLA_MUTANTS:
+        rows = by[m.name]
+        assert not [r for r in rows if r.status == "error"], [r.reason for r in rows]
+        assert any(r.status == "mismatch" for r in rows), f"{m.name} passed every cell"
+    assert len(GPU_MLA_MUTANTS) == len(SPECS) == 3 * len(MATH_MLA_MUTANTS)
+    assert all(s.startswith("mutants.mla_gpu:") for s in SPECS)
