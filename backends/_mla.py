@@ -4,7 +4,10 @@ them checks. Pure torch; no library import (attn_contract/mla.py describes the f
 
 from __future__ import annotations
 
+import functools
 import importlib.util
+import subprocess
+import sys
 from typing import Any
 
 import torch
@@ -70,11 +73,16 @@ def cuda_capability() -> tuple[int, int] | None:
     return tuple(torch.cuda.get_device_capability())  # type: ignore[return-value]
 
 
-def import_reason(module: str, install: str) -> str | None:
+def import_reason(module: str, install: str, probe_first: bool = False) -> str | None:
     """Why ``module`` cannot be imported here (None if it can): not installed, or the import's
-    error (a binary built for another torch says so here, not as a crash)."""
+    error (a binary built for another torch says so here, not as a crash). ``probe_first``:
+    import it in a child process before this one (``subprocess_import_reason``)."""
     if importlib.util.find_spec(module.split(".")[0]) is None:
         return f"{module} is not installed ({install})"
+    if probe_first and module not in sys.modules:
+        reason = subprocess_import_reason(module)
+        if reason:
+            return reason
     try:
         importlib.import_module(module)
     except BaseException as e:  # an ABI mismatch can raise anything, even SystemExit from a bad .so
@@ -82,6 +90,23 @@ def import_reason(module: str, install: str) -> str | None:
             raise
         return f"import {module} failed: {type(e).__name__}: {str(e).strip()[:300]}"
     return None
+
+
+@functools.lru_cache(maxsize=None)
+def subprocess_import_reason(module: str, timeout_s: float = 180.0) -> str | None:
+    """Import ``module`` in a child interpreter first (once per process): a binary built for
+    another torch can abort the process on import (a crash no ``except`` catches), which would
+    take the harness worker down with it. None when the child imported it."""
+    try:
+        r = subprocess.run([sys.executable, "-c", f"import torch, {module}"], capture_output=True, text=True,
+                           timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return f"import {module} did not finish in {timeout_s:.0f} s (in a child process)"
+    if r.returncode == 0:
+        return None
+    tail = (r.stderr.strip().splitlines() or [f"exit status {r.returncode}"])[-1]
+    how = f"exit status {r.returncode}" if r.returncode > 0 else f"killed by signal {-r.returncode}"
+    return f"import {module} failed in a child process ({how}): {tail[:300]}"
 
 
 def module_version(module: str, dists: tuple[str, ...] = ()) -> str:

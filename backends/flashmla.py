@@ -12,7 +12,8 @@ release's fp8 cache is the packed 656-byte sparse layout), one query length for 
 natural-log ``[B, H, s_q]``.
 
 The wheel is built against torch 2.14; where its binary does not load, ``availability`` says
-so with the import's error.
+so with the import's error (tried in a child process first, so a crash on import is a reason
+too).
 """
 
 from __future__ import annotations
@@ -37,7 +38,15 @@ from attn_contract import (
 )
 from attn_contract.engines import EngineName
 
-from backends._mla import LATENT_DIMS, cuda_capability, describe_form, form_reason, import_reason, module_version
+from backends._mla import (
+    LATENT_DIMS,
+    cuda_capability,
+    describe_form,
+    form_reason,
+    import_reason,
+    module_version,
+    subprocess_import_reason,
+)
 
 PAGE = 64  # FlashMLA's dense kernels take page_block_size 64
 FP8_REASON = ("FlashMLA's fp8 KV cache in this release is the sparse packed layout (656 bytes per token: fp8 nope, "
@@ -111,7 +120,9 @@ class FlashMLABackend(AttentionBackend):
     name = "flashmla"
     description = "FlashMLA dense decode (tokenspeed-flashmla wheel) on the paged latent cache, page 64, bf16"
     tested_versions = {"tokenspeed-flashmla": ">=1.0.0"}
-    library_modules = ("flash_mla",)
+    # Not imported on the worker's background thread: its binary is built for another torch and
+    # is tried in a child process first (availability), so a crash on import is a reason.
+    library_modules = ()
     engine_names = {
         "vllm": EngineName("FLASHMLA", attention_kinds=frozenset({MLA_ABSORBED}),
                            caveat="vLLM calls its own FlashMLA build (vllm._flashmla_C); this row runs the "
@@ -122,7 +133,7 @@ class FlashMLABackend(AttentionBackend):
 
     @classmethod
     def availability(cls, variant: dict[str, Any] | None = None) -> Availability:
-        reason = import_reason("flash_mla", "pip install tokenspeed-flashmla")
+        reason = import_reason("flash_mla", "pip install tokenspeed-flashmla", probe_first=True)
         if reason:
             return Availability.no(reason)
         version = module_version("flash_mla", ("tokenspeed-flashmla", "tokenspeed_flashmla"))

@@ -192,3 +192,16 @@ def test_wrapped_mla_bugs_are_flagged_on_the_cpu():
         assert any(r.status == "mismatch" for r in rows), f"{m.name} passed every cell"
     assert len(GPU_MLA_MUTANTS) == len(SPECS) == 3 * len(MATH_MLA_MUTANTS)
     assert all(s.startswith("mutants.mla_gpu:") for s in SPECS)
+
+
+def test_a_library_that_crashes_on_import_is_a_reason(tmp_path, monkeypatch):
+    """FlashMLA's wheel is built for another torch: availability imports it in a child process
+    first, so an abort on import becomes a reason instead of taking the worker down."""
+    from backends._mla import import_reason, subprocess_import_reason
+
+    (tmp_path / "crashes_on_import.py").write_text("import os\nos.abort()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    reason = import_reason("crashes_on_import", "n/a", probe_first=True)
+    assert "crashes_on_import" in reason and "killed by signal 6" in reason
+    assert subprocess_import_reason.cache_info().currsize >= 1  # once per process
