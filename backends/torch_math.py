@@ -20,10 +20,14 @@ from backends._paged import (
     plan_chunks,
     scatter_rows,
 )
+from backends._mla_prefill import chunked_prefill
 from backends._torch import TorchBackend, torch_capabilities
-from attn_contract import AttentionImpl, Capabilities, CudaGraphSupport
+from attn_contract import MLA_EXPANDED, AttentionImpl, Capabilities, CudaGraphSupport
 
 MAX_SCORE_ELEMS = 1 << 26  # padded score elements per chunk (256 MiB in fp32)
+# MLA prefill: cached-context keys per chunk (CPU, CUDA); small on the CPU so its cells merge
+# several chunks (the result does not depend on it: the merge is exact).
+MLA_CONTEXT_CHUNK = (64, 8192)
 
 
 # The torch backends share one host-side metadata (kept under these names for importers).
@@ -75,6 +79,11 @@ class MathImpl(AttentionImpl[MathMetadata]):
 
     def forward(self, query, key, value, kv_cache, metadata, out, lse_out=None):
         md = metadata
+        if self.config.attention_kind == MLA_EXPANDED:  # vLLM's prefill: new tokens, then context chunks
+            chunk = MLA_CONTEXT_CHUNK[query.device.type == "cuda"]
+            chunked_prefill(query, key, value, md.query_start_loc, md.kv_start_loc, md.seq_lens,
+                            self.config.softmax_scale, md.causal, chunk, out, lse_out)
+            return out
         qlens = md.query_lens
         # Chunks bound the PADDED score matrix (harness.plan.memory estimates the same plan).
         for chunk in plan_chunks(qlens, md.seq_lens, self.config.num_heads, MAX_SCORE_ELEMS, md.causal):
@@ -118,7 +127,9 @@ class TorchMathBackend(TorchBackend):
             role="reference",
             **MLA_CAPABILITIES,
             untimed_on=cls.untimed_on,
-            notes=("fp32 math with padding; requests chunked so each padded score matrix stays under 2**26 elements",),
+            notes=("fp32 math with padding; requests chunked so each padded score matrix stays under 2**26 elements",
+                   "MLA prefill (expanded form) as vLLM's MLACommonImpl: causal over the new tokens, then the cached "
+                   "context in chunks, merged by LSE (backends/_mla_prefill.py)"),
         )
 
     @classmethod

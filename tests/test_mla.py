@@ -168,3 +168,59 @@ def test_model_cases_pick_the_form_from_the_batch():
     assert forms[(8, "decode")] == ("absorbed", 16, 576)
     assert forms[(1, "prefill")] == ("expanded", 128, 192)
     assert all(c.mla_mscale == pytest.approx(0.1 * math.log(40) + 1) for c in s.cases)
+
+
+def test_vllm_default_mla_backend_is_data_from_vllms_priority_list():
+    from harness.analysis.selection_rules import vllm_default
+
+    def pick(cap, **kw):
+        return vllm_default(cap, num_heads=16, num_kv_heads=1, head_size=576, attention_kind=MLA_ABSORBED, **kw)
+
+    h200 = pick("9.0", block_size=64)
+    assert h200.backend == "FLASH_ATTN_MLA" and h200.priorities[:2] == ("FLASH_ATTN_MLA", "FLASHMLA")
+    fp8 = pick("9.0", block_size=64, kv_cache_dtype="fp8_e4m3")
+    assert fp8.backend == "FLASHMLA" and "KV cache dtype" in fp8.rejected["FLASH_ATTN_MLA"]
+    assert pick("10.0", block_size=64).backend == "FLASHINFER_MLA"
+    assert pick("8.0", block_size=16).backend == "TRITON_MLA"
+    # MHA layers keep their own list.
+    assert vllm_default("9.0", num_heads=32, num_kv_heads=8, head_size=128).backend == "FLASH_ATTN"
+
+
+def test_engine_names_of_a_torch_baseline_do_not_cover_mla():
+    from harness.analysis.engines import sglang_setting
+
+    assert sglang_setting("sdpa", {})["attention_backend"] == "torch_native"
+    assert sglang_setting("sdpa", {}, MLA_ABSORBED) is None
+    assert not resolve("torch-math").engine_names
+
+
+def test_vllm_style_chunked_prefill_equals_one_pass_attention(monkeypatch):
+    """torch-math's MLA prefill (new tokens causal, then context chunks, LSE merges), with query
+    rows blocked too, against the reference's one pass over every key."""
+    import backends._mla_prefill as mp
+
+    case = CaseSpec(name="c", num_heads=4, attention="mla", mla_form="expanded",
+                    batch=[{"kind": "prefill", "query_len": 37}, {"kind": "extend", "query_len": 21, "context_len": 50},
+                           {"kind": "decode", "context_len": 9}])
+    b = generate(case)
+    ref, ref_lse = reference_attention(b)
+    kv_start = b.common_metadata().kv_start_loc_cpu.tolist()
+    monkeypatch.setattr(mp, "SCORE_ELEMS", 4 * 64 * 3)  # blocks of 3 query rows
+    out, lse = torch.zeros(ref.shape), torch.zeros(ref_lse.shape)
+    mp.chunked_prefill(b.query, b.key, b.value, b.query_start_loc, kv_start, b.seq_lens, b.config.softmax_scale,
+                       True, 16, out, lse)
+    assert (out.double() - ref).abs().max() < 1e-5 and (lse.double() - ref_lse).abs().max() < 1e-5
+
+
+def test_models_suite_runs_deepseek_v3_at_tp8_on_the_cpu():
+    """`harness run suites/models.yaml --model deepseek-v3 --tp 8` on a CPU: the small cases run
+    (sdpa) in the absorbed (decode) and expanded (prefill) forms; the big ones are skipped."""
+    path = ROOT / "suites" / "models.yaml"
+    suite = load_suite(path, override={"model": "deepseek-v3", "tp": "8"})
+    shapes = {(c.name, c.mla_form, c.num_heads, c.num_kv_heads, c.head_size) for c in suite.cases}
+    assert ("small/deepseek-v3/tp8/4q1s512", "absorbed", 16, 1, 576) in shapes
+    assert ("small/deepseek-v3/tp8/q128", "expanded", 16, 16, 192) in shapes
+    small = suite.model_copy(update={"cases": [c for c in suite.cases if c.name.startswith("small/")]})
+    opts = RunOptions(device=torch.device("cpu"), time=False, suite_path=str(path))
+    rows = [r for g in group_by_case(plan_cells(small, [resolve("sdpa")], opts)) for r in iterate_case(g, small, opts)]
+    assert len(rows) == 2 and all(r.status == "pass" for r in rows), [(r.case, r.status, r.reason) for r in rows]
