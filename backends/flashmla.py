@@ -49,8 +49,9 @@ from backends._mla import (
 )
 
 PAGE = 64  # FlashMLA's dense kernels take page_block_size 64
-FP8_REASON = ("FlashMLA's fp8 KV cache in this release is the sparse packed layout (656 bytes per token: fp8 nope, "
-              "4 fp32 scales, bf16 rope; flash_mla_interface docstring); the dense decode reads a bf16 cache")
+FP8_REASON = ("tokenspeed-flashmla's dense decode takes no fp8 cache: flash_mla_with_kvcache hands is_fp8_kvcache to "
+              "the sparse path only (its fp8 layout is the packed 656-byte one: fp8 nope, 4 fp32 scales, bf16 rope), "
+              "dense_decode_fwd gets no fp8 flag or scale")
 
 
 @dataclass

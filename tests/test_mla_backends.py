@@ -61,7 +61,7 @@ def test_fp8_latent_rules():
     assert FlashInferMLABackend.check_support(fp8, {"mla_backend": "fa2"}, "cuda") is None
     assert "WGMMA" in FlashInferMLABackend.check_support(fp8, {"mla_backend": "fa3"}, "cuda")
     assert "16-bit" in FlashAttnMLABackend.check_support(fp8, {"fa_build": "fa3-fwd"}, "cuda")
-    assert "656 bytes" in FlashMLABackend.check_support(fp8, {}, "cuda")
+    assert "dense_decode_fwd gets no fp8" in FlashMLABackend.check_support(fp8, {}, "cuda")
     # the expanded form's key/value arrive in the model dtype, whatever the latent cache holds
     assert FlashAttnMLABackend.check_support(expanded(kv_cache_dtype="fp8_e4m3"), {}, "cuda") is None
     assert FlashInferMLABackend.check_support(expanded(kv_cache_dtype="fp8_e4m3"), {"mla_backend": "fa3"}, "cuda") is None
