@@ -87,6 +87,28 @@ def summarize(path: Path) -> dict:
                                    for a in att if not (a.get("ok") and a.get("passed", True))]}
 
 
+def table(out: Path, items: list[str]) -> str:
+    """summary.md: one line per attempt (what ran, error or relative errors, time)."""
+    lines = ["| item | attempt | params | result | rel err | lse rel err | median us | TB/s |", "|---" * 8 + "|"]
+    for item in items:
+        try:
+            data = json.loads((out / f"{item}.json").read_text())
+        except (OSError, ValueError):
+            lines.append(f"| {item} | - | - | no JSON | | | | |")
+            continue
+        for a in data.get("attempts", []):
+            if a["name"] == "setup" and a.get("ok"):
+                continue
+            params = json.dumps(a.get("params", {}), default=str).replace("|", "/")[:110]
+            if not a.get("ok"):
+                result = "error: " + a.get("error", "")[:160].replace("|", "/").replace("\n", " ")
+            else:
+                result = "pass" if a.get("passed", True) else "MISMATCH"
+            lines.append(f"| {item} | {a['name']} | {params} | {result} | {a.get('rel_err', '')} | "
+                         f"{a.get('lse_rel_err', '')} | {a.get('median_us', '')} | {a.get('tb_per_s', '')} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python3 -m backends.mla_probe", description=__doc__.split("\n\n")[0])
     p.add_argument("out", type=Path)
@@ -113,7 +135,8 @@ def main(argv: list[str]) -> int:
         (a.out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
         print(f"== {item}: rc={rc} {entry['wall_s']}s ok={entry.get('ok')} "
               f"failed={len(entry.get('failed_or_mismatch', []))}", flush=True)
-    print(f"wrote {a.out}/summary.json and one JSON per item")
+    (a.out / "summary.md").write_text(table(a.out, list(summary["items"])))
+    print(f"wrote {a.out}/summary.json, summary.md and one JSON per item")
     return 0
 
 
