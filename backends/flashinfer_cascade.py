@@ -94,7 +94,7 @@ class FICascadeMetadata:
     workspace_grows: int = 0  # times plan() overflowed it and it was doubled
 
 
-def _resolved_backend(wrapper: Any) -> str | None:
+def resolved_backend(wrapper: Any) -> str | None:
     subs = getattr(wrapper, "_batch_prefill_wrappers", None) or []
     for attr in ("resolved_backend", "_backend"):
         value = getattr(subs[-1], attr, None) if subs else None
@@ -166,7 +166,7 @@ class FICascadeMetadataBuilder(AttentionMetadataBuilder[FICascadeMetadata]):
             prefix_lens=sorted(set(lay.prefix_lens)),
             plan_ms=plan_ms,
             jit_warmup_ms=self.jit_warmup_ms,
-            resolved_backend=_resolved_backend(self.wrapper),
+            resolved_backend=resolved_backend(self.wrapper),
             workspace_bytes=int(self.workspace.numel()),
             workspace_grows=self.workspace_grows,
         )

@@ -267,6 +267,8 @@ class SDPABackend(TorchBackend):
 
     @classmethod
     def standalone_call(cls, config, variant, call=None) -> str | None:
+        if config.is_mla:  # the reproducer's names describe the (K, V) cache, not the latent one
+            return None
         # A subclass with its own impl makes a different call: it must say which itself.
         forced = (variant or {}).get("sdpa_backend", "auto") != "auto"
         return SDPA_CALL if cls.get_impl_cls() is SDPAImpl and not forced else None

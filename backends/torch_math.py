@@ -140,6 +140,8 @@ class TorchMathBackend(TorchBackend):
 
     @classmethod
     def standalone_call(cls, config, variant, call=None) -> str | None:
+        if config.is_mla:  # the reproducer's names describe the (K, V) cache, not the latent one
+            return None
         # A subclass with its own impl makes a different call: it must say which itself.
         return TORCH_MATH_CALL if cls.get_impl_cls() is MathImpl else None
 

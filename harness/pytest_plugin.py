@@ -93,7 +93,7 @@ def make_plan(config: pytest.Config) -> BenchPlan | None:
     from harness import registry
     from harness.cli.flags import UsageError
     from harness.cli.run_flags import from_pytest, pick_device
-    from harness.cell.case import plan_cells
+    from harness.plan.cells import plan_cells
     from harness.spec import SpecError, load_suite
 
     try:

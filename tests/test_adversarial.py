@@ -6,7 +6,9 @@ from pathlib import Path
 import torch
 
 from harness.registry import resolve
-from harness.cell.case import CaseContext, Cell, RunOptions, run_cell, select_cases
+from harness.cell.prepare import CaseContext
+from harness.plan.cells import Cell, RunOptions, select_cases
+from harness.cell.run import run_cell
 from harness.spec import CaseSpec, load_suite
 from harness.case.workload import generate
 

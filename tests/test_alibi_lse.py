@@ -12,7 +12,8 @@ import torch
 from attn_contract import AlibiLse
 from harness.case.reference import alibi_lse_shift, reference_attention, reference_lse_for
 from harness.registry import resolve
-from harness.cell.case import RunOptions, group_by_case, iterate_case, plan_cells
+from harness.plan.cells import RunOptions, group_by_case, plan_cells
+from harness.cell.case import iterate_case
 from harness.spec import CaseSpec, load_suite
 from harness.case.workload import generate
 

@@ -13,7 +13,7 @@ from attn_contract import AttentionConfig, decode_first_order
 from backends.flash_attn import FlashAttentionBackend, FlashAttentionImpl, FlashAttentionMetadataBuilder
 from backends.flashinfer import FlashInferBackend
 from harness.cli import main
-from harness.cell.case import RunOptions, plan_cells
+from harness.plan.cells import RunOptions, plan_cells
 from harness.spec import load_suite, parse_suite
 from harness.case.workload import generate
 

@@ -15,7 +15,9 @@ from backends.torch_cascade import TorchCascadeBackend, shifted_block_table
 from attn_contract import cascade_batch_reason, merge_attn_states
 from harness.cell.cascade import DEFAULT_NUM_SMS, rule_agreement, use_cascade_attention
 from harness.case.reference import attention_one_request
-from harness.cell.case import CaseContext, Cell, RunOptions, run_cell
+from harness.cell.prepare import CaseContext
+from harness.plan.cells import Cell, RunOptions
+from harness.cell.run import run_cell
 from harness.spec import CaseSpec, Suite
 from harness.case.workload import generate
 

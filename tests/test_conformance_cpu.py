@@ -10,7 +10,9 @@ import torch
 from harness.cell.check import check_output, tolerance_for
 from harness.case.reference import reference_attention
 from harness.registry import resolve
-from harness.cell.case import CaseContext, Cell, RunOptions, run_cell
+from harness.cell.prepare import CaseContext
+from harness.plan.cells import Cell, RunOptions
+from harness.cell.run import run_cell
 from harness.spec import CaseSpec, Suite
 from harness.case.workload import generate
 

@@ -12,7 +12,8 @@ from harness.cell.context_parallel.combine import combine_rank
 from harness.cell.context_parallel.ranks import run_simulated
 from harness.cell.context_parallel.shard import shard_positions, tp_heads
 from harness.registry import resolve
-from harness.cell.case import RunOptions, group_by_case, iterate_case, plan_cells
+from harness.plan.cells import RunOptions, group_by_case, plan_cells
+from harness.cell.case import iterate_case
 from harness.spec import load_suite
 from mutants.cp import CP_MUTANTS
 from mutants.cp_gloo import gloo_rank, partials as _partials

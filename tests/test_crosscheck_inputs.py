@@ -10,7 +10,7 @@ from harness.crosscheck.explain import explain
 from harness.crosscheck.inputs import backend_view, bind_from_batch, constants_part
 from harness.registry import resolve
 from harness.records.results import ResultRow, Status
-from harness.cell.case import prepare_cell
+from harness.cell.prepare import prepare_cell
 from harness.spec import CaseSpec
 from harness.case.workload import generate
 

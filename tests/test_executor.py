@@ -14,7 +14,7 @@ from harness.plan import memory
 from harness.cli import main
 from harness.execute.devices import parse_devices
 from harness.records.results import read_rows
-from harness.cell.case import Cell
+from harness.plan.cells import Cell
 from harness.spec import parse_suite
 from harness.case.workload import generate
 
@@ -170,7 +170,8 @@ def test_memory_estimate_grows_with_the_case():
 def test_memory_estimate_bounds_the_measured_gpu_peak(backend_name):
     """The estimate must be an upper bound of what a cell really allocates (check included)."""
     from harness import registry
-    from harness.cell.case import RunOptions, iterate_case
+    from harness.plan.cells import RunOptions
+    from harness.cell.case import iterate_case
 
     backend = registry.resolve(backend_name)
     if not backend.availability().available:
@@ -218,13 +219,13 @@ def _spawned_worker(suite, warm: tuple = ()):
     through its pipe; killed at the end if it is still alive."""
     import multiprocessing as mp
 
-    from harness.cell.case import RunOptions
-    from harness.execute.worker.process import _worker_main
+    from harness.plan.cells import RunOptions
+    from harness.execute.worker.process import worker_main
 
     opts = RunOptions(device=torch.device("cpu"), time=False)
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe(duplex=True)
-    proc = ctx.Process(target=_worker_main, args=(child, "cpu", suite, opts, None, 1, None, warm), daemon=True)
+    proc = ctx.Process(target=worker_main, args=(child, "cpu", suite, opts, None, 1, None, warm), daemon=True)
     proc.start()
     child.close()
     try:

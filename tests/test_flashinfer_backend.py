@@ -13,7 +13,7 @@ from backends.flashinfer import (
     ALIBI_REASON,
     CUDA_CORE_DECODE_GROUPS,
     FlashInferBackend,
-    _run_into,
+    run_into,
     hardware_reason,
     paged_kv_csr,
     segment_csr,
@@ -199,7 +199,8 @@ def test_availability_without_library():
 
 @pytest.mark.skipif(importlib.util.find_spec("flashinfer") is not None, reason="flashinfer is installed here")
 def test_page_size_suite_cells_skip_with_reason_on_cpu():
-    from harness.cell.case import RunOptions, group_by_case, iterate_case, plan_cells
+    from harness.plan.cells import RunOptions, group_by_case, plan_cells
+    from harness.cell.case import iterate_case
 
     suite = load_suite("suites/page_sizes.yaml")
     opts = RunOptions(device=torch.device("cpu"))
@@ -209,7 +210,7 @@ def test_page_size_suite_cells_skip_with_reason_on_cpu():
     # batch has decodes and once (it cannot apply) on prefill-only batches; call_form runs both
     # ways only where decodes and prefills share a batch (elsewhere the two are one call).
     from harness.case.layout import case_layout
-    from harness.cell.case import segment_kinds
+    from harness.plan.cells import segment_kinds
 
     def expected(kinds: set[str]) -> int:
         if "decode" not in kinds:
@@ -237,7 +238,7 @@ def test_page_size_suite_covers_the_sweep():
 
 # ---------------------------------------------------------------- LSE plumbing
 def test_run_into_keeps_base2_lse_and_fills_noncontiguous_outputs():
-    """_run_into with a real base-2 attention (torch) in place of the kernel: lse_out gets the
+    """run_into with a real base-2 attention (torch) in place of the kernel: lse_out gets the
     library's base-2 LSE (the declared ``lse_base``), which ``lse_to_natural`` turns into the
     reference's natural-log LSE, and out the output, also through non-contiguous views."""
     from attn_contract import lse_to_natural
@@ -256,13 +257,13 @@ def test_run_into_keeps_base2_lse_and_fills_noncontiguous_outputs():
 
     out = torch.full((5, 4, 8), float("nan"))
     lse = torch.full((5, 4), float("nan"))
-    _run_into(base2_attention, out, lse)
+    run_into(base2_attention, out, lse)
     torch.testing.assert_close(lse_to_natural(lse, 2).double(), ref_lse, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(out.double(), ref_o, atol=1e-5, rtol=1e-5)
 
     out_t = torch.full((8, 4, 5), float("nan")).permute(2, 1, 0)  # non-contiguous [5, 4, 8]
     lse_t = torch.full((4, 5), float("nan")).t()
-    _run_into(base2_attention, out_t, lse_t)
+    run_into(base2_attention, out_t, lse_t)
     torch.testing.assert_close(lse_to_natural(lse_t, 2).double(), ref_lse, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(out_t.double(), ref_o, atol=1e-5, rtol=1e-5)
 
@@ -338,7 +339,7 @@ def test_family_axes_are_opt_in_so_default_runs_keep_their_cells():
     wrapper's twelve, and a filter on another axis (page_sizes narrows prefill_backend only)
     still leaves decode_backend at the wrapper."""
     from harness.plan.cells import select_variants
-    from harness.cell.case import RunOptions
+    from harness.plan.cells import RunOptions
 
     opts = RunOptions(device=torch.device("cpu"))
     assert FlashInferBackend.opt_in_axes == {"decode_backend", "prefill_backend"}
@@ -450,7 +451,8 @@ def test_cutlass_takes_only_batches_without_cached_context():
 def test_other_kernels_suite_family_cells_skip_with_reason_on_cpu():
     """Each family is its own cell (decode families on decode batches, prefill families on prefill
     batches), recorded with its variant; without FlashInfer every one is skipped with that reason."""
-    from harness.cell.case import RunOptions, group_by_case, iterate_case, plan_cells
+    from harness.plan.cells import RunOptions, group_by_case, plan_cells
+    from harness.cell.case import iterate_case
 
     suite = load_suite("suites/other_kernels.yaml")
     opts = RunOptions(device=torch.device("cpu"))

@@ -10,7 +10,10 @@ import torch
 from backends.flex_attention import (GPU_KEY_ELEMS, GPU_SCORE_ELEMS, KV_BLOCK, FlexAttentionBackend, _bucket,
                                      max_call_keys, pack_segments)
 from harness.registry import resolve
-from harness.cell.case import CaseContext, Cell, RunOptions, group_by_case, iterate_case, plan_cells, run_cell
+from harness.cell.prepare import CaseContext
+from harness.plan.cells import Cell, RunOptions, group_by_case, plan_cells
+from harness.cell.case import iterate_case
+from harness.cell.run import run_cell
 from harness.spec import CaseSpec, Suite, load_suite
 from mutants.flex import FLEX_MUTANTS
 

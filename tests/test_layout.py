@@ -8,10 +8,11 @@ import pytest
 import torch
 
 from harness.cli import main as cli_main
-from harness.case.layout import case_layout, dtype_bytes, kv_element_bytes
+from harness.case.layout import case_layout
+from harness.spec.dtypes import dtype_bytes, kv_element_bytes
 from attn_contract import TORCH_DTYPES
 from harness.case.metrics import attention_work, layout_work
-from harness.cell.case import RunOptions, too_large_reason
+from harness.plan.cells import RunOptions, too_large_reason
 from harness.spec import parse_suite
 from harness.case.workload import generate
 from test_workload import case  # the same mixed decode/prefill/extend case

@@ -14,7 +14,8 @@ from harness.case.metrics import attention_work, layout_work
 from harness.case.layout import case_layout
 from harness.case.reference import reference_attention
 from harness.case.workload import generate
-from harness.cell.case import RunOptions, group_by_case, iterate_case, plan_cells
+from harness.cell.case import iterate_case
+from harness.plan.cells import RunOptions, group_by_case, plan_cells
 from harness.registry import resolve
 from harness.spec import CaseSpec, Suite, load_suite
 from harness.spec.models import builtin, parse_config, tp_slice
@@ -224,3 +225,16 @@ def test_models_suite_runs_deepseek_v3_at_tp8_on_the_cpu():
     opts = RunOptions(device=torch.device("cpu"), time=False, suite_path=str(path))
     rows = [r for g in group_by_case(plan_cells(small, [resolve("sdpa")], opts)) for r in iterate_case(g, small, opts)]
     assert len(rows) == 2 and all(r.status == "pass" for r in rows), [(r.case, r.status, r.reason) for r in rows]
+
+
+def test_invariants_hold_in_both_forms():
+    """--invariants on MLA cells: sub-batches and the decode of a prefill's last token keep the
+    expanded form's per-request key/value rows."""
+    suite = _cpu_suite()
+    mixed = suite.model_copy(update={"cases": [c for c in suite.cases if c.name.startswith("cpu-mixed")]})
+    opts = RunOptions(device=torch.device("cpu"), time=False, invariants=True, suite_path=str(SUITE))
+    rows = [r for g in group_by_case(plan_cells(mixed, [resolve("torch-math")], opts)) for r in iterate_case(g, mixed, opts)]
+    assert {r.config.attention_kind for r in rows} == {MLA_ABSORBED, MLA_EXPANDED}
+    for r in rows:
+        got = {i.invariant: i.status for i in r.check.invariants}
+        assert r.status == "pass" and got["decode-vs-prefill"] == got["batch-invariance"] == "pass", (r.case, got)

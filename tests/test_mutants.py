@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from harness.registry import resolve
-from harness.cell.case import RunOptions, group_by_case, iterate_case, plan_cells
+from harness.plan.cells import RunOptions, group_by_case, plan_cells
+from harness.cell.case import iterate_case
 from harness.spec import load_suite
 from mutants.cpu import MUTANTS
 from mutants.gpu import BUGS, MATH_MUTANTS

@@ -10,7 +10,8 @@ from attn_contract import AttentionConfig
 from backends._flashinfer_nvfp4 import nvfp4_reason
 from backends.flashinfer import FlashInferBackend
 from harness.cli import main
-from harness.case.layout import case_layout, kv_element_bytes
+from harness.case.layout import case_layout
+from harness.spec.dtypes import kv_element_bytes
 from harness.spec import parse_suite
 
 SUITE = """

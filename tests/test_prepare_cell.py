@@ -7,7 +7,8 @@ import torch
 from backends.torch_cascade import TorchCascadeBackend
 from backends.torch_math import TorchMathBackend
 from harness.case.reference import reference_attention
-from harness.cell.case import CellStage, CellTrace, CellUnsupported, PreparedCell, Stopwatch, prepare_cell
+from harness.cell.prepare import CellStage, CellTrace, CellUnsupported, PreparedCell, prepare_cell
+from harness.cell.accounting import Stopwatch
 from harness.spec import CaseSpec
 from harness.case.workload import generate
 

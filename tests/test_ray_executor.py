@@ -98,7 +98,7 @@ def _plan(tmp_path: Path):
 
     from harness import registry
     from harness.execute.local import ExecOptions
-    from harness.cell.case import RunOptions, plan_cells
+    from harness.plan.cells import RunOptions, plan_cells
     from harness.spec import parse_suite
 
     suite = parse_suite(yaml.safe_load(FOUR_CASES))
@@ -162,7 +162,7 @@ def test_cuda_run_on_a_cluster_without_gpus_is_error_rows_not_a_traceback(cluste
     from harness import registry
     from harness.execute.local import ExecOptions
     from harness.execute.ray_cluster import RayExecutor
-    from harness.cell.case import RunOptions, plan_cells
+    from harness.plan.cells import RunOptions, plan_cells
     from harness.spec import parse_suite
 
     suite = parse_suite(yaml.safe_load(ONE_CASE))

@@ -182,7 +182,8 @@ def test_flashinfer_e5m2_mismatch_rows_get_the_known_bug_diagnosis():
 def test_runner_appends_a_backends_diagnosis_to_the_mismatch_reason():
     import torch
 
-    from harness.cell.case import RunOptions, group_by_case, iterate_case, plan_cells
+    from harness.plan.cells import RunOptions, group_by_case, plan_cells
+    from harness.cell.case import iterate_case
     from harness.spec import load_suite
     from mutants.cpu import SwappedRequests
 

@@ -18,7 +18,8 @@ jsonschema = pytest.importorskip("jsonschema", reason="jsonschema validates the 
 
 from harness import cli
 from harness.records.results import read_header, read_rows
-from harness.records.schema import ROW_SCHEMA_VERSION, RUN_SCHEMA_VERSION, row_schema, suite_schema
+from harness.records.formats import ROW_SCHEMA_VERSION, RUN_SCHEMA_VERSION
+from harness.records.schema import row_schema, suite_schema
 
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE = ROOT / "ci" / "baselines" / "cpu-smoke"

@@ -14,7 +14,7 @@ from attn_contract import CudaGraphSupport
 from backends._paged import scatter_rows
 from backends.sdpa import SDPABackend
 from harness.case.reference import reference_attention
-from harness.cell.case import prepare_cell
+from harness.cell.prepare import prepare_cell
 from harness.spec import CaseSpec
 from harness.case.workload import generate
 

@@ -49,7 +49,7 @@ def test_shards_partition_and_merge_equals_whole(runs: Path) -> None:
 def test_partition_is_stable_and_balanced() -> None:
     from harness import registry
     from harness.plan.balance import case_cost_s
-    from harness.cell.case import RunOptions, group_by_case, plan_cells
+    from harness.plan.cells import RunOptions, group_by_case, plan_cells
     from harness.spec import load_suite
     import torch
 

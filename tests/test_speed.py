@@ -126,7 +126,7 @@ def test_torch_backend_workspace_bounds_what_its_forward_allocates(spec, index, 
     chunk budgets so the plan really splits."""
     from harness import registry
     from harness.plan import memory
-    from harness.cell.case import CaseContext
+    from harness.cell.prepare import CaseContext
 
     backend = registry.load_spec(spec)
     mod = __import__(backend.__module__, fromlist=["x"])
@@ -178,7 +178,7 @@ def test_flashinfer_prefill_backend_collapses_on_decode_only_batches():
     on a decode-only case its twelve variants (x call_form, which changes nothing on a one-kind
     batch) are two cells, on a mixed case all twelve run."""
     from backends.flashinfer import FlashInferBackend
-    from harness.cell.case import RunOptions, plan_cells, segment_kinds
+    from harness.plan.cells import RunOptions, plan_cells, segment_kinds
 
     assert segment_kinds([1, 1], [5, 9]) == {"decode"}
     assert segment_kinds([1, 4, 6], [5, 9, 6]) == {"decode", "extend", "prefill"}
@@ -229,7 +229,7 @@ def test_two_cpu_workers_take_every_case_exactly_once_from_the_shared_queue(tmp_
     estimate first; each case runs exactly once, on one worker; run.json says which worker
     took what and where the wall time went."""
     from harness.plan.balance import CaseQueues, case_cost_s
-    from harness.cell.case import RunOptions, group_by_case, plan_cells
+    from harness.plan.cells import RunOptions, group_by_case, plan_cells
 
     text = SMALL.replace("count: [2, 5]", "count: [1, 2, 3, 8]").replace("high: 70", "high: 300")
     suite = tmp_path / "s.yaml"
@@ -348,9 +348,9 @@ def test_energy_from_the_timed_loop_counts_every_call_and_the_busy_share():
 def test_first_library_import_in_process_is_import_not_precheck(tmp_path):
     """In one process (--no-isolation) the first availability probe of each backend is where
     its library loads: that row records it as "import"; later rows of the backend do not."""
-    from harness.cell import case as runner
+    from harness.plan import cells
 
-    runner._IMPORTED.clear()  # this test process may have probed these backends already
+    cells.IMPORTED.clear()  # this test process may have probed these backends already
     suite = tmp_path / "s.yaml"
     suite.write_text(SMALL)
     out = tmp_path / "res"

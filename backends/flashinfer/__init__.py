@@ -39,4 +39,4 @@ from backends.flashinfer._host import (  # noqa: F401  (the package's public nam
 from backends.flashinfer.backend import FlashInferBackend  # noqa: F401
 from backends.flashinfer.builder import FlashInferMetadata, FlashInferMetadataBuilder  # noqa: F401
 from backends.flashinfer.families import DECODE_BACKENDS, PREFILL_BACKENDS  # noqa: F401
-from backends.flashinfer.impl import FlashInferImpl, _run_into  # noqa: F401
+from backends.flashinfer.impl import FlashInferImpl, run_into  # noqa: F401

@@ -190,7 +190,7 @@ def hardware_reason(capability: tuple[int, int], cuda_version: str | None, prefi
     return None
 
 
-def _resolved_backend(wrapper: Any) -> str | None:
+def resolved_backend(wrapper: Any) -> str | None:
     # 0.7.x exposes resolved_backend; 0.6.x overwrites _backend with the choice in plan().
     for attr in ("resolved_backend", "_backend"):
         if hasattr(wrapper, attr):

@@ -23,7 +23,7 @@ from backends.flashinfer._host import (
     CALL_FORMS,
     DEFAULT_VARIANT,
     PagedKVCSR,
-    _resolved_backend,
+    resolved_backend,
     paged_kv_csr,
     plan_growing_workspace,
     segment_csr,
@@ -173,7 +173,7 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder[FlashInferMetadata]):
             self._plan_ragged(common.query_start_loc_cpu.to(torch.int32))
             md.plan_ms["ragged"] = (time.perf_counter() - t0) * 1e3
             md.ragged = self.ragged_wrapper
-            md.prefill_backend = _resolved_backend(self.ragged_wrapper)
+            md.prefill_backend = resolved_backend(self.ragged_wrapper)
             # Everything runs as one ragged prefill; no decode segment.
             md.num_decodes, md.num_decode_tokens = 0, 0
             md.num_prefills, md.num_prefill_tokens = common.num_reqs, common.num_actual_tokens
@@ -195,7 +195,7 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder[FlashInferMetadata]):
             md.plan_ms["decode"] = (time.perf_counter() - t0) * 1e3
             md.decode = self.decode_wrapper
             md.decode_kernel = (
-                f"tensor-core ({_resolved_backend(self.decode_wrapper)})"
+                f"tensor-core ({resolved_backend(self.decode_wrapper)})"
                 if self.decode_wrapper.use_tensor_cores else "cuda-core"
             )
         if nd < common.num_reqs and self.prefill_family is not None:
@@ -211,7 +211,7 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder[FlashInferMetadata]):
             self._plan_prefill(qsl - qsl[0], segment_csr(csr, nd, common.num_reqs), causal=common.causal)
             md.plan_ms["prefill"] = (time.perf_counter() - t0) * 1e3
             md.prefill = self.prefill_wrapper
-            md.prefill_backend = _resolved_backend(self.prefill_wrapper)
+            md.prefill_backend = resolved_backend(self.prefill_wrapper)
         return md
 
 

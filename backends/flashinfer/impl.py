@@ -15,7 +15,7 @@ from backends.flashinfer.builder import FlashInferMetadata
 from backends.flashinfer.prefill_kernels import CUDNN_PREFILL_FUNCTION
 
 
-def _run_into(run: Callable[..., Any], out: torch.Tensor, lse_out: torch.Tensor | None) -> None:
+def run_into(run: Callable[..., Any], out: torch.Tensor, lse_out: torch.Tensor | None) -> None:
     """Call a wrapper's run() writing ``out`` (and FlashInfer's base-2 ``lse_out``) in place."""
     o = out if out.is_contiguous() else torch.empty(out.shape, dtype=out.dtype, device=out.device)
     if lse_out is None:
@@ -40,7 +40,7 @@ class FlashInferImpl(AttentionImpl[FlashInferMetadata]):
         # fp8: FlashInfer folds k_scale into sm_scale and multiplies the output by v_scale.
         ks, vs = (float(self.layer.k_scale), float(self.layer.v_scale)) if cfg.is_fp8_kv else (None, None)
         if md.ragged is not None:
-            _run_into(lambda **kw: md.ragged.run(query, key, value, **kw), out, lse_out)
+            run_into(lambda **kw: md.ragged.run(query, key, value, **kw), out, lse_out)
             return out
         # The logical cache is (blocks, 2, page, Hk, D); HND memory is (blocks, 2, Hk, page, D),
         # which is the shape FlashInfer's HND layout expects. The permute is a view.
@@ -51,14 +51,14 @@ class FlashInferImpl(AttentionImpl[FlashInferMetadata]):
             md.decode_family.run(md.decode_call, query[:nd], cache, out[:nd], ks, vs)
         elif md.decode is not None:
             q = query[:nd]
-            _run_into(lambda **kw: md.decode.run(q, cache, k_scale=ks, v_scale=vs, **kw),
+            run_into(lambda **kw: md.decode.run(q, cache, k_scale=ks, v_scale=vs, **kw),
                       out[:nd], None if lse_out is None else lse_out[:nd])
         if md.prefill_call is not None:
             # No LSE from the cuDNN prefill (capabilities say so): the harness does not ask.
             md.prefill_family.run(md.prefill_call, query[nd:], cache, out[nd:])
         elif md.prefill is not None:
             q = query[nd:]
-            _run_into(lambda **kw: md.prefill.run(q, cache, k_scale=ks, v_scale=vs, **kw),
+            run_into(lambda **kw: md.prefill.run(q, cache, k_scale=ks, v_scale=vs, **kw),
                       out[nd:], None if lse_out is None else lse_out[nd:])
         return out
 

@@ -23,7 +23,7 @@ from typing import Any, Iterable, Sequence
 from attn_contract.standalone import CALL_FORM_AXIS
 from harness.report import markdown
 from harness.analysis.recommend import rows as R
-from harness.analysis.recommend.rank import RAN_OK, Candidate, Ratio, _merge, ratio, tie_kind
+from harness.analysis.recommend.rank import RAN_OK, Candidate, Ratio, merge_timed, ratio, tie_kind
 from harness.records.results import ResultRow
 
 CALL_FORMS = ("vllm", "fastest", "any")
@@ -97,7 +97,7 @@ def gaps(rows: Sequence[ResultRow], tie: float) -> list[Gap]:
         if set(forms) != {"vllm", "fastest"}:
             continue
         case, backend, other = key
-        cand = {f: Candidate(backend, {**variants[key], AXIS: f}, other, {case: _merge(forms[f])}) for f in forms}
+        cand = {f: Candidate(backend, {**variants[key], AXIS: f}, other, {case: merge_timed(forms[f])}) for f in forms}
         r = ratio(cand["fastest"], cand["vllm"])
         if r is None:
             continue

@@ -76,7 +76,7 @@ def answer_attention_kind(a: "Answer") -> str:
     return R.config(a.result.example).get("attention_kind") or "mha"
 
 
-def _sglang_flag(c: Candidate, kind: str, attention_kind: str = "mha") -> str:
+def sglang_flag(c: Candidate, kind: str, attention_kind: str = "mha") -> str:
     s = sglang_setting(c.backend, c.variant, attention_kind)
     if s is None:
         return "no SGLang backend"
@@ -85,7 +85,7 @@ def _sglang_flag(c: Candidate, kind: str, attention_kind: str = "mha") -> str:
     return f"{flag} {s['attention_backend']}" + ("" if s["exact"] else " (nearest)")
 
 
-def _vllm_flag(c: Candidate) -> str:
+def vllm_flag(c: Candidate) -> str:
     s = vllm_setting(c)
     if s is None:
         return "no vLLM setting"
@@ -101,8 +101,7 @@ def answer_records(ans: list[Answer]) -> list[dict[str, Any]]:
             continue
         win = f"tie: {w.name} ~ {', '.join(a.result.tied_with)}" if a.result.tie else w.name
         out.append({"model shape": a.model, "workload": a.kind, "winner": win, "margin [interval]": _margin(a.result),
-                    "vLLM": _vllm_flag(w),
-                    "SGLang": _sglang_flag(w, a.kind, answer_attention_kind(a))})
+                    "vLLM": vllm_flag(w), "SGLang": sglang_flag(w, a.kind, answer_attention_kind(a))})
     return out
 
 

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.case.layout import INDEX_BYTES, CaseLayout, dtype_bytes, kv_element_bytes
+from harness.case.layout import INDEX_BYTES, CaseLayout
+from harness.spec.dtypes import dtype_bytes, kv_element_bytes
 
 
 def _row_interval(i: int, q_len: int, s_len: int, causal: bool, window: int | None) -> tuple[int, int]:

@@ -118,6 +118,14 @@ class Batch:
             v = v * self.layer.v_scale
         return k, v
 
+    def key_rows(self, reqs: list[int], token_index: torch.Tensor) -> torch.Tensor:
+        """Rows of ``key``/``value`` belonging to requests ``reqs``, in that order: their query
+        tokens (``token_index``), or in MLA's expanded form every token of each request."""
+        if self.config.attention_kind != MLA_EXPANDED:
+            return token_index
+        ksl = [0] + np.cumsum(self.seq_lens).tolist()
+        return torch.cat([torch.arange(ksl[i], ksl[i + 1], device=self.device) for i in reqs])
+
     def reordered(self, order: list[int]) -> tuple["Batch", torch.Tensor]:
         """The same batch with requests in ``order``, and, for each new token position, the
         token position it had before (so outputs can be mapped back)."""
@@ -128,10 +136,7 @@ class Batch:
             [torch.arange(qsl[i], qsl[i + 1], device=self.device) for i in order]
         )
         group_of = tuple(self.prefix_group_of_req[i] for i in order) if self.prefix_group_of_req else ()
-        kv_index = token_index
-        if self.config.attention_kind == MLA_EXPANDED:  # key/value hold every token of a request
-            ksl = [0] + np.cumsum(self.seq_lens).tolist()
-            kv_index = torch.cat([torch.arange(ksl[i], ksl[i + 1], device=self.device) for i in order])
+        kv_index = self.key_rows(order, token_index)
         return (
             replace(
                 self,
@@ -181,7 +186,7 @@ def generate(case: CaseSpec, device: torch.device | str = "cpu", layout: CaseLay
     if cfg.is_mla:  # one latent vector per token: harness/case/workload_mla.py
         from harness.case.workload_mla import generate_mla
 
-        return generate_mla(case, device, layout, kv_scales(case)[0])
+        return Batch(**generate_mla(case, device, layout, kv_scales(case)[0]))
     qlens, seq_lens, group_of = list(layout.query_lens), list(layout.seq_lens), list(layout.group_of_req)
     n = layout.num_reqs
     bs = cfg.block_size

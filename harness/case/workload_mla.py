@@ -15,6 +15,8 @@ values (NaN under ``adversarial``). The layer's up-projection W_UK/W_UV is drawn
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from attn_contract import LayerParams
@@ -36,10 +38,9 @@ def _store(x: torch.Tensor, scale: float, cache_dtype: torch.dtype) -> torch.Ten
 
 
 def generate_mla(case: CaseSpec, device: torch.device, layout: CaseLayout | None = None,
-                 kv_scale: float = 1.0) -> "Batch":  # noqa: F821  (harness.case.workload.Batch)
-    """The batch of an ``attention: mla`` case, deterministically from ``case.seed``."""
-    from harness.case.workload import Batch  # imports this module
-
+                 kv_scale: float = 1.0) -> dict[str, Any]:
+    """The fields of an ``attention: mla`` case's ``harness.case.workload.Batch`` (which builds
+    it: this module stays below it), deterministically from ``case.seed``."""
     layout = layout or case_layout(case)
     cfg = layout.config
     dims = cfg.mla
@@ -116,7 +117,7 @@ def generate_mla(case: CaseSpec, device: torch.device, layout: CaseLayout | None
         key, value = torch.cat(k_logical), torch.cat(v_logical)
 
     layer = LayerParams(k_scale=kv_scale, v_scale=kv_scale, mla_w_uk=w_uk, mla_w_uv=w_uv)
-    return Batch(case=case, config=cfg, device=device, kinds=list(layout.kinds), query_lens=qlens,
-                 seq_lens=seq_lens, query=query, key=key, value=value, k_logical=k_logical,
-                 v_logical=v_logical, kv_cache=cache, block_table=table_dev,
-                 slot_mapping=torch.cat(new_slots).long(), layer=layer, num_blocks_used=used, layout=layout)
+    return dict(case=case, config=cfg, device=device, kinds=list(layout.kinds), query_lens=qlens,
+                seq_lens=seq_lens, query=query, key=key, value=value, k_logical=k_logical,
+                v_logical=v_logical, kv_cache=cache, block_table=table_dev,
+                slot_mapping=torch.cat(new_slots).long(), layer=layer, num_blocks_used=used, layout=layout)

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from harness.records.results import ResultRow
 
 
-def _sync(device: torch.device) -> None:
+def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
@@ -27,7 +27,7 @@ class Stopwatch:
         self.start = self._last = time.perf_counter()
 
     def lap(self, stage: str) -> float:
-        _sync(self.device)
+        sync(self.device)
         now = time.perf_counter()
         ms = (now - self._last) * 1e3
         self.ms[stage] = self.ms.get(stage, 0.0) + ms

@@ -1,9 +1,10 @@
 """Suite -> result rows: generate each case once, then for every backend variant decide
 (available? supported? fits?), build metadata, run, check against the reference, time.
 
-The work is split by job: harness/plan/cells.py (options, cells, prechecks), harness/cell/run.py
-(one cell -> one typed row) and harness/cell/accounting.py (where the wall time went). This module
-runs one case's cells in order; every name importers used from here stays importable."""
+The work is split by job: harness/plan/cells.py (options, cells, prechecks), harness/cell/prepare.py
+(the case's batch, a cell's inputs, the row draft), harness/cell/run.py (one cell -> one typed row)
+and harness/cell/accounting.py (where the wall time went). This module runs one case's cells in
+order; import each name from the module that defines it."""
 
 from __future__ import annotations
 
@@ -12,18 +13,11 @@ from typing import Callable, Iterator
 
 import torch
 
-from harness.cell.accounting import Stopwatch, _sync, breakdown, row_busy_s, sum_breakdown  # noqa: F401
-from harness.cell.run import (  # noqa: F401  (importers keep this path)
-    SENTINEL, CaseContext, CellStage, CellTrace, CellUnsupported, PreparedCell, RowDraft, _same_bits, _short_error,
-    base_row, changed_inputs, prepare_cell, run_cell, status_row)
-from harness.plan.cells import (  # noqa: F401  (importers keep this path)
-    _IMPORTED, Cell, RunOptions, backend_spec, case_work, cell_timed, collapse_variants, default_out_dir,
-    group_by_case, plan_cells, precheck, reproducer, segment_kinds, select_cases, select_variants,
-    timing_skip_reason, too_large_reason, warm_backend)
+from harness.cell.prepare import CaseContext, short_error, status_row
+from harness.cell.run import run_cell
+from harness.plan.cells import IMPORTED, Cell, RunOptions, precheck
 from harness.records.results import ResultRow, Status
 from harness.spec import Suite
-
-_precheck = precheck  # the old private name
 
 
 def iterate_case(
@@ -43,10 +37,10 @@ def iterate_case(
     for cell in case_cells:
         if on_start:
             on_start(cell)
-        first = cell.backend not in _IMPORTED
+        first = cell.backend not in IMPORTED
         t0 = time.perf_counter()
         reason, status = precheck(cell, opts)
-        _IMPORTED.add(cell.backend)
+        IMPORTED.add(cell.backend)
         precheck_ms[id(cell)] = (time.perf_counter() - t0) * 1e3
         if first:
             import_ms[id(cell)] = precheck_ms.pop(id(cell))
@@ -63,7 +57,7 @@ def iterate_case(
         case_data.num_cells = len(runnable)
     except Exception as e:
         for cell in runnable:
-            yield status_row(cell, suite, opts, Status.ERROR, f"generate/reference: {_short_error(e)}")
+            yield status_row(cell, suite, opts, Status.ERROR, f"generate/reference: {short_error(e)}")
         return
     try:
         for cell in runnable:

@@ -31,7 +31,7 @@ from attn_contract import AttentionBackend, Status
 from harness.cell.check import rel_l2_limit
 from harness.records.results import InvariantResult
 from harness.registry import resolve
-from harness.cell.case import CellUnsupported, prepare_cell
+from harness.cell.prepare import CellUnsupported, prepare_cell
 from harness.case.workload import Batch
 
 
@@ -52,9 +52,10 @@ def sub_batch(batch: Batch, reqs: list[int]) -> Batch:
     qsl = batch.query_start_loc
     tok = torch.cat([torch.arange(qsl[i], qsl[i + 1], device=batch.device) for i in reqs])
     idx = torch.tensor(reqs, device=batch.device)
+    rows = batch.key_rows(reqs, tok)  # MLA's expanded key/value hold every token of a request
     return replace(
         batch, kinds=[batch.kinds[i] for i in reqs], query_lens=[batch.query_lens[i] for i in reqs],
-        seq_lens=[batch.seq_lens[i] for i in reqs], query=batch.query[tok], key=batch.key[tok], value=batch.value[tok],
+        seq_lens=[batch.seq_lens[i] for i in reqs], query=batch.query[tok], key=batch.key[rows], value=batch.value[rows],
         k_logical=[batch.k_logical[i] for i in reqs], v_logical=[batch.v_logical[i] for i in reqs],
         block_table=batch.block_table[idx], slot_mapping=batch.slot_mapping[tok],
         prefix_group_of_req=tuple(batch.prefix_group_of_req[i] for i in reqs) if batch.prefix_group_of_req else (),
@@ -73,7 +74,7 @@ def permuted_pages(batch: Batch, seed: int = 1) -> Batch:
     return replace(batch, kv_cache=cache, block_table=perm[batch.block_table.long()].to(torch.int32), slot_mapping=slots)
 
 
-def _agree(a: torch.Tensor, b: torch.Tensor, batch: Batch, reqs: list[int] | None = None) -> tuple[bool, str]:
+def agree(a: torch.Tensor, b: torch.Tensor, batch: Batch, reqs: list[int] | None = None) -> tuple[bool, str]:
     """(same within tolerance, detail) of two outputs of ``batch``'s token layout."""
     if torch.equal(a, b):
         return True, "bitwise"
@@ -124,13 +125,13 @@ def check_invariants(backend: type[AttentionBackend], variant: dict[str, Any], b
                 continue
             bitwise = False
             one = sub_batch(batch, [i])
-            ok, detail = _agree(mine, alone, one)
+            ok, detail = agree(mine, alone, one)
             if not ok:
                 return False, f"request {i} alone vs in the batch: {detail}"
         return True, "bitwise" if bitwise else "within tolerance, not bitwise"
 
     def page_permutation():
-        return _agree(_run(backend, variant, permuted_pages(batch), device), base(), batch)
+        return agree(_run(backend, variant, permuted_pages(batch), device), base(), batch)
 
     def decode_vs_prefill():
         pre = [i for i, k in enumerate(batch.kinds) if k in ("prefill", "extend") and batch.query_lens[i] > 1]
@@ -139,11 +140,12 @@ def check_invariants(backend: type[AttentionBackend], variant: dict[str, Any], b
         i = pre[0]
         last = batch.query_start_loc[i + 1] - 1
         one = sub_batch(batch, [i])
+        # The new token's K/V; MLA's expanded form passes all of the request's (attn_contract/mla.py).
+        rows = batch.key_rows([i], torch.arange(last, last + 1, device=batch.device))
         dec = replace(one, kinds=["decode"], query_lens=[1], query=batch.query[last:last + 1],
-                      key=batch.key[last:last + 1], value=batch.value[last:last + 1],
-                      slot_mapping=batch.slot_mapping[last:last + 1])
+                      key=batch.key[rows], value=batch.value[rows], slot_mapping=batch.slot_mapping[last:last + 1])
         got = _run(backend, variant, dec, device)
-        return _agree(got, base()[last:last + 1], dec)
+        return agree(got, base()[last:last + 1], dec)
 
     caps = backend.capabilities(variant)
 
@@ -153,14 +155,14 @@ def check_invariants(backend: type[AttentionBackend], variant: dict[str, Any], b
             raise CellUnsupported("the backend declares no split-KV knob (Capabilities.split_kv)")
         one = _run(backend, {**variant, knob.key: knob.one}, batch, device)
         many = _run(backend, {**variant, knob.key: knob.many}, batch, device)
-        ok, detail = _agree(many, one, batch)
+        ok, detail = agree(many, one, batch)
         return ok, f"{knob.key}={knob.many} vs {knob.key}={knob.one}: {detail}"
 
     def cascade_vs_plain():
         if caps.plain_counterpart is None:
             raise CellUnsupported("no plain counterpart declared (Capabilities.plain_counterpart)")
         plain = _run(resolve(caps.plain_counterpart), {}, batch, device)
-        ok, detail = _agree(base(), plain, batch)
+        ok, detail = agree(base(), plain, batch)
         return ok, f"vs {caps.plain_counterpart}: {detail}"
 
     record("batch-invariance", batch_invariance)

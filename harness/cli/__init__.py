@@ -12,10 +12,8 @@ The names below are the package's public surface (programs and tests import them
 
 from __future__ import annotations
 
-import time
+from harness.cli.clock import PROCESS_T0  # noqa: F401  (first: run.json's wall_s counts the imports)
 
-PROCESS_T0 = time.perf_counter()  # before torch is imported: run.json's wall_s counts the imports
-_PROCESS_T0 = PROCESS_T0
 
 from harness.cli.common import (  # noqa: E402
     CONSOLE as console, ERR_CONSOLE as err_console, EXIT_USAGE, RESULTS_FILE, UsageError, spec_error as _spec_error)

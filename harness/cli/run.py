@@ -28,7 +28,7 @@ from harness.cli.run_flags import RunFlags, add_arguments
 if TYPE_CHECKING:
     from harness.execute.api import Executor
     from harness.records.results import ResultRow
-    from harness.cell.case import RunOptions
+    from harness.plan.cells import RunOptions
 
 
 def add_parser(sub: Any) -> None:
@@ -97,8 +97,8 @@ def run(args: argparse.Namespace) -> int:
 
 def run_cells(args: argparse.Namespace, flags: RunFlags, suite_path: str, suite: Any, backends: list,
               opts: RunOptions, devices: list[str], executor: Executor, t_start: float) -> int:
-    from harness.cli import PROCESS_T0
-    from harness.cell.case import plan_cells
+    from harness.cli.clock import PROCESS_T0
+    from harness.plan.cells import plan_cells
 
     cells = plan_cells(suite, backends, opts)
     if not cells:
@@ -161,7 +161,7 @@ def prepare_out_dir(flags: RunFlags, suite_path: str, argv: list[str], suite: An
     libraries anyway); the header's ``backends`` is filled in when they do."""
     from harness.records.env import run_header
     from harness.plan.resume import ResumeError, resume_plan
-    from harness.cell.case import default_out_dir
+    from harness.plan.cells import default_out_dir
 
     if flags.resume:
         out_dir = Path(flags.resume)

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     import torch
 
     from harness.execute.local import ExecOptions
-    from harness.cell.case import RunOptions
+    from harness.plan.cells import RunOptions
     from harness.timing import TimingOptions
 
 MAIN, TIMING, ROBUSTNESS = None, "timing (docs/measurement.md)", "robustness (docs/robustness.md)"
@@ -236,7 +236,7 @@ class RunFlags(BaseModel):
             raise UsageError(f"timing options: {e}") from None
 
     def run_options(self, device: "torch.device", suite_path: str, **timing_extra: Any) -> "RunOptions":
-        from harness.cell.case import RunOptions
+        from harness.plan.cells import RunOptions
 
         return RunOptions(
             device=device, suite_path=suite_path, seed=self.seed, adversarial=self.adversarial,

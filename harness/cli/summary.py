@@ -54,7 +54,7 @@ def record_wall_time(out_dir: Path, header: dict, rows: list[ResultRow], run_s: 
     """run.json gets this invocation's wall time (``wall_s``: process start to the last row,
     imports and worker start-up included; ``run_s``: from the command's start) and where the
     rows' time went, summed over rows (``time_breakdown_s``; case-level stages once per case)."""
-    from harness.cell.case import sum_breakdown
+    from harness.cell.accounting import sum_breakdown
 
     marks = header.pop("_marks", None)
     if report_s is None:

@@ -58,7 +58,7 @@ def time_adapter(backend: Any, variant: dict[str, Any], batch: Any, device: torc
     """The harness's timer on the adapter's own timed call (``prepare_cell`` on the same batch,
     the graph decision the run makes): the row's exact call, in this process. Against the row it
     isolates the conditions; against ``time_here`` on the standalone source, the call source."""
-    from harness.cell.case import prepare_cell
+    from harness.cell.prepare import prepare_cell
     from harness.timing import time_callable
 
     opts = row_timing_options(recorded, device)

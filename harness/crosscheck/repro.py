@@ -68,7 +68,7 @@ def select_row(rows: list[ResultRow], selector: str, backend: str | None = None,
 def case_of_row(row: ResultRow, suite_path: str | None = None) -> tuple[CaseSpec, str]:
     """The row's case as its suite defines it (seed and --adversarial as the row ran), and the
     backend spec its reproducer names (a registered name or module:Class)."""
-    from harness.cell.case import RunOptions, select_cases
+    from harness.plan.cells import RunOptions, select_cases
     from harness.spec import SpecError, load_suite
 
     try:
@@ -310,7 +310,9 @@ def cell_runner(backend: type[AttentionBackend], variant: dict[str, Any], device
                 row: ResultRow) -> Callable[[CaseSpec], ResultRow]:
     """Runs one case through the harness's own cell path (generate, reference, prepare,
     forward, check; no timing) and returns its row."""
-    from harness.cell.case import CaseContext, Cell, RunOptions, run_cell
+    from harness.cell.prepare import CaseContext
+    from harness.plan.cells import Cell, RunOptions
+    from harness.cell.run import run_cell
     from harness.spec import Suite
 
     def run(case: CaseSpec) -> ResultRow:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol, Sequence
 if TYPE_CHECKING:
     from harness.execute.local import ExecOptions
     from harness.records.results import ResultRow
-    from harness.cell.case import Cell, RunOptions
+    from harness.plan.cells import Cell, RunOptions
     from harness.spec import Suite
 
 

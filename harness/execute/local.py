@@ -43,13 +43,16 @@ from harness import interrupts
 from harness.plan.balance import CaseQueues
 from harness.plan.memory import make_fit_check
 from harness.records.results import ResultRow, Status, Worker
-from harness.cell.case import Cell, RunOptions, cell_timed, group_by_case, iterate_case, row_busy_s, status_row
+from harness.plan.cells import Cell, RunOptions, cell_timed, group_by_case
+from harness.cell.case import iterate_case
+from harness.cell.accounting import row_busy_s
+from harness.cell.prepare import status_row
 from harness.execute.worker.spawn_main import main_not_reimported
 from harness.spec import Suite
 from harness.plan.resume import cell_key
 from harness.execute.worker.messages import (CaseDone, CaseFailed, CasePartDeferred, CellStarted, LibrariesReady, PreparingCase,
                                      RestartMe, RowDone, RunCase, Shutdown, WorkerReady)
-from harness.execute.worker.process import _worker_main
+from harness.execute.worker.process import worker_main
 
 log = logging.getLogger(__name__)  # -v / -vv (harness/cli/flags.py): workers and rows
 
@@ -245,12 +248,12 @@ class LocalExecutor:
         threads = max(1, (os.cpu_count() or 1) // n_cpu) if device == "cpu" and n_cpu > 1 else None
         parent_conn, child_conn = self.mp_context.Pipe(duplex=True)
         proc = self.mp_context.Process(
-            target=_worker_main, name=f"harness-worker-{device}", daemon=True,
+            target=worker_main, name=f"harness-worker-{device}", daemon=True,
             args=(child_conn, device, self.suite, self.opts, self.exec_opts.memory_budget_mib, max(1, n_cpu), threads,
                   self.warm if warm else ()),
         )
         # SIGINT is blocked (not ignored) while the worker starts: the mask survives exec, so a
-        # Ctrl-C while the worker still imports torch stays pending there until _worker_main
+        # Ctrl-C while the worker still imports torch stays pending there until worker_main
         # ignores it (no traceback from the worker), and one that reaches the parent meanwhile
         # is delivered as soon as start() returns (an ignored one would be lost: seen in CI).
         # The spawn context starts multiprocessing's resource tracker on the first start(); that

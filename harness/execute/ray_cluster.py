@@ -29,7 +29,8 @@ from typing import Any, Callable, Iterator, Sequence
 
 from attn_contract import Status
 from harness.records.results import ResultRow
-from harness.cell.case import Cell, RunOptions, group_by_case, status_row
+from harness.plan.cells import Cell, RunOptions, group_by_case
+from harness.cell.prepare import status_row
 
 RAY_INSTALL = "pip install 'attn-harness[ray]' (or pip install 'ray>=2.60')"
 MAX_RETRIES = 2  # a lost actor or node: the case runs again on another actor, then error rows

@@ -88,7 +88,7 @@ def select_variants(backend: type[AttentionBackend], suite: Suite, opts: RunOpti
 
 # Backends whose availability this process has asked once: the first ask imports the backend's
 # library (FA4 ~8.6 s, FlashInfer ~2.3 s on the H200), which rows record as "import", not "precheck".
-_IMPORTED: set[type] = set()
+IMPORTED: set[type] = set()
 
 
 def warm_backend(backend: type[AttentionBackend], suite: Suite, opts: RunOptions) -> float:
@@ -100,7 +100,7 @@ def warm_backend(backend: type[AttentionBackend], suite: Suite, opts: RunOptions
             backend.availability(v)
     except Exception:  # the cell's own precheck reports it, with the cell's name
         pass
-    _IMPORTED.add(backend)
+    IMPORTED.add(backend)
     return time.perf_counter() - t0
 
 

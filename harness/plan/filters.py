@@ -30,7 +30,7 @@ def backend_names(arg: str | None, suite: Any) -> list[str]:
 
 def empty_plan_reason(suite: Any, backends: list, opts: Any) -> str | None:
     """Why the filters leave no cell to run, or None when some cell is left."""
-    from harness.cell.case import select_cases, select_variants
+    from harness.plan.cells import select_cases, select_variants
 
     if opts.case_patterns and not select_cases(suite, opts):
         names = [c.name for c in suite.cases]

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.records.results import RESULTS_FILE, read_header, read_rows, repair_torn_tail, variant_label
-from harness.cell.case import Cell
+from harness.plan.cells import Cell
 from harness.spec import Suite
 
 

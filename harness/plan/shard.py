@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.plan.balance import case_cost_s, plan_assignment
-from harness.cell.case import group_by_case
+from harness.plan.cells import group_by_case
 
 
 @dataclass(frozen=True)

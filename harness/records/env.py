@@ -74,7 +74,7 @@ def device_info(device: torch.device) -> dict[str, Any]:
 
 def run_header(device: torch.device, backend_versions: dict[str, dict[str, str]], argv: list[str],
                extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    from harness.records.schema import RUN_SCHEMA_VERSION
+    from harness.records.formats import RUN_SCHEMA_VERSION
 
     return {
         "tool": "attn-harness",

@@ -25,7 +25,7 @@ def flat_frame(paths: Iterable[str | Path]) -> "pd.DataFrame":
     ``results`` column naming the path each row came from; ``attrs["case_legend"]`` kept."""
     import pandas as pd
 
-    from harness.records.results import _flatten, read_rows, rows_frame
+    from harness.records.results import flatten, read_rows, rows_frame
 
     rows, origin = [], []
     for p in paths:
@@ -40,7 +40,7 @@ def flat_frame(paths: Iterable[str | Path]) -> "pd.DataFrame":
             out: dict[str, Any] = {}
             for c, v in rec.items():
                 if isinstance(v, dict):
-                    _flatten(c, v, out)
+                    flatten(c, v, out)
             extra.append(out)
         legend = df.attrs.get("case_legend", {})
         df = pd.concat([df.drop(columns=nested), pd.DataFrame(extra, index=df.index)], axis=1)

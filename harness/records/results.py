@@ -21,7 +21,7 @@ from harness.records.fileio import atomic_write_text
 from harness.records.parts import (BatchSummary, ColdCheck, CudaGraphInfo, Energy, InvariantResult, KindCheck, Launch,
                                Recheck, RequestCheck, Roofline, RowConfig, RowEnvironment, RowLayout, Scalar, SmClock,
                                TimeContents, TimingOptionsRecord, VariantAxes)
-from harness.records.schema import ROW_SCHEMA_VERSION, RUN_SCHEMA_VERSION, check_version
+from harness.records.formats import ROW_SCHEMA_VERSION, RUN_SCHEMA_VERSION, check_version
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -280,9 +280,11 @@ class ResultRow(BaseModel):
             if st == Status.MISMATCH:
                 c = self.check
                 later = c is not None and any(not r.passed for r in c.rechecks or [])
-                if c is None or (c.passed and not c.inputs_modified and not later):
+                # A broken invariant (--invariants) marks the row mismatch with a passing check.
+                broken = c is not None and any(i.status in (Status.MISMATCH, Status.ERROR) for i in c.invariants or [])
+                if c is None or (c.passed and not c.inputs_modified and not later and not broken):
                     raise ValueError(f"{where}: status mismatch needs a failed check (or a failed recheck, "
-                                     "or inputs the backend modified)")
+                                     "a broken invariant, or inputs the backend modified)")
             if st == Status.PASS and self.check is not None and not self.check.passed:
                 raise ValueError(f"{where}: status pass with a failed check")
             if self.check is None and (info.context or {}).get("checked"):
@@ -355,10 +357,10 @@ class RunHeader(Environment):
 
 
 # ---------------------------------------------------------------- frames
-def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
+def flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
     if isinstance(value, dict) and value:
         for k, v in value.items():
-            _flatten(f"{prefix}.{k}" if prefix else str(k), v, out)
+            flatten(f"{prefix}.{k}" if prefix else str(k), v, out)
     else:
         out[prefix] = value
 
@@ -379,7 +381,7 @@ def rows_frame(rows: Iterable[ResultRow]) -> pd.DataFrame:
         rec: dict[str, Any] = {}
         for k, v in d.items():
             if k in ("variant", "config", "batch", "check", "timing", "metrics", "host", "call", "worker"):
-                _flatten(k, v, rec)
+                flatten(k, v, rec)
                 if v is None or v == {}:
                     rec.pop(k, None)
             else:

@@ -1,13 +1,5 @@
-"""Versions of the file formats and their JSON Schemas (``harness schema row|suite|run``).
-
-``schema_version`` in every result row and in run.json says which format wrote it:
-
-- rows: 1 = rows written before the field existed (the key is absent; reports/ holds them),
-  2 = rows that carry it. A version-1 row writes back without the key, as it was.
-- run.json: 1 = absent, 2 = carries it.
-
-Readers accept every version up to theirs and refuse a newer one with a message saying so
-(``check_version``), instead of misreading fields they do not know.
+"""The JSON Schemas of the file formats (``harness schema row|suite|run``); their versions are
+harness/records/formats.py's.
 
 The suite schema describes the YAML file as written (before sweeps expand): every field may
 also be a non-empty list (a sweep axis), ``sweep: product|zip``; usable as
@@ -22,19 +14,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-ROW_SCHEMA_VERSION = 2
-RUN_SCHEMA_VERSION = 2
-
-
-def check_version(found: Any, known: int, where: str, what: str) -> None:
-    """Refuse a file written by a newer harness (``found`` > ``known``)."""
-    if isinstance(found, int) and not isinstance(found, bool) and found > known:
-        raise ValueError(f"{where}: {what} schema_version {found} is newer than this harness reads (up to {known}); "
-                         "upgrade attn-harness to read it")
-
+from harness.records.formats import ROW_SCHEMA_VERSION, RUN_SCHEMA_VERSION
 
 def row_schema() -> dict[str, Any]:
-    from harness.records.results import ResultRow
+    from harness.records.results import ResultRow  # pydantic models: not for `harness --help`
 
     s = ResultRow.model_json_schema()  # the validation side: the serializer only drops empty keys
     s["$comment"] = f"attn-harness result row (results.jsonl), schema_version {ROW_SCHEMA_VERSION}"

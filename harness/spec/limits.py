@@ -21,7 +21,7 @@ MAX_YAML_DEPTH = 64
 MAX_CASES = 10_000  # expanded cases in one suite
 MAX_KV_TOKENS_PER_CASE = 1 << 28  # upper bound of sum(seq_len) over a case's requests
 MAX_SEED = 2**63 - 1
-_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 def yaml_size(data: Any, source: str = "<suite>") -> int:

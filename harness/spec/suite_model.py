@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from harness.spec.limits import (
-    _NAME_RE,
+    NAME_RE,
     MAX_KV_TOKENS_PER_CASE,
     MAX_REQUESTS,
     MAX_SEED,
@@ -345,7 +345,8 @@ class CaseSpec(_Strict):
     def _mla_rules(self) -> None:
         mla_fields = ("mla_form", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "mla_mscale")
         if self.attention != "mla":
-            given = [f for f in mla_fields if f in self.model_fields_set]
+            # Fields at their defaults are fine (a dumped case writes every field).
+            given = [f for f in mla_fields if getattr(self, f) != type(self).model_fields[f].default]
             if given:
                 raise ValueError(f"field {given[0]}: only with attention: mla")
             return
@@ -417,7 +418,7 @@ class CaseSpec(_Strict):
     @property
     def kv_element_bytes(self) -> float:
         """Bytes of one KV-cache element (the project's one dtype table: harness.case.layout)."""
-        from harness.case.layout import kv_element_bytes  # harness.case.layout imports this module
+        from harness.spec.dtypes import kv_element_bytes  # torch: loaded only when asked
 
         return kv_element_bytes(self.dtype, self.kv_cache_dtype)
 
@@ -456,7 +457,7 @@ class Suite(_Strict):
     @classmethod
     def _safe_name(cls, v: str) -> str:
         # The suite name becomes part of the default results folder: no path separators.
-        if not _NAME_RE.fullmatch(v):
+        if not NAME_RE.fullmatch(v):
             raise ValueError(f"{v[:60]!r} must be 1-128 letters, digits, '.', '_' or '-' (it names the results folder)")
         return v
 
@@ -466,7 +467,7 @@ class Suite(_Strict):
         # A suite file must not make the harness import arbitrary modules: module:Class specs
         # are accepted on the command line only.
         for name in v or []:
-            if not _NAME_RE.fullmatch(name):
+            if not NAME_RE.fullmatch(name):
                 raise ValueError(f"{name[:60]!r} is not a registered backend name"
                                  " (module:Class specs go on the command line, --backends)")
         return v

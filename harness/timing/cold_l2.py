@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from harness.timing.device import _cycles_per_us, _EventSampler, l2_bytes
+from harness.timing.device import cycles_per_us, EventSampler, l2_bytes
 from harness.timing.options import FLUSH_METHODS
 
 COLD_PROBE_MIN_RATIO = 1.2  # a probe read after the flush must be this much slower than a hot one
@@ -75,8 +75,8 @@ def verify_cold_l2(device: torch.device, method: str = "read", reps: int = 15) -
     flusher = L2Flusher(device, method)
     probe = torch.ones(l2 // 2 // 4, dtype=torch.float32, device=device)
     sink = torch.zeros((), dtype=torch.float32, device=device)
-    sampler = _EventSampler(device)
-    hold = int(_cycles_per_us(device) * 50) if sampler.can_hold else 0
+    sampler = EventSampler(device)
+    hold = int(cycles_per_us(device) * 50) if sampler.can_hold else 0
 
     def read() -> None:
         torch.sum(probe, dim=0, out=sink)

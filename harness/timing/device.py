@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from harness.timing.cold_l2 import L2Flusher
 
 
-def _short(e: BaseException) -> str:
+def short_reason(e: BaseException) -> str:
     lines = str(e).strip().splitlines()
     return f"{type(e).__name__}: {lines[0] if lines else ''}"[:300]
 
@@ -45,7 +45,7 @@ def sm_clock_mhz(device: torch.device) -> tuple[float | None, str]:
                               f"--id={_nvidia_smi_id(device)}"], capture_output=True, text=True, timeout=10)
         return float(out.stdout.strip().splitlines()[0]), "nvidia-smi"
     except Exception as e:
-        return None, f"unavailable ({_short(e)})"
+        return None, f"unavailable ({short_reason(e)})"
 
 
 def l2_bytes(device: torch.device) -> int:
@@ -54,7 +54,7 @@ def l2_bytes(device: torch.device) -> int:
 
 
 
-class _EventSampler:
+class EventSampler:
     """One timed sample: [flush] [hold] start-event work end-event; GPU ms of the work, and
     whether the hold (a spin kernel) outlasted the host enqueue, i.e. launch cost was hidden."""
 
@@ -91,7 +91,7 @@ class _EventSampler:
 _CYCLES_PER_US: dict[int, float] = {}
 
 
-def _cycles_per_us(device: torch.device) -> float:
+def cycles_per_us(device: torch.device) -> float:
     """SM cycles per microsecond from a timed spin kernel (cached per device)."""
     idx = device.index if device.index is not None else torch.cuda.current_device()
     if idx not in _CYCLES_PER_US:

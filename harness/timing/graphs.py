@@ -57,7 +57,7 @@ def graph_decision(
 
 
 
-def _capture_graph(fn: Callable[[], object], calls: int, device: torch.device) -> torch.cuda.CUDAGraph:
+def capture_graph(fn: Callable[[], object], calls: int, device: torch.device) -> torch.cuda.CUDAGraph:
     # Warm up on a side stream first, as torch's graph docs require (lazy init, workspaces).
     s = torch.cuda.Stream(device)
     s.wait_stream(torch.cuda.current_stream(device))
@@ -74,7 +74,7 @@ def _capture_graph(fn: Callable[[], object], calls: int, device: torch.device) -
     return g
 
 
-def _replay_matches(g: torch.cuda.CUDAGraph, output: torch.Tensor, device: torch.device) -> str | None:
+def replay_matches(g: torch.cuda.CUDAGraph, output: torch.Tensor, device: torch.device) -> str | None:
     """Replay into a NaN-filled output and compare with the eager result: a graph that captured
     the wrong buffers or host state would leave NaNs or different numbers."""
     ref = output.detach().clone()

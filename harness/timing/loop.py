@@ -12,8 +12,8 @@ from typing import Any, Callable
 import torch
 
 from harness.timing.cold_l2 import L2Flusher, cold_l2_label, select_flush
-from harness.timing.device import _cycles_per_us, _EventSampler, _short, sm_clock_mhz
-from harness.timing.graphs import GraphDecision, _capture_graph, _replay_matches
+from harness.timing.device import cycles_per_us, EventSampler, short_reason, sm_clock_mhz
+from harness.timing.graphs import GraphDecision, capture_graph, replay_matches
 from harness.timing.energy import energy_meter, loop_energy, measure_energy
 from harness.timing.options import TimingOptions
 from harness.timing.stats import summarize
@@ -139,7 +139,7 @@ def _time_cpu(fn: Callable[[], object], opts: TimingOptions) -> dict[str, Any]:
 def _time_cuda(fn: Callable[[], object], device: torch.device, opts: TimingOptions, decision: GraphDecision,
                output: torch.Tensor | None) -> dict[str, Any]:
     cold = opts.mode == "cold"
-    sampler = _EventSampler(device)
+    sampler = EventSampler(device)
     for _ in range(opts.warmup):
         fn()
     torch.cuda.synchronize(device)
@@ -152,7 +152,7 @@ def _time_cuda(fn: Callable[[], object], device: torch.device, opts: TimingOptio
         host.append(time.perf_counter() - t0)
         torch.cuda.synchronize(device)
     host_call_s = statistics.median(host)
-    cyc_per_us = _cycles_per_us(device) if (opts.hide_launch and sampler.can_hold) else 0.0
+    cyc_per_us = cycles_per_us(device) if (opts.hide_launch and sampler.can_hold) else 0.0
 
     def hold_for(host_s: float) -> int:
         us = min(opts.max_hold_ms * 1e3, 2.0 * host_s * 1e6 + 20.0)
@@ -170,8 +170,8 @@ def _time_cuda(fn: Callable[[], object], device: torch.device, opts: TimingOptio
     enqueue_s = host_call_s * k
     if decision.use:
         try:
-            g = _capture_graph(fn, k, device)
-            bad = _replay_matches(g, output, device) if output is not None else None
+            g = capture_graph(fn, k, device)
+            bad = replay_matches(g, output, device) if output is not None else None
             if bad:
                 graph_info["reason"] = f"{bad}: timed eagerly"
             else:
@@ -186,7 +186,7 @@ def _time_cuda(fn: Callable[[], object], device: torch.device, opts: TimingOptio
                 torch.cuda.synchronize(device)
             except Exception:
                 pass
-            graph_info["reason"] = f"capture failed: {_short(e)}; timed eagerly"
+            graph_info["reason"] = f"capture failed: {short_reason(e)}; timed eagerly"
     if not graph_info["used"]:
         def work() -> None:
             for _ in range(k):

@@ -14,7 +14,9 @@ import torch
 from harness.report import markdown
 from harness.cell.check import UNIT_ROUNDOFF, rel_l2_limit
 from harness.registry import resolve
-from harness.cell.case import CaseContext, Cell, RunOptions, run_cell
+from harness.cell.prepare import CaseContext
+from harness.plan.cells import Cell, RunOptions
+from harness.cell.run import run_cell
 from harness.spec import CaseSpec, Suite
 
 LENGTHS = (1, 16, 128, 1024, 4096)

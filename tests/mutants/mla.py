@@ -12,7 +12,14 @@ import torch
 
 from attn_contract import MLA_ABSORBED
 from backends.torch_math import MathImpl, TorchMathBackend
-from mutants.cpu import _mutant, _PageOffByOneImpl
+
+
+def _mutant(name: str, impl: type[MathImpl], doc: str) -> type[TorchMathBackend]:
+    """A torch-math backend class whose impl is ``impl``."""
+    return type(name, (TorchMathBackend,), {
+        "name": f"mutant-{name}", "description": doc, "__doc__": doc, "__module__": __name__,
+        "get_impl_cls": classmethod(lambda cls: impl),
+    })
 
 
 def _nope(config) -> int:
@@ -48,6 +55,17 @@ class _Scale576Impl(MathImpl):
         super().__init__(replace(config, scale=config.head_size ** -0.5) if config.mla else config, *a, **k)
 
 
+class _LatentPageOffByOneImpl(MathImpl):
+    """Reads physical page id + 1 for every request's last latent page."""
+
+    def forward(self, query, key, value, kv_cache, metadata, out, lse_out=None):
+        table = metadata.block_table.clone()
+        for r, s in enumerate(metadata.seq_lens):
+            last = (s - 1) // metadata.block_size
+            table[r, last] = (table[r, last] + 1) % kv_cache.shape[0]
+        return super().forward(query, key, value, kv_cache, replace(metadata, block_table=table), out, lse_out)
+
+
 class _MscaleDroppedImpl(MathImpl):
     """The yarn mscale ** 2 left out of the softmax scale."""
 
@@ -59,10 +77,7 @@ class _MscaleDroppedImpl(MathImpl):
 RopeLatentSwapped = _mutant("RopeLatentSwapped", _RopeLatentSwappedImpl, "MLA query read as [rope | latent]")
 VWrongSlice = _mutant("VWrongSlice", _VWrongSliceImpl, "MLA absorbed values from latent[-512:] instead of [:512]")
 Scale576 = _mutant("Scale576", _Scale576Impl, "MLA softmax scale from 576 instead of 192")
-LatentPageOffByOne = _mutant("LatentPageOffByOne", _PageOffByOneImpl, "MLA latent cache: last page read from id + 1")
+LatentPageOffByOne = _mutant("LatentPageOffByOne", _LatentPageOffByOneImpl, "MLA latent cache: last page read from id + 1")
 MscaleDropped = _mutant("MscaleDropped", _MscaleDroppedImpl, "MLA yarn mscale**2 dropped from the softmax scale")
-for _cls in (RopeLatentSwapped, VWrongSlice, Scale576, LatentPageOffByOne, MscaleDropped):
-    _cls.__module__ = __name__
-
 MLA_MUTANTS: list[type[TorchMathBackend]] = [RopeLatentSwapped, VWrongSlice, Scale576, LatentPageOffByOne,
                                              MscaleDropped]

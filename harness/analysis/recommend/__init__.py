@@ -48,7 +48,7 @@ from harness.analysis.recommend.rank import (
 )
 from harness.analysis.recommend.recommendation import Recommendation, recommend, recommend_rows
 from harness.analysis.recommend.render import (
-    _ratio_text,
+    ratio_text,
     cascade_records,
     cascade_table,
     coverage_text,
@@ -65,7 +65,7 @@ from harness.analysis.recommend.vllm import VLLM_NOT_EXPRESSIBLE, DefaultCost, d
 __all__ = [
     "BATCH_BINS", "CONTEXT_BINS", "DEFAULT_TIE", "POLICY_FORMAT", "RAN_OK", "VLLM_NOT_EXPRESSIBLE",
     "Bucket", "BucketResult", "Candidate", "CascadeFit", "DefaultCost", "Inputs", "Ratio", "Recommendation",
-    "RecommendError", "Timed", "_ratio_text", "batch_kind", "bucket_of", "candidate_name", "cascade_cells",
+    "RecommendError", "Timed", "ratio_text", "batch_kind", "bucket_of", "candidate_name", "cascade_cells",
     "cascade_records", "cascade_table", "case_batches", "compact_json", "coverage_text", "default_costs",
     "defaults_records", "defaults_summary", "defaults_table", "features", "fit_cascade", "inputs_of", "load_inputs",
     "policy", "rank", "rank_bucket", "rank_rows", "ratio", "recommend", "recommend_rows", "single_setting",

@@ -12,7 +12,7 @@ from harness.records.fileio import atomic_write_text
 from harness.analysis.recommend.rank import Ratio, ratio
 from harness.analysis.recommend.recommendation import Recommendation
 from harness.analysis.recommend.render import to_markdown
-from harness.analysis.recommend.vllm import VLLM_NOT_EXPRESSIBLE, _same_times, vllm_setting
+from harness.analysis.recommend.vllm import VLLM_NOT_EXPRESSIBLE, same_times, vllm_setting
 
 POLICY_FORMAT = "attn-harness.policy/1"
 
@@ -78,7 +78,7 @@ def vllm_export(rec: Recommendation) -> dict[str, Any]:
             s = {**s, "note": "with vLLM 0.2x's own per-batch cascade rule (on by default; vLLM 0.33 has no cascade)"}
         entry = {"bucket": res.bucket.label, "measured_winner": w.name,
                  "vllm": s, "runs": choice.name if choice else None,
-                 "cost_vs_winner": (None if choice is None or choice is w or _same_times(choice, w, res.cases)
+                 "cost_vs_winner": (None if choice is None or choice is w or same_times(choice, w, res.cases)
                                     else _ratio_json(ratio(choice, w))),
                  "default": {"backend": d.choice.backend, "fa_version": d.choice.fa_version,
                              "skipped": d.choice.rejected} if d else None,
@@ -111,7 +111,7 @@ def compact_json(obj: dict[str, Any]) -> str:
     return "\n".join(lines + ["}"]) + "\n"
 
 
-def _atomic_write(path: Path, text: str) -> None:
+def atomic_write(path: Path, text: str) -> None:
     atomic_write_text(path, text)
 
 
@@ -126,6 +126,6 @@ def write_outputs(rec: Recommendation, out_dir: str | Path, command: str = "") -
     }
     paths = []
     for name, text in texts.items():
-        _atomic_write(out / name, text)
+        atomic_write(out / name, text)
         paths.append(out / name)
     return paths

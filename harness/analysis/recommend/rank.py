@@ -98,7 +98,7 @@ class BucketResult:
         return self.ranked[1] if len(self.ranked) > 1 else None
 
 
-def _merge(ts: list[tuple[float, float, float]]) -> Timed:
+def merge_timed(ts: list[tuple[float, float, float]]) -> Timed:
     med = statistics.median(t[0] for t in ts)
     return Timed(med, min(t[1] for t in ts), max(t[2] for t in ts), len(ts))
 
@@ -148,7 +148,7 @@ def _candidate(backend: str, vl: str, rs: list[ResultRow]) -> Candidate:
     for r in rs:
         if R.status(r) == RAN_OK and (t := R.timing(r)) is not None:
             per_case[R.case_id(r)].append(t)
-    c = Candidate(backend, R.variant(rs[0]), vl, {k: _merge(v) for k, v in per_case.items()},
+    c = Candidate(backend, R.variant(rs[0]), vl, {k: merge_timed(v) for k, v in per_case.items()},
                   rule_says_cascade={R.case_id(r): R.rule_says_cascade(r) for r in rs if R.has_rule_verdict(r)})
     if failed:
         c.excluded = f"failed the check ({failed[0].status}) on {len({R.case_id(r) for r in failed})} case(s)"

@@ -18,7 +18,7 @@ def _pct(x: float | None, spec: str = "+.1f") -> str:
     return "" if x is None else f"{x:{spec}}%"
 
 
-def _ratio_text(r: Ratio | None) -> str:
+def ratio_text(r: Ratio | None) -> str:
     if r is None:
         return ""
     return f"{r.pct:+.1f}% [{(r.low - 1) * 100:+.1f}, {(r.high - 1) * 100:+.1f}]"
@@ -47,7 +47,7 @@ def winners_records(rec: Recommendation) -> list[dict[str, Any]]:
             verdict += f", {len(res.tied_with)} tied"
         out.append({"bucket": res.bucket.label, "winner": w.name,
                     "median us": f"{statistics.median(t.median for t in w.times.values()):.1f}",
-                    "runner-up": ru.name if ru else "-", "margin [interval]": _ratio_text(r), "verdict": verdict,
+                    "runner-up": ru.name if ru else "-", "margin [interval]": ratio_text(r), "verdict": verdict,
                     "cases": len(res.cases), "call form": str(w.variant.get("call_form", "-"))})
     return out
 
@@ -88,7 +88,7 @@ def defaults_records(rec: Recommendation) -> list[dict[str, Any]]:
     winners = {r.bucket: r.winner.name for r in rec.measured}
     out = []
     for d in rec.defaults:
-        cost = _ratio_text(d.cost) if d.status in ("slower", "tied") else ("0" if d.status == "winner" else "")
+        cost = ratio_text(d.cost) if d.status in ("slower", "tied") else ("0" if d.status == "winner" else "")
         out.append({"bucket": d.bucket.label, "vLLM default": f"{d.choice.label} = {d.candidate or '-'}",
                     "measured winner": winners[d.bucket], "default is": d.status,
                     "cost of the default [interval]": cost})

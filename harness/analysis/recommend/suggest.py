@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.analysis.recommend import rows as R
-from harness.analysis.recommend.export import _atomic_write
+from harness.analysis.recommend.export import atomic_write
 from harness.analysis.recommend.load import RecommendError
 from harness.analysis.recommend.rank import BucketResult
 from harness.analysis.recommend.recommendation import Recommendation
@@ -104,5 +104,5 @@ def write_suggest(rec: Recommendation, path: str | Path) -> int:
         check_suite_backends(suite)
     except SpecError as e:  # a bug here, not the user's: say so instead of writing a bad suite
         raise RecommendError(f"--suggest: the generated suite does not validate: {e}") from None
-    _atomic_write(Path(path), text)
+    atomic_write(Path(path), text)
     return len(suite.cases)

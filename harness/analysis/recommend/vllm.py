@@ -78,7 +78,7 @@ def _find(res: BucketResult, backend: str, want: dict[str, Any]) -> Candidate | 
     return None
 
 
-def _same_times(a: Candidate, b: Candidate, cases: list[str]) -> bool:
+def same_times(a: Candidate, b: Candidate, cases: list[str]) -> bool:
     """``a`` is ``b`` on every case (the default's composite picked the winner's rows)."""
     return set(a.times) == set(cases) and all(a.times[k] is b.times.get(k) for k in cases)
 
@@ -145,7 +145,7 @@ def default_costs(results: list[BucketResult], capability: str | None, tie: floa
             out.append(DefaultCost(b, choice, None, "not measured", None))
         elif pick.excluded:
             out.append(DefaultCost(b, choice, pick.name, f"excluded: {pick.excluded}", None))
-        elif pick is res.winner or _same_times(pick, res.winner, res.cases):
+        elif pick is res.winner or same_times(pick, res.winner, res.cases):
             out.append(DefaultCost(b, choice, pick.name, "winner", Ratio(1.0, 1.0, 1.0, len(res.cases)), pick))
         else:
             r = ratio(pick, res.winner)

@@ -20,17 +20,22 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from attn_contract import AttentionBackend, Status, lse_to_natural
+from harness.cell.accounting import Stopwatch, breakdown
 from harness.cell.check import check_output, tolerance_for
 from harness.cell.context_parallel.combine import combine_rank
 from harness.cell.context_parallel.ranks import run_simulated
 from harness.cell.context_parallel.shard import rank_batch, tp_batch
-from harness.records.results import Call, Host
+from harness.cell.invariants import agree
+from harness.cell.prepare import CellTrace, CellUnsupported, base_row, prepare_cell, short_error
+from harness.plan.cells import backend_spec
+from harness.records.results import BatchSummary, Call, Host, InvariantResult, RowLayout
 from harness.case.workload import Batch
 
 OTHER = {"ag_rs": "a2a", "a2a": "ag_rs"}
@@ -57,8 +62,6 @@ def rank_partial(backend: type[AttentionBackend], variant: dict[str, Any], batch
                  sharding: str, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
     """Rank ``rank``'s partial: output [T, H, D] (NaN on rows it has no key for), natural-log
     LSE [T, H] (-inf there), and what it did (host costs, the call, shard sizes)."""
-    from harness.cell.case import CellTrace, Stopwatch, prepare_cell  # the runner imports this module lazily
-
     cfg = batch.config
     rb = rank_batch(batch, degree, rank, sharding)
     out = torch.full((batch.num_tokens, cfg.num_heads, cfg.head_size), float("nan"), dtype=cfg.torch_dtype,
@@ -140,13 +143,7 @@ def distributed_forward(backend_spec: str, variant: dict[str, Any], case: Any, c
 
 
 def run_cp_cell(cell: Any, case_data: Any, suite: Any, opts: Any) -> Any:
-    """The row of one CP cell (called by ``runner.run_cell`` for cases with ``context_parallel``)."""
-    from harness.cell.invariants import _agree
-    from harness.cell.run import CellUnsupported, _short_error, base_row
-    from harness.cell.accounting import Stopwatch, breakdown
-    from harness.plan.cells import backend_spec
-    from harness.records.results import BatchSummary, InvariantResult, RowLayout
-    import traceback
+    """The row of one CP cell (called by ``harness.cell.run.run_cell`` for cases with ``context_parallel``)."""
 
     draft = base_row(cell, suite, opts)
     batch = case_data.batch
@@ -192,12 +189,12 @@ def run_cp_cell(cell: Any, case_data: Any, suite: Any, opts: Any) -> Any:
                 draft.mark(Status.MISMATCH, result.message)
             inv = []
             o_main = out.to(cfg.torch_dtype)
-            ok, detail = _agree(o_main, merged[combines[1]][0].to(cfg.torch_dtype), batch)
+            ok, detail = agree(o_main, merged[combines[1]][0].to(cfg.torch_dtype), batch)
             inv.append(InvariantResult(invariant="cp-combine", status=Status.PASS if ok else Status.MISMATCH,
                                        detail=f"{cp.combine} vs {combines[1]}: {detail}"))
             one, _ = simulated_forward(cell.backend, cell.variant, batch, 1, cp.sharding, cp.tp_size, [cp.combine],
                                        opts.device)
-            ok, detail = _agree(o_main, one[cp.combine][0].to(cfg.torch_dtype), batch)
+            ok, detail = agree(o_main, one[cp.combine][0].to(cfg.torch_dtype), batch)
             inv.append(InvariantResult(invariant="cp-degree", status=Status.PASS if ok else Status.MISMATCH,
                                        detail=f"degree {cp.degree} vs 1: {detail}"))
             result.invariants = inv
@@ -209,7 +206,7 @@ def run_cp_cell(cell: Any, case_data: Any, suite: Any, opts: Any) -> Any:
             draft.timing_skipped = "context-parallel cell: checked, not timed (its ranks run one after another)"
     except Exception as e:  # a backend or a rank that fails costs only this cell
         draft.call = None
-        draft.mark(Status.ERROR, f"context parallel: {_short_error(e)}")
+        draft.mark(Status.ERROR, f"context parallel: {short_error(e)}")
         draft.traceback = traceback.format_exc(limit=8)
         host = {}
     draft.host = Host.model_validate({**host, **breakdown(sw, case_data)})

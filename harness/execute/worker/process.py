@@ -17,7 +17,8 @@ import torch
 from harness.plan.memory import make_fit_check
 from harness.records.results import Status, Worker
 from harness.plan.resume import cell_key
-from harness.cell.case import Cell, RunOptions, iterate_case
+from harness.plan.cells import Cell, RunOptions
+from harness.cell.case import iterate_case
 from harness.spec import Suite
 from harness.execute.worker.imports import LibraryLoader
 from harness.execute.worker.messages import (CaseDone, CaseFailed, CasePartDeferred, CellStarted, LibrariesReady, PreparingCase,
@@ -72,7 +73,7 @@ def _context_broken(device: torch.device, reason: str) -> str | None:
     return None
 
 
-def _worker_main(conn: Any, device_name: str, suite: Suite, opts: RunOptions, budget_mib: float | None,
+def worker_main(conn: Any, device_name: str, suite: Suite, opts: RunOptions, budget_mib: float | None,
                  cpu_share: int, threads: int | None, warm: tuple = ()) -> None:
     try:
         _serve(conn, device_name, suite, opts, budget_mib, cpu_share, threads, warm)

@@ -18,8 +18,8 @@ def model_answer_lines(rows: Sequence[ResultRow], ids: dict[tuple[str, str], str
     """(head, vLLM flags, SGLang flags) per model shape and workload kind with a timed passing backend; empty when
     no row names a model shape. ``ids``: the summary table's backend+variant letters."""
     from harness.analysis.callform_gap import DEFAULT_CALL_FORM, only_call_form
-    from harness.analysis.per_model import _sglang_flag, _vllm_flag, answer_attention_kind, answers
-    from harness.analysis.recommend import DEFAULT_TIE, _ratio_text
+    from harness.analysis.per_model import answer_attention_kind, answers, sglang_flag, vllm_flag
+    from harness.analysis.recommend import DEFAULT_TIE, ratio_text
 
     modelled = [r for r in rows if (r.case_params or {}).get("model")]
     if not modelled:
@@ -40,11 +40,11 @@ def model_answer_lines(rows: Sequence[ResultRow], ids: dict[tuple[str, str], str
         elif res.tie:
             why = "interval reaches 0" if res.tie == "noise" else f"under {DEFAULT_TIE * 100:g}%"
             tied = [name(c) for c in res.ranked if c.name in res.tied_with]
-            what = f"tie ({why}): {' ~ '.join([name(w), *tied])}, {_ratio_text(r)}"
+            what = f"tie ({why}): {' ~ '.join([name(w), *tied])}, {ratio_text(r)}"
         else:
-            what = f"{name(w)}, {_ratio_text(r)} over {name(ru)}"
-        sglang = _sglang_flag(w, a.kind, answer_attention_kind(a))
-        out.append((f"{a.model} {a.kind}: {what}", f"vLLM: {_vllm_flag(w)}", f"SGLang: {sglang}"))
+            what = f"{name(w)}, {ratio_text(r)} over {name(ru)}"
+        sglang = sglang_flag(w, a.kind, answer_attention_kind(a))
+        out.append((f"{a.model} {a.kind}: {what}", f"vLLM: {vllm_flag(w)}", f"SGLang: {sglang}"))
     return out
 
 

@@ -170,7 +170,7 @@ def rank_groups(rows: list[ResultRow]) -> dict[str, BucketResult]:
 def verdict_lines(rows: list[ResultRow], ids: dict[tuple[str, str], str]) -> list[str]:
     """Per case group: the fastest passing backend+variant and its margin over the runner-up
     with the interval, or a tie; ranked by ``harness recommend``'s rules (harness/analysis/recommend/)."""
-    from harness.analysis.recommend import DEFAULT_TIE, _ratio_text
+    from harness.analysis.recommend import DEFAULT_TIE, ratio_text
 
     out = []
     for g, res in rank_groups(rows).items():
@@ -191,11 +191,11 @@ def verdict_lines(rows: list[ResultRow], ids: dict[tuple[str, str], str]) -> lis
             out.append(f"{g}{where}: {name(w)}, {med}; the only one that passed and was timed")
             continue
         r = res.ratios.get(ru.name)
-        margin = f"{_ratio_text(r)} over {name(ru)}" if r else f"ahead of {name(ru)}"
+        margin = f"{ratio_text(r)} over {name(ru)}" if r else f"ahead of {name(ru)}"
         if res.tie:
             why = "the interval reaches 0" if res.tie == "noise" else f"under {DEFAULT_TIE * 100:g}%"
             tied = [name(c) for c in res.ranked if c.name in res.tied_with]
-            out.append(f"{g}{where}: tie ({why}): {name(w)} {med}, {', '.join(tied)}; {_ratio_text(r)}")
+            out.append(f"{g}{where}: tie ({why}): {name(w)} {med}, {', '.join(tied)}; {ratio_text(r)}")
         else:
             out.append(f"{g}{where}: {name(w)}, {med}; {margin}")
     return out

@@ -225,7 +225,7 @@ def time_us(fn: Callable[[], Any], dev: torch.device, max_time: float, graph: bo
 def adapter_lines(lib: str, batch: Any, dev: torch.device, max_time: float) -> dict[str, Any]:
     """The adapter's forward in both call forms, timed as `harness run` times a row."""
     from harness.registry import resolve
-    from harness.cell.case import prepare_cell
+    from harness.cell.prepare import prepare_cell
     from harness.timing import TimingOptions, time_callable
 
     name, variant = ADAPTER[lib]

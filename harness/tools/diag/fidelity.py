@@ -52,7 +52,8 @@ from harness.records.fileio import atomic_write_text
 from harness import registry
 from harness.spec import SpecError, load_suite, parse_suite
 from harness.case.layout import case_layout
-from harness.cell.case import CellUnsupported, case_work, prepare_cell
+from harness.cell.prepare import CellUnsupported, prepare_cell
+from harness.plan.cells import case_work
 from harness.timing import TimingOptions, select_flush, time_callable, verify_cold_l2
 from harness.case.workload import generate
 
