@@ -45,6 +45,9 @@ _EXPORTS = {
     "SplitKV": "attn_contract.capabilities",
     "Status": "attn_contract.status",
     "TORCH_DTYPES": "attn_contract.metadata",
+    "BUILD_LIMIT": "attn_contract.status",
+    "KERNEL_LIMIT": "attn_contract.status",
+    "reason_kind": "attn_contract.status",
     "cascade_batch_reason": "attn_contract.shared_prefix",
     "decode_first_order": "attn_contract.metadata",
     "group_layout": "attn_contract.shared_prefix",
@@ -55,7 +58,9 @@ _EXPORTS = {
 
 
 __all__ = [
+    "BUILD_LIMIT",
     "FAILED",
+    "KERNEL_LIMIT",
     "NOT_RUN",
     "RAN",
     "TORCH_DTYPES",
@@ -85,6 +90,7 @@ __all__ = [
     "group_layout",
     "lse_to_natural",
     "merge_attn_states",
+    "reason_kind",
     "split_decodes_and_prefills",
     "yarn_get_mscale",
 ]

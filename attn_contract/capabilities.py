@@ -12,6 +12,7 @@ from typing import Any
 
 from attn_contract.metadata import AttentionConfig
 from attn_contract.mla import MHA
+from attn_contract.status import BUILD_LIMIT, KERNEL_LIMIT
 
 
 class CudaGraphSupport(enum.IntEnum):
@@ -132,6 +133,9 @@ class Capabilities:
     # pairs (FlashMLA: only (512, 64)); None: any.
     mla_latent_dims: frozenset[tuple[int, int]] | None = None
     notes: tuple[str, ...] = ()
+    # Features (sliding_window, softcap, alibi, sinks) the library's kernel has but this
+    # installed build lacks: a config needing one is unsupported with a BUILD_LIMIT reason.
+    build_lacks: frozenset[str] = frozenset()
 
     def timing_skip_reason(self, device: str) -> str | None:
         """Why a cell of this backend is not timed by default on ``device``, or None."""
@@ -175,7 +179,17 @@ class Capabilities:
             "attention_kinds": sorted(self.attention_kinds),
             "v_head_sizes": None if self.v_head_sizes is None else str(self.v_head_sizes),
             "mla_latent_dims": None if self.mla_latent_dims is None else sorted(self.mla_latent_dims),
+            "build_lacks": sorted(self.build_lacks),
         }
+
+    def kind_reason(self, config: AttentionConfig) -> str | None:
+        """Why a layer of ``config.attention_kind`` is not this backend's (None: it declares it).
+        The harness asks it before ``check_support`` too, so an override written before MLA
+        never sees an MLA layer."""
+        if config.attention_kind not in self.attention_kinds:
+            return (f"attention kind {config.attention_kind} not supported (this backend runs:"
+                    f" {', '.join(sorted(self.attention_kinds))})")
+        return None
 
     def unsupported_reason(self, config: AttentionConfig, device: str) -> str | None:
         """The first declared limit ``config`` breaks, or None when it is within all of them."""
@@ -185,9 +199,9 @@ class Capabilities:
             declared = "{" + ", ".join(repr(d) for d in sorted(self.devices | {device})) + "}"
             return (f"runs on {'/'.join(sorted(self.devices))}, not {device}"
                     f" (a backend that runs on {device} declares it: Capabilities(devices=frozenset({declared})))")
-        if config.attention_kind not in self.attention_kinds:
-            return (f"attention kind {config.attention_kind} not supported (this backend runs:"
-                    f" {', '.join(sorted(self.attention_kinds))})")
+        kind = self.kind_reason(config)
+        if kind:
+            return kind
         if config.mla is not None and self.mla_latent_dims is not None:
             dims = (config.mla.kv_lora_rank, config.mla.qk_rope_head_dim)
             if dims not in self.mla_latent_dims:
@@ -214,14 +228,13 @@ class Capabilities:
             return "causal attention not supported"
         if not config.causal and not self.non_causal:
             return "non-causal attention not supported"
-        if config.sliding_window is not None and not self.sliding_window:
-            return "sliding window not supported"
-        if config.softcap and not self.softcap:
-            return "logits softcap not supported"
-        if config.alibi and not self.alibi:
-            return "ALiBi not supported"
-        if config.sinks and not self.sinks:
-            return "attention sinks not supported"
+        for feature, needed, has, text in (
+                ("sliding_window", config.sliding_window is not None, self.sliding_window, "sliding window"),
+                ("softcap", bool(config.softcap), self.softcap, "logits softcap"),
+                ("alibi", bool(config.alibi), self.alibi, "ALiBi"),
+                ("sinks", bool(config.sinks), self.sinks, "attention sinks")):
+            if needed and not has:
+                return f"{text} {BUILD_LIMIT if feature in self.build_lacks else KERNEL_LIMIT}"
         if config.num_heads != config.num_kv_heads and not self.gqa:
             return "GQA/MQA (num_heads != num_kv_heads) not supported"
         return None

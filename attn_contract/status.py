@@ -25,3 +25,22 @@ class Status(str, enum.Enum):
 RAN: frozenset[Status] = frozenset({Status.PASS, Status.MISMATCH})
 FAILED: frozenset[Status] = frozenset({Status.MISMATCH, Status.ERROR, Status.TIMEOUT})
 NOT_RUN: frozenset[Status] = frozenset({Status.UNSUPPORTED, Status.SKIPPED})
+
+
+# Why a backend cannot run a config, as two kinds a reader must keep apart: ``kernel`` (the
+# library's kernel has no such feature: no build of it would run the cell) and ``build`` (the
+# kernel has it, this installed build was compiled without it: the cell is not measured here,
+# another build, e.g. a serving engine's own, runs it). The kind is spelled in the reason a row
+# records, so readers of old and new rows alike get it from the text (``reason_kind``).
+KERNEL_LIMIT = "not supported by the kernel"
+BUILD_LIMIT = "not in this build (the kernel has it; this build was compiled without it)"
+
+
+def reason_kind(reason: str | None) -> str:
+    """'build', 'kernel', or '' (a reason that says neither: an older row, or another limit)."""
+    text = reason or ""
+    if BUILD_LIMIT in text:
+        return "build"
+    if KERNEL_LIMIT in text:
+        return "kernel"
+    return ""

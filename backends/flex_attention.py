@@ -34,7 +34,6 @@ from typing import Any
 import torch
 
 from attn_contract import (
-    MLA_ABSORBED,
     MLA_EXPANDED,
     AttentionImpl,
     Availability,
@@ -43,6 +42,7 @@ from attn_contract import (
     CudaGraphSupport,
     HeadSizes,
 )
+from attn_contract.engines import EngineName
 from backends._paged import HostLoopMetadata, HostLoopMetadataBuilder, Segment, dequantize, plan_chunks
 from backends._torch import TorchBackend, torch_capabilities
 
@@ -347,6 +347,14 @@ class FlexAttentionBackend(TorchBackend):
     name = "flex-attention"
     description = ("torch FlexAttention: the batch packed into one sequence, paged KV gathered, a BlockMask "
                    "and score/mask mods (torch.compile on CUDA, eager on CPU)")
+    # vLLM: --attention-backend FLEX_ATTENTION (vllm/v1/attention/backends/flex_attention.py, the
+    # AttentionBackendEnum member; vLLM 0.10+). SGLang: --attention-backend flex_attention
+    # (server_args' choices; its TorchFlexAttnBackend). Both read their own cache layout in place.
+    engine_names = {
+        "vllm": EngineName("FLEX_ATTENTION", aliases=("flex_attention", "flex"),
+                           caveat="vLLM's FLEX_ATTENTION reads its cache in place (no gather)"),
+        "sglang": EngineName("flex_attention", caveat="SGLang's flex_attention backend reads its own cache layout"),
+    }
 
     @classmethod
     def availability(cls, variant=None) -> Availability:
@@ -362,8 +370,8 @@ class FlexAttentionBackend(TorchBackend):
             # flex's Triton kernels are built for power-of-two head dims; others are not declared.
             head_sizes=HeadSizes(values=(16, 32, 64, 128, 256)),
             # MLA's expanded prefill (192/128): flex takes a value head size apart from the
-            # query's; 192 is declared for that form only (check_support). The absorbed form's
-            # 576-wide heads are not declared (check_support says why).
+            # query's; 192 is declared for that form only (check_support). The absorbed form is
+            # not declared: flex's Triton kernel rounds head dims up to a power of two (576 -> 1024).
             attention_kinds=frozenset({"mha", MLA_EXPANDED}),
             v_head_sizes=HeadSizes(values=(16, 32, 64, 128, 256)),
             sliding_window=True,
@@ -381,14 +389,13 @@ class FlexAttentionBackend(TorchBackend):
                    "sinks merged after the call through the LSE; fp8 KV dequantized in the gather",
                    "CUDA: one call's packed K/V stays under 2**31 elements (bigger ones failed on the "
                    "H200); a larger batch is split into several calls",
-                   "CUDA: torch.compile once per shape class (first call, host.first_call_ms); CPU: eager, fp32"),
+                   "CUDA: torch.compile once per shape class (first call, host.first_call_ms); CPU: eager, fp32",
+                   "MLA: the expanded 192/128 prefill only; the absorbed form's 576-wide heads would round up "
+                   "to 1024 in flex's Triton kernel"),
         )
 
     @classmethod
     def check_support(cls, config, variant, device: str) -> str | None:
-        if config.attention_kind == MLA_ABSORBED:
-            return (f"MLA absorbed form (q/k head {config.head_size}) not declared: flex's Triton kernel rounds"
-                    " head dims up to a power of two (576 -> 1024); the expanded 192/128 form runs")
         if config.attention_kind == MLA_EXPANDED and config.head_size == 192:
             from dataclasses import replace
 

@@ -22,6 +22,9 @@ DATA = Path(__file__).parent / "data"
     ("2q1k_32q1s1k", [{"kind": "prefill", "count": 2, "query_len": 1024},
                       {"kind": "decode", "count": 32, "context_len": 1023}]),
     ("q9s100", [{"kind": "extend", "count": 1, "query_len": 9, "context_len": 91}]),
+    # vLLM reads q1 (q_len 1 = seq_len 1) as a decode (is_decode is tested first), not a 1-token prefill.
+    ("q1", [{"kind": "decode", "count": 1, "context_len": 0}]),
+    ("4q1_q2", [{"kind": "decode", "count": 4, "context_len": 0}, {"kind": "prefill", "count": 1, "query_len": 2}]),
 ])
 def test_grammar(spec, groups):
     assert parse_batch_spec(spec) == groups
@@ -100,3 +103,18 @@ def test_cli_batch_spec_and_study_notes(tmp_path, capsys):
     from harness.records.results import read_rows
 
     assert sorted({r.case for r in read_rows(out)}) == ["2q1s48", "q40"]
+
+
+def test_study_sweep_of_whole_geometries():
+    s = load_suite(DATA / "vllm_study_geometries.yaml")
+    shapes = [(c.name, c.num_heads, c.num_kv_heads, c.head_size, c.block_size) for c in s.cases]
+    assert shapes == [("d128_h32_kv8/q2k", 32, 8, 128, 32), ("d128_h32_kv8/32q1s4k", 32, 8, 128, 32),
+                      ("d256_h16_kv8/q2k", 16, 8, 256, 32), ("d256_h16_kv8/32q1s4k", 16, 8, 256, 32)]
+    assert any("num_layers" in n for n in s.notes)
+
+
+def test_study_geometry_missing_a_field_names_it(tmp_path):
+    bad = tmp_path / "s.yaml"
+    bad.write_text("batch_specs: [q2k]\nmodel_parameter_sweep:\n  values:\n    - {num_q_heads: 8}\n")
+    with pytest.raises(SpecError, match=r"model_parameter_sweep.values\[0\].head_dim: missing"):
+        load_suite(bad)

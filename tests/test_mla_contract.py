@@ -60,3 +60,23 @@ def test_engine_name_kinds():
     assert EngineName("X").runs_kind("mla_absorbed")
     only = EngineName("torch_native", attention_kinds=frozenset({"mha"}))
     assert only.runs_kind("mha") and not only.runs_kind("mla_expanded")
+
+
+def test_the_harness_asks_the_declared_kinds_before_a_backends_own_check():
+    """FlashAttention's and FlashInfer's check_support were written for MHA alone: an MLA cell is
+    `unsupported` by their declared kinds before their own rules see it (even on a CUDA device)."""
+    import torch
+
+    from harness.plan.cells import RunOptions, plan_cells, precheck
+    from harness.registry import resolve
+    from harness.spec import CaseSpec, Suite
+
+    case = CaseSpec(name="m", num_heads=16, attention="mla", batch=[{"kind": "decode", "context_len": 40}])
+    opts = RunOptions(device=torch.device("cuda"))
+    for name in ("flash-attn", "flashinfer"):
+        (cell, *_) = plan_cells(Suite(suite="t", cases=[case]), [resolve(name)], opts)
+        if not cell.backend.availability(cell.variant).available:
+            assert cell.backend.capabilities(cell.variant).kind_reason(case.attention_config())
+            continue
+        reason, status = precheck(cell, opts)
+        assert status == "unsupported" and "attention kind mla_absorbed not supported" in reason

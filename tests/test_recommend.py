@@ -240,20 +240,24 @@ def test_vllm_export_when_vllm_cannot_select_the_winner():
     assert b["default_status"] == "slower" and b["default_cost"]["pct"] == pytest.approx(100 / 3, rel=1e-3)
 
 
-def test_default_on_shared_prefix_batches_follows_vllms_cascade_rule():
+def test_default_on_shared_prefix_batches_is_plain_unless_cascade_is_opted_in():
+    from harness.analysis.recommend.vllm import default_costs
+
     prefix = {"prefix_groups": 1}
     casc = row("flash-attn-cascade", 50.0, variant=FA3, batch=prefix)
     casc.call = Call(rule_says_cascade=True, compare_with="flash-attn")
     rows = [row("flash-attn", 200.0, variant=FA3, batch=prefix), casc, row("flashinfer", 150.0, variant=FI, batch=prefix)]
     rec = rec_of(rows)
+    # vLLM's default has cascade off (PR #36318, 2026-03-07; removed in 0.33.0): plain FA3, 4x slower.
     (d,) = rec.defaults
-    assert d.status == "winner" and d.candidate == "flash-attn [fa_version=3] + vLLM cascade rule"
-    # the same rows with vLLM's rule saying plain: the default is plain FA3, 4x slower than the winner
-    casc.call = Call(rule_says_cascade=False, compare_with="flash-attn")
-    (d,) = rec_of(rows).defaults
     assert d.status == "slower" and d.cost.pct == pytest.approx(300.0)
-    (b,) = vllm_export(rec)["buckets"]
-    assert b["vllm"]["flash_attn_version"] == 3 and "cascade" in b["vllm"]["note"]
+    # --no-disable-cascade-attn: vLLM's rule picks the cascade row where it says cascade.
+    (d,) = default_costs(rec.measured, rec.inputs.capability, rec.tie, cascade_opt_in=True)
+    assert d.status == "winner" and d.candidate == "flash-attn [fa_version=3] + vLLM cascade rule"
+    casc.call = Call(rule_says_cascade=False, compare_with="flash-attn")
+    rec2 = rec_of(rows)
+    (d,) = default_costs(rec2.measured, rec2.inputs.capability, rec2.tie, cascade_opt_in=True)
+    assert d.status == "slower" and d.cost.pct == pytest.approx(300.0)
 
 
 def test_report_sections_read_the_typed_rows_behind_the_frame():

@@ -4,6 +4,8 @@ the per-case-group verdict; nothing of it when no row names a model shape."""
 
 from __future__ import annotations
 
+import pytest
+
 import io
 from pathlib import Path
 
@@ -70,11 +72,11 @@ def test_model_lines_and_flags_come_before_the_verdict_per_case_group():
     assert len(logical) == 9, logical  # 3 model shape / workload pairs, each with a vLLM and an SGLang line
     dec, dec_v, dec_s, pre, pre_v, pre_s, tie, tie_v, tie_s = logical
     assert dec.startswith(f"  {LLAMA} decode: B flashinfer, +50.0% [") and dec.endswith("over A flash-attn")
-    assert dec_v.startswith("    vLLM: --attention-backend FLASHINFER (older releases: VLLM_ATTENTION_BACKEND=")
+    assert dec_v.startswith("    vLLM: --attention-backend FLASHINFER (vLLM < 0.14: VLLM_ATTENTION_BACKEND=")
     assert dec_s == "    SGLang: --decode-attention-backend flashinfer"
     assert pre.startswith(f"  {LLAMA} prefill: A flash-attn, +30.0% [")  # 130 / 100
     assert pre_v == ("    vLLM: --attention-backend FLASH_ATTN --attention-config '{\"flash_attn_version\": 3}' "
-                     "(older releases: VLLM_ATTENTION_BACKEND=FLASH_ATTN VLLM_FLASH_ATTN_VERSION=3)")
+                     "(vLLM < 0.14: VLLM_ATTENTION_BACKEND=FLASH_ATTN VLLM_FLASH_ATTN_VERSION=3)")
     assert pre_s == "    SGLang: --prefill-attention-backend fa3"
     assert tie.startswith(f"  {GEMMA} decode: tie (interval reaches 0): A flash-attn ~ B flashinfer, +1.0% [")
     assert tie_s == "    SGLang: --decode-attention-backend fa3"
@@ -87,3 +89,36 @@ def test_rows_without_model_shapes_print_no_model_block():
     assert not any(ln.startswith("Answer per model shape") for ln in lines)
     assert any(ln.startswith("Verdict per case group") for ln in lines)
     assert not any("--attention-backend" in ln for ln in lines)
+
+
+def test_one_setting_per_model_weights_its_layer_kinds_by_layer_count():
+    from harness.analysis.per_model import model_settings
+    from harness.report.terminal.per_model import model_setting_lines
+
+    def kind_row(cand, median, kind, layers):
+        r = row(cand, median, f"g/{kind}", f"g/tp1/{kind}", DECODE)
+        r.case_params = {"model": f"g/tp1/{kind}", "model_id": "g", "tp": 1, "layers": kind, "layer_count": layers}
+        return r
+
+    # FA3 wins the 5 local layers 2x, FlashInfer the 1 global layer 3x: unweighted FlashInfer
+    # would win (log 200 < log 300), weighted by layers FA3 does.
+    rows = [kind_row(FA3, 10.0, "local", 5), kind_row(FI, 20.0, "local", 5),
+            kind_row(FA3, 30.0, "global", 1), kind_row(FI, 10.0, "global", 1)]
+    (s,) = model_settings(rows, "vllm")
+    assert s["model"] == "g/tp1" and s["layers"] == "5 local + 1 global" and "FLASH_ATTN" in s["flags"]
+    assert s["geomean_cost_pct"] == pytest.approx(((3.0 ** (1 / 6)) - 1) * 100)
+    (line,) = model_setting_lines(rows)
+    assert line.startswith("g/tp1 (5 local + 1 global layers): vLLM --attention-backend FLASH_ATTN")
+    # without layer counts (and no built-in to look them up) the kinds weigh the same: FlashInfer
+    for r in rows:
+        r.case_params = {k: v for k, v in r.case_params.items() if k != "layer_count"}
+    (s,) = model_settings(rows, "vllm")
+    assert s["layers"].startswith("unknown") and s["flags"] == "--attention-backend FLASHINFER"
+
+
+def test_committed_gemma_rows_get_layer_counts_from_the_builtin_table():
+    from harness.analysis.per_model import layer_weight
+
+    r = row(FA3, 10.0, "c", "gemma-2-9b/tp1/local", DECODE)
+    r.case_params = {"model": "gemma-2-9b/tp1/local", "model_id": "gemma-2-9b", "tp": 1, "layers": "local"}
+    assert layer_weight(r) == 21

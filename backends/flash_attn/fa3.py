@@ -102,6 +102,9 @@ class FA3(FAGeneration):
             head_sizes=heads, block_sizes=(MultipleOf(1),), kv_layouts=layouts,
             sliding_window=feats.sliding_window, softcap=feats.softcap, alibi=False, sinks=feats.sinks,
             returns_lse=True, cudagraph=cg, reorder_batch_threshold=1, notes=tuple(notes),
+            # FA3's kernel has softcap and local (window) attention; a build may compile them out.
+            build_lacks=frozenset(f for f, has in (("softcap", feats.softcap), ("sliding_window", feats.sliding_window))
+                                  if not has),
             # num_splits (scheduler metadata and call alike): 1 = no split-KV, 8 = forced.
             split_kv=SplitKV("num_splits", 1, 8),
         )

@@ -3,12 +3,12 @@ declaration (``AttentionBackend.engine_names``, ``attn_contract.engines.EngineNa
 measured winner into the flags to paste. The core spells no backend's name.
 
 vLLM (one attention backend per process):
-    ``--attention-backend FLASH_ATTN|FLASHINFER`` (releases with the flag); older releases read
-    ``VLLM_ATTENTION_BACKEND``. FlashAttention's version: ``--attention-config
-    '{"flash_attn_version": N}'`` where ``--attention-config`` exists, else the
-    ``VLLM_FLASH_ATTN_VERSION`` environment variable.
+    ``--attention-backend FLASH_ATTN|FLASHINFER|FLEX_ATTENTION`` (vLLM >= 0.14); older releases
+    read ``VLLM_ATTENTION_BACKEND``. FlashAttention's version: ``--attention-config
+    '{"flash_attn_version": N}'`` (vLLM >= 0.14), else the ``VLLM_FLASH_ATTN_VERSION`` variable,
+    which takes 2 or 3 only (so FA4 has no environment form).
 SGLang (prefill and decode may differ):
-    ``--attention-backend fa3|fa4|flashinfer|torch_native`` for both, or
+    ``--attention-backend fa3|fa4|flashinfer|flex_attention|torch_native`` for both, or
     ``--prefill-attention-backend X --decode-attention-backend Y``; for MLA models
     ``fa3|flashinfer|flashmla|triton|cutlass_mla|trtllm_mla`` (declared by the MLA backends).
 vLLM's MLA backends: ``--attention-backend FLASH_ATTN_MLA|FLASHMLA|FLASHINFER_MLA|TRITON_MLA|CUTLASS_MLA``.
@@ -25,6 +25,16 @@ from harness import registry
 from harness.analysis.selection_rules import VllmChoice
 
 ENGINES = ("vllm", "sglang")
+
+# SGLang's flags as its sources have them, each with the PR (date) it came in: printed under
+# ``recommend --engine sglang`` so a reader can check them against the release they run.
+SGLANG_FACTS = (
+    "`--attention-backend NAME` for prefill and decode alike; names from SGLang's server_args choices: "
+    "`fa3`, `flashinfer`, `triton`, `torch_native` (2024-2025), `flex_attention`, `fa4` (SGLang PR #10937, "
+    "2025-09, FA4 for MHA prefill)",
+    "`--prefill-attention-backend X --decode-attention-backend Y` (SGLang PR #6338, 2025-05): prefill "
+    "(and extend) and decode may differ",
+)
 
 
 @functools.lru_cache(maxsize=None)
@@ -88,7 +98,7 @@ def harness_candidates(choice: VllmChoice) -> list[tuple[str, dict[str, Any]]]:
 
 def from_vllm_name(name: str) -> str | None:
     """A vLLM backend name (``FLASH_ATTN``, ``flashinfer``, ...) -> this harness's backend, or
-    None when there is no counterpart (MLA kernels, Triton, FlexAttention...)."""
+    None when there is no counterpart (MLA kernels, Triton...)."""
     key = name.strip()
     decls = engine_backends("vllm")
     for ours, decl in decls:
@@ -134,4 +144,4 @@ def sglang_flags(prefill: str | None, decode: str | None) -> str:
 def vllm_flags(setting: dict[str, Any]) -> str:
     """CLI flags, then the environment variables for releases without them."""
     env = " ".join(f"{k}={v}" for k, v in setting.get("env", {}).items())
-    return f"{setting['cli']} (older releases: {env})" if env else setting["cli"]
+    return f"{setting['cli']} (vLLM < 0.14: {env})" if env else setting["cli"]

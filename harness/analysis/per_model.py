@@ -6,6 +6,7 @@ by ``model:`` / ``--model``), else by the layer shape."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import defaultdict
 from dataclasses import dataclass
@@ -13,12 +14,12 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from harness.report import markdown
-from harness.analysis.engines import sglang_flags, sglang_setting, vllm_flags
+from harness.analysis.engines import SGLANG_FACTS, sglang_flags, sglang_setting, vllm_flags
 from harness.analysis.recommend import rows as R
 from harness.analysis.recommend.buckets import batch_kind
 from harness.analysis.recommend.load import load_inputs
 from harness.analysis.recommend.rank import RAN_OK, BucketResult, Candidate, case_batches, rank_bucket
-from harness.analysis.recommend.vllm import vllm_setting
+from harness.analysis.recommend.vllm import VLLM_FACTS, vllm_setting
 from harness.records.results import ResultRow, read_header
 
 KIND_ORDER = {"decode": 0, "prefill": 1, "extend": 2, "mixed": 3}
@@ -134,44 +135,51 @@ def _engine_times(rows: Sequence[ResultRow], engine: str) -> tuple[dict[str, dic
     return times, kinds
 
 
-def _cost(pick: dict[str, str], times: dict[str, dict[str, float]]) -> tuple[float, float] | None:
-    """(geomean, worst) slowdown of the per-case settings ``pick`` against each case's fastest."""
-    logs = []
+def _cost(pick: dict[str, str], times: dict[str, dict[str, float]],
+          weights: dict[str, float] | None = None) -> tuple[float, float] | None:
+    """(geomean, worst) slowdown of the per-case settings ``pick`` against each case's fastest,
+    the geomean weighted by ``weights`` (a case's share of the model's layers) when given."""
+    logs, total = [], 0.0
     for cid, key in pick.items():
         if key not in times[cid]:
             return None
-        logs.append(math.log(times[cid][key] / min(times[cid].values())))
-    if not logs:
+        w = (weights or {}).get(cid, 1.0)
+        logs.append((w, math.log(times[cid][key] / min(times[cid].values()))))
+        total += w
+    if not logs or total <= 0:
         return None
-    return math.exp(sum(logs) / len(logs)) - 1, math.exp(max(logs)) - 1
+    return math.exp(sum(w * x for w, x in logs) / total) - 1, math.exp(max(x for _, x in logs)) - 1
 
 
-def _best(cases: list[str], times: dict[str, dict[str, float]]) -> str | None:
+def _best(cases: list[str], times: dict[str, dict[str, float]], weights: dict[str, float] | None = None) -> str | None:
+    """The setting every case ran with the least (weighted) sum of log times."""
     keys = set.intersection(*(set(times[c]) for c in cases)) if cases else set()
-    scored = [(sum(math.log(times[c][k]) for c in cases), k) for k in keys]
+    w = weights or {}
+    scored = [(sum(w.get(c, 1.0) * math.log(times[c][k]) for c in cases), k) for k in keys]
     return min(scored)[1] if scored else None
 
 
 def engine_setting(cases: list[str], times: dict[str, dict[str, float]], kinds: dict[str, str],
-                   engine: str) -> dict[str, Any] | None:
+                   engine: str, weights: dict[str, float] | None = None) -> dict[str, Any] | None:
     """The one setting an engine deployment would use over ``cases``: vLLM one backend; SGLang
-    a prefill backend (prefill, extend, mixed batches) and a decode backend."""
+    a prefill backend (prefill, extend, mixed batches) and a decode backend. ``weights``: each
+    case's weight (its layer kind's layer count) in the choice and the geomean cost."""
     if not cases:
         return None
     if engine == "vllm":
-        k = _best(cases, times)
+        k = _best(cases, times, weights)
         if k is None:
             return None
         flags, pick = k, {c: k for c in cases}
     else:
         dec = [c for c in cases if kinds[c] == "decode"]
         pre = [c for c in cases if kinds[c] != "decode"]
-        d, p = _best(dec, times), _best(pre, times)
+        d, p = _best(dec, times, weights), _best(pre, times, weights)
         if (dec and d is None) or (pre and p is None):
             return None
         flags = sglang_flags(p, d)
         pick = {**{c: d for c in dec}, **{c: p for c in pre}}
-    cost = _cost(pick, times)
+    cost = _cost(pick, times, weights)
     return {"flags": flags, "cases": len(cases), "geomean_cost_pct": None if cost is None else cost[0] * 100,
             "worst_cost_pct": None if cost is None else cost[1] * 100}
 
@@ -189,6 +197,58 @@ def engine_settings(rows: Sequence[ResultRow], engine: str) -> tuple[list[dict[s
         s = engine_setting(cases, times, kinds, engine)
         out.append({"model shape": m, **(s or {"flags": f"no {engine} setting ran every case"})})
     return out, engine_setting(sorted(times), times, kinds, engine)
+
+
+@functools.lru_cache(maxsize=None)
+def _builtin_layer_count(model_id: str, kind: str) -> int | None:
+    """Layers of one kind of a built-in model (rows written before ``layer_count`` was recorded)."""
+    from harness.spec.models import ModelError, builtin
+
+    try:
+        return next((k.layers for k in builtin(model_id).kinds if k.name == kind and k.layers), None)
+    except ModelError:
+        return None
+
+
+def layer_weight(row: ResultRow) -> int | None:
+    """How many of its model's layers a model-shape row stands for: ``case_params.layer_count``,
+    else the built-in table's count for its model and kind; None when neither says."""
+    p = row.case_params or {}
+    n = p.get("layer_count")
+    if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+        return n
+    if p.get("model_id") and p.get("layers"):
+        return _builtin_layer_count(str(p["model_id"]), str(p["layers"]))
+    return None
+
+
+def model_settings(rows: Sequence[ResultRow], engine: str) -> list[dict[str, Any]]:
+    """One setting per model and TP degree (what a deployment takes), its layer kinds weighted
+    by how many layers each has (gemma-2-9b: 21 local, 21 global), beside the per-kind settings
+    of ``engine_settings``. Rows without a model are left out."""
+    times, kinds = _engine_times(rows, engine)
+    cases: dict[str, list[str]] = defaultdict(list)
+    weights: dict[str, float] = {}
+    layers: dict[str, dict[str, int | None]] = defaultdict(dict)
+    for r in rows:
+        p, cid = r.case_params or {}, R.case_id(r)
+        if not p.get("model_id") or cid not in times:
+            continue
+        key = f"{p['model_id']}/tp{p.get('tp', 1)}"
+        if cid not in cases[key]:
+            cases[key].append(cid)
+        n = layer_weight(r)
+        weights[cid] = float(n or 1)
+        layers[key][str(p.get("layers", "all"))] = n
+    out = []
+    for key, cids in cases.items():
+        split = layers[key]
+        known = all(v for v in split.values())
+        text = ("unknown (kinds weighted equally)" if not known else f"{split['all']}, one kind" if list(split) == ["all"]
+                else " + ".join(f"{v} {k}" for k, v in split.items()))
+        s = engine_setting(cids, times, kinds, engine, weights if known else None)
+        out.append({"model": key, "layers": text, **(s or {"flags": f"no {engine} setting ran every case"})})
+    return out
 
 
 def measured_with(headers: Sequence[dict[str, Any]]) -> str:
@@ -218,7 +278,7 @@ def engine_json(paths: Sequence[str | Path], engine: str, tie: float, call_form:
     inputs = load_inputs(paths, call_form)
     per, single = engine_settings(inputs.rows, engine)
     return {"engine": engine, "call_form": call_form, "measured_with": measured_with([read_header(p) for p in paths]),
-            "per_model": per, "single": single, "answers": answer_records(answers(inputs.rows, tie))}
+            "per_model_weighted": model_settings(inputs.rows, engine), "per_model": per, "single": single, "answers": answer_records(answers(inputs.rows, tie))}
 
 
 def write_engine_outputs(paths: Sequence[str | Path], engine: str, tie: float, out_dir: str | Path,
@@ -243,13 +303,24 @@ def engine_markdown(paths: Sequence[str | Path], engine: str, tie: float, call_f
              "cost geomean": _pct(s.get("geomean_cost_pct")), "cost worst": _pct(s.get("worst_cost_pct"))}
             for s in settings]
     name = {"vllm": "vLLM", "sglang": "SGLang"}[engine]
+    per_model = [{"model": s["model"], "layers": s["layers"], "setting": s["flags"], "cases": s.get("cases", ""),
+                  "cost geomean (layer-weighted)": _pct(s.get("geomean_cost_pct")),
+                  "cost worst": _pct(s.get("worst_cost_pct"))} for s in model_settings(inputs.rows, engine)]
     out = [f"# {name} settings per model shape", "",
            f"Measured with: {measured_with([read_header(p) for p in paths])}", "",
            "Cost: slowdown of that one setting against the fastest setting of each case (geometric mean, worst case).",
-           "", *inputs.notes[-1:], "", _md(recs, f"No backend+variant in these results is one that {name} runs.")]
+           "", *inputs.notes[-1:], "",
+           f"## One {name} setting per model", "",
+           "What a deployment takes: one setting for all of a model's layers, chosen over its cases with each kind "
+           "of layer weighted by how many layers it has (the geomean cost is weighted the same way).", "",
+           _md(per_model, "No case of these results was made from a model (`model:`)."),
+           "## Per kind of layer", "",
+           _md(recs, f"No backend+variant in these results is one that {name} runs.")]
     if single:
         out += [f"Single setting over all shapes: `{single['flags']}` over {single['cases']} cases, cost "
                 f"{_pct(single['geomean_cost_pct'])} geomean, {_pct(single['worst_cost_pct'])} worst.", ""]
+    facts = VLLM_FACTS if engine == "vllm" else SGLANG_FACTS
+    out += [f"## {name}'s flags, with the release each is read from", "", *[f"- {f}" for f in facts], ""]
     out += ["## Winner per model shape and workload kind", "",
             _md(answer_records(answers(inputs.rows, tie)), "No timed passing rows."), ""]
     return "\n".join(out)

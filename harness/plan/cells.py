@@ -162,7 +162,9 @@ def plan_cells(suite: Suite, backends: list[type[AttentionBackend]], opts: RunOp
             # differ within a group for the backends' declared axis orders.
             def runnable(v: dict[str, Any], b: type[AttentionBackend] = b) -> bool:
                 try:
-                    return b.check_support(case.attention_config(), v, opts.device.type) is None
+                    cfg = case.attention_config()
+                    return (b.capabilities(v).kind_reason(cfg) is None
+                            and b.check_support(cfg, v, opts.device.type) is None)
                 except Exception:  # a probe that fails only loses the preference
                     return False
 
@@ -236,7 +238,10 @@ def precheck(cell: Cell, opts: RunOptions) -> tuple[str | None, Status | None]:
     if not avail.available:
         return f"backend unavailable: {avail.reason}", Status.SKIPPED
     cfg = cell.case.attention_config()
-    reason = cell.backend.check_support(cfg, cell.variant, opts.device.type)
+    # The declared attention kinds first: a check_support override written for MHA alone
+    # (FlashAttention's, FlashInfer's) must not be the one to judge an MLA layer.
+    reason = (cell.backend.capabilities(cell.variant).kind_reason(cfg)
+              or cell.backend.check_support(cfg, cell.variant, opts.device.type))
     if reason:
         return reason, Status.UNSUPPORTED
     big = too_large_reason(cell.case, opts)

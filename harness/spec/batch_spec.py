@@ -1,9 +1,12 @@
 """vLLM's batch-spec grammar (its attention benchmarks' ``2q1k_32q1s1k``) -> request groups.
 
 Segments are joined by ``_``; each is ``(<count>)?q<q_len>(k)?(s<seq_len>(k)?)?``, where ``k``
-multiplies by 1024 and seq_len (the KV length, query included) defaults to q_len. q == seq is a
-prefill, q == 1 a decode, otherwise an extend; an extend with at most ``SPEC_DECODE_MAX_Q``
-query tokens is a speculative decode (vLLM's classification), a decode with query_len here.
+multiplies by 1024 and seq_len (the KV length, query included) defaults to q_len. q == 1 is a
+decode (``q1``, with seq_len 1 too, included: a decode over an empty cache, as vLLM's
+``BatchRequest.is_decode`` is tested before ``is_prefill`` in its benchmarks' batch_spec.py),
+otherwise q == seq a prefill and the rest an extend; an extend with at most
+``SPEC_DECODE_MAX_Q`` query tokens is a speculative decode (vLLM's classification), a decode
+with query_len here.
 """
 
 from __future__ import annotations
@@ -46,9 +49,9 @@ def parse_batch_spec(spec: str) -> list[dict[str, Any]]:
         if seq < q:
             raise BatchSpecError(f"segment {seg!r} of {spec[:80]!r}: seq_len ({seq}) is the KV length including the"
                                  f" query, so at least q_len ({q})")
-        if seq == q:
+        if seq == q and q > 1:
             groups.append({"kind": "prefill", "count": count, "query_len": q})
-        elif q == 1 or q <= SPEC_DECODE_MAX_Q:
+        elif q <= SPEC_DECODE_MAX_Q:
             g = {"kind": "decode", "count": count, "context_len": seq - q}
             if q > 1:
                 g["query_len"] = q

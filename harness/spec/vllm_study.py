@@ -63,6 +63,49 @@ def _backends(names: Any, source: str, notes: list[str]) -> list[str] | None:
     return mapped
 
 
+def _geometries(sweep: Any, source: str, notes: list[str]) -> list[dict[str, Any]] | None:
+    """A sweep whose values are whole geometries (dicts of num_q_heads, num_kv_heads, head_dim,
+    num_layers, block_size: vLLM's production-mix studies), or None for a one-field sweep."""
+    if not isinstance(sweep, dict) or not isinstance(sweep.get("values"), list):
+        return None
+    values = sweep["values"]
+    if not values or not all(isinstance(v, dict) for v in values):
+        if any(isinstance(v, dict) for v in values):
+            raise SpecError(f"{source}: field model_parameter_sweep.values: all geometries (mappings) or all values")
+        return None
+    out = []
+    for i, g in enumerate(values):
+        unknown = sorted(str(k) for k in g if k not in _MODEL_FIELDS and k != "num_layers")
+        if unknown:
+            raise SpecError(f"{source}: field model_parameter_sweep.values[{i}].{unknown[0]}: no counterpart here "
+                            f"(a geometry sets {', '.join(_MODEL_FIELDS)}, num_layers)")
+        out.append(g)
+    if any("num_layers" in g for g in values):
+        notes.append(f"model_parameter_sweep.values[].num_layers: {_IGNORED['num_layers']}")
+    return out
+
+
+def _geometry_cases(geometries: list[dict[str, Any]], specs: list[str], label_format: str,
+                    defaults: dict[str, Any]) -> list[dict[str, Any]]:
+    """One case per geometry and batch spec, named by the study's label_format without its
+    {backend} (the harness names backends itself), else by the geometry's fields."""
+    cases = []
+    for g in geometries:
+        shape = {_MODEL_FIELDS[k]: v for k, v in g.items() if k in _MODEL_FIELDS}
+        shape.setdefault("num_kv_heads", shape.get("num_heads", defaults.get("num_heads")))
+        try:
+            label = label_format.format(backend="", **g).strip("_-") if label_format else ""
+        except (KeyError, IndexError, ValueError):
+            label = ""
+        if not label:
+            merged = {**defaults, **shape}
+            label = f"d{merged.get('head_size')}_h{merged.get('num_heads')}_kv{merged.get('num_kv_heads')}"
+        label = re.sub(r"[^A-Za-z0-9._-]", "-", label)
+        for spec in specs:
+            cases.append({"name": label, "batch": spec, **shape})
+    return cases
+
+
 def from_study(data: dict[str, Any], source: str) -> tuple[dict[str, Any], list[str]]:
     """A study's parsed YAML -> (suite data, notes on what was ignored and why)."""
     notes: list[str] = []
@@ -78,13 +121,21 @@ def from_study(data: dict[str, Any], source: str) -> tuple[dict[str, Any], list[
             defaults[_MODEL_FIELDS[key]] = value
         else:
             notes.append(f"model.{key}: {_IGNORED.get(key, 'no counterpart in a case')}")
-    for need in ("num_q_heads", "head_dim"):
-        if need not in model and not (isinstance(data.get("model_parameter_sweep"), dict)
-                                      and data["model_parameter_sweep"].get("param_name") == need):
-            raise SpecError(f"{source}: field model.{need}: missing (the layer's shape)")
-    defaults.setdefault("num_kv_heads", defaults.get("num_heads"))
     sweep = data.get("model_parameter_sweep")
-    if sweep is not None:
+    geometries = _geometries(sweep, source, notes)
+    for need in ("num_q_heads", "head_dim"):
+        if geometries is not None:
+            missing = [i for i, g in enumerate(geometries) if need not in g and need not in model]
+            if missing:
+                raise SpecError(f"{source}: field model_parameter_sweep.values[{missing[0]}].{need}: missing "
+                                "(the layer's shape; neither the geometry nor model gives it)")
+        elif need not in model and not (isinstance(sweep, dict) and sweep.get("param_name") == need):
+            raise SpecError(f"{source}: field model.{need}: missing (the layer's shape)")
+    if geometries is None:
+        defaults.setdefault("num_kv_heads", defaults.get("num_heads"))
+    if geometries is not None:
+        cases = _geometry_cases(geometries, specs, str(sweep.get("label_format") or ""), defaults)
+    elif sweep is not None:
         if not isinstance(sweep, dict) or "param_name" not in sweep or not isinstance(sweep.get("values"), list):
             raise SpecError(f"{source}: field model_parameter_sweep: needs param_name and a list of values")
         param = sweep["param_name"]
@@ -95,6 +146,8 @@ def from_study(data: dict[str, Any], source: str) -> tuple[dict[str, Any], list[
         if "label_format" in sweep:
             notes.append("model_parameter_sweep.label_format: cases are named by the harness (the spec, then the"
                          " swept field and value)")
+    if geometries is None:
+        cases = [{"batch": s} for s in specs]
     backends = _backends(data.get("backends", data.get("backend")), source, notes)
     handled = {"batch_specs", "model", "model_parameter_sweep", "backends", "backend", "description"}
     for key in data:
@@ -104,7 +157,7 @@ def from_study(data: dict[str, Any], source: str) -> tuple[dict[str, Any], list[
         "suite": _suite_name(source),
         "description": str(data.get("description") or f"vLLM attention-benchmark study {source}"),
         "defaults": defaults,
-        "cases": [{"batch": s} for s in specs],
+        "cases": cases,
     }
     if backends:
         suite["backends"] = backends

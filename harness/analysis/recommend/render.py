@@ -79,7 +79,9 @@ def defaults_table(rec: Recommendation) -> str:
     sm = defaults_summary(rec)
     head = (f"Over {sm['buckets']} measured buckets the default is the winner in {sm.get('winner', 0)}, tied in "
             f"{sm.get('tied', 0)}, slower in {sm.get('slower', 0)}, not measured in {sm.get('not measured', 0)}"
-            f" (excluded by the check in {sm.get('excluded', 0)}). Cost where measured: geometric mean "
+            f" (this machine could not run it in {sm.get('not measured here', 0)}, its kernel does not support the "
+            f"shape in {sm.get('not supported by the kernel', 0)}, excluded by the check in {sm.get('excluded', 0)})"
+            ". Cost where measured: geometric mean "
             f"{_pct(sm['geomean_cost_pct'])}, worst {_pct(sm['worst_cost_pct'])} ({sm['worst_bucket'] or '-'}).\n\n")
     return head + _md(defaults_records(rec))
 
@@ -159,8 +161,8 @@ def to_markdown(rec: Recommendation, command: str = "") -> str:
         defaults_table(rec),
         "## One setting for a whole deployment (vLLM)", "",
         "Each setting vLLM can express exactly, against the per-bucket winner, over the buckets where it was "
-        "measured (plain attention: what vLLM 0.33 runs; vLLM 0.2x adds its cascade rule on shared-prefix "
-        "batches, which the default table above accounts for).", "",
+        "measured (plain attention: what vLLM runs by default; releases before 0.33.0 add their cascade rule on "
+        "shared-prefix batches only with `--no-disable-cascade-attn` since vLLM PR #36318, 2026-03-07).", "",
         _single_table(rec), "", "What vLLM cannot express:", "",
         *[f"- {t}" for t in VLLM_NOT_EXPRESSIBLE], "",
         "## Cascade decision rule", "",

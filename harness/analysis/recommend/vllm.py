@@ -8,23 +8,36 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from attn_contract.status import Status, reason_kind
 from harness.analysis.engines import cascade_of, engine_name, harness_candidates, plain_counterpart
 from harness.analysis.recommend import rows as R
 from harness.analysis.recommend.buckets import Bucket
 from harness.analysis.recommend.rank import BucketResult, Candidate, Ratio, ratio, tie_kind
 from harness.analysis.selection_rules import VllmChoice, vllm_default
 
+# What vLLM's releases do, each with the release (or PR) it was read from: vLLM's sources
+# (vllm/config/model.py, vllm/config/attention.py, fa_utils.get_flash_attn_version) and PRs.
+CASCADE_FACT = ("cascade attention: vLLM releases up to early 2026 applied a per-batch rule by default "
+                "(`--disable-cascade-attn` turned it off, vLLM PR #15243, 2025-03); since vLLM PR #36318 (merged "
+                "2026-03-07) it is off by default (`disable_cascade_attn` defaults to True) and "
+                "`--no-disable-cascade-attn` opts in, the rule still deciding per batch; vLLM 0.33.0 removed it "
+                "(the flag is a no-op)")
+FA_VERSION_FACT = ("FlashAttention version: `--attention-config '{\"flash_attn_version\": N}'` (vLLM >= 0.14); "
+                   "earlier releases read `VLLM_FLASH_ATTN_VERSION`, which takes 2 or 3 only (fa_utils asserts it): "
+                   "FA4 has no environment-variable form")
+BACKEND_FLAG_FACT = ("backend: `--attention-backend FLASH_ATTN|FLASHINFER|FLEX_ATTENTION` (vLLM >= 0.14, where the "
+                     "VLLM_ATTENTION_BACKEND variable was deprecated in its favour; earlier releases read the variable)")
+VLLM_FACTS = (BACKEND_FLAG_FACT, FA_VERSION_FACT, CASCADE_FACT)
 VLLM_NOT_EXPRESSIBLE = [
     "One attention backend per process: vLLM's selector picks it once per layer configuration at start-up "
-    "(`--attention-backend` / `VLLM_ATTENTION_BACKEND`, FA version via `--attention-config "
-    "'{\"flash_attn_version\": N}'`, older releases `VLLM_FLASH_ATTN_VERSION`). It cannot switch backend "
+    "(`--attention-backend`, vLLM >= 0.14; `VLLM_ATTENTION_BACKEND` before). It cannot switch backend "
     "per batch (decode vs prefill, batch size, context length), so a per-bucket policy only applies as "
     "one setting per deployment: see the single-setting line.",
+    FA_VERSION_FACT[0].upper() + FA_VERSION_FACT[1:] + ".",
     "FlashInfer's decode kernel and prefill backend: vLLM decodes with tensor cores and lets FlashInfer pick "
     "its prefill kernel; the harness variants decode_tensor_cores=False and prefill_backend=fa2/fa3 have no "
     "vLLM switch.",
-    "Cascade attention cannot be forced: vLLM 0.2x decides per batch with its built-in rule "
-    "(`--disable-cascade-attn` turns it off); vLLM 0.33 removed cascade attention.",
+    "Cascade cannot be forced, only allowed: " + CASCADE_FACT + ".",
     "KV layout is global (`VLLM_KV_CACHE_LAYOUT`); the page size is global (`--block-size`) and each "
     "backend only accepts its kernel block sizes (FA: multiple of 16; FlashInfer on Hopper: 16, 32, 64).",
     "torch-math and sdpa are harness baselines, not vLLM decoder backends.",
@@ -47,8 +60,7 @@ def vllm_setting(c: Candidate) -> dict[str, Any] | None:
         if s is None:
             return None
         return {**s, "exact": False,
-                "caveat": "cascade cannot be forced in vLLM: 0.2x applies its own per-batch rule (on by default), "
-                          "0.33 removed cascade attention"}
+                "caveat": "cascade cannot be forced in vLLM: " + CASCADE_FACT}
     decl = engine_name(c.backend, "vllm")
     if decl is None:
         return None
@@ -59,7 +71,10 @@ def vllm_setting(c: Candidate) -> dict[str, Any] | None:
     v = int(v) if v is not None else None
     exact = all(str(c.variant.get(k, want)) == str(want) for k, want in fixed.items())
     cli = f"--attention-backend {vllm_name}" + (f" --attention-config '{{\"flash_attn_version\": {v}}}'" if v else "")
-    env = {"VLLM_ATTENTION_BACKEND": vllm_name, **({"VLLM_FLASH_ATTN_VERSION": str(v)} if v else {})}
+    # The environment form is for releases before --attention-config (vLLM < 0.14); their
+    # VLLM_FLASH_ATTN_VERSION takes 2 or 3, and none of them has FA4: FA4 has no such form.
+    env = {} if v is not None and v not in (2, 3) else {
+        "VLLM_ATTENTION_BACKEND": vllm_name, **({"VLLM_FLASH_ATTN_VERSION": str(v)} if v else {})}
     out: dict[str, Any] = {"attention_backend": vllm_name, "flash_attn_version": v, "exact": exact, "cli": cli, "env": env}
     if not exact:
         out["caveat"] = f"vLLM cannot select {c.backend} variant {c.variant_label} (it runs {variant_label_of(fixed)})"
@@ -95,14 +110,18 @@ def _cascade_for(res: BucketResult, backend: str, want: dict[str, Any]) -> Candi
     return None
 
 
-def _vllm_pick(choice: VllmChoice, res: BucketResult) -> Candidate | None:
-    """The candidate that runs what vLLM would run. With shared prefixes vLLM 0.2x also
-    applies its cascade rule per batch: then the default is, case by case, the cascade row
-    where that rule says cascade and the plain row elsewhere."""
+def _vllm_pick(choice: VllmChoice, res: BucketResult, cascade_opt_in: bool = False) -> Candidate | None:
+    """The candidate that runs what vLLM would run: the plain backend (cascade attention is off
+    by default since vLLM PR #36318, 2026-03-07, and gone in 0.33.0). With ``cascade_opt_in``
+    (``--no-disable-cascade-attn`` on a release that still has cascade) vLLM applies its cascade
+    rule per batch on shared prefixes: then the pick is, case by case, the cascade row where
+    that rule says cascade and the plain row elsewhere."""
     for backend, want in harness_candidates(choice):
         plain = _find(res, backend, want)
         if plain is None:
             continue
+        if not cascade_opt_in:
+            return plain
         casc = _cascade_for(res, backend, want)
         if casc is None or casc.excluded or plain.excluded or not casc.rule_says_cascade:
             return plain
@@ -116,17 +135,37 @@ def _vllm_pick(choice: VllmChoice, res: BucketResult) -> Candidate | None:
     return None
 
 
+def excluded_status(excluded: str) -> str:
+    """The verdict on a candidate that was not ranked, keeping apart what this machine could not
+    measure (its build lacks a feature) from what the kernel cannot do and from a failed check."""
+    if not excluded.startswith(str(Status.UNSUPPORTED)):
+        return f"excluded: {excluded}"
+    kind = reason_kind(excluded)
+    if kind == "build":
+        return f"not measured here: this machine's build lacks a feature the kernel has ({excluded})"
+    if kind == "kernel":
+        return f"not supported by the kernel: {excluded}"
+    # Older rows do not say. vLLM's own selector picked this backend for the shape, so vLLM's
+    # build runs it: what stopped it here is this machine's build (or the harness's declaration).
+    return (f"not measured here: {excluded} (vLLM picks this backend for the shape, so its own build runs it; "
+            "this machine's did not)")
+
+
 @dataclass
 class DefaultCost:
     bucket: Bucket
     choice: VllmChoice
     candidate: str | None
-    status: str  # 'winner' / 'tied' / 'slower' / 'not measured' / 'excluded: ...'
+    # 'winner' / 'tied' / 'slower' / 'not measured' / 'not measured here: ...' (this machine's
+    # build lacks a feature the engine's kernel has, or the rows do not say which limit) /
+    # 'not supported by the kernel: ...' / 'excluded: ...' (failed the check, not timed)
+    status: str
     cost: Ratio | None  # default / winner
     pick: Candidate | None = None
 
 
-def default_costs(results: list[BucketResult], capability: str | None, tie: float) -> list[DefaultCost]:
+def default_costs(results: list[BucketResult], capability: str | None, tie: float,
+                  cascade_opt_in: bool = False) -> list[DefaultCost]:
     out: list[DefaultCost] = []
     if not capability:
         return out
@@ -140,11 +179,11 @@ def default_costs(results: list[BucketResult], capability: str | None, tie: floa
                               alibi=bool(cfg.get("alibi")), sinks=bool(cfg.get("sinks")),
                               causal=cfg.get("causal") is not False,
                               attention_kind=cfg.get("attention_kind") or "mha")
-        pick = _vllm_pick(choice, res)
+        pick = _vllm_pick(choice, res, cascade_opt_in)
         if pick is None:
             out.append(DefaultCost(b, choice, None, "not measured", None))
         elif pick.excluded:
-            out.append(DefaultCost(b, choice, pick.name, f"excluded: {pick.excluded}", None))
+            out.append(DefaultCost(b, choice, pick.name, excluded_status(pick.excluded), None))
         elif pick is res.winner or same_times(pick, res.winner, res.cases):
             out.append(DefaultCost(b, choice, pick.name, "winner", Ratio(1.0, 1.0, 1.0, len(res.cases)), pick))
         else:

@@ -38,5 +38,9 @@ def run(args: argparse.Namespace) -> int:
     console().print("  heads: query/KV heads; dtype: bf16 = bfloat16, fp16 = float16, /e4m3 /e5m2 = fp8 KV cache",
                   highlight=False)
     console().print("  reqs: requests; max seq, KV tokens: upper bounds over the length distributions", highlight=False)
+    from harness.spec.models.cases import model_summary  # not at import: `harness --help` stays light
+
+    for line in model_summary(suite.cases):
+        console().print(f"  {escape(line)}", highlight=False, soft_wrap=True)
     console().print(f"{args.suite}: valid, {len(suite.cases)} cases")
     return 0

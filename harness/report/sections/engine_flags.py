@@ -8,7 +8,7 @@ from __future__ import annotations
 import pandas as pd
 
 from harness.analysis.callform_gap import DEFAULT_CALL_FORM, form_note, only_call_form
-from harness.analysis.per_model import answer_records, answers, engine_settings
+from harness.analysis.per_model import answer_records, answers, engine_settings, model_settings
 from harness.analysis.recommend import DEFAULT_TIE
 from harness.analysis.recommend import rows as R
 from harness.report.core import Block, Table, Text, result_rows, section
@@ -49,6 +49,13 @@ def answer_per_model(df: pd.DataFrame) -> list[Block]:
         per, single = engine_settings(rows, engine)
         if not per:
             continue
+        whole = model_settings(rows, engine)
+        if whole:
+            out.append(Table(pd.DataFrame([{"model": s["model"], "layers": s["layers"], "setting": s["flags"],
+                                            "cost geomean (layer-weighted)": _pct(s.get("geomean_cost_pct")),
+                                            "cost worst": _pct(s.get("worst_cost_pct"))} for s in whole]),
+                             title=f"{name}: one setting per model (its kinds of layer weighted by layer count)",
+                             wrap=("setting",)))
         data = pd.DataFrame([{"model shape": s["model shape"], "setting": s["flags"],
                               "cost geomean": _pct(s.get("geomean_cost_pct")), "cost worst": _pct(s.get("worst_cost_pct"))}
                              for s in per])

@@ -48,6 +48,29 @@ def model_answer_lines(rows: Sequence[ResultRow], ids: dict[tuple[str, str], str
     return out
 
 
+def model_setting_lines(rows: Sequence[ResultRow]) -> list[str]:
+    """One line per model and TP degree: the vLLM and SGLang setting for all its layers, its
+    kinds of layer weighted by layer count (harness/engine_export.py's model_settings)."""
+    from harness.analysis.callform_gap import DEFAULT_CALL_FORM, only_call_form
+    from harness.analysis.per_model import model_settings
+
+    modelled = only_call_form([r for r in rows if (r.case_params or {}).get("model_id")], DEFAULT_CALL_FORM)
+    if not modelled:
+        return []
+    by_engine = {e: {s["model"]: s for s in model_settings(modelled, e)} for e in ("vllm", "sglang")}
+    out = []
+    for model, v in by_engine["vllm"].items():
+        sg = by_engine["sglang"].get(model, {})
+
+        def cost(s: dict[str, Any]) -> str:
+            g = s.get("geomean_cost_pct")
+            return f" ({g:+.1f}% layer-weighted)" if isinstance(g, (int, float)) else ""
+
+        out.append(f"{model} ({v['layers']} layers): vLLM {v['flags']}{cost(v)}; "
+                   f"SGLang {sg.get('flags', 'no setting')}{cost(sg)}")
+    return out
+
+
 def print_model_answers(rows: Sequence[ResultRow], ids: dict[tuple[str, str], str], console: Console) -> None:
     lines = model_answer_lines(rows, ids)
     if not lines:
@@ -63,3 +86,11 @@ def print_model_answers(rows: Sequence[ResultRow], ids: dict[tuple[str, str], st
             wrapped = textwrap.fill(text, width, initial_indent=first, subsequent_indent=first + "    ",
                                     break_long_words=False, break_on_hyphens=False)
             console.print(escape(wrapped), highlight=False, soft_wrap=True)
+    per_model = model_setting_lines(rows)
+    if per_model:
+        console.print("One setting per model (a deployment takes one; kinds of layer weighted by layer count):",
+                      highlight=False, soft_wrap=True)
+        for text in per_model:
+            console.print(escape(textwrap.fill(text, width, initial_indent="  ", subsequent_indent="      ",
+                                               break_long_words=False, break_on_hyphens=False)),
+                          highlight=False, soft_wrap=True)

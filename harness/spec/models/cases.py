@@ -5,6 +5,7 @@ dtype, ...) are kept; the attention geometry comes from the model."""
 from __future__ import annotations
 
 import copy
+import math
 from pathlib import Path
 from typing import Any
 
@@ -62,10 +63,44 @@ def model_cases(raw: dict[str, Any], base_dir: Path | None = None) -> list[dict[
                 case.setdefault("dtype", model.dtype)
                 case["name"] = f"{prefix}/{shape.name}" if prefix else shape.name
                 case["group"] = case["name"]
-                case["params"] = {"model": shape.name, "model_id": model.id, "tp": tp, "layers": k.name}
+                # layer_count: how many of the model's layers are of this kind (recommend weights
+                # a per-model setting by it); model_layers: all of them.
+                case["params"] = {"model": shape.name, "model_id": model.id, "tp": tp, "layers": k.name,
+                                  "layer_count": k.layers, "model_layers": sum(x.layers for x in model.kinds)}
                 tags = list(case.get("tags") or [])
                 case["tags"] = tags + [f"model={model.id}", f"tp={tp}"] + ([f"layers={k.name}"] if shape.multi_kind else [])
                 out.append(case)
+    return out
+
+
+def _scale_text(scale: float | None, head_size: int) -> str:
+    """'1/16' for 1/sqrt(256); '1/sqrt(168) = 0.0772' otherwise."""
+    inv_sq = round((scale ** -2) if scale else head_size, 6)
+    root = math.isqrt(round(inv_sq)) if float(inv_sq).is_integer() else None
+    if root is not None and root * root == inv_sq:
+        return f"1/{root}"
+    return f"1/sqrt({inv_sq:g}) = {(scale or head_size ** -0.5):.4g}"
+
+
+def model_summary(cases: list[Any]) -> list[str]:
+    """One line per model and TP degree of a suite's cases made from ``model:``: head size,
+    softmax scale, window and how many layers of each kind (what ``harness validate`` prints)."""
+    by_model: dict[tuple[str, int], dict[str, Any]] = {}
+    for c in cases:
+        p = c.params or {}
+        if "model_id" not in p or "layer_count" not in p:
+            continue
+        by_model.setdefault((p["model_id"], p["tp"]), {}).setdefault(p["layers"], c)
+    out = []
+    for (mid, tp), kinds in by_model.items():
+        first = next(iter(kinds.values()))
+        split = " + ".join(f"{c.params['layer_count']} {name}" for name, c in kinds.items()) if len(kinds) > 1 else (
+            f"all {first.params['layer_count']}")
+        windows = sorted({c.sliding_window for c in kinds.values() if c.sliding_window})
+        extra = "".join([f", window {windows[0]}" if windows else "", f", softcap {first.softcap:g}" if first.softcap else "",
+                         ", sinks" if first.sinks else ""])
+        out.append(f"model {mid} tp{tp}: heads {first.num_heads}/{first.num_kv_heads} per rank, head {first.head_size}, "
+                   f"scale {_scale_text(first.scale, first.head_size)}{extra}; layers: {split}")
     return out
 
 

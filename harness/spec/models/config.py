@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.spec.models.defaults import alternates, model_type_of, with_defaults
 from harness.spec.models.mla import is_mla, mla_dims
 
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
@@ -21,10 +22,6 @@ MAX_CONFIG_BYTES = 4 * 1024 * 1024
 # Models whose every layer adds a learned per-head sink to the softmax denominator; config.json
 # has no field for it, the architecture implies it.
 _SINK_MODEL_TYPES = {"gpt_oss"}
-# model_type -> how many layers form one local/global period and which of them is global
-# (for configs written before transformers' ``layer_types``): Gemma-2 alternates, its even
-# layers local; Gemma-3 has ``sliding_window_pattern`` (5 local then 1 global).
-_ALTERNATE_MODEL_TYPES = {"gemma2"}
 
 
 class ModelError(ValueError):
@@ -118,8 +115,7 @@ def _layer_pattern(cfg: dict[str, Any], top: dict[str, Any], n_layers: int | Non
             raise ModelError(f"{where}: field sliding_window_pattern: must be a positive integer, got {pattern!r}")
         n = n_layers or pattern
         return [(i + 1) % pattern != 0 for i in range(n)]
-    model_type = cfg.get("model_type") or top.get("model_type")
-    if model_type in _ALTERNATE_MODEL_TYPES:
+    if alternates(model_type_of(cfg, top)):
         n = n_layers or 2
         return [i % 2 == 0 for i in range(n)]
     if "use_sliding_window" in cfg:
@@ -139,14 +135,15 @@ def parse_config(data: Any, model_id: str, source: str) -> ModelAttention:
         raise ModelError(f"{where}: a config.json is a JSON object")
     top = data
     cfg = data.get("text_config") if isinstance(data.get("text_config"), dict) else data
-    model_type = str(cfg.get("model_type") or top.get("model_type") or "")
+    model_type = model_type_of(cfg, top)
+    cfg, notes = with_defaults(cfg, model_type)
     if is_mla(cfg):  # multi-head latent attention: harness/spec/models/mla.py
         heads, dims = mla_dims(cfg, where, ModelError)
-        dtype, notes = _dtype({**top, **cfg} if "torch_dtype" not in cfg else cfg, where)
+        dtype, dtype_notes = _dtype({**top, **cfg} if "torch_dtype" not in cfg else cfg, where)
         n_layers = _int(cfg, "num_hidden_layers", where, required=False)
         # One latent vector per token shared by all heads: one "KV head", replicated under TP.
         kind = LayerKind("all", heads, 1, dims.latent_dim, layers=n_layers or 0, mla=dims)
-        return ModelAttention(model_id, source, dtype, (kind,), notes=tuple(notes))
+        return ModelAttention(model_id, source, dtype, (kind,), notes=tuple(notes + dtype_notes))
     heads = _int(cfg, "num_attention_heads", where)
     kv = _int(cfg, "num_key_value_heads", where, required=False) or heads
     head = _int(cfg, "head_dim", where, required=False)
@@ -158,7 +155,8 @@ def parse_config(data: Any, model_id: str, source: str) -> ModelAttention:
         head = hidden // heads
     if heads % kv:
         raise ModelError(f"{where}: field num_key_value_heads: {kv} does not divide num_attention_heads ({heads})")
-    dtype, notes = _dtype({**top, **cfg} if "torch_dtype" not in cfg else cfg, where)
+    dtype, dtype_notes = _dtype({**top, **cfg} if "torch_dtype" not in cfg else cfg, where)
+    notes += dtype_notes
     window = cfg.get("sliding_window")
     if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
         raise ModelError(f"{where}: field sliding_window: must be a positive integer or null, got {window!r}")
