@@ -28,6 +28,8 @@ from typing import Any
 import torch
 
 from attn_contract import (
+    BUILD_LIMIT,
+    KERNEL_LIMIT,
     MLA_ABSORBED,
     AttentionBackend,
     AttentionConfig,
@@ -65,13 +67,13 @@ DISTS = {"fa3-fwd": ("fa3-fwd", "fa3_fwd"), "fa3": ("tokenspeed_fa3", "tokenspee
          "fa4": ("flash-attn-4", "flash_attn_4")}
 # Build flags (hopper/setup.py -> *_config.CONFIG["build_flags"]) that remove what each form needs.
 FORM_FLAGS = {MLA_ABSORBED: "FLASH_ATTENTION_DISABLE_HDIMDIFF64", "mla_expanded": "FLASH_ATTENTION_DISABLE_HDIMDIFF192"}
-FP8_ABSORBED_REASON = ("FA3's qv path with a 512-wide value head takes fp16/bf16 only (hopper/flash_api.cpp: "
-                       "d_v > 256 needs 16-bit inputs): no fp8 latent")
+FP8_ABSORBED_REASON = ("fp8 latent with FA3's qv path: a 512-wide value head takes fp16/bf16 only (hopper/flash_api.cpp: "
+                       f"d_v > 256 needs 16-bit inputs): {KERNEL_LIMIT}")
 # FA3's split-KV partials (out_accum / lse_accum, fp32) for num_splits=0 on a decode batch; FA3
 # caps the splits at 256 and picks them so that the grid fills the SMs: bounded, not derived.
 SPLIT_ALLOWANCE_BYTES = 128 << 20
 FA4_SM90_REASON = ("fa_build=fa4: FA4 (flash_attn.cute) runs MLA's 512-wide value head / qv only on sm100; on sm90 "
-                   "its head dims are 8..256")
+                   f"its head dims are 8..256: {KERNEL_LIMIT}")
 
 
 def build_flags(fa_build: str) -> dict[str, bool]:
@@ -95,7 +97,7 @@ def build_reason(fa_build: str, flags: dict[str, bool], kind: str | None = None)
     if off:
         return (f"fa_build={fa_build}: the installed {MODULES[fa_build]} build has different value head sizes "
                 f"compiled out ({', '.join(off)} in {CONFIG_MODULES[fa_build]}): no MLA "
-                f"{'qv (64/512)' if kind == MLA_ABSORBED else '192/128' if kind else 'qv or 192/128'}")
+                f"{'qv (64/512)' if kind == MLA_ABSORBED else '192/128' if kind else 'qv or 192/128'}: {BUILD_LIMIT}")
     return None
 
 

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from attn_contract import (
+    KERNEL_LIMIT,
     MLA_ABSORBED,
     AttentionBackend,
     AttentionConfig,
@@ -57,7 +58,7 @@ MLA_BACKENDS = ("fa2", "fa3")
 WORKSPACE_BYTES = 256 * MiB
 FA3_FP8_REASON = ("mla_backend=fa3 with an fp8 latent: FlashInfer's Hopper MLA kernel multiplies q and the latent "
                   "in one WGMMA dtype, so an fp8 cache needs an fp8 query, which is not what serving engines pass; "
-                  "mla_backend=fa2 takes a bf16 query over the fp8 latent")
+                  f"mla_backend=fa2 takes a bf16 query over the fp8 latent; {KERNEL_LIMIT}")
 
 
 @dataclass

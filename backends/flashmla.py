@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from attn_contract import (
+    BUILD_LIMIT,
     MLA_ABSORBED,
     AttentionBackend,
     AttentionConfig,
@@ -51,7 +52,8 @@ from backends._mla import (
 PAGE = 64  # FlashMLA's dense kernels take page_block_size 64
 FP8_REASON = ("tokenspeed-flashmla's dense decode takes no fp8 cache: flash_mla_with_kvcache hands is_fp8_kvcache to "
               "the sparse path only (its fp8 layout is the packed 656-byte one: fp8 nope, 4 fp32 scales, bf16 rope), "
-              "dense_decode_fwd gets no fp8 flag or scale")
+              f"dense_decode_fwd gets no fp8 flag or scale (vLLM's own FlashMLA build reads an fp8 dense cache): "
+              f"{BUILD_LIMIT}")
 
 
 @dataclass

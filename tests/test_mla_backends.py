@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from attn_contract import MLA_ABSORBED, MLA_EXPANDED, AttentionConfig, CommonAttentionMetadata, MLADims
+from attn_contract.status import reason_kind
 from backends import flash_attn_mla, flashinfer_mla, flashmla
 from backends._mla import form_reason, packed_slots
 from backends.flash_attn_mla import FlashAttnMLABackend, FlashAttnMLAMetadataBuilder, build_reason
@@ -59,9 +60,13 @@ def test_declared_forms_and_refusals():
 def test_fp8_latent_rules():
     fp8 = absorbed(kv_cache_dtype="fp8_e4m3")
     assert FlashInferMLABackend.check_support(fp8, {"mla_backend": "fa2"}, "cuda") is None
-    assert "WGMMA" in FlashInferMLABackend.check_support(fp8, {"mla_backend": "fa3"}, "cuda")
-    assert "16-bit" in FlashAttnMLABackend.check_support(fp8, {"fa_build": "fa3-fwd"}, "cuda")
-    assert "dense_decode_fwd gets no fp8" in FlashMLABackend.check_support(fp8, {}, "cuda")
+    r = FlashInferMLABackend.check_support(fp8, {"mla_backend": "fa3"}, "cuda")
+    assert "WGMMA" in r and reason_kind(r) == "kernel"
+    r = FlashAttnMLABackend.check_support(fp8, {"fa_build": "fa3-fwd"}, "cuda")
+    assert "16-bit" in r and reason_kind(r) == "kernel"
+    r = FlashMLABackend.check_support(fp8, {}, "cuda")
+    assert "dense_decode_fwd gets no fp8" in r and reason_kind(r) == "build"
+    assert reason_kind(flash_attn_mla.FA4_SM90_REASON) == "kernel"
     # the expanded form's key/value arrive in the model dtype, whatever the latent cache holds
     assert FlashAttnMLABackend.check_support(expanded(kv_cache_dtype="fp8_e4m3"), {}, "cuda") is None
     assert FlashInferMLABackend.check_support(expanded(kv_cache_dtype="fp8_e4m3"), {"mla_backend": "fa3"}, "cuda") is None
@@ -84,6 +89,7 @@ def test_fa_build_flags_name_what_is_compiled_out():
     tokenspeed = {"FLASH_ATTENTION_DISABLE_HDIMDIFF64": True, "FLASH_ATTENTION_DISABLE_HDIMDIFF192": True}
     r = build_reason("fa3", tokenspeed)
     assert "different value head sizes compiled out" in r and "HDIMDIFF64" in r and "HDIMDIFF192" in r
+    assert reason_kind(r) == "build"
     assert build_reason("fa3-fwd", {"FLASH_ATTENTION_DISABLE_HDIMDIFF64": False}) is None
     half = {"FLASH_ATTENTION_DISABLE_HDIMDIFF64": True}
     assert build_reason("fa3", half) is None  # the 192/128 prefill is left
@@ -173,7 +179,8 @@ def test_wrapped_mla_bugs_are_flagged_on_the_cpu():
     backends on a GPU): each is flagged on suites/mla.yaml's CPU cells, torch-math is not."""
     from mutants.mla_gpu import GPU_MLA_MUTANTS, MATH_MLA_MUTANTS, SPECS
 
-    from harness.cell.case import RunOptions, group_by_case, iterate_case, plan_cells
+    from harness.cell.case import iterate_case
+    from harness.plan.cells import RunOptions, group_by_case, plan_cells
     from harness.registry import resolve
     from harness.spec import load_suite
 
