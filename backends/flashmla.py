@@ -46,7 +46,6 @@ from backends._mla import (
     form_reason,
     import_reason,
     module_version,
-    subprocess_import_reason,
 )
 
 PAGE = 64  # FlashMLA's dense kernels take page_block_size 64
