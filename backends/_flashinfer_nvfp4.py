@@ -4,7 +4,7 @@ capabilities, and answered with a reason before any library import, generation o
 FlashInfer's nvfp4 KV-cache path needs compute capability 10.0+ (Blackwell). On Hopper (sm_90)
 or without CUDA the cell is ``unsupported`` with that reason. On Blackwell it is still
 ``unsupported``, for the harness's own reason: its workload generator makes no nvfp4 cache yet,
-so no call could be checked. Kept apart from backends/flashinfer.py so that file stays one
+so no call could be checked. Kept apart from backends/flashinfer/ so that package stays one
 backend's logic."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Cascade attention through FlashAttention, as vLLM's (since removed) cascade path did it
-(../shared/docs/attention-apis.md section 5.4), generalized to several prefix groups:
+(vLLM's `cascade_attention` in `vllm/v1/attention/backends/flash_attn.py` before 0.33.0), generalized to several prefix groups:
 
 1. prefix pass: one paged call over the groups' shared prefix blocks, non-causal, with each
    group's query tokens as one sequence (several groups = a varlen batch of groups);
@@ -22,6 +22,7 @@ import torch
 
 from attn_contract import (
     AttentionBackend,
+    AttentionConfig,
     AttentionImpl,
     AttentionMetadataBuilder,
     Availability,

@@ -52,10 +52,9 @@ Q_BLOCK_DECODE = 16  # decode rows of many requests share a query block: keep it
 # Eager flex materializes [H, Q, K] scores: bound the packed product per call on the CPU.
 CPU_SCORE_ELEMS = 1 << 24
 GPU_SCORE_ELEMS = 1 << 62  # one call: the block mask keeps the work sparse
-# CUDA: the packed K/V of one call ([1, Hk, kv_pad, D]) stays under 2**31 elements. Measured on
-# the H200 (torch 2.11, reports/h200/2026-12-02/decode-new-backends): calls of up to 1.36e9
-# elements passed, one of 2.56e9 gave wrong output on 41 of 256 requests and one of 2.72e9 an
-# illegal memory access: the kernel's offsets look 32-bit. Bigger batches are split into calls.
+# CUDA: the packed K/V of one call ([1, Hk, kv_pad, D]) stays under 2**31 elements: the kernel's
+# offsets look 32-bit (bigger calls gave wrong output or an illegal memory access, docs/measurement.md §12).
+# Bigger batches are split into calls.
 GPU_KEY_ELEMS = (1 << 31) - 1
 _COMPILED: dict[str, Any] = {}
 

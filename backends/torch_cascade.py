@@ -15,6 +15,7 @@ import torch
 from backends._paged import dequantize
 from backends._torch import TorchBackend, torch_capabilities
 from attn_contract import (
+    AttentionConfig,
     AttentionImpl,
     AttentionMetadataBuilder,
     Capabilities,

@@ -122,8 +122,8 @@ class TorchMathBackend(TorchBackend):
             returns_lse=True,
             cudagraph=CudaGraphSupport.NEVER,
             # The correctness reference: on a GPU it is 100-1000x slower than the kernels and
-            # ate a third of the decode suite's time (H200 2026-11-30 decode-1: 73 s of 209 s);
-            # the timed torch baseline is `sdpa` (batched). On CPU it stays timed.
+            # timing it took a third of the decode suite's time (docs/measurement.md §12); the timed torch
+            # baseline is `sdpa` (batched). On CPU it stays timed.
             role="reference",
             **MLA_CAPABILITIES,
             untimed_on=cls.untimed_on,

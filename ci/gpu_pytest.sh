@@ -41,7 +41,7 @@ cores=$(nproc 2>/dev/null || echo 2)
 workers=${WORKERS:-$(( cores / 2 < 8 ? (cores / 2 > 0 ? cores / 2 : 1) : 8 ))}
 dist=${DIST:-loadfile}
 # One torch thread pool per worker sized to its share of the cores: $WORKERS pools of every core
-# each oversubscribe the machine (a likely part of 2026-12-01's shards taking 2-5x their estimate).
+# each oversubscribe the machine (docs/measurement.md §12).
 threads=$(( cores / workers > 0 ? cores / workers : 1 ))
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$threads} MKL_NUM_THREADS=${MKL_NUM_THREADS:-$threads}
 # These assert on GPU timings (graph vs eager, cold L2 slower than hot, a real 1.5x slowdown
@@ -67,7 +67,7 @@ part() {  # part NAME LIMIT_S ARGS...: one pytest run appended to the log, its s
   n0=$(wc -l <"$log")
   t0=$(date +%s)
   echo "## $name: pytest $*" >>"$log"
-  # No tee: a time limit that stops a pipe loses the summary (2026-11-30); pytest writes the log.
+  # No tee: a time limit that stops a pipe loses the summary; pytest writes the log.
   timeout -s INT "$limit" python3 -m pytest "${common[@]}" "$@" >>"$log" 2>&1
   rc=$?
   [ $rc = 0 ] || failed=1

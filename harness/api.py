@@ -109,6 +109,7 @@ def run(suite: str | Path, *, out: str | Path | None = None, isolation: bool | N
     default workers when they can start (a script with a main guard, python -m), this
     process otherwise (a notebook, stdin)."""
     from harness import cli
+    from harness.cli.common import spec_error
 
     if isolation is None:
         isolation = _main_importable()
@@ -132,7 +133,7 @@ def run(suite: str | Path, *, out: str | Path | None = None, isolation: bool | N
     try:
         args.func(args)
     except Exception as e:
-        if isinstance(e, (cli.UsageError, cli._spec_error())):
+        if isinstance(e, (cli.UsageError, spec_error())):
             raise HarnessError(str(e)) from None
         raise
     df = load(out_dir)

@@ -17,6 +17,12 @@ os.environ["OMP_NUM_THREADS"] = "1"
 torch.set_num_threads(1)
 
 
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    # `@pytest.mark.gpu` (pyproject.toml): the test needs CUDA, so it is skipped, with the reason, without it.
+    if item.get_closest_marker("gpu") is not None and not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device (marked gpu)")
+
+
 def interrupt(proc, sig: int, group: bool = True, timeout: float = 30) -> tuple[int, str]:
     """Send ``sig`` to the process group a run started in (``group``: what a terminal's Ctrl-C
     reaches) or to its parent only (``kill PID``); its exit code and stderr. Whatever is left of
@@ -36,7 +42,7 @@ def interrupt(proc, sig: int, group: bool = True, timeout: float = 30) -> tuple[
 def subprocess_env(**extra: str) -> dict[str, str]:
     """Environment for a ``harness`` subprocess: the caller's, with the repo and tests/ put in
     front of the caller's PYTHONPATH, never in place of it. On machines where torch and the
-    kernel libraries come from PYTHONPATH (the H200 sessions), dropping it breaks every import."""
+    kernel libraries come from PYTHONPATH (a prebuilt environment), dropping it breaks every import."""
     keep = os.environ.get("PYTHONPATH", "")
     first = extra.pop("PYTHONPATH", "")  # a caller's own entries (e.g. a plugin's folder) come first
     path = os.pathsep.join([*([first] if first else []), str(ROOT / "tests"), str(ROOT), *([keep] if keep else [])])

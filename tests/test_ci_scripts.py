@@ -37,7 +37,7 @@ def test_gate_applies_to_kernel_bound_rows_only():
 def test_busy_time_counts_overlapping_kernels_once():
     """A synthetic call of three kernels whose last one starts before the attention kernel
     ends (what a PDL-launched dependent kernel does). The sum of durations counts the overlap
-    twice (the 2026-11-30 gate failed FA3 by -9.2% against the sum); the busy time does not."""
+    twice (docs/measurement.md §12); the busy time does not."""
     calls = []
     for i in range(4):  # 4 back-to-back calls, 2 us apart: prepare 5 us, attention 200 us, combine
         t0 = i * 250.0
@@ -174,7 +174,7 @@ def test_harness_subprocesses_keep_the_callers_pythonpath(tmp_path, monkeypatch)
 
     (tmp_path / "only_on_pythonpath.py").write_text("VALUE = 42\n")
     # Prepend, as a caller would: replacing it would drop the very entries the H200 imports
-    # torch from, and the subprocess would fail there for that reason alone (2026-11-30).
+    # torch from, and the subprocess would fail there for that reason alone.
     import os
 
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
@@ -203,7 +203,7 @@ def test_ci_holds_product_ci_only_and_the_diagnostics_are_commands(tmp_path, cap
     from harness.tools.diag import DIAGNOSTICS
 
     for name, (module, _) in DIAGNOSTICS.items():
-        text = (ROOT / "harness" / "diag" / f"{module}.py").read_text()
+        text = (ROOT / "harness" / "tools" / "diag" / f"{module}.py").read_text()
         assert "sys.path" not in text and "from test" not in text and "import test" not in text, name
         assert main(["diag", name, "--help"]) == 0, name  # every diagnostic answers --help through the CLI
         assert f"harness diag {name}" in capsys.readouterr().out

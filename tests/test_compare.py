@@ -4,7 +4,6 @@ or newly skipped row, and stays quiet on two real runs of the same code."""
 from __future__ import annotations
 
 import importlib.util
-import json
 import math
 import subprocess
 import sys

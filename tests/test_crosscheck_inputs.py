@@ -7,6 +7,7 @@ import torch
 from harness.crosscheck import repro
 from harness.crosscheck.run import build_call, build_call_in
 from harness.crosscheck.explain import explain
+from attn_contract.standalone import STANDALONE_CONSTANTS, STANDALONE_HOST, STANDALONE_NAMES, STANDALONE_TENSORS
 from harness.crosscheck.inputs import backend_view, bind_from_batch, constants_part
 from harness.registry import resolve
 from harness.records.results import ResultRow, Status
@@ -17,8 +18,6 @@ from harness.case.workload import generate
 CPU = torch.device("cpu")
 # The names the contract lists (attn_contract/standalone.py); `visible` and the layer's optional
 # tensors are compared by the tests that use them.
-from attn_contract.standalone import STANDALONE_CONSTANTS, STANDALONE_HOST, STANDALONE_NAMES, STANDALONE_TENSORS
-
 TENSORS = STANDALONE_TENSORS
 HOST = tuple(k for k in STANDALONE_HOST if k != "visible")
 CONSTANTS = tuple(k for k in STANDALONE_CONSTANTS if k not in ("ALIBI_SLOPES", "SINKS"))
@@ -51,7 +50,7 @@ def _namespaces(case: CaseSpec, name: str):
     view = backend_view(batch, backend, {})
     ns_batch = bind_from_batch(constants_part(full), view)
     ns_repro: dict = {"__name__": "x"}
-    exec(compile(full, "<repro inputs>", "exec"), ns_repro)  # noqa: S102
+    exec(compile(full, "<repro inputs>", "exec"), ns_repro)
     return backend, row, batch, view, ns_batch, ns_repro
 
 

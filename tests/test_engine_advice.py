@@ -15,7 +15,7 @@ from harness.analysis.recommend.rank import Candidate
 from harness.cli import main
 from harness.analysis.recommend.vllm import VLLM_NOT_EXPRESSIBLE, excluded_status, vllm_setting
 
-MODELS_RUN = Path(__file__).parents[1] / "reports/h200/2026-12-01/models"
+MODELS_RUN = Path(__file__).parent / "data" / "h200" / "models"  # copy of reports/h200/2026-12-01/models
 
 
 def _fa(v: int) -> Candidate:

@@ -147,7 +147,9 @@ def test_memory_terms_match_the_generated_batch(index):
     case = _case(PREFIX_CASE, index)
     est = memory.estimate(case, TorchMathBackend, {}, device_type="cpu")
     b = generate(case, "cpu")
-    nbytes = lambda t: t.numel() * t.element_size()
+    def nbytes(t):
+        return t.numel() * t.element_size()
+
     assert est.kv_cache == nbytes(b.kv_cache)
     assert est.logical == sum(nbytes(k) + nbytes(v) for k, v in zip(b.k_logical, b.v_logical))
     assert est.qkv == nbytes(b.query) + nbytes(b.key) + nbytes(b.value)
@@ -165,7 +167,7 @@ def test_memory_estimate_grows_with_the_case():
     assert memory.estimate(fp8).kv_cache * 2 == memory.estimate(small).kv_cache
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: the CUDA allocator measures the true peak")
+@pytest.mark.gpu  # the CUDA allocator measures the true peak
 @pytest.mark.parametrize("backend_name", ["torch-math", "sdpa", "flash-attn", "flashinfer"])
 def test_memory_estimate_bounds_the_measured_gpu_peak(backend_name):
     """The estimate must be an upper bound of what a cell really allocates (check included)."""

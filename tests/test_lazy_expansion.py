@@ -7,7 +7,6 @@ libraries are not installed too (an attempt is recorded even when it fails)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path

@@ -14,6 +14,7 @@ from rich.console import Console
 
 from conftest import subprocess_env
 from harness import cli
+from harness.cli.summary import fmt
 from harness.report.terminal import tables as terminal
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -147,8 +148,8 @@ def test_run_summary_fits_and_keeps_every_number_and_name_whole(render, wide_row
     ran = [r for r in rows if str(r.status) in ("pass", "mismatch")]
     assert len(ran) == 12 and sum(map(len, cells.values())) == 12
     for r in ran:
-        nums = [terminal.fmt_time(r.timing.median_us), cli._fmt(r.metrics.tflops, ".3g"),
-                cli._fmt(r.metrics.tbps, ".3g"), cli._fmt(r.check.max_abs_err, ".2e")]
+        nums = [terminal.fmt_time(r.timing.median_us), fmt(r.metrics.tflops, ".3g"),
+                fmt(r.metrics.tbps, ".3g"), fmt(r.check.max_abs_err, ".2e")]
         assert r.case in cells, (r.case, list(cells))
         assert any(c.endswith(" ".join(nums)) for c in cells[r.case]), (nums, cells[r.case])
 
@@ -161,7 +162,7 @@ def test_validate_table_fits_and_keeps_case_names_and_figures_whole(render, suit
     rc, text = render(width, cli.main, ["validate", str(ROOT / "suites" / suite)])
     assert rc == 0 and "…" not in text
     assert max(len(ln) for ln in text.splitlines()) <= width
-    rows, name = [], None
+    rows = []
     for ln in text.splitlines():
         if not ln.startswith("│"):
             continue

@@ -5,7 +5,6 @@ clear one-line error instead of a traceback or rows filed under another backend'
 from __future__ import annotations
 
 import json
-import textwrap
 
 import pytest
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import math
 import re
 import statistics
 from pathlib import Path
@@ -407,14 +406,13 @@ def test_write_report_is_atomic_and_returns_path(tmp_path):
     assert p.exists() and not (tmp_path / "sub" / "r.html.tmp").exists()
 
 
-def test_committed_h200_report_is_current_and_compact():
-    page = ROOT / "reports" / "h200" / "2026-11-29" / "report.html"  # the committed page itself (skips once pruned)
-    if not page.exists():
-        pytest.skip("no committed H200 report")
-    text = page.read_text()
+def test_h200_page_has_every_section_whole_and_stays_compact(h200_page):
+    text = h200_page.read_text()
     assert re.findall(r'<section id="([\w-]+)"', text) == [i for i, _ in SECTIONS]
-    assert page.stat().st_size < 2_500_000
-    assert math.isfinite(len(text))
+    assert h200_page.stat().st_size < 2_500_000
+    # one whole document: every section opened is closed, and the page ends where HTML does
+    assert text.count("<section ") == text.count("</section>") == len(SECTIONS)
+    assert text.rstrip().endswith("</html>")
 
 
 def test_h200_page_in_a_browser(h200_page, driver):

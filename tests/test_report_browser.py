@@ -13,7 +13,7 @@ import pytest
 from browser_page import CHROMIUM, NO_CHROMIUM, check_page, severe
 from harness.cli import main
 
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
+pytestmark = [pytest.mark.browser, pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)]
 
 SUITE = """
 suite: browser

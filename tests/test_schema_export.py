@@ -6,20 +6,17 @@ from __future__ import annotations
 import csv
 import importlib.util
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-jsonschema = pytest.importorskip("jsonschema", reason="jsonschema validates the exported schemas (the test extra installs it)")
-
 from harness import cli
-from harness.records.results import read_header, read_rows
 from harness.records.formats import ROW_SCHEMA_VERSION, RUN_SCHEMA_VERSION
+from harness.records.results import read_header, read_rows
 from harness.records.schema import row_schema, suite_schema
+
+jsonschema = pytest.importorskip("jsonschema", reason="jsonschema validates the exported schemas (the test extra installs it)")
 
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE = ROOT / "ci" / "baselines" / "cpu-smoke"
@@ -59,7 +56,7 @@ def test_rows_and_run_json_carry_the_version(tmp_path):
 
 
 def test_every_committed_results_file_reads():
-    files = sorted({p.parent for p in (ROOT / "reports").rglob("results.jsonl*")} |
+    files = sorted({p.parent for p in (ROOT / "tests" / "data").rglob("results.jsonl*")} |
                    {p.parent for p in (ROOT / "ci" / "baselines").rglob("results.jsonl*")})
     assert files
     versions = set()

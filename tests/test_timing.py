@@ -319,7 +319,7 @@ def test_flush_method_options_and_cold_label():
 
 
 # ---------------------------------------------------------------- GPU only (skipped here; run on the GPU)
-cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+cuda = pytest.mark.gpu  # skipped without CUDA (tests/conftest.py)
 
 
 def test_eager_and_graph_rows_say_what_their_time_holds():

@@ -149,8 +149,6 @@ def test_stratified_sample_weights_cover_trace():
 
 def test_make_suite_and_cpu_replay(tmp_path):
     import json
-    import subprocess
-    import sys
     from harness.spec.trace.make_suite import main
     out = tmp_path / "t.yaml"
     assert main([str(DATA / "azure-llm-2023-conv.csv"), "--first", "30", "--rate-scale", "4",
@@ -202,8 +200,6 @@ def test_step_case_carries_shared_pages():
 
 def test_mooncake_slice_cascade_rows_pass_with_shared_tokens(tmp_path):
     import json
-    import subprocess
-    import sys
     from harness.spec.trace.make_suite import main
     out = tmp_path / "mc.yaml"
     assert main([str(DATA / "mooncake-fast25-conversation.jsonl"), "--first", "20", "--sample", "3",

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import subprocess_env
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "data" / "traces"

@@ -29,7 +29,7 @@ FA3_HEAD_BUCKETS: tuple[int, ...] = (64, 96, 128, 192, 256)  # FA3 rounds head d
 # fastest: the library's fastest documented call for the batch: decodes as one batched
 #   [B, 1, H, D] call (cache_seqlens, no cu_seqlens_q), the rest as a varlen call; the library's
 #   own num_splits heuristic; out= where available; FA3 scheduler metadata per call.
-from attn_contract.standalone import CALL_FORMS  # noqa: E402  (vllm, fastest)
+from attn_contract.standalone import CALL_FORMS  # noqa: E402,F401  (vllm, fastest; this package imports it from here)
 # vLLM's defaults behind its FA3 num_splits (FlashAttentionMetadataBuilder): cudagraph_mode
 # FULL_AND_PIECEWISE, max_cudagraph_capture_size 512, flash_attn_max_num_splits_for_cuda_graph 32.
 VLLM_MAX_CUDAGRAPH_TOKENS = 512

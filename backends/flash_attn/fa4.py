@@ -108,7 +108,7 @@ class FA4(FAGeneration):
     @classmethod
     def standalone_source(cls, config: AttentionConfig) -> tuple[str, str]:
         w = cls.window(config)
-        setup = f"""from flash_attn.cute import flash_attn_varlen_func  # FA4
+        setup = """from flash_attn.cute import flash_attn_varlen_func  # FA4
 
 q_all = q
 NUM_SPLITS = 1 if torch.cuda.get_device_capability()[0] == 9 else 0  # sm90: no split-KV

@@ -86,7 +86,7 @@ def select_fa_version(config: AttentionConfig | None, cc: tuple[int, int] | None
     if config is None:
         return order[0], why
     if usable is None:
-        def usable(v: int) -> str | None:  # noqa: E306 - the documented limits on this GPU
+        def usable(v: int) -> str | None:
             return hardware_reason(v, cc) or support_reason(v, config, cc, documented_features(v, True))
     rejected = []
     for v in order:

@@ -39,7 +39,7 @@ DEFAULT_VARIANT: dict[str, Any] = {"decode_tensor_cores": True, "prefill_backend
 # decodes with prefills goes through the paged prefill wrapper in ONE planned run() (one launch;
 # the tensor-core decode path is that same prefill kernel). On one-kind batches the two are the
 # same call, so the planner runs one cell for both.
-from attn_contract.standalone import CALL_FORMS  # noqa: E402  (vllm, fastest)
+from attn_contract.standalone import CALL_FORMS  # noqa: E402,F401  (vllm, fastest; this package imports it from here)
 
 ALIBI_REASON = (
     "ALiBi not supported: FlashInfer adds slope*(kv_idx - q_idx) with a request-local q index "

@@ -194,12 +194,9 @@ class FlashInferBackend(AttentionBackend):
         float workspace, what each wrapper's constructor allocates in flashinfer 0.6.18 (an 8 MiB
         int workspace and a 32768-entry int32 kv_lens buffer; read from its prefill.py/decode.py),
         and an allowance for what plan()/run() and FlashInfer's process-wide cached buffers take
-        that is not attributed yet. The allowance is measured, not derived: on the H200
-        (ci/mem_diag.py, reports/h200/2026-11-30/evening) every variant of the memory test's case
-        peaked at 578.7 MiB, 44 MiB over the counted terms for prefill_backend=fa2, and the first
-        cell of a process 33 MiB higher again (611.8 MiB). The peak did not depend on the variant,
-        so the allowance does not either. (0.6.18 has no vector-sparse index buffer: an earlier
-        64 MiB term for fa3/auto counted one and hid the gap on those variants only.)"""
+        that is not attributed yet. The allowance is measured, not derived, and does not depend on
+        the variant because the measured peak did not (docs/measurement.md §12). (0.6.18 has no vector-sparse index
+        buffer: an earlier 64 MiB term for fa3/auto counted one and hid the gap on those variants.)"""
         v = {**DEFAULT_VARIANT, **(variant or {})}
         ragged = not (config.causal or config.is_fp8_kv or v["prefill_backend"] == "cudnn")
         prefill_wrappers = 1 + (1 if ragged else 0)  # paged (+ ragged)

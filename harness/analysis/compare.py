@@ -151,9 +151,8 @@ def device_class(row: ResultRow) -> str:
     between two identical runs while graph-replayed rows stayed within ±0.5%) and they must not
     share, or widen, the graph-timed rows' noise band. Rows whose launches were not hidden behind
     the hold kernel (``timing.launch.hidden_frac`` below 0.5) time host work too and form
-    ``cuda/cuda_event/host-bound``, noise-dominated: on the H200 (2026-11-30 evening, the decode
-    suite twice on an otherwise idle machine) the batched sdpa rows, all host-bound, moved by
-    -14% to +155% while every graph-replayed FlashInfer row stayed within 4%."""
+    ``cuda/cuda_event/host-bound``, noise-dominated: such rows moved by far more between two
+    identical runs than graph-replayed ones (docs/measurement.md §12)."""
     dev = (row.device or "?").split(":")[0]
     if row.timing is None:
         return f"{dev}/?"

@@ -62,7 +62,7 @@ def plain_counterpart(backend: str) -> str | None:
         return None
     try:
         return cls.capabilities({}).plain_counterpart
-    except Exception:  # noqa: BLE001  a backend that cannot describe itself pairs with nothing
+    except Exception:
         return None
 
 

@@ -81,12 +81,12 @@ def measure_ceilings(device: torch.device, reps: int = 10) -> Ceilings:
         dst = torch.empty_like(src)
         for _ in range(3):
             dst.copy_(src)
-        copy_ms = _median_event_ms(lambda: dst.copy_(src), reps)
+        copy_ms = _median_event_ms(lambda: dst.copy_(src), reps)  # noqa: F821  (deleted later; the lambda runs before)
         del dst
         flt = src.view(torch.float32)
         sink = torch.zeros((), dtype=torch.float32, device=device)
         torch.sum(flt, dim=0, out=sink)
-        read_ms = _median_event_ms(lambda: torch.sum(flt, dim=0, out=sink), reps)
+        read_ms = _median_event_ms(lambda: torch.sum(flt, dim=0, out=sink), reps)  # noqa: F821  (deleted later; the lambda runs before)
         del src, flt
         g = torch.Generator(device=device).manual_seed(0)
         a = torch.randn(MATMUL_N, MATMUL_N, device=device, dtype=torch.bfloat16, generator=g)
@@ -94,7 +94,7 @@ def measure_ceilings(device: torch.device, reps: int = 10) -> Ceilings:
         c = torch.empty_like(a)
         for _ in range(3):
             torch.matmul(a, b, out=c)
-        mm_ms = _median_event_ms(lambda: torch.matmul(a, b, out=c), reps)
+        mm_ms = _median_event_ms(lambda: torch.matmul(a, b, out=c), reps)  # noqa: F821  (deleted later; the lambda runs before)
         del a, b, c
         torch.cuda.empty_cache()
     return Ceilings(

@@ -21,7 +21,7 @@ from attn_contract import AttentionConfig, CommonAttentionMetadata
 from attn_contract.status import Status
 
 if TYPE_CHECKING:
-    from harness.records.results import ResultRow  # noqa: F401
+    from harness.records.results import ResultRow
 
 # ---------------------------------------------------------------- decision rule
 

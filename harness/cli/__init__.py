@@ -13,20 +13,13 @@ The names below are the package's public surface (programs and tests import them
 from __future__ import annotations
 
 from harness.cli.clock import PROCESS_T0  # noqa: F401  (first: run.json's wall_s counts the imports)
-
-
-from harness.cli.common import (  # noqa: E402
-    CONSOLE as console, ERR_CONSOLE as err_console, EXIT_USAGE, RESULTS_FILE, UsageError, spec_error as _spec_error)
-from harness.cli.commands.listing import list_backends  # noqa: E402
-from harness.cli.entry import Terminated, main, resume_command  # noqa: E402
-from harness.cli.parser import COMMANDS, build_parser  # noqa: E402
-from harness.cli.run import (  # noqa: E402
-    check_out_path as _check_out_path, pick_device as _pick_device)
-from harness.cli.summary import (  # noqa: E402
-    fmt as _fmt, letter_ids as _ids, print_summary, reason_kind as _reason_kind, record_wall_time as _record_wall_time,
-    wall_breakdown)
-from harness.cli.flags import configure_logging  # noqa: E402
-from harness.cli.run_flags import RunFlags  # noqa: E402
+from harness.cli.common import CONSOLE as console, ERR_CONSOLE as err_console, EXIT_USAGE, RESULTS_FILE, UsageError
+from harness.cli.commands.listing import list_backends
+from harness.cli.entry import Terminated, main, resume_command
+from harness.cli.parser import COMMANDS, build_parser
+from harness.cli.summary import print_summary, wall_breakdown
+from harness.cli.flags import configure_logging
+from harness.cli.run_flags import RunFlags
 
 __all__ = ["COMMANDS", "EXIT_USAGE", "RESULTS_FILE", "RunFlags", "Terminated", "UsageError", "build_parser",
            "configure_logging", "console", "err_console", "list_backends", "main", "print_summary",

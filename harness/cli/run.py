@@ -40,8 +40,8 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     t_start = time.perf_counter()
     # torch.cuda.is_available() asks NVML, not the CUDA driver, so choosing the device does not
-    # initialise CUDA in this process (0.2 s on the H200 machine, 2026-12-02); a worker
-    # inherits the setting, harmless there.
+    # initialise CUDA in this process (0.2 s, docs/measurement.md §12); a worker inherits the setting, harmless
+    # there.
     os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
     flags = RunFlags.from_args(args)
     suite_path = flags.suite

@@ -154,9 +154,8 @@ def explain(harness_us: float, ref_us: float, here: dict[str, Any] | None, kerne
         if comps["here_vs_outside"]["off"]:
             because.append(f"here vs outside {h / ref_us:.3f}: the timers disagree on one call in one process")
     # The GPU's clock during the timers (NVML, before/after each): the outside timers repeat the
-    # call for 100+ ms, the harness samples for a few ms. On the H200 (2026-12-02) the SM clock
-    # fell from 1980 to ~1455-1575 MHz during bench_gpu_time / do_bench_cudagraph (power limit)
-    # while the harness's own timer ran at 1980 MHz: FA rows then read 7-15% slower outside.
+    # call for 100+ ms, the harness samples for a few ms, and a power-limited SM clock makes
+    # rows read slower outside (docs/measurement.md §12).
     def mhz(rec: dict[str, Any] | None) -> list[float]:
         c = (rec or {}).get("sm_clock_mhz")
         return [x for x in c.values() if isinstance(x, (int, float))] if isinstance(c, dict) else []  # CPU: a note

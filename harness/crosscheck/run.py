@@ -83,7 +83,7 @@ def build_call(inputs: str, call_source: str) -> Callable[[], None]:
     """Run the inputs source (the repro's draws) and the call's setup once; return the call as a
     function of no arguments."""
     ns: dict[str, Any] = {"__name__": "__crosscheck__"}
-    exec(compile(inputs, "<crosscheck inputs>", "exec"), ns)  # noqa: S102 - our own repro source
+    exec(compile(inputs, "<crosscheck inputs>", "exec"), ns)
     return build_call_in(ns, call_source)
 
 
@@ -91,9 +91,9 @@ def build_call_in(ns: dict[str, Any], call_source: str) -> Callable[[], None]:
     """Run the call's setup once in ``ns`` (the inputs already bound); return the call as a
     function of no arguments."""
     setup, call = split_call(call_source)
-    exec(compile(setup, "<crosscheck setup>", "exec"), ns)  # noqa: S102 - the backend's own hook source
+    exec(compile(setup, "<crosscheck setup>", "exec"), ns)
     body = "\n".join("    " + ln if ln.strip() else "" for ln in call.splitlines())
-    exec(compile(f"def _crosscheck_call():\n{body}\n    return None\n", "<crosscheck call>", "exec"), ns)  # noqa: S102
+    exec(compile(f"def _crosscheck_call():\n{body}\n    return None\n", "<crosscheck call>", "exec"), ns)
     return ns["_crosscheck_call"]
 
 
@@ -276,14 +276,14 @@ def retime_row(row: ResultRow, tol: float, suite: str | None, min_run_s: float,
         # timers; the profiler last (its tracer stays out of every timed figure).
         try:
             adapter: dict[str, Any] | None = ex.with_clocks(
-                dev, on_gpu, lambda: ex.time_adapter(backend, variant, batch, dev, timing.options))
+                dev, on_gpu, lambda: ex.time_adapter(backend, variant, batch, dev, timing.options))  # noqa: F821  (deleted later; the lambda runs before)
             adapter_error = None
         except Exception as e:
             adapter, adapter_error = None, f"failed: {_first_line(e)}"
         del batch
         gc.collect()
         try:
-            here: dict[str, Any] | None = ex.with_clocks(dev, on_gpu, lambda: ex.time_here(fn, dev, timing.options, graph))
+            here: dict[str, Any] | None = ex.with_clocks(dev, on_gpu, lambda: ex.time_here(fn, dev, timing.options, graph))  # noqa: F821  (deleted later; the lambda runs before)
             here_error = None
         except Exception as e:
             here, here_error = None, f"failed: {_first_line(e)}"
@@ -295,12 +295,12 @@ def retime_row(row: ResultRow, tol: float, suite: str | None, min_run_s: float,
                     unused[name] = t
                     continue
                 try:
-                    outside[name] = ex.with_clocks(dev, True, lambda t=t: t(fn))
+                    outside[name] = ex.with_clocks(dev, True, lambda t=t: t(fn))  # noqa: F821  (deleted later; the lambda runs before)
                 except Exception as e:
                     unused[name] = f"failed: {_first_line(e)}"
         else:
             clock = "process" if timing.method == "process_time" else "wall"
-            outside["torch.utils.benchmark.Timer"] = ex.with_clocks(dev, False, lambda: time_cpu(fn, clock, min_run_s))
+            outside["torch.utils.benchmark.Timer"] = ex.with_clocks(dev, False, lambda: time_cpu(fn, clock, min_run_s))  # noqa: F821  (deleted later; the lambda runs before)
         kernel: dict[str, Any] | str = ex.NA_CPU
         if on_gpu:
             try:

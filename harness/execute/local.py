@@ -122,7 +122,7 @@ def _log_rows(rows: Iterator[ResultRow]) -> Iterator[ResultRow]:
 
 class InProcessExecutor:
     """``--no-isolation``: the cells run in this process, one case after another (no worker, no
-    timeout, no crash protection), with the memory planner (harness/executor_api.Executor)."""
+    timeout, no crash protection), with the memory planner (harness.execute.api.Executor)."""
 
     reports_versions = False  # the parent probes the versions itself
     t_all_ready: float | None = None
@@ -164,7 +164,7 @@ class InProcessExecutor:
 
 class LocalExecutor:
     """Isolated worker processes, one per ``--devices`` entry, cases spread over them (see the
-    module docstring; harness/executor_api.Executor). ``isolation=False`` hands the cells to
+    module docstring; harness.execute.api.Executor). ``isolation=False`` hands the cells to
     ``InProcessExecutor``."""
 
     def __init__(self, suite: Suite, opts: RunOptions, exec_opts: ExecOptions):

@@ -94,7 +94,7 @@ def _first_line(e: BaseException) -> str:
 
 
 class RayExecutor:
-    """The ``--ray`` executor (harness/executor_api.Executor): Ray places the cases."""
+    """The ``--ray`` executor (harness.execute.api.Executor): Ray places the cases."""
 
     queue = None
     reports_versions = False  # each actor's worker knows them; the driver probes them itself

@@ -77,8 +77,7 @@ class CaseQueues:
     """One queue of cases (lists of cells) shared by every worker, largest estimated cost
     first: a worker that goes idle takes the next case (dynamic LPT). A static split by
     estimate (the first version here) left one GPU running its last cases while the other
-    idled whenever the estimate was off (H200 decode-2gpu, 2026-11-30: 1.52x on two GPUs);
-    with the queue the tail is at most one case whatever the estimate's error, and the
+    idled whenever the estimate was off (docs/measurement.md §12); with the queue the tail is at most one case whatever the estimate's error, and the
     estimate only orders the cases. ``slot`` arguments name the worker for the summary."""
 
     queue: collections.deque = field(default_factory=collections.deque)

@@ -30,7 +30,7 @@ def _driver_version(idx: int) -> str | None:
     """The driver version: nvidia-ml-py (pip install 'attn-harness[gpu]') where installed, else
     nvidia-smi (a process start)."""
     try:
-        import pynvml  # type: ignore[import-not-found]
+        import pynvml
 
         pynvml.nvmlInit()
         v = pynvml.nvmlSystemGetDriverVersion()

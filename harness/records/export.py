@@ -73,7 +73,9 @@ def export(paths: list[str | Path], csv: str | Path | None = None, parquet: str 
         df = _file_ready(flat_frame(paths))
     except (FileNotFoundError, ValueError) as e:
         raise ExportError(str(e)) from None
-    out = Path(csv if csv is not None else parquet)
+    target = csv if csv is not None else parquet
+    assert target is not None  # exactly one was given (checked above)
+    out = Path(target)
     with atomic_path(out) as tmp:  # written whole, then renamed: never half a file
         if csv is not None:
             df.to_csv(tmp, index=False)

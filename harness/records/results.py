@@ -141,7 +141,7 @@ class Metrics(Payload):
     ``harness.case.metrics.Work`` lands here without touching this model."""
 
     model_config = ConfigDict(strict=True, extra="allow")
-    __pydantic_extra__: dict[str, int | float | None] = Field(init=False)  # type: ignore[assignment]
+    __pydantic_extra__: dict[str, int | float | None] = Field(init=False)
 
     flops: float
     bytes: float
@@ -183,7 +183,7 @@ class Call(Payload):
     always). The keys the harness writes or reads itself are typed fields."""
 
     model_config = ConfigDict(strict=True, extra="allow")
-    __pydantic_extra__: dict[str, Any] = Field(init=False)  # type: ignore[assignment]
+    __pydantic_extra__: dict[str, Any] = Field(init=False)
 
     compare_with: str | None = None  # cascade backends: the plain backend to compare against
     # vLLM's cascade decision rule for the batch (harness/cell/cascade.py), on cascade backends' rows.

@@ -113,7 +113,7 @@ def build_sections(loaded: Loaded, only: Iterable[str] | None = None) -> list[Re
         r = Rendered(spec.id, spec.title, spec.looked_for, spec.collapsed, answer=spec.order < 100)
         try:
             r.blocks = [_view(b) for b in spec.fn(df) or []]
-        except Exception as e:  # noqa: BLE001  a broken section must not hide the others
+        except Exception as e:
             r.error = f"{type(e).__name__}: {e}"
             r.blocks = [{"kind": "text", "cls": "warn", "text": f"This section failed: {r.error}"},
                         {"kind": "text", "cls": "error", "text": traceback.format_exc(limit=3)}]

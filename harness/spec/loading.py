@@ -57,7 +57,7 @@ def load_suite(path: str | Path, override: dict[str, Any] | None = None) -> Suit
     except (OSError, UnicodeDecodeError) as e:
         raise SpecError(f"{path}: cannot read: {e}") from None
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)
     except RecursionError:
         raise SpecError(f"{path}: malformed YAML: nested too deeply") from None
     except yaml.YAMLError as e:

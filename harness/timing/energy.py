@@ -27,9 +27,8 @@ from typing import Any, Callable
 import torch
 
 NVML_SUCCESS = 0
-# Off unless asked for: 0.1 s windows (the old default) gave J/call that differed by a median
-# 12.6% (p90 55%) between two identical H200 runs and mean powers above the board's 700 W
-# (reports/h200/2026-12-01/decode-minute, docs/measurement.md), while costing 0.1 s per cell.
+# Off unless asked for: 0.1 s windows (the old default) gave J/call that did not repeat between
+# two identical runs and mean powers above the board's limit (docs/measurement.md §12), while costing 0.1 s per cell.
 DISABLED = "off (--energy-window 0, the default): pass --energy-window SECONDS, e.g. 1 (docs/measurement.md: Energy)"
 NVML_CLOCK_SM = 1
 

@@ -160,8 +160,8 @@ def _time_cuda(fn: Callable[[], object], device: torch.device, opts: TimingOptio
 
     # Rough GPU time of one call picks how many calls a sample holds: the least of three, since
     # whatever disturbs a sample (a host gap the hold did not cover, a clock still ramping up)
-    # only lengthens it. The median let two disturbed samples set 1 call per sample on a 15.7 us
-    # call that took 11 in the run before (H200, 2026-12-02 decode-minute: +17.6% per call).
+    # only lengthens it. The median let two disturbed samples set too few calls per sample
+    # (docs/measurement.md §12).
     k = calls_from_estimates([sampler.sample(fn, hold_for(host_call_s))[0] for _ in range(3)], opts)
 
     graph_info: dict[str, Any] = {"used": False, "reason": decision.reason, "required": decision.required,

@@ -4,7 +4,6 @@ the harness timer's samples (one round each), not a wall clock of its own."""
 from __future__ import annotations
 
 import json
-import statistics
 import subprocess
 import sys
 from pathlib import Path

@@ -321,7 +321,7 @@ class _SplitKVImpl(_MaskedMathImpl):
             return super().attend(sc, v, sinks)
         bounds = torch.linspace(0, sc.shape[-1], n + 1).round().long().tolist()
         o = lse = None
-        for k, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):
+        for a, b in zip(bounds[:-1], bounds[1:]):
             if b <= a:
                 continue
             # Sinks belong to exactly one partial (the first).

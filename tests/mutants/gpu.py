@@ -5,7 +5,7 @@ backend; the module defines them for flash-attn (FA2 and FA3 variants) and Flash
 default variant), named e.g. ``mutants.gpu:FlashAttn_TopLeftCausal``.
 
 On the H200, ``harness run suites/conformance-gpu-mutants.yaml --backends "$(python3 tests/mutants/gpu.py)"``
-runs all of them (``SPECS``; reports/h200/2026-11-30/evening/mutants)
+runs all of them (``SPECS``)
 and ``python tests/mutants/verdict.py RESULTS`` requires each to be flagged ``mismatch`` on at
 least one cell it ran. On the CPU, tests/test_mutants.py wraps torch-math with the same code.
 """

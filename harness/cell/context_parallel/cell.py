@@ -99,8 +99,8 @@ def simulated_forward(backend: type[AttentionBackend], variant: dict[str, Any], 
         partials = [rank_partial(backend, variant, part, degree, r, sharding, device) for r in range(degree)]
         infos += [{**p[2], "tp_rank": t} for p in partials]
         for name in combines:
-            res = run_simulated(degree, lambda comm: combine_rank(partials[comm.rank][0], partials[comm.rank][1],
-                                                                  comm, name))
+            res = run_simulated(degree, lambda comm: combine_rank(partials[comm.rank][0], partials[comm.rank][1],  # noqa: B023  (called at once, in this iteration)
+                                                                  comm, name))  # noqa: B023  (called at once, in this iteration)
             merged[name].append(res[0])
     return {c: (torch.cat([o for o, _ in v], 1), torch.cat([l for _, l in v], 1)) for c, v in merged.items()}, infos
 

@@ -1,7 +1,7 @@
 """A worker's library imports on a thread, so its first cells start at once.
 
-FlashAttention's import (the CuTe DSL behind FA4) took 10.8 s of an H200 worker's start
-(reports/h200/2026-12-01, decode-minute): no cell ran before it was done. Here the worker is ready
+FlashAttention's import (the CuTe DSL behind FA4) takes seconds of a worker's start (docs/measurement.md §12):
+no cell ran before it was done. Here the worker is ready
 as soon as torch and its CUDA context are and imports the modules each backend declares slow
 (``AttentionBackend.library_modules``) on a thread, meanwhile running the cells of every backend
 whose modules are in; the rest of a case goes back to the parent's queue (``CasePartDeferred``)

@@ -25,14 +25,14 @@ def pairs(df: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     casc = t[t["call.compare_with"].notna() & (t["call.compare_with"].astype(str) != "")]
     recs = []
-    for (suite, case, lab), c in casc.groupby(["suite", "case", "label"], sort=False):
+    for (suite, case, _label), c in casc.groupby(["suite", "case", "label"], sort=False):
         first = c.iloc[0]
         plain = t[(t["suite"] == suite) & (t["case"] == case) & (t["backend"] == first["call.compare_with"])]
         if plain.empty:
             recs.append({"_cascade": first, "_c": c, "_plain": None})
             continue
         cv = _variant(first)
-        agree = plain[plain.apply(lambda p: all(_variant(p).get(k, v) == v for k, v in cv.items()), axis=1)]
+        agree = plain[plain.apply(lambda p: all(_variant(p).get(k, v) == v for k, v in cv.items()), axis=1)]  # noqa: B023  (called at once, in this iteration)
         pool = agree if not agree.empty else plain
         best_lab = pool.groupby("label")["median"].median().idxmin()
         recs.append({"_cascade": first, "_c": c, "_plain": pool[pool["label"] == best_lab]})

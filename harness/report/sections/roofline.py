@@ -134,7 +134,7 @@ def roofline(df: pd.DataFrame) -> list[Block]:
             above.append({"reason": letter, "case": r.case_id, "backend [variant]": r.short, "FLOP/byte": f"{r.I:.3g}",
                           "TFLOP/s": f"{r.tf:.3g}", "roof TFLOP/s": f"{cap:.3g}",
                           "above by": f"{(r.tf / cap - 1) * 100:.1f}%", "why": why})
-        for why, letter in reasons.items():
+        for letter in reasons.values():
             first = next(a for a in above if a["reason"] == letter)
             ax.annotate(f"{letter}: above the roof (table below)", (float(first["FLOP/byte"]), float(first["TFLOP/s"])),
                         textcoords="offset points", xytext=(-150, 14 + 12 * "ABCDEFGH".index(letter)), fontsize=7,

@@ -56,7 +56,7 @@ def variant_axes(df: pd.DataFrame) -> list[Block]:
         pv = pv[[v for v in values if v in pv.columns]]
         best = pv.min(axis=1)
         rows = []
-        for (suite, case, oth), r in pv.iterrows():
+        for (_suite, case, oth), r in pv.iterrows():
             i = info.loc[case]
             rec = {"case": i["case_id"], "shape": i["shape"], "batch": f"{i['n_req']:.0f}" if math.isfinite(i["n_req"]) else "",
                    "context mean": fmt_tokens(i["ctx_mean"])}

@@ -50,7 +50,7 @@ def model_answer_lines(rows: Sequence[ResultRow], ids: dict[tuple[str, str], str
 
 def model_setting_lines(rows: Sequence[ResultRow]) -> list[str]:
     """One line per model and TP degree: the vLLM and SGLang setting for all its layers, its
-    kinds of layer weighted by layer count (harness/engine_export.py's model_settings)."""
+    kinds of layer weighted by layer count (harness/analysis/per_model.py's model_settings)."""
     from harness.analysis.callform_gap import DEFAULT_CALL_FORM, only_call_form
     from harness.analysis.per_model import model_settings
 

@@ -116,7 +116,7 @@ def _from_hub(repo: str) -> ModelAttention | None:
         return None
     try:
         path = hub.hf_hub_download(repo, "config.json", cache_dir=cache)
-    except Exception as e:  # noqa: BLE001  no network, gated repo, no such repo: one clear error
+    except Exception as e:
         raise ModelError(f"model: {repo}: download of config.json failed: {type(e).__name__}: {str(e)[:200]}") from None
     return read_config(path, model_id=repo)
 

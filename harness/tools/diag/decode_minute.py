@@ -26,9 +26,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[3]  # the checkout: suites/ and the results it reads
-
 from harness.records.results import ResultRow, Status, read_header, read_rows
+
+ROOT = Path(__file__).resolve().parents[3]  # the checkout: suites/ and the results it reads
 
 WALL_TARGET_S = 60.0
 FIRST_CASE_TARGET_S = 5.0

@@ -121,8 +121,7 @@ def interval_stats(intervals: list[tuple[float, float, str]], calls: int) -> dic
     sum_us:  the durations added up. Counts twice any time two kernels overlap, as with
              programmatic dependent launch (PDL, FA3 on Hopper): a dependent kernel starts, and
              its recorded duration begins, while its predecessor's last blocks still run
-             (2026-11-30: the sum exceeded the graph-timed figure by 4.5-9.8% on FA3/FA4 decode
-             only, growing with the cell; FlashInfer agreed; overlap suspected, not confirmed).
+             (docs/measurement.md §12).
     busy_us: the union of the intervals: time the device had at least one of the call's kernels
              running, overlaps counted once and the gaps between kernels left out. The gated
              figure: the harness's stream time can only exceed it by the launch gaps.
@@ -400,7 +399,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     if not args.time_budget > 0 or not args.total_budget > 0:
         print("error: --time-budget and --total-budget must be positive seconds", file=sys.stderr)
         return 2
-    device = torch.device("cuda", torch.cuda.current_device())  # indexed, as harness/cli.py makes it
+    device = torch.device("cuda", torch.cuda.current_device())  # indexed, as harness/cli/run.py's pick_device makes it
     try:
         suite = load_suite(args.suite) if args.suite else parse_suite(BUILTIN, "<built-in fidelity suite>")
     except SpecError as e:
