@@ -11,6 +11,8 @@ flashmla (``tokenspeed-flashmla``, module ``flash_mla``): ``get_mla_metadata`` +
 
 from __future__ import annotations
 
+from functools import partial
+
 from typing import Any
 
 import torch
@@ -149,21 +151,21 @@ def run_fa3(rec: Recorder) -> None:
         for q_len in (1, 4):
             lens = lengths(8, q_len, 3000, gen, must=(q_len, 63, 128, 129))
             rec.attempt("fa3_mla_contiguous", dict(heads=heads, q_len=q_len, kv_lens=lens),
-                        lambda: fa3_contiguous(heads, q_len, lens, False))
+                        partial(fa3_contiguous, heads, q_len, lens, False))
             rec.attempt("fa3_mla_varlen", dict(heads=heads, q_len=q_len, kv_lens=lens, num_splits=0),
-                        lambda: fa3_varlen(heads, q_len, lens, 0, False))
+                        partial(fa3_varlen, heads, q_len, lens, 0, False))
             rec.attempt("fa3_mla_varlen_views", dict(heads=heads, q_len=q_len, kv_lens=lens, num_splits=0),
-                        lambda: fa3_varlen(heads, q_len, lens, 0, False, views=True))
+                        partial(fa3_varlen, heads, q_len, lens, 0, False, views=True))
     for heads in (16, 128):
         rec.attempt("fa3_mla_contiguous_timed", dict(heads=heads, q_len=1, kv_lens="64 x 8192"),
-                    lambda: fa3_contiguous(heads, 1, [8192] * 64, True))
+                    partial(fa3_contiguous, heads, 1, [8192] * 64, True))
         for splits in (0, 1):
             rec.attempt("fa3_mla_varlen_timed", dict(heads=heads, q_len=1, kv_lens="64 x 8192", num_splits=splits),
-                        lambda: fa3_varlen(heads, 1, [8192] * 64, splits, True))
+                        partial(fa3_varlen, heads, 1, [8192] * 64, splits, True))
     for page in (1, 16, 64):
-        rec.attempt("fa3_mla_paged", dict(page=page), lambda: fa3_paged(page))
+        rec.attempt("fa3_mla_paged", dict(page=page), partial(fa3_paged, page))
     rec.attempt("fa3_mla_fp8_contiguous", dict(heads=16), fa3_fp8)
-    rec.attempt("fa3_prefill_192_128", dict(lens=[1024, 3072], heads=16), lambda: fa3_prefill_192_128([1024, 3072]))
+    rec.attempt("fa3_prefill_192_128", dict(lens=[1024, 3072], heads=16), partial(fa3_prefill_192_128, [1024, 3072]))
 
 
 def flashmla_attempt(heads: int, q_len: int, kv_lens: list[int], time_it: bool) -> dict[str, Any]:
@@ -199,7 +201,7 @@ def run_flashmla(rec: Recorder) -> None:
         for q_len in (1, 4):
             lens = lengths(8, q_len, 3000, gen, must=(q_len, 63, 128, 129))
             rec.attempt("flashmla_decode_bf16", dict(heads=heads, q_len=q_len, page=64, kv_lens=lens),
-                        lambda: flashmla_attempt(heads, q_len, lens, False))
+                        partial(flashmla_attempt, heads, q_len, lens, False))
     for heads in (16, 128):
         rec.attempt("flashmla_decode_bf16_timed", dict(heads=heads, q_len=1, page=64, kv_lens="64 x 8192"),
-                    lambda: flashmla_attempt(heads, 1, [8192] * 64, True))
+                    partial(flashmla_attempt, heads, 1, [8192] * 64, True))

@@ -4,6 +4,8 @@ ragged prefill with head_dim_qk 192 / head_dim_vo 128 (vLLM's MLA prefill shape)
 
 from __future__ import annotations
 
+from functools import partial
+
 import inspect
 from typing import Any
 
@@ -146,17 +148,17 @@ def run(rec: Recorder) -> None:
                                                                2 * page, 2 * page + 1))
                     rec.attempt("mla_decode_bf16", dict(backend=backend, heads=heads, page=page, q_len=q_len,
                                                         kv_lens=lens),
-                                lambda: decode_attempt(backend, heads, page, q_len, lens, False, seed=page + q_len))
+                                partial(decode_attempt, backend, heads, page, q_len, lens, False, seed=page + q_len))
     for backend in ("fa2", "fa3"):  # the timing shape of the issue: 64 requests x 8k
         for heads in (16, 128):
             rec.attempt("mla_decode_bf16_timed", dict(backend=backend, heads=heads, page=64, q_len=1,
                                                       kv_lens="64 x 8192"),
-                        lambda: decode_attempt(backend, heads, 64, 1, [8192] * 64, True, seed=1))
+                        partial(decode_attempt, backend, heads, 64, 1, [8192] * 64, True, seed=1))
     for backend in ("fa2", "fa3"):
         for how in ("scale_kwargs", "fold", "fp8_q"):
             rec.attempt("mla_decode_fp8", dict(backend=backend, how=how, heads=16, page=64, q_len=1,
                                                kv_lens="16 x 2048"),
-                        lambda: fp8_attempt(backend, how, 16, 64, 1, [2048] * 16))
+                        partial(fp8_attempt, backend, how, 16, 64, 1, [2048] * 16))
     # The adapter's exact inputs: q and the latent as one 576-wide tensor each, cut by views.
     for backend in ("fa2", "fa3"):
         for page in (1, 64):
@@ -164,10 +166,10 @@ def run(rec: Recorder) -> None:
                 lens = lengths(8, q_len, 3000, gen, must=(q_len, 2 * page + 1))
                 rec.attempt("mla_decode_bf16_views", dict(backend=backend, heads=16, page=page, q_len=q_len,
                                                           kv_lens=lens),
-                            lambda: decode_attempt(backend, 16, page, q_len, lens, False, seed=5, views=True))
+                            partial(decode_attempt, backend, 16, page, q_len, lens, False, seed=5, views=True))
         rec.attempt("mla_decode_fp8_views", dict(backend=backend, how="q_scaled", heads=16, page=64, q_len=1,
                                                  kv_lens="16 x 2048"),
-                    lambda: fp8_attempt(backend, "q_scaled", 16, 64, 1, [2048] * 16, views=True))
+                    partial(fp8_attempt, backend, "q_scaled", 16, 64, 1, [2048] * 16, views=True))
     for backend in ("fa2", "fa3"):
         rec.attempt("ragged_prefill_192_128", dict(backend=backend, lens=[1024, 3072], heads=16),
-                    lambda: ragged_192_128(backend, [1024, 3072]))
+                    partial(ragged_192_128, backend, [1024, 3072]))

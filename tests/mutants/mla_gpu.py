@@ -28,8 +28,8 @@ import torch
 if __package__ in (None, ""):  # run as a script: make ``mutants`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from attn_contract import MLA_ABSORBED, AttentionBackend  # noqa: E402
-from mutants.gpu import Bug, PageOffByOne, make_mutant  # noqa: E402
+from attn_contract import MLA_ABSORBED, AttentionBackend
+from mutants.gpu import Bug, PageOffByOne, make_mutant
 
 _MOD = "mutants.mla_gpu"
 
