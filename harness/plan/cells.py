@@ -44,6 +44,8 @@ class RunOptions:
     collapse_variants: bool = True  # one cell where variant axes cannot apply (--all-variants: off)
     # Extra pre-run check (e.g. the memory planner of harness.plan.memory): a reason to skip, or None.
     fit_check: Callable[["Cell"], str | None] | None = None
+    # Whether a case's cells fit in memory prepared at once (interleaved sampling), or why not.
+    fit_together: Callable[[list["Cell"]], str | None] | None = None
 
 
 @dataclass

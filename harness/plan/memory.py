@@ -191,6 +191,34 @@ def fit_reason(est: MemoryEstimate, budget: int, device: torch.device) -> str | 
             f" (largest term: {top} {terms[top] / MiB:,.0f} MiB)")
 
 
+def together_reason(ests: list[MemoryEstimate], budget: int, device: torch.device) -> str | None:
+    """None when the cells of one case fit in memory all prepared at once (interleaved sampling
+    holds them together), else why not. Asked once the case's batch and reference exist, so
+    ``budget`` (what is free now) already lacks the shared part: every cell's own part counts."""
+    if not ests:
+        return None
+    need = sum(e.cell for e in ests)
+    if need <= budget:
+        return None
+    where = "free GPU memory" if device.type == "cuda" else "the CPU memory budget"
+    return f"{len(ests)} cells together: estimated {need / MiB:,.0f} MiB > {budget / MiB:,.0f} MiB of {where}"
+
+
+def make_fit_together(device: torch.device, check: bool, budget_mib: float | None = None,
+                      cpu_share: int = 1) -> Callable[[list[Any]], str | None]:
+    """A ``RunOptions.fit_together``: whether one case's cells fit prepared at once, in what is
+    free now (the case's batch and reference already made)."""
+
+    def fit_together(cells: list[Any]) -> str | None:
+        if not cells:
+            return None
+        layout = case_layout(cells[0].case)
+        ests = [estimate(c.case, c.backend, c.variant, device.type, check, layout) for c in cells]
+        return together_reason(ests, available_bytes(device, budget_mib, cpu_share), device)
+
+    return fit_together
+
+
 def make_fit_check(device: torch.device, check: bool, budget_mib: float | None = None,
                    cpu_share: int = 1) -> Callable[[Any], str | None]:
     """A ``RunOptions.fit_check``: estimates each cell and compares it with memory free now."""

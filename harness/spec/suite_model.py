@@ -452,6 +452,8 @@ class Suite(_Strict):
     cases: list[CaseSpec]
     source: str = ""
     notes: list[str] = []  # what a converted file (a vLLM study) left out, and why
+    # The GPU clock regime its cells are timed in (burst | sustained; --clock-regime overrides it).
+    clock_regime: Literal["burst", "sustained"] | None = None
 
     @field_validator("suite")
     @classmethod
