@@ -89,8 +89,9 @@ def test_engine_tables():
     assert sglang_setting("flashinfer", {"prefill_backend": "fa3"})["exact"] is False
     assert sglang_setting("torch-math", {}) is None
     assert sglang_flags("fa3", "fa3") == "--attention-backend fa3"
-    assert [from_vllm_name(n) for n in ("FLASH_ATTN", "flash", "FLASHINFER", "TRITON_ATTN", "FLASHMLA")] == [
-        "flash-attn", "flash-attn", "flashinfer", None, None]
+    assert [from_vllm_name(n) for n in ("FLASH_ATTN", "flash", "FLASHINFER", "TRITON_ATTN", "FLASHMLA",
+                                        "FLASH_ATTN_MLA", "FLASHINFER_MLA")] == [
+        "flash-attn", "flash-attn", "flashinfer", None, "flashmla", "flash-attn-mla", None]
 
 
 @pytest.mark.parametrize("engine, want", [("vllm", "--attention-backend FLASHINFER"),

@@ -370,7 +370,12 @@ def test_family_reasons_follow_flashinfer_rules():
     assert "ragged" in reason({"prefill_backend": "cutlass"})  # causal: the paged wrapper has no cutlass
     assert reason({"prefill_backend": "cutlass"}, causal=False) is None
     assert "not wired" not in (reason({"prefill_backend": "auto"}) or "")
-    assert "element offsets" in reason({"prefill_backend": "cudnn"})
+    cudnn_p = {"prefill_backend": "cudnn"}
+    assert reason(cudnn_p) is None and reason(cudnn_p, causal=False) is None  # wired: bf16, head 128
+    assert "BFLOAT16" in reason(cudnn_p, dtype="float16")
+    assert "fp8" in reason(cudnn_p, kv_cache_dtype="fp8_e4m3")
+    assert "window" in reason(cudnn_p, sliding_window=128) and "soft-cap" in reason(cudnn_p, softcap=30.0)
+    assert "head dim 128" in reason(cudnn_p, head_size=64)
     assert "unknown decode_backend" in reason({"decode_backend": "fa9"})
 
 
@@ -387,6 +392,7 @@ def test_family_architectures_as_flashinfer_checks_them():
 
 def test_family_capabilities_and_memory():
     from backends.flashinfer.decode_kernels import TRTLLM_WORKSPACE_BYTES
+    from backends.flashinfer.prefill_kernels import CUDNN_PREFILL_WORKSPACE_BYTES
 
     assert FlashInferBackend.capabilities().returns_lse
     for name in ("xqa", "trtllm-gen", "cudnn"):
@@ -396,9 +402,42 @@ def test_family_capabilities_and_memory():
     assert (FlashInferBackend.workspace_bytes(cfg, {"decode_backend": "xqa"})
             - FlashInferBackend.workspace_bytes(cfg, {}) == TRTLLM_WORKSPACE_BYTES)
     assert FlashInferBackend.standalone_call(cfg, {"decode_backend": "xqa"}) is None
+    assert FlashInferBackend.standalone_call(cfg, {"prefill_backend": "cudnn"}) is None
+    assert not FlashInferBackend.capabilities({"prefill_backend": "cudnn"}).returns_lse
+    assert (FlashInferBackend.workspace_bytes(cfg, {"prefill_backend": "cudnn"})
+            - FlashInferBackend.workspace_bytes(cfg, {}) == CUDNN_PREFILL_WORKSPACE_BYTES)
+    # non-causal: cudnn takes encoder-style batches on the paged cache (no ragged wrapper to count)
+    nc = AttentionConfig(**LLAMA, causal=False)
+    assert (FlashInferBackend.workspace_bytes(nc, {"prefill_backend": "cudnn"})
+            < FlashInferBackend.workspace_bytes(nc, {}) + CUDNN_PREFILL_WORKSPACE_BYTES)
     src = FlashInferBackend.standalone_call(cfg, {"prefill_backend": "fa2", "call_form": "fastest"})
     assert "backend='fa2'" in src and "CALL_FORM = 'fastest'" in src and "use_tensor_cores=True" in src
     compile(src, "standalone", "exec")  # the template substitutes to valid Python
+
+
+def test_cudnn_prefill_metadata_is_element_offsets_over_the_segment():
+    from backends.flashinfer.prefill_kernels import prefill_call_args
+
+    # A segment starting at token 5 of the batch (after the decodes): 3 and 12 query tokens over
+    # 10 and 12 keys, page 4, 2 heads of 128 (value head 64 to tell the two offsets apart).
+    bt = torch.tensor([[7, 3, 9, 1], [0, 2, 8, 6]], dtype=torch.int32)
+    call = prefill_call_args(torch.tensor([5, 8, 20]), torch.tensor([10, 12]), bt, 4, 2, 128, 64, True,
+                             torch.device("cpu"))
+    assert call.offsets_q.tolist() == [0, 3 * 256, 15 * 256] and call.offsets_o.tolist() == [0, 3 * 128, 15 * 128]
+    assert call.offsets_q.dtype == torch.int32 and call.seq_lens_q.shape == (2, 1, 1, 1)
+    assert call.seq_lens_q.flatten().tolist() == [3, 12] and call.seq_lens_kv.flatten().tolist() == [10, 12]
+    assert (call.max_q, call.max_kv, call.num_reqs, call.causal) == (12, 12, 2, True)
+    assert call.block_table.tolist() == [[7, 3, 9], [0, 2, 8]] and call.block_table.is_contiguous()
+    with pytest.raises(ValueError, match="more query tokens than keys"):
+        prefill_call_args(torch.tensor([0, 13]), torch.tensor([12]), bt[:1], 4, 2, 128, 128, True, torch.device("cpu"))
+    with pytest.raises(ValueError, match="needs 5 pages"):
+        prefill_call_args(torch.tensor([0, 1]), torch.tensor([17]), bt[:1], 4, 2, 128, 128, True, torch.device("cpu"))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("cudnn") is not None, reason="cudnn-frontend is installed here")
+def test_cudnn_prefill_needs_cudnn_frontend():
+    assert "prefill_backend=cudnn: cudnn-frontend is not installed" in families.library_reason("wrapper", "cudnn")
+    assert families.library_reason("wrapper", "fa3") is None
 
 
 def test_cutlass_takes_only_batches_without_cached_context():

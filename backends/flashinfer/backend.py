@@ -42,6 +42,7 @@ from backends.flashinfer._host import (
 )
 from backends.flashinfer.builder import FlashInferMetadataBuilder
 from backends.flashinfer.decode_kernels import workspace_bytes as family_workspace_bytes
+from backends.flashinfer.prefill_kernels import workspace_bytes as prefill_family_workspace_bytes
 from backends.flashinfer.impl import FlashInferImpl
 from backends.flashinfer.standalone import standalone_source
 
@@ -107,7 +108,7 @@ class FlashInferBackend(AttentionBackend):
         cap = tuple(torch.cuda.get_device_capability())
         reason = (hardware_reason(cap, torch.version.cuda, v["prefill_backend"])
                   or families.arch_reason(cap, str(v["decode_backend"]), str(v["prefill_backend"]))
-                  or families.library_reason(str(v["decode_backend"])))
+                  or families.library_reason(str(v["decode_backend"]), str(v["prefill_backend"])))
         if reason:
             return Availability.no(reason, flashinfer=version)
         return Availability.ok(flashinfer=version)
@@ -116,6 +117,7 @@ class FlashInferBackend(AttentionBackend):
     def capabilities(cls, variant: dict[str, Any] | None = None) -> Capabilities:
         v = {**DEFAULT_VARIANT, **(variant or {})}
         wrapper = v["decode_backend"] == "wrapper"
+        cudnn_prefill = v["prefill_backend"] == "cudnn"
         return Capabilities(
             dtypes=frozenset({"float16", "bfloat16"}),
             kv_cache_dtypes=frozenset({"auto", "fp8_e4m3", "fp8_e5m2", NVFP4}),  # nvfp4: see check_support
@@ -131,7 +133,9 @@ class FlashInferBackend(AttentionBackend):
             sinks=False,
             cascade=False,
             gqa=True,
-            returns_lse=wrapper,  # xqa, trtllm-gen (here) and cuDNN decode return no LSE
+            # xqa, trtllm-gen (here), cuDNN decode and cuDNN prefill (its LSE base changed across
+            # FlashInfer releases: prefill_kernels.py) return no LSE
+            returns_lse=wrapper and not cudnn_prefill,
             lse_base=2,  # the library's own: decode run() has no natural-log option
             devices=frozenset({"cuda"}),
             cudagraph=CudaGraphSupport.UNIFORM_SINGLE_TOKEN_DECODE,
@@ -193,9 +197,12 @@ class FlashInferBackend(AttentionBackend):
         that is not attributed yet. The allowance is measured, not derived, and does not depend on
         the variant because the measured peak did not (docs/measurement.md §12). (0.6.18 has no vector-sparse index
         buffer: an earlier 64 MiB term for fa3/auto counted one and hid the gap on those variants.)"""
-        prefill_wrappers = 1 + (0 if config.causal or config.is_fp8_kv else 1)  # paged (+ ragged)
+        v = {**DEFAULT_VARIANT, **(variant or {})}
+        ragged = not (config.causal or config.is_fp8_kv or v["prefill_backend"] == "cudnn")
+        prefill_wrappers = 1 + (1 if ragged else 0)  # paged (+ ragged)
         per_wrapper = 8 * MiB + 32768 * 4
-        family = family_workspace_bytes(str({**DEFAULT_VARIANT, **(variant or {})}["decode_backend"]))
+        family = (family_workspace_bytes(str(v["decode_backend"]))
+                  + prefill_family_workspace_bytes(str(v["prefill_backend"])))
         return workspace_size(config) + (1 + prefill_wrappers) * per_wrapper + UNATTRIBUTED_SCRATCH_BYTES + family
 
     @classmethod
@@ -226,7 +233,7 @@ class FlashInferBackend(AttentionBackend):
         v = {**DEFAULT_VARIANT, **(variant or {})}
         if cls.get_impl_cls() is not FlashInferImpl or (not config.causal and not config.is_fp8_kv):
             return None
-        if v["decode_backend"] != "wrapper":
+        if v["decode_backend"] != "wrapper" or v["prefill_backend"] == "cudnn":
             return None  # the reproducer covers the wrapper families only
         return standalone_source(workspace_size(config) // MiB, bool(v["decode_tensor_cores"]),
                                  str(v["prefill_backend"]), str(v["call_form"]))

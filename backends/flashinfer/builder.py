@@ -1,7 +1,8 @@
 """FlashInfer backend, host work per batch: the metadata builder plans FlashInfer's wrappers
 (JIT-compiled once in the constructor with a one-token dummy plan, then planned once per batch in
-``build()``), or, for the trtllm-API and cuDNN decode families, prepares the block table and
-lengths those one-shot calls take. ``forward()`` (impl.py) only launches kernels."""
+``build()``), or, for the trtllm-API and cuDNN decode families and the cuDNN prefill, prepares the
+block table, lengths and offsets those one-shot calls take. ``forward()`` (impl.py) only launches
+kernels."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from backends.flashinfer._host import (
     workspace_size,
 )
 from backends.flashinfer.decode_kernels import DecodeCall, make_decode_family
+from backends.flashinfer.prefill_kernels import PrefillCall, make_prefill_family
 
 # ---------------------------------------------------------------- metadata builder
 @dataclass
@@ -50,6 +52,8 @@ class FlashInferMetadata:
     workspace_bytes: int = 0  # float workspace the plans fit in
     workspace_grows: int = 0  # times plan() overflowed it and it was doubled
     call_form: str = "vllm"  # fastest on a mixed batch: one prefill-wrapper call for every request
+    prefill_call: PrefillCall | None = None  # the cuDNN prefill's prepared call (prefill_kernels.py)
+    prefill_family: Any | None = None
 
 
 class FlashInferMetadataBuilder(AttentionMetadataBuilder[FlashInferMetadata]):
@@ -60,6 +64,7 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder[FlashInferMetadata]):
         super().__init__(config, variant, device)
         self.workspace_grows = 0
         self.decode_family = make_decode_family(variant, config, device)
+        self.prefill_family = make_prefill_family(variant, config, device)
         self._make_wrappers(workspace_size(config, device))
         self.jit_warmup_ms = self._warm_up()
 
@@ -71,8 +76,9 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder[FlashInferMetadata]):
         self.workspace = None  # let the old buffer go before allocating the new one
         self.workspace = torch.zeros(nbytes, dtype=torch.uint8, device=self.device)  # must start zeroed
         backend = variant["prefill_backend"]
-        # cutlass is a ragged-wrapper backend only (check_batch_support keeps it to ragged batches).
-        paged_backend = "auto" if backend == "cutlass" else backend
+        # cutlass is a ragged-wrapper backend only (check_batch_support keeps it to ragged batches);
+        # cudnn runs its own call (prefill_kernels.py), every batch on the paged cache: no ragged wrapper.
+        paged_backend = "auto" if backend in ("cutlass", "cudnn") else backend
         self.decode_wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
             self.workspace, kv_layout=config.kv_layout, use_tensor_cores=bool(variant["decode_tensor_cores"])
         )
@@ -82,7 +88,7 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder[FlashInferMetadata]):
         # K/V handed to forward are [tokens, Hk, D]: NHD whatever the cache layout.
         self.ragged_wrapper = (
             flashinfer.BatchPrefillWithRaggedKVCacheWrapper(self.workspace, kv_layout="NHD", backend=backend)
-            if not config.causal and not config.is_fp8_kv
+            if not config.causal and not config.is_fp8_kv and backend != "cudnn"
             else None
         )
 
@@ -135,7 +141,8 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder[FlashInferMetadata]):
                          last_page_len=torch.ones(1, dtype=torch.int32))
         if self.decode_family is None:
             self._plan_decode(csr)
-        self._plan_prefill(one, csr, causal=self.config.causal)
+        if self.prefill_family is None:
+            self._plan_prefill(one, csr, causal=self.config.causal)
         if self.ragged_wrapper is not None:
             self._plan_ragged(one)
         return (time.perf_counter() - t0) * 1e3
@@ -191,7 +198,13 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder[FlashInferMetadata]):
                 f"tensor-core ({resolved_backend(self.decode_wrapper)})"
                 if self.decode_wrapper.use_tensor_cores else "cuda-core"
             )
-        if nd < common.num_reqs:
+        if nd < common.num_reqs and self.prefill_family is not None:
+            t0 = time.perf_counter()
+            md.prefill_call = self.prefill_family.plan(common.query_start_loc_cpu[nd:], common.seq_lens_cpu[nd:],
+                                                       common.block_table[nd:], causal=common.causal)
+            md.plan_ms["prefill"] = (time.perf_counter() - t0) * 1e3
+            md.prefill_family, md.prefill_backend = self.prefill_family, self.prefill_family.name
+        elif nd < common.num_reqs:
             qsl = common.query_start_loc_cpu[nd:].to(torch.int32)
             t0 = time.perf_counter()
             # Bottom-right causal; with causal=False every cached and new key is visible.

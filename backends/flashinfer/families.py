@@ -11,9 +11,10 @@ Axis ``decode_backend`` picks what runs the decode segment (the leading single-t
   cudnn-frontend's Python graph API).
 
 Axis ``prefill_backend`` keeps the paged prefill wrapper's ``backend=`` strings (auto, fa2, fa3)
-and adds ``cudnn``, ``cutlass`` and ``trtllm-gen``, each declared with why it does not take a
-case. The rules below were read from flashinfer-python 0.6.18.post1 (decode.py, xqa.py,
-jit/xqa.py, prefill.py, cudnn/decode.py): a reason quotes the file it comes from.
+and adds ``cudnn`` (prefill_kernels.py: the cuDNN paged prefill), ``cutlass`` and ``trtllm-gen``,
+each declared with why it does not take a case. The rules below were read from
+flashinfer-python 0.6.18.post1 (decode.py, xqa.py, jit/xqa.py, prefill.py, cudnn/decode.py,
+cudnn/prefill.py): a reason quotes the file it comes from.
 
 The non-default values are opt-in (``AttentionBackend.opt_in_axes``): a run without a filter
 naming the axis runs what it ran before, so the main suites keep their cell counts.
@@ -25,6 +26,8 @@ import importlib.util
 from typing import Any
 
 from attn_contract import AttentionConfig
+
+from backends.flashinfer.prefill_kernels import cudnn_prefill_reason
 
 DECODE_BACKENDS = ("wrapper", "xqa", "trtllm-gen", "cudnn")
 PREFILL_BACKENDS = ("auto", "fa2", "fa3", "cudnn", "cutlass", "trtllm-gen")
@@ -44,7 +47,8 @@ DECODE_FAMILY_NOTES = (
     "no window, no softcap, no LSE; needs cudnn-frontend (the `cudnn` module)",
     "prefill_backend=cutlass: sm100a/sm110a, ragged prefill wrapper only (encoder-style batches)",
     "prefill_backend=trtllm-gen: Blackwell (compute capability 10.x) only",
-    "prefill_backend=cudnn: declared, not wired (see its reason)",
+    "prefill_backend=cudnn (flashinfer.cudnn.cudnn_batch_prefill_with_kv_cache on the paged cache, element "
+    "offsets): bf16, head dim 128, no fp8, no window, no softcap, no LSE; needs cudnn-frontend",
 )
 
 
@@ -91,9 +95,7 @@ def prefill_family_reason(config: AttentionConfig, prefill_backend: str) -> str 
                 "takes backend='cutlass' (the paged wrapper does not); the harness runs the ragged wrapper "
                 "for non-causal batches without cached context and a model-dtype cache only")
     if prefill_backend == "cudnn":
-        return ("prefill_backend=cudnn: BatchPrefillWithPagedKVCacheWrapper(backend='cudnn') wants qo_indptr "
-                "in element offsets, device seq-len tensors and a block table at plan() and an NHD cache; "
-                "the adapter does not build those yet, so no call is made")
+        return cudnn_prefill_reason(config)
     return None
 
 
@@ -114,11 +116,12 @@ def arch_reason(capability: tuple[int, int], decode_backend: str, prefill_backen
     return None
 
 
-def library_reason(decode_backend: str) -> str | None:
+def library_reason(decode_backend: str, prefill_backend: str = "auto") -> str | None:
     """A Python module the family imports that is not installed (None if all are)."""
-    if decode_backend == "cudnn" and importlib.util.find_spec("cudnn") is None:
-        return ("decode_backend=cudnn: cudnn-frontend is not installed (pip install nvidia-cudnn-frontend); "
-                "without it FlashInfer falls back to downloading cuDNN cubins")
+    for axis, value in (("decode_backend", decode_backend), ("prefill_backend", prefill_backend)):
+        if value == "cudnn" and importlib.util.find_spec("cudnn") is None:
+            return (f"{axis}=cudnn: cudnn-frontend is not installed (pip install nvidia-cudnn-frontend); "
+                    "without it FlashInfer falls back to downloading cuDNN cubins")
     return None
 
 

@@ -1,5 +1,6 @@
 """FlashInfer backend, the kernel call: the planned wrappers' run(), or a decode family's one
-call (decode_kernels.py), each writing its segment of ``out`` in place."""
+call (decode_kernels.py) or the cuDNN prefill's (prefill_kernels.py), each writing its segment
+of ``out`` in place."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from attn_contract import AttentionImpl
 
 from backends.flashinfer._host import MiB
 from backends.flashinfer.builder import FlashInferMetadata
+from backends.flashinfer.prefill_kernels import CUDNN_PREFILL_FUNCTION
 
 
 def run_into(run: Callable[..., Any], out: torch.Tensor, lse_out: torch.Tensor | None) -> None:
@@ -51,7 +53,10 @@ class FlashInferImpl(AttentionImpl[FlashInferMetadata]):
             q = query[:nd]
             run_into(lambda **kw: md.decode.run(q, cache, k_scale=ks, v_scale=vs, **kw),
                       out[:nd], None if lse_out is None else lse_out[:nd])
-        if md.prefill is not None:
+        if md.prefill_call is not None:
+            # No LSE from the cuDNN prefill (capabilities say so): the harness does not ask.
+            md.prefill_family.run(md.prefill_call, query[nd:], cache, out[nd:])
+        elif md.prefill is not None:
             q = query[nd:]
             run_into(lambda **kw: md.prefill.run(q, cache, k_scale=ks, v_scale=vs, **kw),
                       out[nd:], None if lse_out is None else lse_out[nd:])
@@ -61,6 +66,9 @@ class FlashInferImpl(AttentionImpl[FlashInferMetadata]):
         if metadata.decode_kernel == "cudnn":
             return ("FlashInfer's cuDNN decode is called without is_cuda_graph_compatible and builds its "
                     "graph on first use: not captured")
+        if metadata.prefill_call is not None:
+            return ("FlashInfer's cuDNN prefill builds a cuDNN graph per batch shape (batch, max lengths) on "
+                    "first use: not captured")
         if metadata.prefill is None and metadata.ragged is None:
             return None
         return ("FlashInfer's prefill plan is batch-specific; only uniform single-token decode batches "
@@ -72,6 +80,9 @@ class FlashInferImpl(AttentionImpl[FlashInferMetadata]):
         calls = [{"function": f"{type(w).__name__}.run", "num_tokens": n, "out_arg": True}
                  for w, n in ((md.ragged, md.num_prefill_tokens), (md.decode, md.num_decode_tokens),
                               (md.prefill, md.num_prefill_tokens)) if w is not None]
+        if md.prefill_call is not None:
+            calls.append({"function": CUDNN_PREFILL_FUNCTION, "num_tokens": md.num_prefill_tokens, "out_arg": True,
+                          "backend": "cudnn", "ragged_offsets": "elements"})
         if md.decode_call is not None:
             wrappers.insert(0, "decode")
             calls.insert(0, {"function": DECODE_FUNCTIONS[md.decode_call.kernel], "num_tokens": md.num_decode_tokens,
