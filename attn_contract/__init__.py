@@ -33,6 +33,12 @@ _EXPORTS = {
     "GroupLayout": "attn_contract.shared_prefix",
     "HeadSizes": "attn_contract.capabilities",
     "LayerParams": "attn_contract.metadata",
+    "MHA": "attn_contract.mla",
+    "MLA_ABSORBED": "attn_contract.mla",
+    "MLA_EXPANDED": "attn_contract.mla",
+    "MLA_KINDS": "attn_contract.mla",
+    "MLADims": "attn_contract.mla",
+    "yarn_get_mscale": "attn_contract.mla",
     "MultipleOf": "attn_contract.capabilities",
     "NOT_RUN": "attn_contract.status",
     "RAN": "attn_contract.status",
@@ -71,6 +77,11 @@ __all__ = [
     "GroupLayout",
     "HeadSizes",
     "LayerParams",
+    "MHA",
+    "MLADims",
+    "MLA_ABSORBED",
+    "MLA_EXPANDED",
+    "MLA_KINDS",
     "MultipleOf",
     "SplitKV",
     "Status",
@@ -81,6 +92,7 @@ __all__ = [
     "merge_attn_states",
     "reason_kind",
     "split_decodes_and_prefills",
+    "yarn_get_mscale",
 ]
 
 

@@ -59,7 +59,27 @@ class AttentionImpl(ABC, Generic[M]):
     ) -> torch.Tensor:
         """query ``[num_tokens, num_heads, head_size]``; key/value are the new tokens'
         ``[num_tokens, num_kv_heads, head_size]`` (already written into ``kv_cache``);
-        ``lse_out`` is ``[num_tokens, num_heads]`` float32, in the base the capabilities declare (``lse_base``)."""
+        ``out`` is ``[num_tokens, num_heads, value_head_size]``;
+        ``lse_out`` is ``[num_tokens, num_heads]`` float32, in the base the capabilities declare (``lse_base``).
+
+        MLA (``config.attention_kind``, attn_contract/mla.py), ``L`` = kv_lora_rank, ``R`` =
+        qk_rope_head_dim: ``kv_cache`` is the latent cache ``(num_blocks, block_size, L + R)``
+        as ``materialize_kv_cache`` returned it, in both forms.
+
+        - ``mla_absorbed``: query ``[T, H, L + R]`` (absorbed q_nope first, q_pe last); key
+          ``[T, 1, L + R]`` the new tokens' latent vectors (already in ``kv_cache``); value
+          ``[T, 1, L]`` = ``key[..., :L]``; every request attends over its ``seq_lens[i]``
+          cache entries read through ``block_table`` (keys: the whole entry; values: its first
+          ``L``); ``out`` ``[T, H, L]``.
+        - ``mla_expanded``: query ``[T, H, qk_nope + R]`` (q_nope first); key
+          ``[sum(seq_lens), H, qk_nope + R]`` and value ``[sum(seq_lens), H, v_head_dim]`` hold
+          EVERY token of each request (its cached context, up-projected from the latent cache
+          with ``layer.mla_w_uk``/``mla_w_uv`` as vLLM's ``_compute_prefill_context`` does, then
+          its new tokens), packed in batch order from ``metadata``'s
+          ``CommonAttentionMetadata.kv_start_loc_cpu``; the rope part of each key is the same
+          for every head. ``out`` ``[T, H, v_head_dim]``. A backend may attend in one call or
+          as vLLM does (causal over the new tokens, non-causal over context chunks, merged by
+          their LSEs: ``attn_contract.merge_attn_states``)."""
 
     def graph_safe(self, metadata: M) -> str | None:
         """None when ``forward`` with this metadata may be captured in a CUDA graph, else why not."""
@@ -180,6 +200,11 @@ class AttentionBackend(ABC):
         return None
 
     @staticmethod
+    def get_latent_cache_shape(num_blocks: int, block_size: int, latent_dim: int) -> tuple[int, ...]:
+        """Logical MLA latent-cache shape (vLLM's MLA layout, one 576-wide vector per token)."""
+        return (num_blocks, block_size, latent_dim)
+
+    @staticmethod
     def get_kv_cache_shape(
         num_blocks: int, block_size: int, num_kv_heads: int, head_size: int, cache_dtype: str = "auto"
     ) -> tuple[int, ...]:
@@ -201,7 +226,12 @@ class AttentionBackend(ABC):
 
         ``canonical`` is ``(num_blocks, 2, block_size, num_kv_heads, head_size)``, contiguous.
         The result has the backend's logical shape, with memory laid out in its stride order
-        (as vLLM allocates it), so the kernel sees real NHD or HND strides."""
+        (as vLLM allocates it), so the kernel sees real NHD or HND strides.
+
+        MLA: ``canonical`` is the latent cache ``(num_blocks, block_size, latent_dim)``
+        (3 dims), handed to ``materialize_latent_cache`` (the layout does not apply)."""
+        if canonical.dim() == 3:
+            return cls.materialize_latent_cache(canonical)
         nb, _, bs, hk, d = canonical.shape
         shape = cls.get_kv_cache_shape(nb, bs, hk, d)
         if tuple(shape) != tuple(canonical.shape):
@@ -213,6 +243,17 @@ class AttentionBackend(ABC):
         physical = canonical.permute(*order).contiguous()
         inverse = sorted(range(len(order)), key=order.__getitem__)
         return physical.permute(*inverse)
+
+    @classmethod
+    def materialize_latent_cache(cls, canonical: torch.Tensor) -> torch.Tensor:
+        """This backend's MLA latent cache holding the canonical one's data. The default is the
+        canonical ``(num_blocks, block_size, latent_dim)`` tensor itself (contiguous, vLLM's
+        layout); a kernel that wants ckv and kpe apart slices ``[..., :L]`` / ``[..., L:]``."""
+        shape = cls.get_latent_cache_shape(*canonical.shape)
+        if tuple(shape) != tuple(canonical.shape):
+            raise NotImplementedError(f"{cls.name} declares latent-cache shape {tuple(shape)}; override"
+                                      " materialize_latent_cache to convert from the canonical one")
+        return canonical
 
     @classmethod
     @abstractmethod

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from attn_contract.metadata import AttentionConfig
+from attn_contract.mla import MHA
 from attn_contract.status import BUILD_LIMIT, KERNEL_LIMIT
 
 
@@ -119,6 +120,18 @@ class Capabilities:
     # row says why (``timing_skipped``). The core reads these fields, never the backend's name.
     role: str = "kernel"
     untimed_on: frozenset[str] = frozenset()
+    # MLA (attn_contract/mla.py). Which forms of attention the backend runs: "mha" (the K/V
+    # cache), "mla_absorbed" (latent cache, 576/512, one KV head), "mla_expanded" (192/128 over
+    # expanded K/V). A backend that runs an MLA form declares it here; the other fields
+    # (dtypes, kv_cache_dtypes for the latent cache, block_sizes for its page size) apply to
+    # every kind the backend declares.
+    attention_kinds: frozenset[str] = frozenset({MHA})
+    # Value head sizes allowed when they differ from the query/key head size (None: the value
+    # head must equal head_size, the case for most kernels and builds).
+    v_head_sizes: HeadSizes | None = None
+    # MLA latent geometries the backend's kernels take, as (kv_lora_rank, qk_rope_head_dim)
+    # pairs (FlashMLA: only (512, 64)); None: any.
+    mla_latent_dims: frozenset[tuple[int, int]] | None = None
     notes: tuple[str, ...] = ()
     # Features (sliding_window, softcap, alibi, sinks) the library's kernel has but this
     # installed build lacks: a config needing one is unsupported with a BUILD_LIMIT reason.
@@ -163,8 +176,20 @@ class Capabilities:
             "reorder_batch_threshold": self.reorder_batch_threshold,
             "role": self.role,
             "untimed_on": sorted(self.untimed_on),
+            "attention_kinds": sorted(self.attention_kinds),
+            "v_head_sizes": None if self.v_head_sizes is None else str(self.v_head_sizes),
+            "mla_latent_dims": None if self.mla_latent_dims is None else sorted(self.mla_latent_dims),
             "build_lacks": sorted(self.build_lacks),
         }
+
+    def kind_reason(self, config: AttentionConfig) -> str | None:
+        """Why a layer of ``config.attention_kind`` is not this backend's (None: it declares it).
+        The harness asks it before ``check_support`` too, so an override written before MLA
+        never sees an MLA layer."""
+        if config.attention_kind not in self.attention_kinds:
+            return (f"attention kind {config.attention_kind} not supported (this backend runs:"
+                    f" {', '.join(sorted(self.attention_kinds))})")
+        return None
 
     def unsupported_reason(self, config: AttentionConfig, device: str) -> str | None:
         """The first declared limit ``config`` breaks, or None when it is within all of them."""
@@ -174,6 +199,20 @@ class Capabilities:
             declared = "{" + ", ".join(repr(d) for d in sorted(self.devices | {device})) + "}"
             return (f"runs on {'/'.join(sorted(self.devices))}, not {device}"
                     f" (a backend that runs on {device} declares it: Capabilities(devices=frozenset({declared})))")
+        kind = self.kind_reason(config)
+        if kind:
+            return kind
+        if config.mla is not None and self.mla_latent_dims is not None:
+            dims = (config.mla.kv_lora_rank, config.mla.qk_rope_head_dim)
+            if dims not in self.mla_latent_dims:
+                return (f"MLA latent {dims[0]}+{dims[1]} not supported"
+                        f" (supported: {', '.join(f'{a}+{b}' for a, b in sorted(self.mla_latent_dims))})")
+        if config.value_head_size != config.head_size:
+            if self.v_head_sizes is None:
+                return (f"value head size {config.value_head_size} != query/key head size {config.head_size}"
+                        " not supported")
+            if not self.v_head_sizes.allows(config.value_head_size):
+                return f"value head size {config.value_head_size} not in {self.v_head_sizes}"
         if config.dtype not in self.dtypes:
             return f"dtype {config.dtype} not in {sorted(self.dtypes)}"
         if config.kv_cache_dtype not in self.kv_cache_dtypes:

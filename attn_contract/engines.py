@@ -22,7 +22,14 @@ class EngineName:
     ``runs``: the values of the other variant axes the engine runs (ordered, most telling first);
     variants with other values have no switch in the engine. ``caveat``: what the setting does
     not pin down. ``aliases``: other spellings of ``name`` (benchmark files). ``version_tag``:
-    a short prefix naming a version in tables ("fa" gives "fa3")."""
+    a short prefix naming a version in tables ("fa" gives "fa3"). ``attention_kinds``: the
+    attention kinds (attn_contract/mla.py: "mha", "mla_absorbed", "mla_expanded") this name runs
+    in the engine; None: every kind the backend declares. A backend running both MHA and MLA
+    whose engine has no MLA counterpart (torch SDPA in SGLang's torch_native) says {"mha"}, and a
+    row of another kind then has no setting. vLLM's and SGLang's MLA backends are separate
+    names (vLLM ``FLASHMLA``, ``FLASHINFER_MLA``, ``FLASH_ATTN_MLA``, ``TRITON_MLA``,
+    ``CUTLASS_MLA``; SGLang ``flashmla``, ``flashinfer``, ``fa3``, ``triton``), each declared by
+    the MLA backend that runs the same kernel."""
 
     name: str = ""
     version_axis: str | None = None
@@ -31,3 +38,8 @@ class EngineName:
     caveat: str = ""
     aliases: tuple[str, ...] = ()
     version_tag: str = ""
+    attention_kinds: frozenset[str] | None = None
+
+    def runs_kind(self, attention_kind: str) -> bool:
+        """Whether this engine setting runs attention of ``attention_kind``."""
+        return self.attention_kinds is None or attention_kind in self.attention_kinds

@@ -11,6 +11,8 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from attn_contract.mla import MHA, MLA_ABSORBED, MLA_KINDS, MLADims
+
 
 @dataclass(frozen=True)
 class AttentionConfig:
@@ -29,10 +31,46 @@ class AttentionConfig:
     alibi: bool = False
     sinks: bool = False
     scale: float | None = None
+    # The value head size when it differs from ``head_size`` (None: equal). MLA's expanded form
+    # has 192/128, its absorbed form 576/512; the output is [num_tokens, num_heads, v_head_size].
+    v_head_size: int | None = None
+    # "mha" (the K/V paged cache), or an MLA form, "mla_absorbed" / "mla_expanded"
+    # (attn_contract/mla.py says what each passes to ``forward``); MLA sets ``mla`` too.
+    attention_kind: str = MHA
+    mla: MLADims | None = None
+
+    def __post_init__(self) -> None:
+        if (self.attention_kind in MLA_KINDS) != (self.mla is not None):
+            raise ValueError(f"attention_kind {self.attention_kind!r} with mla={self.mla!r}: an MLA form needs"
+                             " its MLADims and only an MLA form has them")
 
     @property
     def softmax_scale(self) -> float:
-        return self.scale if self.scale is not None else 1.0 / math.sqrt(self.head_size)
+        """``scale`` if set; MLA's ``(qk_nope + qk_rope) ** -0.5 * mscale ** 2`` (never from the
+        576-wide absorbed head); else ``1/sqrt(head_size)``."""
+        if self.scale is not None:
+            return self.scale
+        if self.mla is not None:
+            return self.mla.softmax_scale
+        return 1.0 / math.sqrt(self.head_size)
+
+    @property
+    def value_head_size(self) -> int:
+        return self.head_size if self.v_head_size is None else self.v_head_size
+
+    @property
+    def is_mla(self) -> bool:
+        return self.mla is not None
+
+    @property
+    def latent_cache(self) -> bool:
+        """True when the cache is MLA's latent ``(num_blocks, block_size, kv_lora_rank +
+        qk_rope_head_dim)`` rather than the (K, V) ``(num_blocks, 2, block_size, Hk, D)``."""
+        return self.mla is not None
+
+    @property
+    def absorbed(self) -> bool:
+        return self.attention_kind == MLA_ABSORBED
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -73,6 +111,13 @@ class LayerParams:
     v_scale: float = 1.0
     sinks: torch.Tensor | None = None  # float32 [num_heads], natural-log units, unscaled
     alibi_slopes: torch.Tensor | None = None  # float32 [num_heads]
+    # MLA's up-projection (kv_b_proj split per head, model dtype): ``k_nope = ckv @ mla_w_uk[h].T``,
+    # ``v = ckv @ mla_w_uv[h]``; W_UK [num_heads, qk_nope_head_dim, kv_lora_rank], W_UV
+    # [num_heads, kv_lora_rank, v_head_dim]. The harness has already applied them where the
+    # contract passes expanded keys/values; a backend that up-projects from the latent cache
+    # itself (vLLM's _compute_prefill_context) reads them here. None outside MLA.
+    mla_w_uk: torch.Tensor | None = None
+    mla_w_uv: torch.Tensor | None = None
 
 
 @dataclass
@@ -109,6 +154,12 @@ class CommonAttentionMetadata:
     @property
     def context_lens_cpu(self) -> torch.Tensor:
         return self.seq_lens_cpu - self.query_lens_cpu
+
+    @property
+    def kv_start_loc_cpu(self) -> torch.Tensor:
+        """int32 [num_reqs + 1]: where each request's keys start in MLA's expanded ``key`` /
+        ``value`` (all of a request's tokens, packed in batch order): cumsum of seq_lens."""
+        return torch.cat([self.seq_lens_cpu.new_zeros(1), torch.cumsum(self.seq_lens_cpu, 0).to(torch.int32)])
 
     def with_causal(self, causal: bool) -> "CommonAttentionMetadata":
         return replace(self, causal=causal)

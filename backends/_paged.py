@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.resources import files
 from typing import TypeVar
 
 import torch
 
-from attn_contract import AttentionMetadataBuilder, CommonAttentionMetadata, LayerParams
+from attn_contract import (
+    MLA_ABSORBED,
+    MLA_EXPANDED,
+    AttentionConfig,
+    AttentionMetadataBuilder,
+    CommonAttentionMetadata,
+    HeadSizes,
+    LayerParams,
+)
+
+# What the torch backends that run MLA add to their capabilities (both forms, any value head).
+MLA_CAPABILITIES = dict(attention_kinds=frozenset({"mha", MLA_ABSORBED, MLA_EXPANDED}),
+                        v_head_sizes=HeadSizes(min=1, max=1024, multiple_of=1))
 
 
 @dataclass
@@ -20,6 +32,8 @@ class HostLoopMetadata:
     block_table: torch.Tensor
     block_size: int
     causal: bool
+    # Where each request's keys start in MLA's expanded key/value (kv_start_loc_cpu).
+    kv_start_loc: list[int] = field(default_factory=list)
 
     @property
     def query_lens(self) -> list[int]:
@@ -45,6 +59,7 @@ class HostLoopMetadataBuilder(AttentionMetadataBuilder[HostLoopMetadata]):
             block_table=common.block_table,
             block_size=common.block_size,
             causal=common.causal,
+            kv_start_loc=common.kv_start_loc_cpu.tolist(),
         )
 
 
@@ -128,6 +143,8 @@ class PaddedChunk:
     # a CUDA graph from being captured).
     src: torch.Tensor | None = None
     dst: torch.Tensor | None = None
+    # [b, smax] each padded key's row in MLA's expanded key/value (past a request's end: its last key).
+    kv_tok: torch.Tensor | None = None
 
 
 def padded_chunk(chunk: list[Segment], md: HostLoopMetadata, num_tokens: int, sliding_window: int | None,
@@ -159,8 +176,28 @@ def padded_chunk(chunk: list[Segment], md: HostLoopMetadata, num_tokens: int, sl
             keep = keep & (j - diag < sliding_window)
     keep = keep & row_valid.unsqueeze(-1)
     src = row_valid.flatten().nonzero().squeeze(1)  # built once per batch: the sync is the builder's
+    kv_tok = None
+    if md.kv_start_loc:
+        kstart = torch.tensor([md.kv_start_loc[r] for r, *_ in chunk], device=device)
+        kv_tok = kstart.view(b, 1) + torch.minimum(t.view(1, smax), (slens - 1).clamp_min(0).view(b, 1))
     return PaddedChunk(chunk, blocks, offsets, tok, row_valid, keep, diag - j, qmax, smax,
-                       src=src, dst=tok.flatten()[src])
+                       src=src, dst=tok.flatten()[src], kv_tok=kv_tok)
+
+
+def gather_kv(kv_cache: torch.Tensor, key: torch.Tensor, value: torch.Tensor, pc: PaddedChunk,
+              cfg: AttentionConfig, layer: LayerParams, out_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """K, V ``[b, smax, Hk, D]`` / ``[b, smax, Hk, Dv]`` of a padded chunk, in ``out_dtype``: from
+    the (K, V) paged cache; MLA absorbed: the latent cache's entries (keys) and their first
+    kv_lora_rank values (values; a view of the keys), one KV head; MLA expanded: the packed
+    key/value rows (attn_contract/mla.py)."""
+    if cfg.attention_kind == MLA_ABSORBED:
+        lat = kv_cache[pc.blocks, pc.offsets]  # [b, smax, L + R]
+        lat, _ = dequantize(lat, lat, layer, out_dtype)
+        lat = lat.unsqueeze(2)
+        return lat, lat[..., : cfg.mla.kv_lora_rank]
+    if cfg.attention_kind == MLA_EXPANDED:
+        return key[pc.kv_tok].to(out_dtype), value[pc.kv_tok].to(out_dtype)
+    return dequantize(kv_cache[pc.blocks, 0, pc.offsets], kv_cache[pc.blocks, 1, pc.offsets], layer, out_dtype)
 
 
 def scatter_rows(out: torch.Tensor, o: torch.Tensor, pc: PaddedChunk, md: HostLoopMetadata) -> None:

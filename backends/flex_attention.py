@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from attn_contract import (
+    MLA_EXPANDED,
     AttentionImpl,
     Availability,
     Capabilities,
@@ -108,6 +109,7 @@ class FlexCall:
     q_pad: int
     kv_pad: int
     q_block: int
+    kv_tok: torch.Tensor | None = None  # [kv_pad] MLA expanded: each packed key's row in key/value
 
 
 @dataclass
@@ -186,6 +188,9 @@ def _build_call(segs: list[Segment], md: FlexMetadata, qlens: list[int], cfg, de
     blocks = table[req_t, pos_t // md.block_size]
     offsets = pos_t % md.block_size
     kv_pos_t = torch.tensor(kv_pos + [-(1 << 30)] * pad_k, device=dev, dtype=torch.int32)
+    kv_tok = None
+    if cfg.attention_kind == MLA_EXPANDED:  # keys are rows of the packed key/value, not cache slots
+        kv_tok = torch.tensor(md.kv_start_loc, device=dev)[req_t] + pos_t
     # Block lists: a key block is partial for a query block if some row's visible key
     # interval touches it, full if every row's interval covers it (then no mask_mod runs).
     lo_t = torch.tensor(lo_k, dtype=torch.int64).view(-1, q_block)
@@ -209,7 +214,7 @@ def _build_call(segs: list[Segment], md: FlexMetadata, qlens: list[int], cfg, de
     bm = BlockMask.from_kv_blocks(num, idx, fnum, fidx, BLOCK_SIZE=(q_block, KV_BLOCK), mask_mod=mask_mod,
                                   seq_lengths=(q_pad, kv_pad), compute_q_blocks=False)
     return FlexCall(segs, torch.tensor(tok, device=dev), torch.tensor(q_src, device=dev), blocks, offsets,
-                    q_doc_t, q_pos_t, kv_doc_t, kv_pos_t, bm, n_rows, q_pad, kv_pad, q_block)
+                    q_doc_t, q_pos_t, kv_doc_t, kv_pos_t, bm, n_rows, q_pad, kv_pad, q_block, kv_tok)
 
 
 def _mask_mod(q_doc, q_pos, kv_doc, kv_pos, causal: bool, window: int | None):
@@ -290,7 +295,11 @@ class FlexImpl(AttentionImpl[FlexMetadata]):
         slopes = layer.alibi_slopes.float() if layer.alibi_slopes is not None else None
         need_lse = lse_out is not None or layer.sinks is not None
         for call in metadata.calls:
-            k, v = dequantize(kv_cache[call.blocks, 0, call.offsets], kv_cache[call.blocks, 1, call.offsets], layer, dtype)
+            if call.kv_tok is not None:  # MLA expanded: 192-wide keys, 128-wide values
+                k, v = key[call.kv_tok].to(dtype), value[call.kv_tok].to(dtype)
+            else:
+                k, v = dequantize(kv_cache[call.blocks, 0, call.offsets], kv_cache[call.blocks, 1, call.offsets],
+                                  layer, dtype)
             q = query[call.q_src].to(dtype).transpose(0, 1).unsqueeze(0)  # [1, Hq, q_pad, D]
             k, v = k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0)  # [1, Hk, kv_pad, D]
             kwargs: dict[str, Any] = dict(
@@ -310,7 +319,7 @@ class FlexImpl(AttentionImpl[FlexMetadata]):
                     torch.cuda.synchronize()
                 self._compiled[key_] = time.perf_counter() - t0
             o, lse = (res[0], res[1].lse) if need_lse else (res, None)
-            o = o[0, :, : call.n_rows].transpose(0, 1)  # [n_rows, Hq, D]
+            o = o[0, :, : call.n_rows].transpose(0, 1)  # [n_rows, Hq, Dv]
             if lse is not None:
                 lse = lse[0, :, : call.n_rows].transpose(0, 1).float()  # [n_rows, Hq], natural log
                 if layer.sinks is not None:
@@ -359,6 +368,11 @@ class FlexAttentionBackend(TorchBackend):
         return torch_capabilities(
             # flex's Triton kernels are built for power-of-two head dims; others are not declared.
             head_sizes=HeadSizes(values=(16, 32, 64, 128, 256)),
+            # MLA's expanded prefill (192/128): flex takes a value head size apart from the
+            # query's; 192 is declared for that form only (check_support). The absorbed form is
+            # not declared: flex's Triton kernel rounds head dims up to a power of two (576 -> 1024).
+            attention_kinds=frozenset({"mha", MLA_EXPANDED}),
+            v_head_sizes=HeadSizes(values=(16, 32, 64, 128, 256)),
             sliding_window=True,
             softcap=True,
             alibi=True,
@@ -374,8 +388,19 @@ class FlexAttentionBackend(TorchBackend):
                    "sinks merged after the call through the LSE; fp8 KV dequantized in the gather",
                    "CUDA: one call's packed K/V stays under 2**31 elements (bigger ones failed on the "
                    "H200); a larger batch is split into several calls",
-                   "CUDA: torch.compile once per shape class (first call, host.first_call_ms); CPU: eager, fp32"),
+                   "CUDA: torch.compile once per shape class (first call, host.first_call_ms); CPU: eager, fp32",
+                   "MLA: the expanded 192/128 prefill only; the absorbed form's 576-wide heads would round up "
+                   "to 1024 in flex's Triton kernel"),
         )
+
+    @classmethod
+    def check_support(cls, config, variant, device: str) -> str | None:
+        if config.attention_kind == MLA_EXPANDED and config.head_size == 192:
+            from dataclasses import replace
+
+            caps = replace(cls.capabilities(variant), head_sizes=HeadSizes(values=(192,)))
+            return caps.unsupported_reason(config, device)
+        return super().check_support(config, variant, device)
 
     @classmethod
     def batch_workspace_bytes(cls, config, variant, query_lens, seq_lens, cache_bytes: int,

@@ -30,8 +30,9 @@ from backends._paged import (
     HostLoopMetadata,
     HostLoopMetadataBuilder,
     PaddedChunk,
+    MLA_CAPABILITIES,
     chunk_dims,
-    dequantize,
+    gather_kv,
     padded_chunk,
     plan_chunks,
     scatter_rows,
@@ -134,10 +135,12 @@ class SDPAImpl(AttentionImpl[SDPAMetadata]):
                 _write_alibi(ch, self.layer.alibi_slopes, hk)
             pc = ch.pc
             b, qmax = len(pc.segments), pc.qmax
-            k, v = dequantize(kv_cache[pc.blocks, 0, pc.offsets], kv_cache[pc.blocks, 1, pc.offsets], self.layer, dtype)
+            k, v = gather_kv(kv_cache, key, value, pc, cfg, self.layer, dtype)
             if ch.kv_valid is not None:
                 unseen = ~ch.kv_valid[..., None, None]
-                k.masked_fill_(unseen, 0.0), v.masked_fill_(unseen, 0.0)  # in place: fresh gathered copies
+                k.masked_fill_(unseen, 0.0)  # in place: fresh gathered copies (MLA's absorbed V is a view of K)
+                if not cfg.absorbed:
+                    v.masked_fill_(unseen, 0.0)
             k, v = k.transpose(1, 2), v.transpose(1, 2)  # [b, Hk, smax, D]
             q = query[pc.tok].to(dtype).view(b, qmax, hk, group, -1).permute(0, 2, 3, 1, 4).reshape(b, hk, group * qmax, -1)
             with _forced_kernel(self.variant):
@@ -176,7 +179,8 @@ def probe_kernel(config, kernel: str) -> str | None:
     call of the shapes and mask this backend passes; None too if torch cannot be asked."""
     import warnings
 
-    key = (kernel, config.dtype, config.head_size, config.num_heads // config.num_kv_heads, config.alibi)
+    key = (kernel, config.dtype, config.head_size, config.value_head_size, config.num_heads // config.num_kv_heads,
+           config.alibi)
     if key in _PROBES:
         return _PROBES[key]
     check = {"cudnn": "can_use_cudnn_attention", "flash": "can_use_flash_attention",
@@ -187,10 +191,11 @@ def probe_kernel(config, kernel: str) -> str | None:
         hk, rows, d = config.num_kv_heads, config.num_heads // config.num_kv_heads * 4, config.head_size
         q = torch.empty(2, hk, rows, d, device=dev, dtype=dt)
         k = torch.empty(2, hk, 64, d, device=dev, dtype=dt)
+        v = torch.empty(2, hk, 64, config.value_head_size, device=dev, dtype=dt)  # MLA: Ev != E
         mask = _aligned((2, hk if config.alibi else 1, rows, 64), dt, dev)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            ok = fn(params_cls(q, k, k, mask, 0.0, False, False), True)
+            ok = fn(params_cls(q, k, v, mask, 0.0, False, False), True)
     except Exception:  # an older torch without the probe: the call itself decides
         _PROBES[key] = None
         return None
@@ -202,7 +207,7 @@ def probe_kernel(config, kernel: str) -> str | None:
 class SDPABackend(TorchBackend):
     name = "sdpa"
     description = "torch SDPA, one batched call over padded requests gathered from the paged KV (what a PyTorch user runs)"
-    engine_names = {"sglang": EngineName("torch_native",
+    engine_names = {"sglang": EngineName("torch_native", attention_kinds=frozenset({"mha"}),
                                          caveat="SGLang's torch_native runs torch SDPA per request, unpaged")}
 
     @classmethod
@@ -220,6 +225,9 @@ class SDPABackend(TorchBackend):
             # builder's, and no op in it reads device data on the host (the scatter uses
             # precomputed row indices), so any batch can be replayed from a CUDA graph.
             cudagraph=CudaGraphSupport.ALWAYS,
+            # MLA: the absorbed decode is plain MQA with q/k head 576 and v = latent[:512]; the
+            # expanded prefill passes a 128-wide value with 192-wide q/k (SDPA takes Ev != E).
+            **MLA_CAPABILITIES,
             notes=("one SDPA call per chunk of padded requests (a decode batch is one call); "
                    "the paged-KV gather is part of the timed forward",
                    "graph-safe: no host sync in forward (gather, SDPA, scatter by precomputed indices)")
@@ -259,6 +267,8 @@ class SDPABackend(TorchBackend):
 
     @classmethod
     def standalone_call(cls, config, variant, call=None) -> str | None:
+        if config.is_mla:  # the reproducer's names describe the (K, V) cache, not the latent one
+            return None
         # A subclass with its own impl makes a different call: it must say which itself.
         forced = (variant or {}).get("sdpa_backend", "auto") != "auto"
         return SDPA_CALL if cls.get_impl_cls() is SDPAImpl and not forced else None

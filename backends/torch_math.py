@@ -13,16 +13,21 @@ from backends._paged import (
     TORCH_MATH_CALL,
     HostLoopMetadata,
     HostLoopMetadataBuilder,
+    MLA_CAPABILITIES,
     chunk_dims,
-    dequantize,
+    gather_kv,
     padded_chunk,
     plan_chunks,
     scatter_rows,
 )
+from backends._mla_prefill import chunked_prefill
 from backends._torch import TorchBackend, torch_capabilities
-from attn_contract import AttentionImpl, Capabilities, CudaGraphSupport
+from attn_contract import MLA_EXPANDED, AttentionImpl, Capabilities, CudaGraphSupport
 
 MAX_SCORE_ELEMS = 1 << 26  # padded score elements per chunk (256 MiB in fp32)
+# MLA prefill: cached-context keys per chunk (CPU, CUDA); small on the CPU so its cells merge
+# several chunks (the result does not depend on it: the merge is exact).
+MLA_CONTEXT_CHUNK = (64, 8192)
 
 
 # The torch backends share one host-side metadata (kept under these names for importers).
@@ -31,14 +36,16 @@ MathMetadataBuilder = HostLoopMetadataBuilder
 
 
 class MathImpl(AttentionImpl[MathMetadata]):
-    def _chunk(self, query, kv_cache, md: MathMetadata, pc, out, lse_out):
+    def _chunk(self, query, key, value, kv_cache, md: MathMetadata, pc, out, lse_out):
         cfg, layer = self.config, self.layer
         b, qmax, smax = len(pc.segments), pc.qmax, pc.smax
-        k, v = dequantize(kv_cache[pc.blocks, 0, pc.offsets], kv_cache[pc.blocks, 1, pc.offsets], layer, torch.float32)
+        k, v = self.gather(kv_cache, key, value, pc)
         # Padded key positions read slots no request owns (NaN under --adversarial): zero them,
         # since 0 * NaN in P.V would poison the row even though P is 0 there.
         unseen = ~pc.keep.any(1)[..., None, None]  # [b, smax, 1, 1]
-        k.masked_fill_(unseen, 0.0), v.masked_fill_(unseen, 0.0)  # in place: fresh gathered copies
+        k.masked_fill_(unseen, 0.0)  # in place: fresh gathered copies (MLA's absorbed V is a view of K)
+        if not cfg.absorbed:
+            v.masked_fill_(unseen, 0.0)
         hk = cfg.num_kv_heads
         group = cfg.num_heads // hk
         k = k.permute(0, 2, 1, 3)  # [b, Hk, smax, D]
@@ -66,13 +73,22 @@ class MathImpl(AttentionImpl[MathMetadata]):
         if lse_out is not None:
             scatter_rows(lse_out, lse.transpose(1, 2), pc, md)
 
+    def gather(self, kv_cache, key, value, pc):
+        """K, V of a padded chunk in fp32 (``backends._paged.gather_kv``; MLA-aware)."""
+        return gather_kv(kv_cache, key, value, pc, self.config, self.layer, torch.float32)
+
     def forward(self, query, key, value, kv_cache, metadata, out, lse_out=None):
         md = metadata
+        if self.config.attention_kind == MLA_EXPANDED:  # vLLM's prefill: new tokens, then context chunks
+            chunk = MLA_CONTEXT_CHUNK[query.device.type == "cuda"]
+            chunked_prefill(query, key, value, md.query_start_loc, md.kv_start_loc, md.seq_lens,
+                            self.config.softmax_scale, md.causal, chunk, out, lse_out)
+            return out
         qlens = md.query_lens
         # Chunks bound the PADDED score matrix (harness.plan.memory estimates the same plan).
         for chunk in plan_chunks(qlens, md.seq_lens, self.config.num_heads, MAX_SCORE_ELEMS, md.causal):
             pc = padded_chunk(chunk, md, query.shape[0], self.config.sliding_window, query.device)
-            self._chunk(query, kv_cache, md, pc, out, lse_out)
+            self._chunk(query, key, value, kv_cache, md, pc, out, lse_out)
         return out
 
     @staticmethod
@@ -109,8 +125,11 @@ class TorchMathBackend(TorchBackend):
             # timing it took a third of the decode suite's time (docs/measurement.md §12); the timed torch
             # baseline is `sdpa` (batched). On CPU it stays timed.
             role="reference",
+            **MLA_CAPABILITIES,
             untimed_on=cls.untimed_on,
-            notes=("fp32 math with padding; requests chunked so each padded score matrix stays under 2**26 elements",),
+            notes=("fp32 math with padding; requests chunked so each padded score matrix stays under 2**26 elements",
+                   "MLA prefill (expanded form) as vLLM's MLACommonImpl: causal over the new tokens, then the cached "
+                   "context in chunks, merged by LSE (backends/_mla_prefill.py)"),
         )
 
     @classmethod
@@ -121,6 +140,8 @@ class TorchMathBackend(TorchBackend):
 
     @classmethod
     def standalone_call(cls, config, variant, call=None) -> str | None:
+        if config.is_mla:  # the reproducer's names describe the (K, V) cache, not the latent one
+            return None
         # A subclass with its own impl makes a different call: it must say which itself.
         return TORCH_MATH_CALL if cls.get_impl_cls() is MathImpl else None
 

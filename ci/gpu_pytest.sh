@@ -44,9 +44,9 @@ dist=${DIST:-loadfile}
 # each oversubscribe the machine (docs/measurement.md §12).
 threads=$(( cores / workers > 0 ? cores / workers : 1 ))
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$threads} MKL_NUM_THREADS=${MKL_NUM_THREADS:-$threads}
-# These assert on GPU timings (graph vs eager, cold L2 slower than hot, a real 1.5x slowdown
-# flagged by compare): they run after the parallel part, alone on the machine.
-serial=(tests/test_timing.py tests/test_gate_noise.py)
+# These assert on GPU timings (graph vs eager, cold L2 slower than hot, a real 1.5x slowdown,
+# flagged by compare, the clock regimes and interleaved rounds): they run after the parallel part, alone.
+serial=(tests/test_timing.py tests/test_gate_noise.py tests/test_timing_clocks.py)
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=(tests)
 parallel_targets=() serial_targets=()

@@ -105,7 +105,7 @@ def make_plan(config: pytest.Config) -> BenchPlan | None:
         backends = registry.resolve_many([n.strip() for n in names if n.strip()])
         device = pick_device(flags.device)
         # keep_raw: the per-sample times are what pytest-benchmark receives.
-        opts = flags.run_options(device, flags.suite, keep_raw=True)
+        opts = flags.run_options(device, flags.suite, suite.clock_regime, keep_raw=True)
     except (SpecError, UsageError, registry.BackendLookupError) as e:
         raise pytest.UsageError(str(e)) from None
     return BenchPlan(suite, backends, opts, plan_cells(suite, backends, opts))

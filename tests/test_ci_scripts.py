@@ -160,7 +160,7 @@ def test_gpu_pytest_script_runs_exactly_the_test_suite():
     assert any('python3 -m pytest "${common[@]}" "$@"' in c for c in commands)
     assert '-n "$workers" --dist "$dist"' in text and "DIST:-loadfile" in text
     # the GPU-timing files run alone, after the parallel part, which ignores them
-    assert "serial=(tests/test_timing.py tests/test_gate_noise.py)" in text and '--ignore "$s"' in text
+    assert "serial=(tests/test_timing.py tests/test_gate_noise.py tests/test_timing_clocks.py)" in text and '--ignore "$s"' in text
     assert '${1:-' in text, "the log goes where the caller says"
     assert not (ROOT / "ci" / "pytest_shards.py").exists()
 
@@ -210,6 +210,6 @@ def test_ci_holds_product_ci_only_and_the_diagnostics_are_commands(tmp_path, cap
     assert main(["diag", "callform", "--out", str(tmp_path / "c"), "--libs", "fa5"]) == 2
     assert not (tmp_path / "c").exists()
     if not torch.cuda.is_available():  # a GPU diagnostic says plainly why it cannot run here
-        for name in ("fidelity", "direct"):
+        for name in ("fidelity", "direct", "clocks"):
             assert main(["diag", name, "--out", str(tmp_path / name)]) == 2
             assert f"harness diag {name} needs a CUDA device" in capsys.readouterr().err

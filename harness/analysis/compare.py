@@ -32,6 +32,11 @@ SHIFT_AGREE of the rows moved the same way. Such a shift cannot come from the pe
 class was dominated by; one moved row leaves the median, and so the class, where they were.
 ``harness gate`` (harness/analysis/gate.py) also re-measures the rows it finds slower and
 keeps only the slowdowns every re-measurement confirms.
+
+The GPU's clock (harness/analysis/compare_clock.py). Rows timed in two clock regimes (burst, sustained)
+are not compared: two runs each in one regime are refused (exit 2 from the commands), a row
+whose regime differs from its match's is listed, not judged. A slower/faster row whose time moved
+with its SM clock, by no more than the clock explains, is *clock-shifted*: reported, never failed.
 """
 
 from __future__ import annotations
@@ -43,10 +48,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
+from harness.analysis.compare_clock import clock_explains, clock_note, refuse_mixed_runs
+from harness.records.clocks import regime_of
 from harness.report import markdown as md
 from harness.records.results import FAILED, NOT_RUN, RAN, ResultRow, Status, read_rows, read_run_header, variant_label
 
-Speed = Literal["faster", "slower", "same", "ambiguous", "noisy", "not timed"]
+Speed = Literal["faster", "slower", "same", "ambiguous", "noisy", "not timed", "clock-shifted", "other regime"]
 ATTEMPTED = RAN | FAILED  # the cell was tried: it ran, or it failed trying
 NOISE_K = 3.0  # the noise band's half-width in robust standard deviations
 MIN_ROWS_FOR_SPREAD = 5  # fewer matched timed rows in a class: no spread estimate (CIs only)
@@ -347,6 +354,12 @@ def compare_rows(
         if b.status != n.status:
             d.info = f"status {b.status} -> {n.status}" + (f" ({n.reason})" if n.reason else "")
         if b.status == Status.PASS and n.status == Status.PASS and not correctness_only:
+            rb, rn = regime_of(b), regime_of(n)
+            if rb and rn and rb != rn:  # two GPU states: not a regression, not compared
+                d.speed = "other regime"
+                d.info = (f"not compared: timed in the {rb} clock regime in the baseline, {rn} in the new run "
+                          "(docs/measurement.md, Clock regimes)")
+                continue
             timed.append(d)
     comp = Comparison(diffs, threshold, correctness_only, warnings)
     _check_suites(comp, base_rows, new_rows)
@@ -362,9 +375,16 @@ def compare_rows(
         comp.noise[name] = estimate_noise(name, [(d.base, d.new) for d in ds], threshold)  # type: ignore[misc]
     for d in timed:
         assert d.base is not None and d.new is not None
-        d.speed, d.ratio = classify_speed(d.base, d.new, threshold, comp.noise.get(d.noise_class))
+        model = comp.noise.get(d.noise_class)
+        d.speed, d.ratio = classify_speed(d.base, d.new, threshold, model)
+        if d.speed in ("slower", "faster") and d.ratio is not None:
+            why = clock_explains(d.base, d.new, d.ratio, model.band if model else 0.0)
+            if why:  # the GPU's state moved, not the code (harness/analysis/compare_clock.py): reported, never failed
+                d.speed, d.info = "clock-shifted", f"{_pct(d.ratio)} with the clock: {why}"
         if d.speed == "slower":
-            d.problem = f"slower: {_pct(d.ratio)} beyond the noise ({_ci(d.base)} -> {_ci(d.new)})"
+            clk = clock_note(d.base, d.new)
+            d.problem = (f"slower: {_pct(d.ratio)} beyond the noise ({_ci(d.base)} -> {_ci(d.new)})"
+                         + (f"; {clk}, which does not explain it" if clk else ""))
     for m in comp.noise.values():
         if m.shared_shift:
             warnings.append(f"{m.device_class}: a shift shared by most rows, far outside their noise, is judged "
@@ -394,21 +414,41 @@ def _check_suites(comp: Comparison, base_rows: list[ResultRow], new_rows: list[R
         f"{len(comp.unmatched_new)} new row(s) cannot be matched (listed under \"Rows that cannot be matched\")")
 
 
+def _judged(comp: Comparison, d: RowDiff, r: ResultRow | None) -> tuple[Speed, float | None]:
+    """One re-measurement of ``d``'s row against its baseline: the speed verdict with the clock
+    rule applied (a slowdown its SM clock explains is clock-shifted, not slower)."""
+    if r is None or r.status != Status.PASS or d.base is None:
+        return "not timed", None
+    model = comp.noise.get(d.noise_class)
+    speed, ratio = classify_speed(d.base, r, comp.threshold, model)
+    if speed == "slower" and ratio is not None and clock_explains(d.base, r, ratio, model.band if model else 0.0):
+        speed = "clock-shifted"
+    return speed, ratio
+
+
 def confirm_slowdowns(comp: Comparison, remeasured: list[list[ResultRow]]) -> None:
     """Keep a *slower* verdict only if every re-measurement (runs of the same cells on the same
-    machine, after the first) finds the row slower too, judged with the same noise model;
-    otherwise the row becomes *ambiguous* and its slowdown is reported as unconfirmed."""
+    machine, after the first) finds the row slower too, judged with the same noise model and
+    clock rule; otherwise the row becomes *ambiguous* and its slowdown is reported as
+    unconfirmed. A *clock-shifted* row that every re-measurement finds slower at a clock that
+    does not explain it becomes a regression; otherwise it stays clock-shifted, with the
+    re-measurements named."""
     if not remeasured:
         return
     runs = [{r.key: r for r in rows} for rows in remeasured]
     for d in comp.diffs:
-        if d.speed != "slower" or d.base is None:
+        if d.speed not in ("slower", "clock-shifted") or d.base is None:
             continue
-        again = [run.get(d.key) for run in runs]
-        verdicts = [classify_speed(d.base, r, comp.threshold, comp.noise.get(d.noise_class))
-                    if r is not None and r.status == Status.PASS else ("not timed", None) for r in again]
+        verdicts = [_judged(comp, d, run.get(d.key)) for run in runs]
         moves = ", ".join(_pct(v[1]) or "no timing" for v in verdicts)
-        if all(v[0] == "slower" for v in verdicts):
+        confirmed = all(v[0] == "slower" for v in verdicts)
+        if d.speed == "clock-shifted":
+            if confirmed:
+                d.speed, d.problem = "slower", (f"slower: {_pct(d.ratio)} with a clock shift at first, then slower at "
+                                                f"a clock that does not explain it on every re-measurement ({moves})")
+            else:
+                d.info += f"; re-measured: {moves}"
+        elif confirmed:
             d.problem += f"; confirmed by {len(verdicts)} re-measurement(s): {moves}"
         else:
             d.speed, d.problem = "ambiguous", ""
@@ -418,6 +458,9 @@ def confirm_slowdowns(comp: Comparison, remeasured: list[list[ResultRow]]) -> No
 def compare_paths(baseline: str | Path, new: str | Path, **kw: Any) -> Comparison:
     """Compare two results folders or .jsonl files (see ``compare_rows`` for the options)."""
     base_rows, new_rows = read_rows(baseline), read_rows(new)  # FileNotFoundError names the path
+    refused = None if kw.get("correctness_only") else refuse_mixed_runs(base_rows, new_rows)
+    if refused:
+        raise ValueError(refused)  # the commands: one line, exit 2
     comp = compare_rows(base_rows, new_rows, **kw)
     db, dn = read_run_header(baseline).device_name, read_run_header(new).device_name
     if db and dn and db != dn and not kw.get("correctness_only"):
@@ -453,6 +496,7 @@ def to_markdown(comp: Comparison, baseline: str = "baseline", new: str = "new", 
               ("allowed", sum(1 for d in comp.diffs if d.allowed))]
     if not comp.correctness_only:
         counts += [(s, len(comp.of(s))) for s in ("slower", "faster", "ambiguous", "same", "noisy")]  # type: ignore[arg-type]
+        counts += [(s, len(comp.of(s))) for s in ("clock-shifted", "other regime") if comp.of(s)]  # type: ignore[arg-type]
     lines += md.table([k for k, _ in counts], [[str(v) for _, v in counts]]) + [""]
     if comp.noise:
         lines += ["### Noise model (per device class)", ""]
@@ -491,6 +535,7 @@ def to_markdown(comp: Comparison, baseline: str = "baseline", new: str = "new", 
     if not comp.correctness_only:
         table("Ambiguous (change above the threshold, within the noise)", comp.of("ambiguous"), "speed")
         table("Faster", comp.of("faster"), "speed")
+        table("Clock-shifted (the time moved with the SM clock: reported, not failed)", comp.of("clock-shifted"), "info")
     table("Accepted by --allow-missing / --allow-skip", [d for d in comp.diffs if d.allowed], "allowed")
     if comp.unmatched_base or comp.unmatched_new:
         lines.extend(["### Rows that cannot be matched (different suites)", ""])
@@ -500,7 +545,7 @@ def to_markdown(comp: Comparison, baseline: str = "baseline", new: str = "new", 
                 more = f" and {len(items) - max_rows} more" if len(items) > max_rows else ""
                 lines.append(f"- {side} ({len(items)}): {md.escape(names)}{more}")
         lines.append("")
-    table("Other changes", [d for d in comp.diffs if d.info and not d.problem], "info")
+    table("Other changes", [d for d in comp.diffs if d.info and not d.problem and d.speed != "clock-shifted"], "info")
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -9,7 +9,9 @@ vLLM (one attention backend per process):
     which takes 2 or 3 only (so FA4 has no environment form).
 SGLang (prefill and decode may differ):
     ``--attention-backend fa3|fa4|flashinfer|flex_attention|torch_native`` for both, or
-    ``--prefill-attention-backend X --decode-attention-backend Y``.
+    ``--prefill-attention-backend X --decode-attention-backend Y``; for MLA models
+    ``fa3|flashinfer|flashmla|triton|cutlass_mla|trtllm_mla`` (declared by the MLA backends).
+vLLM's MLA backends: ``--attention-backend FLASH_ATTN_MLA|FLASHMLA|FLASHINFER_MLA|TRITON_MLA|CUTLASS_MLA``.
 
 A candidate whose backend declares no name for an engine has no setting there.
 """
@@ -105,11 +107,12 @@ def from_vllm_name(name: str) -> str | None:
     return next((ours for ours, decl in decls if key.lower() in decl.aliases), None)
 
 
-def sglang_setting(backend: str, variant: dict[str, Any]) -> dict[str, Any] | None:
+def sglang_setting(backend: str, variant: dict[str, Any], attention_kind: str = "mha") -> dict[str, Any] | None:
     """SGLang's backend name for one harness backend+variant, with whether SGLang runs exactly
-    that variant; None when SGLang has no such backend."""
+    that variant; None when SGLang has no such backend (for this attention kind: MLA rows need a
+    name declared for MLA, ``EngineName.attention_kinds``)."""
     decl = engine_name(backend, "sglang")
-    if decl is None:
+    if decl is None or not decl.runs_kind(attention_kind):
         return None
     axis, fixed, caveat = decl.version_axis, decl.runs, decl.caveat
     names = decl.version_names if axis else {None: decl.name}

@@ -70,7 +70,22 @@ def run_args(args: argparse.Namespace, cases: list[str] | None = None) -> list[s
         out += ["--cpu-clock", args.cpu_clock]
     if args.no_isolation:
         out.append("--no-isolation")
+    regime = getattr(args, "clock_regime", None) or baseline_regime(args.baseline)
+    if regime:
+        out += ["--clock-regime", regime]
     return out
+
+
+def baseline_regime(baseline: Path) -> str | None:
+    """The clock regime the baseline's run.json records (GPU runs), so the gate's run is timed
+    in the same one (compare refuses two regimes)."""
+    from harness.records.results import read_header
+
+    try:
+        regime = read_header(baseline).get("clock_regime") if Path(baseline).is_dir() else None
+    except (OSError, ValueError):
+        return None
+    return regime if regime in ("burst", "sustained") else None
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -87,6 +102,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-time", metavar="SECONDS", help="sampling budget per cell, as harness run --max-time")
     p.add_argument("--cpu-clock", choices=["wall", "process"],
                    help="CPU timing clock for the run (process: CPU timings the gate can judge)")
+    p.add_argument("--clock-regime", choices=["burst", "sustained"],
+                   help="GPU clock regime of the run, as harness run --clock-regime (default: the baseline's, "
+                        "from its run.json; compare refuses rows of two regimes)")
     p.add_argument("--no-isolation", action="store_true",
                    help="run the cells in this process, as harness run --no-isolation (no worker start-up; "
                         "a crashing backend then ends the gate)")
@@ -165,7 +183,7 @@ def gate(args: argparse.Namespace) -> int:
         except (FileNotFoundError, ValueError) as e:
             print(f"gate: error: {e}", file=sys.stderr)
             return 2
-        slow = comp.of("slower")
+        slow = comp.of("slower") + comp.of("clock-shifted")  # a clock shift is re-measured too
         if slow and not args.results and args.remeasure > 0:
             again = []
             for i in range(args.remeasure):
@@ -178,7 +196,10 @@ def gate(args: argparse.Namespace) -> int:
                     again.append(read_rows(out))
                 finally:
                     shutil.rmtree(out.parent, ignore_errors=True)
-                print(f"gate: re-measured {len(slow)} slower row(s) ({i + 1}/{args.remeasure})", file=sys.stderr)
+                shifted = len(comp.of("clock-shifted"))
+                print(f"gate: re-measured {len(slow)} slower row(s)" + (f", {shifted} of them clock-shifted" if shifted
+                                                                         else "") + f" ({i + 1}/{args.remeasure})",
+                      file=sys.stderr)
             confirm_slowdowns(comp, again)
         md = to_markdown(comp, str(args.baseline), str(new))
         print(md, end="")

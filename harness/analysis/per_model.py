@@ -72,8 +72,13 @@ def _margin(res: BucketResult) -> str:
     return f"{r.pct:+.1f}% [{(r.low - 1) * 100:+.1f}, {(r.high - 1) * 100:+.1f}] vs {res.runner_up.name}"
 
 
-def sglang_flag(c: Candidate, kind: str) -> str:
-    s = sglang_setting(c.backend, c.variant)
+def answer_attention_kind(a: "Answer") -> str:
+    """The attention kind of an answer's rows ("mha", or an MLA form: docs/mla.md)."""
+    return R.config(a.result.example).get("attention_kind") or "mha"
+
+
+def sglang_flag(c: Candidate, kind: str, attention_kind: str = "mha") -> str:
+    s = sglang_setting(c.backend, c.variant, attention_kind)
     if s is None:
         return "no SGLang backend"
     flag = {"decode": "--decode-attention-backend", "prefill": "--prefill-attention-backend",
@@ -97,7 +102,7 @@ def answer_records(ans: list[Answer]) -> list[dict[str, Any]]:
             continue
         win = f"tie: {w.name} ~ {', '.join(a.result.tied_with)}" if a.result.tie else w.name
         out.append({"model shape": a.model, "workload": a.kind, "winner": win, "margin [interval]": _margin(a.result),
-                    "vLLM": vllm_flag(w), "SGLang": sglang_flag(w, a.kind)})
+                    "vLLM": vllm_flag(w), "SGLang": sglang_flag(w, a.kind, answer_attention_kind(a))})
     return out
 
 
@@ -120,7 +125,7 @@ def _engine_times(rows: Sequence[ResultRow], engine: str) -> tuple[dict[str, dic
             s = vllm_setting(Candidate(r.backend, variant, r.variant_label, {}))
             key = s["cli"] if s and s["exact"] else None
         else:
-            s = sglang_setting(r.backend, variant)
+            s = sglang_setting(r.backend, variant, R.config(r).get("attention_kind") or "mha")
             key = s["attention_backend"] if s and s["exact"] else None
         if key is None:
             continue

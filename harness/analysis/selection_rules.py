@@ -168,10 +168,14 @@ def vllm_default(
     sinks: bool = False,
     causal: bool = True,
     fa_available: Sequence[int] | None = None,
+    attention_kind: str = "mha",
 ) -> VllmChoice:
     """vLLM's automatic choice for one decoder attention layer (no ``--attention-backend``):
     walk the platform's priority list and take the first backend whose validation passes.
-    Triton and Flex attention, the last resorts, are taken as always valid."""
+    Triton and Flex attention, the last resorts, are taken as always valid. An MLA layer
+    (``attention_kind`` "mla_*") walks the MLA list instead (``vllm_mla_default``)."""
+    if attention_kind.startswith("mla"):
+        return vllm_mla_default(capability, kv_cache_dtype=kv_cache_dtype, block_size=block_size)
     cap = _cap(capability)
     prio = vllm_priorities(cap, causal=causal)
     fa = vllm_flash_attn_version(cap, head_size=head_size, alibi=alibi, available=fa_available)
@@ -190,6 +194,65 @@ def vllm_default(
             return VllmChoice(b, fa if b == FLASH_ATTN else None, prio, rejected)
         rejected[b] = why
     return VllmChoice(prio[-1], None, prio, rejected)  # unreachable: the last resorts always pass
+
+
+# ---------------------------------------------------------------- vLLM's default MLA backend
+# Data, read from vLLM's source (vllm-project/vllm: vllm/platforms/cuda.py
+# ``_get_backend_priorities(use_mla=True)`` and ``CudaPlatformBase.check_and_update_config``;
+# each backend's class in vllm/v1/attention/backends/mla/). The walk is the same as for MHA:
+# the first backend of the list whose validation passes.
+VLLM_MLA_PRIORITIES: dict[str, tuple[str, ...]] = {
+    "sm10x": ("FLASHINFER_MLA", "CUTLASS_MLA", "FLASH_ATTN_MLA", "FLASHMLA", "TRITON_MLA"),
+    "other": ("FLASH_ATTN_MLA", "FLASHMLA", "FLASHINFER_MLA", "TRITON_MLA"),
+}
+# Per backend: GPU majors it runs on (None: any), latent-cache dtypes, kernel page sizes
+# (an int, or ("multiple", n)). FLASH_ATTN_MLA (flashattn_mla.py): sm90 (FA3 ``qv``), no fp8,
+# multiple of 16. FLASHMLA (flashmla.py): sm90/sm100, fp8 e4m3 accepted, page 64.
+# FLASHINFER_MLA and CUTLASS_MLA: Blackwell (trtllm-gen / CUTLASS kernels), pages 32|64k and 128k.
+# TRITON_MLA: the last resort, any GPU, no fp8.
+VLLM_MLA_BACKENDS: dict[str, dict[str, Any]] = {
+    "FLASH_ATTN_MLA": {"majors": (9,), "kv_cache_dtypes": ("auto", "float16", "bfloat16"),
+                       "block_sizes": (("multiple", 16),)},
+    "FLASHMLA": {"majors": (9, 10), "kv_cache_dtypes": ("auto", "bfloat16", "fp8", "fp8_e4m3"),
+                 "block_sizes": (64,)},
+    "FLASHINFER_MLA": {"majors": (10,), "kv_cache_dtypes": ("auto", "bfloat16", "fp8", "fp8_e4m3"),
+                       "block_sizes": (32, ("multiple", 64))},
+    "CUTLASS_MLA": {"majors": (10,), "kv_cache_dtypes": ("auto", "bfloat16", "fp8", "fp8_e4m3"),
+                    "block_sizes": (("multiple", 128),)},
+    "TRITON_MLA": {"majors": None, "kv_cache_dtypes": ("auto", "float16", "bfloat16"),
+                   "block_sizes": (("multiple", 1),)},
+}
+# With no backend named, vLLM forces the page size (check_and_update_config): 64 on non-Blackwell
+# GPUs where FlashMLA runs (for every MLA backend it then picks), FlashInfer MLA's 64 / CUTLASS
+# MLA's 128 on Blackwell, unless the user's --block-size is already a multiple.
+VLLM_MLA_DEFAULT_BLOCK = {"sm10x": 64, "other": 64}
+
+
+def _page_ok(block_size: int, rules: tuple[Any, ...]) -> bool:
+    return any(block_size % r[1] == 0 if isinstance(r, tuple) else block_size == r for r in rules)
+
+
+def vllm_mla_default(capability: str | tuple[int, int], *, kv_cache_dtype: str = "auto",
+                     block_size: int | None = None) -> VllmChoice:
+    """vLLM's automatic MLA backend on a CUDA GPU (no ``--attention-backend``): the priority list
+    of ``VLLM_MLA_PRIORITIES`` walked with each backend's declared limits. ``block_size`` None:
+    the page vLLM forces by default (``VLLM_MLA_DEFAULT_BLOCK``)."""
+    cap = _cap(capability)
+    key = "sm10x" if cap[0] == 10 else "other"
+    prio = VLLM_MLA_PRIORITIES[key]
+    page = VLLM_MLA_DEFAULT_BLOCK[key] if block_size is None else block_size
+    rejected: dict[str, str] = {}
+    for b in prio:
+        rule = VLLM_MLA_BACKENDS[b]
+        if rule["majors"] is not None and cap[0] not in rule["majors"]:
+            rejected[b] = f"needs sm{'/sm'.join(f'{m}x' for m in rule['majors'])}"
+        elif kv_cache_dtype not in rule["kv_cache_dtypes"]:
+            rejected[b] = f"KV cache dtype {kv_cache_dtype}"
+        elif not _page_ok(page, rule["block_sizes"]):
+            rejected[b] = f"block size {page}"
+        else:
+            return VllmChoice(b, None, prio, rejected)
+    return VllmChoice(prio[-1], None, prio, rejected)
 
 
 # ---------------------------------------------------------------- cascade: fitted rule

@@ -97,7 +97,10 @@ class CaseLayout:
     @property
     def kv_token_bytes(self) -> int:
         """K and V of one token over all KV heads, at the cache's element size (whole bytes:
-        a packed format's fraction rounds up)."""
+        a packed format's fraction rounds up). MLA: the token's one latent vector (576 values,
+        1152 bytes in bf16), whatever the form."""
+        if self.config.mla is not None:
+            return math.ceil(self.config.mla.latent_dim * self.kv_elt_bytes)
         return math.ceil(2 * self.config.num_kv_heads * self.config.head_size * self.kv_elt_bytes)
 
     @property

@@ -11,6 +11,12 @@ head: GQA shares them) for every key any query of the request can see, at the ca
 size (fp8: one byte); the block-table entries of the blocks holding those keys and the
 per-request metadata (query_start_loc, seq_lens: int32). A shared prefix is counted once per
 request that reads it: that is what a non-cascade kernel reads.
+
+A value head size ``Dv`` apart from ``D`` (MLA) makes it ``2 * Hq * (D + Dv)`` FLOPs per pair and
+``Dv`` in the output. MLA's absorbed form (docs/mla.md) reads ONE latent vector per key for all
+heads, ``D`` = 576 values (1152 bytes in bf16; its first 512 are the values, read once):
+``bytes_kv = keys * D * kv_elt`` and ``2 * Hq * (576 + 512)`` FLOPs per pair. Its expanded form
+reads per-head K (192) and V (128) in the model dtype (the up-projected latent).
 """
 
 from __future__ import annotations
@@ -110,6 +116,8 @@ def attention_work(
     block_size: int,
     causal: bool,
     sliding_window: int | None,
+    v_head_size: int | None = None,
+    attention_kind: str = "mha",
 ) -> Work:
     """FLOPs and bytes of one forward over a batch (see the module docstring)."""
     if len(query_lens) != len(seq_lens):
@@ -128,12 +136,18 @@ def attention_work(
         if hi > lo:  # block-table entries of every block holding a visible key
             blocks += (hi - 1) // block_size - lo // block_size + 1
     tokens = sum(query_lens)
+    dv = head_size if v_head_size is None else v_head_size
     bytes_q = float(tokens * num_heads * head_size * elt)
-    bytes_o = bytes_q
-    bytes_kv = 2.0 * keys * num_kv_heads * head_size * kv_elt
+    bytes_o = float(tokens * num_heads * dv * elt)
+    if attention_kind == "mla_absorbed":  # one latent vector per key for all heads; V is its head
+        bytes_kv = float(keys * head_size * kv_elt)
+    elif attention_kind == "mla_expanded":  # up-projected K and V, model dtype
+        bytes_kv = float(keys * num_kv_heads * (head_size + dv) * elt)
+    else:
+        bytes_kv = float(keys * num_kv_heads * (head_size + dv) * kv_elt)
     bytes_meta = float(INDEX_BYTES * blocks + INDEX_BYTES * (2 * len(query_lens) + 1))
     return Work(
-        flops=4.0 * num_heads * head_size * pairs,
+        flops=2.0 * num_heads * (head_size + dv) * pairs,
         bytes=bytes_q + bytes_o + bytes_kv + bytes_meta,
         bytes_q=bytes_q,
         bytes_kv=bytes_kv,
@@ -150,4 +164,5 @@ def layout_work(layout: CaseLayout) -> Work:
     return attention_work(list(layout.query_lens), list(layout.seq_lens), num_heads=cfg.num_heads,
                           num_kv_heads=cfg.num_kv_heads, head_size=cfg.head_size, dtype=cfg.dtype,
                           kv_cache_dtype=cfg.kv_cache_dtype, block_size=cfg.block_size, causal=cfg.causal,
-                          sliding_window=cfg.sliding_window)
+                          sliding_window=cfg.sliding_window, v_head_size=cfg.v_head_size,
+                          attention_kind=cfg.attention_kind)

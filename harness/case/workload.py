@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import torch
 
-from attn_contract import AttentionConfig, CommonAttentionMetadata, LayerParams
+from attn_contract import MLA_EXPANDED, AttentionConfig, CommonAttentionMetadata, LayerParams
 from harness.case.layout import CaseLayout, case_layout, draw_lengths, sample_lengths  # noqa: F401 (re-exported)
 from harness.spec import CaseSpec
 
@@ -43,11 +43,11 @@ class Batch:
     query_lens: list[int]
     seq_lens: list[int]
     query: torch.Tensor  # [num_tokens, Hq, D], model dtype
-    key: torch.Tensor  # [num_tokens, Hk, D] new tokens' K, model dtype
+    key: torch.Tensor  # [num_tokens, Hk, D] new tokens' K, model dtype (MLA: attn_contract/mla.py)
     value: torch.Tensor
     k_logical: list[torch.Tensor]  # per request [seq_len, Hk, D], cache dtype (never read from the cache)
     v_logical: list[torch.Tensor]
-    kv_cache: torch.Tensor  # canonical [num_blocks, 2, block_size, Hk, D], cache dtype
+    kv_cache: torch.Tensor  # canonical [num_blocks, 2, block_size, Hk, D], cache dtype (MLA: [num_blocks, block_size, 576])
     block_table: torch.Tensor  # int32 [num_reqs, max_blocks]
     slot_mapping: torch.Tensor  # int64 [num_tokens]
     layer: LayerParams
@@ -109,13 +109,22 @@ class Batch:
         )
 
     def dequantized_kv(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Request ``i``'s logical K/V as float32 real values (fp8 scaled back)."""
+        """Request ``i``'s logical K/V as float32 real values (fp8 scaled back; MLA's expanded
+        K/V are already real values in the model dtype)."""
         k = self.k_logical[i].float()
         v = self.v_logical[i].float()
-        if self.config.is_fp8_kv:
+        if self.config.is_fp8_kv and self.k_logical[i].dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
             k = k * self.layer.k_scale
             v = v * self.layer.v_scale
         return k, v
+
+    def key_rows(self, reqs: list[int], token_index: torch.Tensor) -> torch.Tensor:
+        """Rows of ``key``/``value`` belonging to requests ``reqs``, in that order: their query
+        tokens (``token_index``), or in MLA's expanded form every token of each request."""
+        if self.config.attention_kind != MLA_EXPANDED:
+            return token_index
+        ksl = [0] + np.cumsum(self.seq_lens).tolist()
+        return torch.cat([torch.arange(ksl[i], ksl[i + 1], device=self.device) for i in reqs])
 
     def reordered(self, order: list[int]) -> tuple["Batch", torch.Tensor]:
         """The same batch with requests in ``order``, and, for each new token position, the
@@ -127,6 +136,7 @@ class Batch:
             [torch.arange(qsl[i], qsl[i + 1], device=self.device) for i in order]
         )
         group_of = tuple(self.prefix_group_of_req[i] for i in order) if self.prefix_group_of_req else ()
+        kv_index = self.key_rows(order, token_index)
         return (
             replace(
                 self,
@@ -134,8 +144,8 @@ class Batch:
                 query_lens=[self.query_lens[i] for i in order],
                 seq_lens=[self.seq_lens[i] for i in order],
                 query=self.query[token_index],
-                key=self.key[token_index],
-                value=self.value[token_index],
+                key=self.key[kv_index],
+                value=self.value[kv_index],
                 k_logical=[self.k_logical[i] for i in order],
                 v_logical=[self.v_logical[i] for i in order],
                 block_table=self.block_table[torch.tensor(order, device=self.device)],
@@ -173,6 +183,10 @@ def generate(case: CaseSpec, device: torch.device | str = "cpu", layout: CaseLay
     device = torch.device(device)
     layout = layout or case_layout(case)
     cfg = layout.config
+    if cfg.is_mla:  # one latent vector per token: harness/case/workload_mla.py
+        from harness.case.workload_mla import generate_mla
+
+        return Batch(**generate_mla(case, device, layout, kv_scales(case)[0]))
     qlens, seq_lens, group_of = list(layout.query_lens), list(layout.seq_lens), list(layout.group_of_req)
     n = layout.num_reqs
     bs = cfg.block_size

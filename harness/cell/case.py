@@ -9,15 +9,17 @@ order; import each name from the module that defines it."""
 from __future__ import annotations
 
 import time
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
 from harness.cell.prepare import CaseContext, short_error, status_row
-from harness.cell.run import run_cell
-from harness.plan.cells import IMPORTED, Cell, RunOptions, precheck
+from harness.cell.run import CellInProgress, end_cell, run_cell, start_cell, timing_call
+from harness.plan.cells import IMPORTED, Cell, RunOptions, precheck, timing_skip_reason
 from harness.records.results import ResultRow, Status
 from harness.spec import Suite
+from harness.timing import TimingOptions
+from harness.timing.loop import time_interleaved
 
 
 def iterate_case(
@@ -59,18 +61,73 @@ def iterate_case(
         for cell in runnable:
             yield status_row(cell, suite, opts, Status.ERROR, f"generate/reference: {short_error(e)}")
         return
+    def finish(row: ResultRow, cell: Cell) -> ResultRow:
+        if row.host is not None and row.host.breakdown_ms is not None:
+            # availability/support/memory checks, made before the case's batch existed
+            row.host.breakdown_ms["precheck"] = precheck_ms.get(id(cell), 0.0)
+            if id(cell) in import_ms:
+                row.host.breakdown_ms["import"] = import_ms[id(cell)]
+        return row
+
     try:
+        if interleave(runnable, opts):
+            yield from _interleaved(runnable, case_data, suite, opts, on_event, finish)
+            return
         for cell in runnable:
             if on_event:
                 on_event("cell", cell)
-            row = run_cell(cell, case_data, suite, opts)
-            if row.host is not None and row.host.breakdown_ms is not None:
-                # availability/support/memory checks, made before the case's batch existed
-                row.host.breakdown_ms["precheck"] = precheck_ms.get(id(cell), 0.0)
-                if id(cell) in import_ms:
-                    row.host.breakdown_ms["import"] = import_ms[id(cell)]
-            yield row
+            yield finish(run_cell(cell, case_data, suite, opts), cell)
     finally:
         del case_data
         if opts.device.type == "cuda":
             torch.cuda.empty_cache()
+
+
+def interleave(cells: list[Cell], opts: RunOptions) -> bool:
+    """Whether a case's cells are timed together in interleaved rounds (harness/timing/interleave.py):
+    the run times, more than one cell will be timed, ``sampling`` asks for it (auto: on a GPU)
+    and those cells fit in memory all prepared at once. Otherwise one after another (rows say which)."""
+    t = opts.timing
+    if not opts.time or t is None or len(cells) < 2 or t.sampling == "sequential":
+        return False
+    if t.sampling == "auto" and opts.device.type != "cuda":
+        return False
+    if any(c.case.context_parallel is not None for c in cells):
+        return False  # a context-parallel cell runs whole (harness/cell/context_parallel/)
+    # Cells that will not be timed (references) finish at once and are never held with the others.
+    timed = [c for c in cells if not timing_skip_reason(c.backend.capabilities(c.variant), opts.device.type, opts)]
+    if opts.fit_together is None:  # no memory check given: only when asked for explicitly
+        return len(timed) > 1 and t.sampling == "interleaved"
+    return len(timed) > 1 and opts.fit_together(timed) is None
+
+
+def _interleaved(cells: list[Cell], case_data: CaseContext, suite: Suite, opts: RunOptions,
+                 on_event: Callable[[str, Cell | None], None] | None,
+                 finish: Callable[[ResultRow, Cell], ResultRow]) -> Iterator[ResultRow]:
+    """Every cell up to its timing, the timed ones timed together in rounds, then each one's
+    re-check and row. A crash while sampling is attributed to the last cell started (the
+    supervisor's view)."""
+    started: list[CellInProgress] = []
+    for cell in cells:
+        if on_event:
+            on_event("cell", cell)
+        got = start_cell(cell, case_data, suite, opts)
+        if isinstance(got, ResultRow):
+            yield finish(got, cell)
+        elif not got.timed:  # nothing to wait for: its memory is freed now
+            yield finish(end_cell(got, case_data, opts), cell)
+        else:
+            started.append(got)
+    measured: dict[int, dict[str, Any] | BaseException] = {}
+    share_ms = 0.0
+    if len(started) > 1:
+        t0 = time.perf_counter()
+        records = time_interleaved({i: timing_call(p.prepared, opts) for i, p in enumerate(started)}, opts.device,
+                                   opts.timing or TimingOptions.for_device(opts.device))
+        share_ms = (time.perf_counter() - t0) * 1e3 / len(started)
+        measured = {id(started[i]): r for i, r in records.items()}
+    for p in started:
+        # The wait for the other cells is not this cell's time; its share of the rounds is.
+        p.trace.stopwatch.start += time.perf_counter() - p.paused_at - (share_ms / 1e3 if id(p) in measured else 0.0)
+        p.trace.stopwatch.skip()
+        yield finish(end_cell(p, case_data, opts, measured.get(id(p)), share_ms), p.cell)

@@ -52,9 +52,10 @@ def sub_batch(batch: Batch, reqs: list[int]) -> Batch:
     qsl = batch.query_start_loc
     tok = torch.cat([torch.arange(qsl[i], qsl[i + 1], device=batch.device) for i in reqs])
     idx = torch.tensor(reqs, device=batch.device)
+    rows = batch.key_rows(reqs, tok)  # MLA's expanded key/value hold every token of a request
     return replace(
         batch, kinds=[batch.kinds[i] for i in reqs], query_lens=[batch.query_lens[i] for i in reqs],
-        seq_lens=[batch.seq_lens[i] for i in reqs], query=batch.query[tok], key=batch.key[tok], value=batch.value[tok],
+        seq_lens=[batch.seq_lens[i] for i in reqs], query=batch.query[tok], key=batch.key[rows], value=batch.value[rows],
         k_logical=[batch.k_logical[i] for i in reqs], v_logical=[batch.v_logical[i] for i in reqs],
         block_table=batch.block_table[idx], slot_mapping=batch.slot_mapping[tok],
         prefix_group_of_req=tuple(batch.prefix_group_of_req[i] for i in reqs) if batch.prefix_group_of_req else (),
@@ -139,9 +140,10 @@ def check_invariants(backend: type[AttentionBackend], variant: dict[str, Any], b
         i = pre[0]
         last = batch.query_start_loc[i + 1] - 1
         one = sub_batch(batch, [i])
+        # The new token's K/V; MLA's expanded form passes all of the request's (attn_contract/mla.py).
+        rows = batch.key_rows([i], torch.arange(last, last + 1, device=batch.device))
         dec = replace(one, kinds=["decode"], query_lens=[1], query=batch.query[last:last + 1],
-                      key=batch.key[last:last + 1], value=batch.value[last:last + 1],
-                      slot_mapping=batch.slot_mapping[last:last + 1])
+                      key=batch.key[rows], value=batch.value[rows], slot_mapping=batch.slot_mapping[last:last + 1])
         got = _run(backend, variant, dec, device)
         return agree(got, base()[last:last + 1], dec)
 

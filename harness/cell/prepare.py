@@ -126,13 +126,22 @@ class RowDraft:
                                         context={"checked": checked})
 
 
+def row_config_fields(cfg: AttentionConfig) -> dict[str, Any]:
+    """The layer's fields a row records; the MLA ones only on MLA cells (MHA rows keep their shape)."""
+    d = asdict(cfg)
+    if not cfg.is_mla:
+        for key in ("v_head_size", "attention_kind", "mla"):
+            d.pop(key)
+    return d
+
+
 def base_row(cell: Cell, suite: Suite, opts: RunOptions) -> RowDraft:
     """A cell's identity: what every row of it carries, whatever happens next."""
     cfg = cell.case.attention_config()
     return RowDraft(
         suite=suite.suite, case=cell.case.name, backend=cell.backend.name, variant=cell.variant,
         variant_label=variant_label(cell.variant), device=str(opts.device),
-        config=RowConfig.model_validate({**asdict(cfg), "seed": cell.case.seed, "tags": list(cell.case.tags)}),
+        config=RowConfig.model_validate({**row_config_fields(cfg), "seed": cell.case.seed, "tags": list(cell.case.tags)}),
         case_group=cell.case.group or cell.case.name, case_params=dict(cell.case.params),
         reproducer=reproducer(cell, opts),
         variant_axes=VariantAxes.model_validate(cell.axes) if cell.axes else None)
@@ -230,7 +239,8 @@ def prepare_cell(backend: type[AttentionBackend], variant: dict[str, Any], batch
     builder = backend.get_builder_cls()(cfg, variant, device)
     impl = backend.get_impl_cls()(cfg, variant, device, view.layer)
     sw.lap("setup")
-    out = torch.full_like(view.query, float("nan"), dtype=cfg.torch_dtype)
+    out = torch.full((view.num_tokens, cfg.num_heads, cfg.value_head_size), float("nan"), dtype=cfg.torch_dtype,
+                     device=view.query.device)
     lse = torch.full((view.num_tokens, cfg.num_heads), float("nan"), device=device) if caps.returns_lse else None
     sw.lap("prepare")
     trace.stage = CellStage.BUILD

@@ -7,8 +7,10 @@ gives an ``unsupported`` row, one that raises an ``error`` row naming the stage.
 
 from __future__ import annotations
 
+import time
 import traceback
-from typing import Callable
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import torch
 
@@ -25,7 +27,7 @@ from harness.case.reference import reference_lse_for
 from harness.records.results import (BatchSummary, Call, Check, Host, InvariantResult, Metrics, Recheck, ResultRow, RowLayout, Status, Timing)
 from harness.case.roofline import get_ceilings, roofline_metrics
 from harness.spec import Suite
-from harness.timing import TimingOptions, time_callable
+from harness.timing import GraphDecision, TimingOptions, time_callable
 from harness.case.workload import Batch
 
 from harness.cell.prepare import (
@@ -86,15 +88,27 @@ def check_first_output(prepared: PreparedCell, batch: Batch, judge: Judge, draft
     trace.stopwatch.lap("check")
 
 
+def timing_call(prepared: PreparedCell, opts: RunOptions) -> tuple[Callable[[], None], GraphDecision, torch.Tensor]:
+    """What timing repeats for a cell, its graph decision and the output a replay is checked on."""
+    timing_opts = opts.timing or TimingOptions.for_device(opts.device)
+    return prepared.timed_call, prepared.graph_decision(enabled=timing_opts.cuda_graph), prepared.out
+
+
 def time_cell(prepared: PreparedCell, case_data: CaseContext, opts: RunOptions, draft: RowDraft,
-              trace: CellTrace) -> None:
-    """Timing (harness/timing/) and the work and roofline figures of the measured time."""
+              trace: CellTrace, measured: dict[str, Any] | None = None, timing_ms: float = 0.0) -> None:
+    """Timing (harness/timing/) and the work and roofline figures of the measured time.
+    ``measured``: the record when the cell was timed with others of its case (interleaved
+    rounds, ``timing_ms`` its share of their wall time), else it is timed here."""
     sw, device = trace.stopwatch, opts.device
     trace.stage = CellStage.TIMING
-    timing_opts = opts.timing or TimingOptions.for_device(device)
-    graph = prepared.graph_decision(enabled=timing_opts.cuda_graph)
-    measured = time_callable(prepared.timed_call, device, timing_opts, graph=graph, output=prepared.out)
-    sw.lap("timing")
+    if measured is None:
+        fn, graph, out = timing_call(prepared, opts)
+        measured = time_callable(fn, device, opts.timing or TimingOptions.for_device(device), graph=graph, output=out)
+        sw.lap("timing")
+    else:
+        measured = dict(measured)
+        sw.ms["timing"] = sw.ms.get("timing", 0.0) + timing_ms
+        sw.skip()
     enqueue_us = measured.pop("host_enqueue_us", None)
     timing = Timing.model_validate(measured)
     if enqueue_us is not None:
@@ -155,8 +169,35 @@ def diagnose(prepared: PreparedCell, cell: Cell, draft: RowDraft) -> None:
         draft.check.diagnosis = diagnosis
 
 
-def run_cell(cell: Cell, case_data: CaseContext, suite: Suite, opts: RunOptions) -> ResultRow:
-    """Run one backend variant on one prepared case. Backend failures become an ``error`` row."""
+@dataclass
+class CellInProgress:
+    """A cell stopped before its timing (``start_cell``), to be timed with the other cells of
+    its case and finished by ``end_cell``."""
+
+    cell: Cell
+    draft: RowDraft
+    trace: CellTrace
+    prepared: PreparedCell
+    judge: Judge | None
+    timed: bool
+    paused_at: float = 0.0  # perf_counter when it stopped: the wait for the others is not its time
+
+
+def _error(draft: RowDraft, trace: CellTrace, e: BaseException) -> None:
+    # Diagnostics of the stages that finished (call, check) stay; no number from a failed cell.
+    draft.timing = draft.metrics = None
+    draft.mark(Status.ERROR, f"{trace.stage}: {short_error(e)}")
+    draft.traceback = "".join(traceback.format_exception(e, limit=8))
+
+
+def _done(draft: RowDraft, trace: CellTrace, case_data: CaseContext, opts: RunOptions) -> ResultRow:
+    draft.host = Host.model_validate({**trace.host, **breakdown(trace.stopwatch, case_data)})
+    return draft.finish(opts.check)
+
+
+def start_cell(cell: Cell, case_data: CaseContext, suite: Suite, opts: RunOptions) -> CellInProgress | ResultRow:
+    """A cell's stages up to its timing (prepare, first call, check); its row when it ends
+    there (unsupported, an error, a context-parallel cell, which runs whole)."""
     if cell.case.context_parallel is not None:  # KV sharded over ranks: harness/cell/context_parallel/
         return run_cp_cell(cell, case_data, suite, opts)
     draft = base_row(cell, suite, opts)
@@ -180,15 +221,32 @@ def run_cell(cell: Cell, case_data: CaseContext, suite: Suite, opts: RunOptions)
         skipped = timing_skip_reason(prepared.caps, opts.device.type, opts)
         if skipped:
             timed, draft.timing_skipped = False, skipped
-        if timed:
-            time_cell(prepared, case_data, opts, draft, trace)
-        if judge is not None:
-            recheck(prepared, cell, batch, judge, timed, opts, draft, trace)
-        diagnose(prepared, cell, draft)
     except Exception as e:  # a backend that rejects or crashes costs only its own cell
-        # Diagnostics of the stages that finished (call, check) stay; no number from a failed cell.
-        draft.timing = draft.metrics = None
-        draft.mark(Status.ERROR, f"{trace.stage}: {short_error(e)}")
-        draft.traceback = traceback.format_exc(limit=8)
-    draft.host = Host.model_validate({**trace.host, **breakdown(trace.stopwatch, case_data)})
-    return draft.finish(opts.check)
+        _error(draft, trace, e)
+        return _done(draft, trace, case_data, opts)
+    return CellInProgress(cell, draft, trace, prepared, judge, timed, time.perf_counter())
+
+
+def end_cell(p: CellInProgress, case_data: CaseContext, opts: RunOptions,
+             measured: dict[str, Any] | BaseException | None = None, timing_ms: float = 0.0) -> ResultRow:
+    """Timing (here, or the record ``measured`` with the case's other cells), the re-check and
+    the diagnosis, then the row."""
+    draft, trace, prepared = p.draft, p.trace, p.prepared
+    try:
+        if p.timed:
+            if isinstance(measured, BaseException):
+                trace.stage = CellStage.TIMING
+                raise measured
+            time_cell(prepared, case_data, opts, draft, trace, measured, timing_ms)
+        if p.judge is not None:
+            recheck(prepared, p.cell, case_data.batch, p.judge, p.timed, opts, draft, trace)
+        diagnose(prepared, p.cell, draft)
+    except Exception as e:  # a backend that rejects or crashes costs only its own cell
+        _error(draft, trace, e)
+    return _done(draft, trace, case_data, opts)
+
+
+def run_cell(cell: Cell, case_data: CaseContext, suite: Suite, opts: RunOptions) -> ResultRow:
+    """Run one backend variant on one prepared case. Backend failures become an ``error`` row."""
+    started = start_cell(cell, case_data, suite, opts)
+    return started if isinstance(started, ResultRow) else end_cell(started, case_data, opts)

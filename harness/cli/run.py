@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     device = pick_device(flags.device)
     exec_opts = flags.exec_options(device)
     device = torch.device(exec_opts.devices[0])  # rows and the header name the first worker's device
-    opts = flags.run_options(device, suite_path)
+    opts = flags.run_options(device, suite_path, suite.clock_regime)
     if flags.ray is not None:
         from harness.execute.ray_cluster import RayUnavailable, import_ray
 
@@ -104,6 +104,8 @@ def run_cells(args: argparse.Namespace, flags: RunFlags, suite_path: str, suite:
     if not cells:
         raise UsageError("nothing to run: no case/backend/variant matches the filters")
     cells, extra = apply_shard(flags.shard, suite, cells, opts)
+    if opts.timing is not None and opts.device.type == "cuda" and opts.time:
+        extra = {**extra, "clock_regime": opts.timing.clock_regime}  # the regime every GPU row was timed in
     # Workers that report the versions spare the parent importing any GPU library to plan.
     argv = ["harness", *getattr(args, "argv", sys.argv[1:])]
     def started(out_dir: Path) -> None:  # from here (run.json written) an interrupt can be resumed

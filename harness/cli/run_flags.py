@@ -139,6 +139,23 @@ class RunFlags(BaseModel):
         "--cpu-clock", "CPU timing clock: wall (default, elapsed time) or process (CPU time the call "
                        "used: far steadier on a shared machine; what `harness compare` can gate on)",
         group=TIMING, bench=True)] = None
+    clock_regime: Annotated[Literal["burst", "sustained"] | None, Flag(
+        "--clock-regime", "GPU clock state the samples are taken in: burst (samples after the cell's warm-up, "
+                          "throttled ones discarded) or sustained (continuous calls until clock and power are "
+                          "steady, the GPU kept under load while sampling: what a serving GPU sees). Default: "
+                          "the suite's clock_regime, else burst (docs/measurement.md, Clock regimes)",
+        group=TIMING, bench=True)] = None
+    throttle_threshold: Annotated[float | None, Field(gt=0, le=1), Flag(
+        "--throttle-threshold", "burst: discard a sample read back below this fraction of the maximum SM clock "
+                                "(default 0.75, as nvbench)", group=TIMING, metavar="FRACTION",
+        problem="a fraction of the maximum SM clock in (0, 1]")] = None
+    throttle_recovery_delay: Annotated[float | None, Field(ge=0), Flag(
+        "--throttle-recovery-delay", "burst: seconds the GPU is left idle after a discarded sample (default 0.05)",
+        group=TIMING, metavar="SECONDS", problem="seconds >= 0")] = None
+    sampling: Annotated[Literal["auto", "interleaved", "sequential"] | None, Flag(
+        "--sampling", "how a case's candidates are sampled: auto (default: interleaved rounds A B C A B C on a "
+                      "GPU when they fit in memory together, else one after another), interleaved, sequential",
+        group=TIMING, bench=True)] = None
 
     resume: Annotated[str | None, Flag(
         "--resume", "continue an interrupted run in DIR: run only the cells it lacks", group=ROBUSTNESS,
@@ -222,8 +239,9 @@ class RunFlags(BaseModel):
             out["batch"] = [s for s in self.batch_spec.split(",") if s.strip()]
         return out or None
 
-    def timing_options(self, device: "torch.device", **extra: Any) -> "TimingOptions":
-        """The device's timing defaults with the timing flags applied (``extra``: e.g. keep_raw)."""
+    def timing_options(self, device: "torch.device", suite_regime: str | None = None, **extra: Any) -> "TimingOptions":
+        """The device's timing defaults with the timing flags applied (``extra``: e.g. keep_raw).
+        The clock regime: --clock-regime, else the suite's ``clock_regime``, else the default."""
         from harness.timing import TimingOptions
 
         try:
@@ -231,11 +249,14 @@ class RunFlags(BaseModel):
                 device, mode=self.timing_mode, cuda_graph=False if self.no_cuda_graph else None,
                 target_rel_noise=self.target_noise, max_time_s=self.max_time,
                 min_samples=self.min_samples, max_samples=self.max_samples, stop_criterion=self.stop,
-                cpu_clock=self.cpu_clock, energy_window_s=self.energy_window, **extra)
+                cpu_clock=self.cpu_clock, energy_window_s=self.energy_window,
+                clock_regime=self.clock_regime or suite_regime, throttle_threshold=self.throttle_threshold,
+                throttle_recovery_s=self.throttle_recovery_delay, sampling=self.sampling, **extra)
         except ValueError as e:
             raise UsageError(f"timing options: {e}") from None
 
-    def run_options(self, device: "torch.device", suite_path: str, **timing_extra: Any) -> "RunOptions":
+    def run_options(self, device: "torch.device", suite_path: str, suite_regime: str | None = None,
+                    **timing_extra: Any) -> "RunOptions":
         from harness.plan.cells import RunOptions
 
         return RunOptions(
@@ -243,7 +264,7 @@ class RunFlags(BaseModel):
             invariants=self.invariants, case_patterns=self.case or [], variant_filters=self.variant_filters(),
             check=not self.no_check, time=not self.no_time, time_references=self.time_references,
             collapse_variants=not self.all_variants, cpu_max_gflop=self.cpu_max_gflop,
-            cpu_max_kv_mib=self.cpu_max_kv_mib, timing=self.timing_options(device, **timing_extra))
+            cpu_max_kv_mib=self.cpu_max_kv_mib, timing=self.timing_options(device, suite_regime, **timing_extra))
 
     def exec_options(self, device: "torch.device") -> "ExecOptions":
         """Worker layout from --devices/--no-isolation/--cell-timeout/--memory-budget-mib."""

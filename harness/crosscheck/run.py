@@ -119,9 +119,12 @@ def time_cpu(fn: Callable[[], None], clock: str, min_run_s: float = 0.2) -> dict
                         f"{'process_time' if clock == 'process' else 'perf_counter'} clock"}
 
 
-def gpu_timers(graph: bool, cold: bool) -> dict[str, Callable[[Callable[[], None]], dict[str, Any]] | str]:
+def gpu_timers(graph: bool, cold: bool, repeat_ms: float = 100.0,
+               dry_run_ms: float = 25.0) -> dict[str, Callable[[Callable[[], None]], dict[str, Any]] | str]:
     """Each outside GPU timer that matches the row's timing (graph or eager, hot or cold L2): a
-    function timing ``fn``, or the reason it does not apply here."""
+    function timing ``fn``, or the reason it does not apply here. ``repeat_ms``: the timers'
+    loop (shortened for a burst row, harness/crosscheck/regime.py)."""
+    rep = max(1, round(repeat_ms))
     out: dict[str, Any] = {}
     try:
         from flashinfer.testing import bench_gpu_time
@@ -130,7 +133,7 @@ def gpu_timers(graph: bool, cold: bool) -> dict[str, Callable[[Callable[[], None
     else:
         params = inspect.signature(bench_gpu_time).parameters
         want = {"use_cuda_graph": graph, "cold_l2_cache": cold, "enable_cupti": False,
-                "dry_run_time_ms": 25, "repeat_time_ms": 100}
+                "dry_run_time_ms": max(1, round(dry_run_ms)), "repeat_time_ms": rep}
         if cold and "cold_l2_cache" not in params:
             out["flashinfer.bench_gpu_time"] = "this version has no cold_l2_cache: cannot time a cold-L2 row"
         elif graph and "use_cuda_graph" not in params:
@@ -151,13 +154,13 @@ def gpu_timers(graph: bool, cold: bool) -> dict[str, Callable[[Callable[[], None
         return out
     if graph and not cold:
         def tr(fn: Callable[[], None]) -> dict[str, Any]:
-            ms = float(tt.do_bench_cudagraph(fn, rep=100, return_mode="median"))
-            return {"median_us": ms * 1e3, "n": None, "settings": 'do_bench_cudagraph(rep=100, return_mode="median")'}
+            ms = float(tt.do_bench_cudagraph(fn, rep=rep, return_mode="median"))
+            return {"median_us": ms * 1e3, "n": None, "settings": f'do_bench_cudagraph(rep={rep}, return_mode="median")'}
         out["triton.do_bench_cudagraph"] = tr
     elif cold and not graph:
         def trc(fn: Callable[[], None]) -> dict[str, Any]:
-            ms = float(tt.do_bench(fn, rep=100, return_mode="median"))
-            return {"median_us": ms * 1e3, "n": None, "settings": 'do_bench(rep=100, return_mode="median"), L2 flushed'}
+            ms = float(tt.do_bench(fn, rep=rep, return_mode="median"))
+            return {"median_us": ms * 1e3, "n": None, "settings": f'do_bench(rep={rep}, return_mode="median"), L2 flushed'}
         out["triton.do_bench"] = trc
     else:
         out["triton"] = ("do_bench_cudagraph replays hot and do_bench flushes L2 eagerly: neither times a "
@@ -223,6 +226,7 @@ def retime_row(row: ResultRow, tol: float, suite: str | None, min_run_s: float,
                batches: BatchCache | None = None) -> dict[str, Any]:
     """One row's cross-check record; raises CrosscheckError with the reason it cannot be re-timed."""
     from harness.crosscheck import explain as ex
+    from harness.crosscheck import regime as cr
     from harness.crosscheck import repro
     from harness.crosscheck.inputs import backend_view, bind_from_batch, constants_part
     from harness.registry import resolve
@@ -289,15 +293,23 @@ def retime_row(row: ResultRow, tol: float, suite: str | None, min_run_s: float,
             here, here_error = None, f"failed: {_first_line(e)}"
         outside: dict[str, dict[str, Any]] = {}
         unused: dict[str, str] = {}
+        plan = cr.regime_plan(row)  # the outside timers in the row's clock regime
         if on_gpu:
-            for name, t in gpu_timers(graph, cold).items():
+            for name, t in gpu_timers(graph, cold, plan["repeat_ms"], plan["dry_run_ms"]).items():
                 if isinstance(t, str):
                     unused[name] = t
                     continue
                 try:
-                    outside[name] = ex.with_clocks(dev, True, lambda t=t: t(fn))  # noqa: F821  (deleted later; the lambda runs before)
+                    cr.prepare(plan, fn, torch.cuda.synchronize)  # noqa: F821  (deleted later; used before)
+                    got = ex.with_clocks(dev, True, lambda t=t: t(fn))  # noqa: F821  (deleted later; the lambda runs before)
                 except Exception as e:
                     unused[name] = f"failed: {_first_line(e)}"
+                    continue
+                why = cr.unmatched(plan, got)
+                if why:
+                    unused[name] = f"{why}; it measured {got['median_us']:.4g} us"
+                else:
+                    outside[name] = got
         else:
             clock = "process" if timing.method == "process_time" else "wall"
             outside["torch.utils.benchmark.Timer"] = ex.with_clocks(dev, False, lambda: time_cpu(fn, clock, min_run_s))  # noqa: F821  (deleted later; the lambda runs before)
@@ -318,7 +330,8 @@ def retime_row(row: ResultRow, tol: float, suite: str | None, min_run_s: float,
            "inputs": f"harness batch (generate on {dev.type})", "setup_s": setup_s,
            "here": here if here is not None else here_error,
            "here_adapter": adapter if adapter is not None else adapter_error, "kernel": kernel,
-           "outside": outside, "timers_not_used": unused}
+           "outside": outside, "timers_not_used": unused, "clock_regime": plan["regime"],
+           "regime_how": plan["how"]}
     rec.update(verdict(timing.median_us, outside, tol))
     why = ex.explain(timing.median_us, rec["ref_us"], here, kernel, tol, adapter, outside=outside)
     rec.update(why)
@@ -394,6 +407,7 @@ def crosscheck(rows: list[ResultRow], tol: float, suite: str | None = None, min_
                 "flagged": sum(r["flagged"] for r in checked), "checked": len(checked), "complete": complete,
                 "selected": len(order), "of_rows": len(rows), "elapsed_s": time.perf_counter() - start,
                 "deadline_s": deadline_s, "torch": torch.__version__,
+                "clock_regimes": sorted({r["clock_regime"] for r in checked if r.get("clock_regime")}),
                 "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
     for n, i in enumerate(order):

@@ -37,6 +37,9 @@ def to_markdown(res: dict[str, Any], source: str) -> str:
            "`adapter here`, `harness here`, `kernel` and `SM MHz` explain a verdict and are not part of the outside "
            "median: the harness's own timer in this process on the adapter's call and on the standalone call the "
            "outside timers time, the profiler's eager kernel time per call, the SM clock range around the timers.", ""]
+    hows = sorted({r["regime_how"] for r in res["rows"] if r.get("regime_how")})
+    if hows:  # which GPU state each comparison is in (harness/crosscheck/regime.py)
+        out += ["Clock regime of the comparisons: " + "; ".join(hows) + ".", ""]
     if res["rows"]:
         head = ["row", "case", "backend [variant]", "timed as", "harness us", "adapter here us", "harness here us",
                 "kernel us (profiler)",
@@ -45,7 +48,8 @@ def to_markdown(res: dict[str, Any], source: str) -> str:
         for r in res["rows"]:
             mode = "graph" if r["graph"] else ("cpu " + r["clock"] if not r["device"].startswith("cuda") else "eager")
             ex = cells_of(r)
-            cells = [str(r["row"]), r["case"], f"{r['backend']} [{r['variant']}]", f"{mode}, {r['mode']}",
+            regime = f", {r['clock_regime']}" if r.get("clock_regime") else ""
+            cells = [str(r["row"]), r["case"], f"{r['backend']} [{r['variant']}]", f"{mode}, {r['mode']}{regime}",
                      f"{r['harness_us']:.4g}", ex["adapter here us"], ex["harness here us"], ex["kernel us (profiler)"],
                      *[f"{r['outside'][t]['median_us']:.4g}" if t in r["outside"] else "-" for t in timers],
                      f"{r['ref_us']:.4g}", f"{r['ratio']:.3f}", ex["SM MHz"],

@@ -41,7 +41,7 @@ import torch
 
 from harness import interrupts
 from harness.plan.balance import CaseQueues
-from harness.plan.memory import make_fit_check
+from harness.plan.memory import make_fit_check, make_fit_together
 from harness.records.results import ResultRow, Status, Worker
 from harness.plan.cells import Cell, RunOptions, cell_timed, group_by_case
 from harness.cell.case import iterate_case
@@ -147,7 +147,9 @@ class InProcessExecutor:
             # As in the worker: kernels, graph capture and streams follow the current device.
             torch.cuda.set_device(device.index if device.index is not None else 0)
         opts = dataclasses.replace(self.opts, device=device,
-                                   fit_check=make_fit_check(device, self.opts.check, self.exec_opts.memory_budget_mib))
+                                   fit_check=make_fit_check(device, self.opts.check, self.exec_opts.memory_budget_mib),
+                                   fit_together=make_fit_together(device, self.opts.check,
+                                                                  self.exec_opts.memory_budget_mib))
         for case_cells in cases:
             interrupts.check()  # a Ctrl-C whose exception a library swallowed
             yield from iterate_case(case_cells, self.suite, opts, on_start=on_start)

@@ -44,6 +44,8 @@ class RunOptions:
     collapse_variants: bool = True  # one cell where variant axes cannot apply (--all-variants: off)
     # Extra pre-run check (e.g. the memory planner of harness.plan.memory): a reason to skip, or None.
     fit_check: Callable[["Cell"], str | None] | None = None
+    # Whether a case's cells fit in memory prepared at once (interleaved sampling), or why not.
+    fit_together: Callable[[list["Cell"]], str | None] | None = None
 
 
 @dataclass
@@ -162,7 +164,9 @@ def plan_cells(suite: Suite, backends: list[type[AttentionBackend]], opts: RunOp
             # differ within a group for the backends' declared axis orders.
             def runnable(v: dict[str, Any], b: type[AttentionBackend] = b) -> bool:
                 try:
-                    return b.check_support(case.attention_config(), v, opts.device.type) is None  # noqa: B023  (called at once, in this iteration)
+                    cfg = case.attention_config()  # noqa: B023  (called at once, in this iteration)
+                    return (b.capabilities(v).kind_reason(cfg) is None
+                            and b.check_support(cfg, v, opts.device.type) is None)
                 except Exception:  # a probe that fails only loses the preference
                     return False
 
@@ -236,7 +240,10 @@ def precheck(cell: Cell, opts: RunOptions) -> tuple[str | None, Status | None]:
     if not avail.available:
         return f"backend unavailable: {avail.reason}", Status.SKIPPED
     cfg = cell.case.attention_config()
-    reason = cell.backend.check_support(cfg, cell.variant, opts.device.type)
+    # The declared attention kinds first: a check_support override written for MHA alone
+    # (FlashAttention's, FlashInfer's) must not be the one to judge an MLA layer.
+    reason = (cell.backend.capabilities(cell.variant).kind_reason(cfg)
+              or cell.backend.check_support(cfg, cell.variant, opts.device.type))
     if reason:
         return reason, Status.UNSUPPORTED
     big = too_large_reason(cell.case, opts)

@@ -35,6 +35,10 @@ allocates (used blocks + max(2, used // 8) spares), ``B`` = block size:
 
     peak = persistent + max(generate, reference, cell)
 
+MLA (docs/mla.md; ``L`` = the latent width, 576): ``kv_cache = N * B * L * c`` (one latent vector
+per token); the expanded form adds its per-head K/V of every token, ``S * Hq * (D + Dv) * e``,
+to ``logical`` and ``qkv`` (and the cell's copies), and its fp32 up-projection to ``generate``.
+
 The budget is the device's free memory (``torch.cuda.mem_get_info`` plus what torch's caching
 allocator holds but does not use) minus a 512 MiB margin for the CUDA context growth and
 library handles; on the CPU it is ``--memory-budget-mib`` (default: half the available RAM,
@@ -122,6 +126,12 @@ def estimate(case: CaseSpec, backend: Any | None = None, variant: dict[str, Any]
     kv_cache = N * 2 * bs * hk * d * c
     logical = 2 * S * hk * d * c
     qkv = T * (hq + 2 * hk) * d * e
+    if cfg.mla is not None:  # the latent cache; the expanded form's K/V cover every token, per head
+        lat = cfg.mla.latent_dim
+        kv_cache = N * bs * lat * c
+        expanded = S * hq * (d + cfg.value_head_size) * e if not cfg.absorbed else 0
+        logical = S * lat * c + expanded
+        qkv = T * hq * d * e + (expanded or 2 * T * lat * e)
     ref = T * hq * (d + 1) * f if check else 0
     max_blocks = -(-s_max // bs)
     # block table, slot mapping, prefix K/V kept by the generator, sinks/ALiBi are small
@@ -132,7 +142,14 @@ def estimate(case: CaseSpec, backend: Any | None = None, variant: dict[str, Any]
         reference = (T * hq * d * f + 2 * s_max * hk * d * 4 + 2 * s_max * hq * d * f
                      + 3 * min(REFERENCE_CHUNK_ELEMS, hq * q_max * s_max) * f)
     cell = 2 * T * hq * d * e + 2 * T * hq * 4
-    if backend is not None:
+    if cfg.mla is not None:
+        cell += qkv  # the cell's own copies of query, key and value
+        if not cfg.absorbed:
+            generate = max(generate, s_max * hq * (d + cfg.value_head_size) * 4 * 2)  # fp32 up-projection
+    if backend is not None and cfg.mla is not None:
+        cell += kv_cache  # the backend's latent cache (a copy)
+        cell += backend_workspace(backend, case, variant, layout, device_type)
+    elif backend is not None:
         cell += math.prod(backend.get_kv_cache_shape(N, bs, hk, d, cfg.kv_cache_dtype)) * c
         if backend.capabilities(variant).reorder_batch_threshold is not None:
             cell += qkv
@@ -172,6 +189,34 @@ def fit_reason(est: MemoryEstimate, budget: int, device: torch.device) -> str | 
     where = "free GPU memory" if device.type == "cuda" else "the CPU memory budget (--memory-budget-mib)"
     return (f"does not fit: estimated peak {est.peak / MiB:,.0f} MiB > {budget / MiB:,.0f} MiB of {where}"
             f" (largest term: {top} {terms[top] / MiB:,.0f} MiB)")
+
+
+def together_reason(ests: list[MemoryEstimate], budget: int, device: torch.device) -> str | None:
+    """None when the cells of one case fit in memory all prepared at once (interleaved sampling
+    holds them together), else why not. Asked once the case's batch and reference exist, so
+    ``budget`` (what is free now) already lacks the shared part: every cell's own part counts."""
+    if not ests:
+        return None
+    need = sum(e.cell for e in ests)
+    if need <= budget:
+        return None
+    where = "free GPU memory" if device.type == "cuda" else "the CPU memory budget"
+    return f"{len(ests)} cells together: estimated {need / MiB:,.0f} MiB > {budget / MiB:,.0f} MiB of {where}"
+
+
+def make_fit_together(device: torch.device, check: bool, budget_mib: float | None = None,
+                      cpu_share: int = 1) -> Callable[[list[Any]], str | None]:
+    """A ``RunOptions.fit_together``: whether one case's cells fit prepared at once, in what is
+    free now (the case's batch and reference already made)."""
+
+    def fit_together(cells: list[Any]) -> str | None:
+        if not cells:
+            return None
+        layout = case_layout(cells[0].case)
+        ests = [estimate(c.case, c.backend, c.variant, device.type, check, layout) for c in cells]
+        return together_reason(ests, available_bytes(device, budget_mib, cpu_share), device)
+
+    return fit_together
 
 
 def make_fit_check(device: torch.device, check: bool, budget_mib: float | None = None,

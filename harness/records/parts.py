@@ -102,6 +102,54 @@ class SmClock(Part):
     throttled: bool | None = None
 
 
+class ClockStats(Part):
+    """min / median / max of one quantity over a cell's samples."""
+
+    min: float
+    median: float
+    max: float
+
+
+class ClockWarmup(Part):
+    """Sustained regime: the continuous work run before sampling (harness.timing.clocks.warm_to_steady)."""
+
+    seconds: float | None = None
+    chunks: int | None = None
+    reason: str | None = None
+    previous_busy: bool | None = None  # the previous sustained cell ended within SUSTAIN_RECENT_S
+    idle_before_s: float | None = None
+    min_s: float | None = None
+    sm_mhz_start: float | None = None
+    sm_mhz_end: float | None = None
+    power_w_start: float | None = None
+    power_w_end: float | None = None
+
+
+class Clocks(Part):
+    """The GPU's clock state over a cell's samples and the regime it was sampled in
+    (harness/timing/clocks.py): NVML's SM clock and board power read after every sample."""
+
+    regime: str  # burst | sustained
+    source: str | None = None  # None: no clock reader (``reason`` says why)
+    reason: str | None = None
+    sm_mhz: ClockStats | None = None
+    power_w: ClockStats | None = None
+    reads: int | None = None
+    max_sm_mhz: float | None = None
+    power_limit_w: float | None = None
+    read_cost_us: float | None = None  # host time of one read (between samples)
+    read_share: float | None = None  # all reads' cost over the sampling time
+    discarded: int | None = None  # samples discarded as throttled (burst)
+    discard_reasons: dict[str, int] | None = None
+    throttled_kept: int | None = None  # throttled samples kept: no clean one within the time budget
+    short_of_clean: bool | None = None  # fewer clean samples than min_samples
+    idle_before_s: float | None = None  # since the previous timed cell on the device ended
+    throttle_threshold: float | None = None  # burst: of max_sm_mhz
+    recovery_s: float | None = None  # burst: idle after a discarded sample
+    warmup: ClockWarmup | None = None  # sustained
+    pad: float | None = None  # sustained: samples' worth of work queued before each sample
+
+
 class Launch(Part):
     """GPU launch hiding: the share of samples whose launches a spin kernel hid."""
 
@@ -181,6 +229,10 @@ class TimingOptionsRecord(Part):
     stop_criterion: str | None = None
     cpu_clock: str | None = None
     energy_window_s: float | None = None
+    clock_regime: str | None = None
+    throttle_threshold: float | None = None
+    throttle_recovery_s: float | None = None
+    sampling: str | None = None
 
 
 # ---------------------------------------------------------------- metrics
@@ -218,6 +270,10 @@ class RowConfig(Part):
     sinks: bool
     seed: int
     tags: list[str]
+    # MLA cells only (docs/mla.md): the value head size, the form and the latent dims.
+    v_head_size: int | None = None
+    attention_kind: str | None = None
+    mla: dict[str, float | int] | None = None
 
 
 class BatchSummary(Part):
@@ -275,6 +331,6 @@ class RowEnvironment(Part):
 
 
 __all__ = ["Part", "Scalar", "StatusValue", "RequestCheck", "KindCheck", "Recheck", "InvariantResult",
-           "CudaGraphInfo", "SmClock", "Launch", "ColdProbe", "ColdCheck", "Energy", "TimeContents",
+           "CudaGraphInfo", "ClockStats", "ClockWarmup", "Clocks", "SmClock", "Launch", "ColdProbe", "ColdCheck", "Energy", "TimeContents",
            "TimingOptionsRecord", "Roofline", "RowConfig", "BatchSummary", "RowLayout", "VariantAxes",
            "RowEnvironment"]

@@ -18,9 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from attn_contract.status import FAILED, NOT_RUN, RAN, Status
 from harness.records.fileio import atomic_write_text
-from harness.records.parts import (BatchSummary, ColdCheck, CudaGraphInfo, Energy, InvariantResult, KindCheck, Launch,
-                               Recheck, RequestCheck, Roofline, RowConfig, RowEnvironment, RowLayout, Scalar, SmClock,
-                               TimeContents, TimingOptionsRecord, VariantAxes)
+from harness.records.parts import (BatchSummary, ClockStats, Clocks, ColdCheck, CudaGraphInfo, Energy, InvariantResult,
+                                   KindCheck, Launch, Recheck, RequestCheck, Roofline, RowConfig, RowEnvironment,
+                                   RowLayout, Scalar, SmClock, TimeContents, TimingOptionsRecord, VariantAxes)
 from harness.records.formats import ROW_SCHEMA_VERSION, RUN_SCHEMA_VERSION, check_version
 
 if TYPE_CHECKING:
@@ -30,7 +30,8 @@ __all__ = ["Status", "RAN", "FAILED", "NOT_RUN", "Check", "Timing", "Metrics", "
            "Worker", "ResultRow", "Environment", "RunHeader", "rows_frame", "read_rows", "read_header",
            "read_run_header", "write_header", "ResultWriter", "variant_label",
            # the nested parts (harness/records/parts.py)
-           "BatchSummary", "ColdCheck", "CudaGraphInfo", "Energy", "InvariantResult", "KindCheck", "Launch", "Recheck",
+           "BatchSummary", "ClockStats", "Clocks", "ColdCheck", "CudaGraphInfo", "Energy", "InvariantResult",
+           "KindCheck", "Launch", "Recheck",
            "RequestCheck", "Roofline", "RowConfig", "RowEnvironment", "RowLayout", "SmClock", "TimeContents",
            "TimingOptionsRecord", "VariantAxes"]
 
@@ -129,9 +130,16 @@ class Timing(Payload):
     breakdown: dict[str, float] | None = None
     energy: Energy | None = None
     contains: TimeContents | None = None  # what the time holds beside the kernels (harness.timing.loop)
+    # GPU: the clock regime the row was sampled in (burst | sustained; part of its identity:
+    # compare refuses rows of two regimes), the clocks over its samples, and whether its
+    # candidates were sampled in interleaved rounds or one after another. Absent on CPU rows
+    # and on rows written before them (those were burst, unrecorded).
+    clock_regime: str | None = None
+    clocks: Clocks | None = None
+    sampling: str | None = None  # interleaved | sequential
 
     _omit_if_none = frozenset({"stop_criterion", "launch", "raw_us", "cold_check", "cold_l2", "breakdown", "energy",
-                               "contains"})
+                               "contains", "clock_regime", "clocks", "sampling"})
 
 
 class Metrics(Payload):
@@ -280,9 +288,11 @@ class ResultRow(BaseModel):
             if st == Status.MISMATCH:
                 c = self.check
                 later = c is not None and any(not r.passed for r in c.rechecks or [])
-                if c is None or (c.passed and not c.inputs_modified and not later):
+                # A broken invariant (--invariants) marks the row mismatch with a passing check.
+                broken = c is not None and any(i.status in (Status.MISMATCH, Status.ERROR) for i in c.invariants or [])
+                if c is None or (c.passed and not c.inputs_modified and not later and not broken):
                     raise ValueError(f"{where}: status mismatch needs a failed check (or a failed recheck, "
-                                     "or inputs the backend modified)")
+                                     "a broken invariant, or inputs the backend modified)")
             if st == Status.PASS and self.check is not None and not self.check.passed:
                 raise ValueError(f"{where}: status pass with a failed check")
             if self.check is None and (info.context or {}).get("checked"):
@@ -348,6 +358,7 @@ class RunHeader(Environment):
     seed: int | None = None
     devices: list[str] | None = None
     resumed: list[dict[str, Any]] | None = None
+    clock_regime: str | None = None  # GPU runs: the regime its rows were timed in (harness/timing/clocks.py)
 
     @property
     def device_name(self) -> str | None:

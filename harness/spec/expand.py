@@ -233,6 +233,7 @@ def parse_suite(data: Any, source: str = "<suite>", override: dict[str, Any] | N
             description=data.get("description", "") or "",
             backends=data.get("backends"),
             variants=data.get("variants") or {},
+            clock_regime=data.get("clock_regime"),
             cases=cases,
             source=source,
             notes=notes or [],

@@ -264,14 +264,54 @@ class CaseSpec(_Strict):
     adversarial: bool = False
     magnitude: Annotated[float, Field(gt=0, le=1000)] = 1.0
     context_parallel: ContextParallel | None = None
+    # MLA (docs/mla.md, attn_contract/mla.py): `attention: mla` makes the case a DeepSeek-style
+    # latent-attention layer in one of vLLM's two forms: `absorbed` (decode: 576/512 over the
+    # latent cache, one KV head) or `expanded` (prefill: 192/128 over up-projected K/V).
+    # num_kv_heads and head_size follow from the form and the dims (leave them out).
+    attention: Literal["mha", "mla"] = "mha"
+    # auto: absorbed when every request group is a decode (vLLM's decode path), else expanded.
+    mla_form: Literal["auto", "absorbed", "expanded"] = "auto"
+    kv_lora_rank: Annotated[int, Field(ge=1, le=4096)] = 512
+    qk_rope_head_dim: Annotated[int, Field(ge=1, le=1024)] = 64
+    qk_nope_head_dim: Annotated[int, Field(ge=1, le=1024)] = 128
+    v_head_dim: Annotated[int, Field(ge=1, le=1024)] = 128
+    # yarn_get_mscale(rope_scaling.factor, mscale_all_dim); the softmax scale takes its square.
+    mla_mscale: Annotated[float, Field(gt=0, le=100)] = 1.0
     tags: list[str] = []
     # Set by the sweep expansion, not written in YAML: the suite case this one came from and
     # its swept values (e.g. {"block_size": 16, "count": 1}), so rows need not parse names.
     group: str = ""
     params: dict[str, Any] = {}
 
+    @model_validator(mode="before")
+    @classmethod
+    def _mla_geometry(cls, data: Any) -> Any:
+        """An MLA case's num_kv_heads and head_size, from its form and dims."""
+        if not isinstance(data, dict) or data.get("attention") != "mla":
+            return data
+        data = dict(data)
+        form = data.get("mla_form", "auto")
+        if form == "auto":
+            kinds = [g.get("kind") if isinstance(g, dict) else getattr(g, "kind", None) for g in data.get("batch") or []]
+            form = "absorbed" if kinds and all(k == "decode" for k in kinds) else "expanded"
+            data["mla_form"] = form
+        ints = {k: data.get(k, d) for k, d in (("kv_lora_rank", 512), ("qk_rope_head_dim", 64),
+                                                ("qk_nope_head_dim", 128), ("num_heads", None))}
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in ints.values()):
+            return data  # the field validators name the bad one
+        if form == "absorbed":
+            want = {"num_kv_heads": 1, "head_size": ints["kv_lora_rank"] + ints["qk_rope_head_dim"]}
+        else:
+            want = {"num_kv_heads": ints["num_heads"], "head_size": ints["qk_nope_head_dim"] + ints["qk_rope_head_dim"]}
+        for key, value in want.items():
+            if key in data and data[key] != value:
+                raise ValueError(f"field {key}: an MLA {form} layer has {value} (from its dims); leave {key} out")
+            data[key] = value
+        return data
+
     @model_validator(mode="after")
     def _shapes(self) -> "CaseSpec":
+        self._mla_rules()
         if self.num_heads % self.num_kv_heads != 0:
             raise ValueError(
                 f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})"
@@ -302,6 +342,47 @@ class CaseSpec(_Strict):
                                  f" the {total} requests")
         return self
 
+    def _mla_rules(self) -> None:
+        mla_fields = ("mla_form", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "mla_mscale")
+        if self.attention != "mla":
+            # Fields at their defaults are fine (a dumped case writes every field).
+            given = [f for f in mla_fields if getattr(self, f) != type(self).model_fields[f].default]
+            if given:
+                raise ValueError(f"field {given[0]}: only with attention: mla")
+            return
+        unsupported = {"sliding_window": self.sliding_window is not None, "softcap": bool(self.softcap),
+                       "alibi": self.alibi, "sinks": self.sinks, "shared_prefix": self.shared_prefix is not None,
+                       "context_parallel": self.context_parallel is not None, "kv_layout": self.kv_layout != "NHD",
+                       "kv_cache_dtype": self.kv_cache_dtype == "nvfp4"}
+        bad = [k for k, v in unsupported.items() if v]
+        if bad:
+            raise ValueError(f"field {bad[0]}: not supported with attention: mla (MLA cases have one latent"
+                             " cache, NHD, no window/softcap/ALiBi/sinks/shared prefix/context parallelism/nvfp4)")
+        k, v = self.kv_scales
+        if k != v:
+            raise ValueError("fields k_scale/v_scale: an MLA latent cache has one fp8 scale (use kv_scale)")
+
+    @property
+    def mla_dims(self) -> Any:
+        """The case's ``attn_contract.MLADims`` (None unless ``attention: mla``)."""
+        if self.attention != "mla":
+            return None
+        from attn_contract import MLADims
+
+        return MLADims(self.kv_lora_rank, self.qk_rope_head_dim, self.qk_nope_head_dim, self.v_head_dim,
+                       self.mla_mscale)
+
+    @property
+    def attention_kind(self) -> str:
+        """The contract's attention kind: "mha", "mla_absorbed" or "mla_expanded"."""
+        return "mha" if self.attention != "mla" else f"mla_{self.mla_form}"
+
+    @property
+    def v_head_size(self) -> int:
+        if self.attention != "mla":
+            return self.head_size
+        return self.kv_lora_rank if self.mla_form == "absorbed" else self.v_head_dim
+
     @property
     def kv_scales(self) -> tuple[float | str, float | str]:
         """(k_scale, v_scale), each a number or "auto"; unset ones fall back to ``kv_scale``."""
@@ -329,6 +410,9 @@ class CaseSpec(_Strict):
             alibi=self.alibi,
             sinks=self.sinks,
             scale=self.scale,
+            v_head_size=None if self.v_head_size == self.head_size else self.v_head_size,
+            attention_kind=self.attention_kind,
+            mla=self.mla_dims,
         )
 
     @property
@@ -350,9 +434,13 @@ class CaseSpec(_Strict):
         for g in self.batch:
             q = dist_bounds(g.query_dist)[1]
             s = prefix + dist_bounds(g.context_dist)[1] + q
-            flops += g.count * 4.0 * q * s * self.num_heads * self.head_size
+            flops += g.count * 2.0 * q * s * self.num_heads * (self.head_size + self.v_head_size)
             tokens += g.count * s
-        kv_bytes = tokens * 2 * self.num_kv_heads * self.head_size * self.kv_element_bytes
+        if self.attention == "mla" and self.mla_form == "absorbed":
+            # One latent vector per token, shared by all heads (values are its first L entries).
+            kv_bytes = tokens * self.head_size * self.kv_element_bytes
+        else:
+            kv_bytes = tokens * self.num_kv_heads * (self.head_size + self.v_head_size) * self.kv_element_bytes
         return flops, kv_bytes
 
 
@@ -364,6 +452,8 @@ class Suite(_Strict):
     cases: list[CaseSpec]
     source: str = ""
     notes: list[str] = []  # what a converted file (a vLLM study) left out, and why
+    # The GPU clock regime its cells are timed in (burst | sustained; --clock-regime overrides it).
+    clock_regime: Literal["burst", "sustained"] | None = None
 
     @field_validator("suite")
     @classmethod

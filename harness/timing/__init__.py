@@ -21,13 +21,18 @@ One module a job:
     graphs    CUDA-graph eligibility (GraphDecision), capture and replay check
     device    SM clock, L2 size, spin-kernel calibration, the CUDA-event sampler
     cold_l2   L2Flusher, the flush probe and the per-device flush choice
-    loop      time_callable: warm-up, calls per sample, the sampling loop, the timing record
+    loop      time_callable: warm-up, calls per sample, the sampling loop, the timing record;
+              time_interleaved: several calls sampled in rounds
+    clocks    the clock regimes (burst, sustained): NVML reader, throttle rule, warm-up
+    interleave  sample_rounds: candidates sampled A B C A B C, ranked from those rounds
 """
 
 from harness.timing.cold_l2 import COLD_PROBE_MIN_RATIO, L2Flusher, cold_l2_label, select_flush, verify_cold_l2
 from harness.timing.device import l2_bytes, sm_clock_mhz
 from harness.timing.graphs import GraphDecision, graph_decision, required_graph_support
-from harness.timing.loop import calls_per_sample, time_callable
+from harness.timing.clocks import REGIMES, ClockRead, ClockReader, nvml_reader
+from harness.timing.interleave import rank_from_rounds, round_ratios, sample_rounds
+from harness.timing.loop import calls_per_sample, time_callable, time_interleaved
 from harness.timing.options import FLUSH_METHODS, MODES, TimingOptions
 from harness.timing.stats import median_ci, median_ci_ranks, rel_ci_half_width, summarize
 from harness.timing.stopping import (
@@ -47,6 +52,8 @@ from harness.timing.stopping import (
 )
 
 __all__ = [
+    "REGIMES", "ClockRead", "ClockReader", "nvml_reader", "rank_from_rounds", "round_ratios", "sample_rounds",
+    "time_interleaved",
     "COLD_PROBE_MIN_RATIO", "FLUSH_METHODS", "MIN_SAMPLES_ON_TIMEOUT", "MODES", "STOPPING_CRITERIA",
     "STOP_MAX_SAMPLES", "STOP_NOISE", "STOP_TIME", "GraphDecision", "L2Flusher", "NoiseCriterion",
     "SampleCountCriterion", "StoppingCriterion", "TimeBudgetCriterion", "TimingOptions", "calls_per_sample",

@@ -34,7 +34,7 @@ NVML_CLOCK_SM = 1
 
 
 class _Nvml:
-    """The three NVML calls we need, through pynvml or ctypes."""
+    """The NVML calls we need (handle, clocks, power, energy), through pynvml or ctypes."""
 
     def __init__(self) -> None:
         try:
@@ -85,6 +85,27 @@ class _Nvml:
             raise OSError(f"nvmlDeviceGetClockInfo returned {rc}")
         return int(c.value)
 
+    def _uint(self, name: str, handle: Any, *args: int) -> int:
+        """One NVML query returning an unsigned int (through pynvml's function of that name, or
+        the driver's C function with an out pointer last)."""
+        if self._py is not None:
+            return int(getattr(self._py, name)(handle, *args))
+        c = ctypes.c_uint()
+        rc = getattr(self._lib, name)(handle, *args, ctypes.byref(c))
+        if rc != NVML_SUCCESS:
+            raise OSError(f"{name} returned {rc}")
+        return int(c.value)
+
+    def power_mw(self, handle: Any) -> int:
+        """Board power in milliwatts (the driver's averaging window: about 1 s on Hopper)."""
+        return self._uint("nvmlDeviceGetPowerUsage", handle)
+
+    def max_sm_clock_mhz(self, handle: Any) -> int:
+        return self._uint("nvmlDeviceGetMaxClockInfo", handle, NVML_CLOCK_SM)
+
+    def power_limit_mw(self, handle: Any) -> int:
+        return self._uint("nvmlDeviceGetEnforcedPowerLimit", handle)
+
     def energy_mj(self, handle: Any) -> int:
         if self._py is not None:
             return int(self._py.nvmlDeviceGetTotalEnergyConsumption(handle))
@@ -96,7 +117,7 @@ class _Nvml:
 
 
 @functools.lru_cache(maxsize=None)
-def _nvml_handle(device_key: str) -> tuple[Any, Any] | tuple[None, str]:
+def nvml_handle(device_key: str) -> tuple[Any, Any] | tuple[None, str]:
     """(NVML session, handle) of a CUDA device, or (None, why not); probed once per device."""
     try:
         nvml = _Nvml()
@@ -108,7 +129,7 @@ def _nvml_handle(device_key: str) -> tuple[Any, Any] | tuple[None, str]:
 def nvml_sm_clock_mhz(device: torch.device) -> float | None:
     """The SM clock through NVML (no nvidia-smi process per call), or None."""
     index = device.index if device.index is not None else torch.cuda.current_device()
-    nvml, handle = _nvml_handle(f"cuda:{index}")
+    nvml, handle = nvml_handle(f"cuda:{index}")
     if nvml is None:
         return None
     try:
@@ -120,7 +141,7 @@ def nvml_sm_clock_mhz(device: torch.device) -> float | None:
 @functools.lru_cache(maxsize=None)
 def _meter(device_key: str) -> tuple[Callable[[], int] | None, str]:
     """(read millijoules, source) for a CUDA device, or (None, why not); probed once."""
-    nvml, handle = _nvml_handle(device_key)
+    nvml, handle = nvml_handle(device_key)
     if nvml is None:
         return None, f"NVML energy counter unavailable: {handle}"
     try:

@@ -4,16 +4,19 @@ samples until the options' stopping criterion says stop, and the row's timing re
 from __future__ import annotations
 
 import bisect
+import contextlib
 import math
 import statistics
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Generator
 
 import torch
 
+from harness.timing.clocks import SUSTAIN_CHUNK_S, SUSTAIN_PAD, RegimeSampler, nvml_reader
 from harness.timing.cold_l2 import L2Flusher, cold_l2_label, select_flush
 from harness.timing.device import cycles_per_us, EventSampler, short_reason, sm_clock_mhz
 from harness.timing.graphs import GraphDecision, capture_graph, replay_matches
+from harness.timing.interleave import SAMPLING_INTERLEAVED, SAMPLING_SEQUENTIAL, sample_rounds
 from harness.timing.energy import energy_meter, loop_energy, measure_energy
 from harness.timing.options import TimingOptions
 from harness.timing.stats import summarize
@@ -71,9 +74,63 @@ def time_callable(
     ``graph_decision``); ``output`` (the tensor ``fn`` writes) lets a replay be checked."""
     opts.validate()
     if device.type != "cuda":
-        return _time_cpu(fn, opts)
+        return _run_alone(_cpu_run(fn, opts), opts)
     with torch.cuda.device(device):
-        return _time_cuda(fn, device, opts, graph or GraphDecision(False, "no graph decision given"), output)
+        return _run_alone(_cuda_run(fn, device, opts, graph or GraphDecision(False, "no graph decision given"),
+                                    output), opts)
+
+
+# A timing run as a generator: it sets up (warm-up, graph capture, the regime's warm-up), yields
+# its ``take`` and host-bound test, receives the sampling loop's (samples, reason, elapsed) and
+# returns the row's timing record. ``time_callable`` drives one alone (``_loop``);
+# ``time_interleaved`` drives several in rounds (harness/timing/interleave.py).
+Take = Callable[[], "float | None"]
+TimingRun = Generator[tuple[Take, "Callable[[], bool] | None"], tuple[list[float], str, float], dict[str, Any]]
+
+
+def _run_alone(run: TimingRun, opts: TimingOptions) -> dict[str, Any]:
+    take, host_bound = next(run)
+    try:
+        run.send(_loop(take, opts, host_bound))
+    except StopIteration as done:
+        return done.value
+    raise RuntimeError("a timing run did not finish")  # a harness bug: the generator yields once
+
+
+def time_interleaved(calls: dict[str, tuple[Callable[[], object], GraphDecision | None, torch.Tensor | None]],
+                     device: torch.device, opts: TimingOptions) -> dict[str, dict[str, Any] | BaseException]:
+    """Time several calls of one case in interleaved rounds (A B C A B C ...): each is set up as
+    ``time_callable`` sets it up (warm-up, calls per sample, graph), then sampled once per round
+    until every one's stopping rule is met; each record says ``sampling: interleaved``. A call
+    whose setup or sampling raises gets its exception instead of a record; the others go on."""
+    opts.validate()
+    ctx = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+    with ctx:
+        runs: dict[str, TimingRun] = {}
+        takes: dict[str, tuple[Take, Callable[[], bool] | None]] = {}
+        out: dict[str, dict[str, Any] | BaseException] = {}
+        for name, (fn, graph, output) in calls.items():
+            run = (_cpu_run(fn, opts, SAMPLING_INTERLEAVED) if device.type != "cuda" else
+                   _cuda_run(fn, device, opts, graph or GraphDecision(False, "no graph decision given"), output,
+                             SAMPLING_INTERLEAVED))
+            try:
+                takes[name] = next(run)
+                runs[name] = run
+            except Exception as e:  # this call's setup failed: its cell's error, not the others'
+                out[name] = e
+        rounds = sample_rounds(takes, opts)
+        for name, run in runs.items():
+            if name in rounds.errors:
+                run.close()
+                out[name] = rounds.errors[name]
+                continue
+            try:
+                run.send((rounds.samples[name], rounds.reasons[name], rounds.elapsed[name]))
+            except StopIteration as done:
+                out[name] = done.value
+            except Exception as e:
+                out[name] = e
+        return {name: out[name] for name in calls}
 
 
 def _loop(take: Callable[[], float | None], opts: TimingOptions,
@@ -109,7 +166,7 @@ def _finish(samples_s: list[float], reason: str, elapsed: float, opts: TimingOpt
     return out
 
 
-def _time_cpu(fn: Callable[[], object], opts: TimingOptions) -> dict[str, Any]:
+def _cpu_run(fn: Callable[[], object], opts: TimingOptions, sampling: str = SAMPLING_SEQUENTIAL) -> TimingRun:
     for _ in range(opts.warmup):
         fn()
 
@@ -120,8 +177,9 @@ def _time_cpu(fn: Callable[[], object], opts: TimingOptions) -> dict[str, Any]:
         fn()
         return clock() - t0
 
-    samples, reason, elapsed = _loop(take, opts)
+    samples, reason, elapsed = yield take, None
     out = _finish(samples, reason, elapsed, opts)
+    out["sampling"] = sampling
     out.update(
         method="process_time" if opts.cpu_clock == "process" else "wall_clock",
         mode=opts.mode,
@@ -136,8 +194,8 @@ def _time_cpu(fn: Callable[[], object], opts: TimingOptions) -> dict[str, Any]:
     return out
 
 
-def _time_cuda(fn: Callable[[], object], device: torch.device, opts: TimingOptions, decision: GraphDecision,
-               output: torch.Tensor | None) -> dict[str, Any]:
+def _cuda_run(fn: Callable[[], object], device: torch.device, opts: TimingOptions, decision: GraphDecision,
+              output: torch.Tensor | None, sampling: str = SAMPLING_SEQUENTIAL) -> TimingRun:
     cold = opts.mode == "cold"
     sampler = EventSampler(device)
     for _ in range(opts.warmup):
@@ -162,7 +220,8 @@ def _time_cuda(fn: Callable[[], object], device: torch.device, opts: TimingOptio
     # whatever disturbs a sample (a host gap the hold did not cover, a clock still ramping up)
     # only lengthens it. The median let two disturbed samples set too few calls per sample
     # (docs/measurement.md §12).
-    k = calls_from_estimates([sampler.sample(fn, hold_for(host_call_s))[0] for _ in range(3)], opts)
+    estimates = [sampler.sample(fn, hold_for(host_call_s))[0] for _ in range(3)]
+    k = calls_from_estimates(estimates, opts)
 
     graph_info: dict[str, Any] = {"used": False, "reason": decision.reason, "required": decision.required,
                                   "declared": decision.declared}
@@ -200,13 +259,36 @@ def _time_cuda(fn: Callable[[], object], device: torch.device, opts: TimingOptio
     max_hold = int(opts.max_hold_ms * 1e3 * cyc_per_us)
 
     count = {"works": 0, "busy_s": 0.0}
+    # The clock regime (harness/timing/clocks.py): sustained warms the GPU to its power steady
+    # state with the timed work itself and queues more of it before every sample; burst reads
+    # the clock after every sample and discards throttled ones.
+    reader, why_no_reader = nvml_reader(device)
+    regime = RegimeSampler(opts.clock_regime, reader, why_no_reader, threshold=opts.throttle_threshold,
+                           recovery_s=opts.throttle_recovery_s, max_time_s=opts.max_time_s, device_key=str(device))
+    pad_works = max(1, round(SUSTAIN_PAD))
+
+    def pad() -> None:
+        for _ in range(pad_works):
+            work()
+
+    def run_chunk() -> None:
+        for _ in range(max(1, math.ceil(SUSTAIN_CHUNK_S / max(min(estimates) * k, 1e-6)))):
+            work()
+        torch.cuda.synchronize(device)
+
+    regime.warm(run_chunk)
+    started: list[float] = []  # the first sample's start: interleaved runs are set up long before
 
     def take() -> float | None:
-        gpu_s, hidden, mhz, host_s = sampler.sample(work, state["hold"], flusher)
-        count["works"] += 1
-        count["busy_s"] += gpu_s
+        if not started:
+            started.append(time.perf_counter())
+        gpu_s, hidden, mhz, host_s = sampler.sample(work, state["hold"], flusher, pad if regime.pads else None)
+        count["works"] += 1 + (pad_works if regime.pads else 0)
+        count["busy_s"] += gpu_s * (1 + (pad_works if regime.pads else 0))
         if mhz:
             clocks.append(mhz)
+        if not regime.after_sample(time.perf_counter() - started[0]):
+            return None  # throttled (burst): discarded after the recovery delay
         if hidden is False and state["raises"] < 3 and state["hold"] < max_hold:
             # Host enqueue outlasted the hold: lengthen it and retake the sample.
             state["raises"] += 1
@@ -220,14 +302,16 @@ def _time_cuda(fn: Callable[[], object], device: torch.device, opts: TimingOptio
 
     # NVML energy around the loop itself (harness/timing/energy.py); hot mode only: in cold
     # mode the flushes between samples would be counted as the kernel's.
-    read, source = energy_meter(device) if (opts.energy_window_s > 0 and not cold) else (None, "")
+    # Interleaved: the other calls' samples fall inside any span, so energy comes from the window.
+    alone = sampling == SAMPLING_SEQUENTIAL
+    read, source = energy_meter(device) if (opts.energy_window_s > 0 and not cold and alone) else (None, "")
     if read is not None:
         torch.cuda.synchronize(device)
         e0, t0 = read(), time.perf_counter()
     # Host-bound so far: eager work whose launches were mostly not hidden (compare's class for
     # such rows, hidden_frac < 0.5). A graph replay never is: its stopping rule is the plain one.
     host_bound = None if graph_info["used"] else (lambda: state["unhidden"] > state["hidden"])
-    samples, reason, elapsed = _loop(take, opts, host_bound)
+    samples, reason, elapsed = yield take, host_bound
     loop_e = None
     if read is not None:
         torch.cuda.synchronize(device)
@@ -267,6 +351,9 @@ def _time_cuda(fn: Callable[[], object], device: torch.device, opts: TimingOptio
         },
         options=opts.model_dump(),
         contains=time_contents("cuda", graph_info["used"], state["hidden"] / n_hold if n_hold else None, k),
+        clock_regime=opts.clock_regime,
+        clocks=regime.finish(len(samples), opts.min_samples, elapsed),
+        sampling=sampling,
     )
     if flusher is not None:
         if flusher.count < len(samples):

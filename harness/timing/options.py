@@ -8,6 +8,8 @@ from typing import Annotated, Any, Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from harness.timing.clocks import DEFAULT_RECOVERY_S, DEFAULT_REGIME, DEFAULT_THROTTLE_THRESHOLD
+
 MODES = ("hot", "cold")
 CPU_CLOCKS = ("wall", "process")  # CPU timing: elapsed time, or CPU time of this process (all threads)
 FLUSH_METHODS = ("auto", "read", "write")  # auto: the method the probe verifies here (read preferred)
@@ -27,6 +29,10 @@ _MESSAGES = {
     "warmup": "warm-up {}: must not be negative",
     "confidence": "confidence {}: expected a fraction in (0, 1)",
     "max_calls_per_sample": "max_calls_per_sample must be at least 1",
+    "clock_regime": "clock regime {!r}: expected burst or sustained",
+    "throttle_threshold": "throttle threshold {}: expected a fraction of the maximum SM clock in (0, 1], e.g. 0.75",
+    "throttle_recovery_s": "throttle recovery delay {}: must be 0 or positive seconds",
+    "sampling": "sampling {!r}: expected auto, interleaved or sequential",
 }
 
 
@@ -69,6 +75,16 @@ class TimingOptions(BaseModel):
     # NVML energy: back-to-back calls for this long after timing; 0 = off (the default: short
     # windows do not resolve the counter, harness/timing/energy.py DISABLED says why)
     energy_window_s: Annotated[float, Field(ge=0)] = 0.0
+    # GPU clock state (harness/timing/clocks.py, docs/measurement.md "Clock regimes"): burst samples
+    # as they come and discards throttled ones; sustained brings the GPU to its power steady
+    # state first and keeps it under load while sampling.
+    clock_regime: Literal["burst", "sustained"] = DEFAULT_REGIME
+    throttle_threshold: Annotated[float, Field(gt=0, le=1)] = DEFAULT_THROTTLE_THRESHOLD  # of the max SM clock
+    throttle_recovery_s: Annotated[float, Field(ge=0)] = DEFAULT_RECOVERY_S  # idle after a throttled sample
+    # The candidates of one case: "auto" samples them in interleaved rounds on a GPU when they
+    # fit in memory together (harness/timing/interleave.py), else one after another; CPU: one
+    # after another unless "interleaved" is asked for.
+    sampling: Literal["auto", "interleaved", "sequential"] = "auto"
 
     @model_validator(mode="wrap")
     @classmethod

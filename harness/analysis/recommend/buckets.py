@@ -32,6 +32,8 @@ def batch_kind(batch: dict[str, Any]) -> str:
 
 def features(cfg: dict[str, Any], batch: dict[str, Any]) -> str:
     f = []
+    if (cfg.get("attention_kind") or "mha") != "mha":  # MLA's absorbed / expanded form
+        f.append(str(cfg["attention_kind"]))
     if cfg.get("sliding_window"):
         f.append(f"window={cfg['sliding_window']}")
     if cfg.get("softcap"):

@@ -63,6 +63,14 @@ def inputs_of(rows: list[ResultRow], headers: Sequence[tuple[str, dict[str, Any]
     from harness.analysis.callform_gap import form_note, only_call_form  # serving verdicts rank one call form
 
     notes.append(form_note(call_form, rows))
+    from harness.records.clocks import clock_summary, run_regimes
+
+    regimes = run_regimes(rows)
+    if len(regimes) > 1:  # one ranking holds one GPU state
+        raise RecommendError(f"results of two clock regimes ({', '.join(sorted(regimes))}): recommend ranks one "
+                             "regime at a time (docs/measurement.md, Clock regimes)")
+    if clocks := clock_summary(rows):
+        notes.append(clocks)
     if rows and not (rows := only_call_form(rows, call_form)):
         raise RecommendError(f"--call-form {call_form}: no result rows of that call form")
     return Inputs(rows, [src for src, _ in headers], next(iter(gpus), "unknown"),

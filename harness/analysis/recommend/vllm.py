@@ -41,6 +41,11 @@ VLLM_NOT_EXPRESSIBLE = [
     "KV layout is global (`VLLM_KV_CACHE_LAYOUT`); the page size is global (`--block-size`) and each "
     "backend only accepts its kernel block sizes (FA: multiple of 16; FlashInfer on Hopper: 16, 32, 64).",
     "torch-math and sdpa are harness baselines, not vLLM decoder backends.",
+    "MLA (DeepSeek-V2/V3/R1, Kimi-K2): `--attention-backend FLASH_ATTN_MLA|FLASHMLA|FLASHINFER_MLA|TRITON_MLA|"
+    "CUTLASS_MLA` picks the decode (absorbed) kernel; vLLM runs prefill's 192/128 attention through its own MLA "
+    "prefill selection, so an expanded-form winner is not a decode-backend setting. With no backend named, vLLM "
+    "forces 64-token pages on Hopper (FlashMLA's page) and walks FLASH_ATTN_MLA, FLASHMLA, FLASHINFER_MLA, "
+    "TRITON_MLA (docs/mla.md).",
 ]
 
 
@@ -172,7 +177,8 @@ def default_costs(results: list[BucketResult], capability: str | None, tie: floa
         choice = vllm_default(capability, num_heads=b.num_heads, num_kv_heads=b.num_kv_heads, head_size=b.head_size,
                               dtype=b.dtype, kv_cache_dtype=b.kv_cache_dtype, block_size=b.block_size,
                               alibi=bool(cfg.get("alibi")), sinks=bool(cfg.get("sinks")),
-                              causal=cfg.get("causal") is not False)
+                              causal=cfg.get("causal") is not False,
+                              attention_kind=cfg.get("attention_kind") or "mha")
         pick = _vllm_pick(choice, res, cascade_opt_in)
         if pick is None:
             out.append(DefaultCost(b, choice, None, "not measured", None))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import textwrap
 from typing import Any
 from rich.markup import escape
 from rich.table import Table
@@ -40,7 +41,10 @@ def run(args: argparse.Namespace) -> int:
     console().print("  reqs: requests; max seq, KV tokens: upper bounds over the length distributions", highlight=False)
     from harness.spec.models.cases import model_summary  # not at import: `harness --help` stays light
 
+    width = max(40, console().width - 4)
     for line in model_summary(suite.cases):
-        console().print(f"  {escape(line)}", highlight=False, soft_wrap=True)
+        # wrapped at the console's width between words: a pipe or an 80-column CI log keeps every figure whole
+        for part in textwrap.wrap(line, width=width, subsequent_indent="  ", break_long_words=False):
+            console().print(f"  {escape(part)}", highlight=False, soft_wrap=True)
     console().print(f"{args.suite}: valid, {len(suite.cases)} cases")
     return 0

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from harness.plan.memory import make_fit_check
+from harness.plan.memory import make_fit_check, make_fit_together
 from harness.records.results import Status, Worker
 from harness.plan.resume import cell_key
 from harness.plan.cells import Cell, RunOptions
@@ -95,7 +95,8 @@ def _serve(conn: Any, device_name: str, suite: Suite, opts: RunOptions, budget_m
         torch.set_num_threads(threads)
     device = torch.device(device_name)
     opts = dataclasses.replace(opts, device=device,
-                               fit_check=make_fit_check(device, opts.check, budget_mib, cpu_share))
+                               fit_check=make_fit_check(device, opts.check, budget_mib, cpu_share),
+                               fit_together=make_fit_together(device, opts.check, budget_mib, cpu_share))
     cuda_ready = False
     loader = LibraryLoader(warm, suite, opts, device)
     if warm and device.type == "cuda":

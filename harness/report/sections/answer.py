@@ -130,6 +130,12 @@ def verdict(df: pd.DataFrame) -> list[Block]:
                            "kind. Margin: runner-up median / fastest median. Beyond noise: the two 95% confidence "
                            "intervals of the medians do not overlap. Only cells that passed the correctness check "
                            "count. Hover a case id for the full case name. " + legend, cls="note"))
+        from harness.records.clocks import clock_summary
+        from harness.report.core import result_rows
+
+        clocks = clock_summary(result_rows(df))  # which GPU state the numbers are from
+        if clocks:
+            out.insert(1, Text(clocks + " (docs/measurement.md, Clock regimes).", cls="note"))
     return out
 
 

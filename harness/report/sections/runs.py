@@ -14,6 +14,7 @@ def _items(src: str, h: dict, n: int) -> list[tuple[str, str]]:
              ("device", ", ".join(f"{k}={v}" for k, v in dev.items() if v is not None) if isinstance(dev, dict) else dev),
              ("devices", ", ".join(map(str, h["devices"])) if isinstance(h.get("devices"), list) else h.get("devices")),
              ("wall time (s)", h.get("wall_s") or h.get("wall_time_s")),
+             ("clock regime", h.get("clock_regime")),
              ("torch", h.get("torch")), ("python", h.get("python")), ("platform", h.get("platform"))]
     bk = h.get("backends") or {}
     for name, info in sorted(bk.items()) if isinstance(bk, dict) else []:

@@ -18,7 +18,7 @@ def model_answer_lines(rows: Sequence[ResultRow], ids: dict[tuple[str, str], str
     """(head, vLLM flags, SGLang flags) per model shape and workload kind with a timed passing backend; empty when
     no row names a model shape. ``ids``: the summary table's backend+variant letters."""
     from harness.analysis.callform_gap import DEFAULT_CALL_FORM, only_call_form
-    from harness.analysis.per_model import sglang_flag, vllm_flag, answers
+    from harness.analysis.per_model import answer_attention_kind, answers, sglang_flag, vllm_flag
     from harness.analysis.recommend import DEFAULT_TIE, ratio_text
 
     modelled = [r for r in rows if (r.case_params or {}).get("model")]
@@ -43,7 +43,8 @@ def model_answer_lines(rows: Sequence[ResultRow], ids: dict[tuple[str, str], str
             what = f"tie ({why}): {' ~ '.join([name(w), *tied])}, {ratio_text(r)}"
         else:
             what = f"{name(w)}, {ratio_text(r)} over {name(ru)}"
-        out.append((f"{a.model} {a.kind}: {what}", f"vLLM: {vllm_flag(w)}", f"SGLang: {sglang_flag(w, a.kind)}"))
+        sglang = sglang_flag(w, a.kind, answer_attention_kind(a))
+        out.append((f"{a.model} {a.kind}: {what}", f"vLLM: {vllm_flag(w)}", f"SGLang: {sglang}"))
     return out
 
 

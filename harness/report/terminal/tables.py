@@ -211,6 +211,11 @@ def print_verdict(rows: list[ResultRow], ids: dict[tuple[str, str], str], consol
     console.print("Verdict per case group: fastest backend that passed (id as above), geometric-mean median; "
                   "margin: runner-up slower by [95% interval]; a tie when the interval reaches 0 or the margin "
                   "is under 3% (harness recommend's rules)", highlight=False)
+    from harness.records.clocks import clock_summary
+
+    clocks = clock_summary(rows)  # which GPU state every number is from (None: CPU rows)
+    if clocks:
+        console.print(escape(f"  {clocks}"), highlight=False)
     for line in lines:
         console.print(escape(f"  {line}"), highlight=False)
 

@@ -13,7 +13,8 @@ from harness.spec.models.catalog import resolve
 from harness.spec.models.config import ModelError, tp_slice
 
 # The fields a model sets; a case naming both a model and one of these is ambiguous.
-GEOMETRY_KEYS = ("num_heads", "num_kv_heads", "head_size", "sliding_window", "softcap", "sinks", "scale")
+GEOMETRY_KEYS = ("num_heads", "num_kv_heads", "head_size", "sliding_window", "softcap", "sinks", "scale",
+                 "attention", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "mla_mscale")
 
 
 def _as_list(v: Any, field: str) -> list[Any]:
@@ -52,8 +53,13 @@ def model_cases(raw: dict[str, Any], base_dir: Path | None = None) -> list[dict[
             for shape in tp_slice(model, tp):
                 k = shape.kind
                 case = copy.deepcopy(raw)
-                case.update(num_heads=shape.num_heads, num_kv_heads=shape.num_kv_heads, head_size=k.head_size,
-                            sliding_window=k.sliding_window, softcap=k.softcap, sinks=k.sinks, scale=k.scale)
+                if k.mla is not None:  # MLA: the form (from the batch unless given) sets KV heads and head size
+                    case.update(num_heads=shape.num_heads, attention="mla", kv_lora_rank=k.mla.kv_lora_rank,
+                                qk_rope_head_dim=k.mla.qk_rope_head_dim, qk_nope_head_dim=k.mla.qk_nope_head_dim,
+                                v_head_dim=k.mla.v_head_dim, mla_mscale=k.mla.mscale)
+                else:
+                    case.update(num_heads=shape.num_heads, num_kv_heads=shape.num_kv_heads, head_size=k.head_size,
+                                sliding_window=k.sliding_window, softcap=k.softcap, sinks=k.sinks, scale=k.scale)
                 case.setdefault("dtype", model.dtype)
                 case["name"] = f"{prefix}/{shape.name}" if prefix else shape.name
                 case["group"] = case["name"]

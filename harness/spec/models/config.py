@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.spec.models.defaults import alternates, model_type_of, with_defaults
+from harness.spec.models.mla import is_mla, mla_dims
 
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
 
@@ -40,6 +41,8 @@ class LayerKind:
     sinks: bool = False
     scale: float | None = None  # None: 1/sqrt(head_size)
     layers: int = 0  # how many layers of the model are of this kind (0 = unknown)
+    # MLA (attn_contract.MLADims): num_kv_heads 1 (the latent), head_size the latent's width.
+    mla: Any = None
 
 
 @dataclass(frozen=True)
@@ -134,10 +137,13 @@ def parse_config(data: Any, model_id: str, source: str) -> ModelAttention:
     cfg = data.get("text_config") if isinstance(data.get("text_config"), dict) else data
     model_type = model_type_of(cfg, top)
     cfg, notes = with_defaults(cfg, model_type)
-    if cfg.get("kv_lora_rank") is not None:
-        return ModelAttention(model_id, source, "bfloat16", (), unsupported=(
-            f"MLA (multi-head latent attention, kv_lora_rank {cfg['kv_lora_rank']}, qk_rope_head_dim "
-            f"{cfg.get('qk_rope_head_dim')}): its latent KV cache is not the paged K/V these backends take"))
+    if is_mla(cfg):  # multi-head latent attention: harness/spec/models/mla.py
+        heads, dims = mla_dims(cfg, where, ModelError)
+        dtype, dtype_notes = _dtype({**top, **cfg} if "torch_dtype" not in cfg else cfg, where)
+        n_layers = _int(cfg, "num_hidden_layers", where, required=False)
+        # One latent vector per token shared by all heads: one "KV head", replicated under TP.
+        kind = LayerKind("all", heads, 1, dims.latent_dim, layers=n_layers or 0, mla=dims)
+        return ModelAttention(model_id, source, dtype, (kind,), notes=tuple(notes + dtype_notes))
     heads = _int(cfg, "num_attention_heads", where)
     kv = _int(cfg, "num_key_value_heads", where, required=False) or heads
     head = _int(cfg, "head_dim", where, required=False)

@@ -18,6 +18,7 @@ DIAGNOSTICS: dict[str, tuple[str, str]] = {
     "direct": ("direct", "GPU: the orientation cells timed through the raw library calls, beside the harness's rows"),
     "fidelity": ("fidelity", "GPU: the harness's time vs torch.profiler's kernel time, per cell"),
     "decode-minute": ("decode_minute", "the main job twice back to back: wall time, breakdowns, repeatability"),
+    "clocks": ("clocks", "GPU: one decode call burst (after idle) vs sustained (after load), with SM clock, power, read cost"),
     "speed": ("speed", "a run's wall time and where it went; with two folders the speed-up and verdict agreement"),
 }
 
@@ -27,7 +28,7 @@ def _epilog() -> str:
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("diag", help="measurement diagnostics (callform, direct, fidelity, decode-minute, speed)",
+    p = sub.add_parser("diag", help="measurement diagnostics (callform, clocks, direct, fidelity, decode-minute, speed)",
                        description=__doc__.split("\n\n")[0], epilog=_epilog(),
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("name", choices=sorted(DIAGNOSTICS), metavar="NAME", help="the diagnostic (listed below)")

@@ -192,8 +192,8 @@ def paged_prefill_calls(x: dict[str, Any]) -> list[tuple[str, str, Callable[[], 
 OUTPUT_COPY = "output copy alone (adapter)"
 
 
-def decode_inputs() -> dict[str, Any]:
-    B, S, Hq, Hk, D, P = (DECODE[k] for k in ("batch", "context", "heads", "kv_heads", "head", "page"))
+def decode_inputs(shape: dict[str, int] = DECODE) -> dict[str, Any]:
+    B, S, Hq, Hk, D, P = (shape[k] for k in ("batch", "context", "heads", "kv_heads", "head", "page"))
     pages_per_seq = S // P
     num_pages = B * pages_per_seq
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -207,9 +207,9 @@ def decode_inputs() -> dict[str, Any]:
     return {"kv": kv, "page_table": page_table, "q": q, "seqlens": seqlens, "kv_bytes": kv_bytes}
 
 
-def decode_calls(x: dict[str, Any]) -> list[tuple[str, str, Callable[[], Callable[[], Any]]]]:
+def decode_calls(x: dict[str, Any], shape: dict[str, int] = DECODE) -> list[tuple[str, str, Callable[[], Callable[[], Any]]]]:
     kv, pt, q, seqlens = x["kv"], x["page_table"], x["q"], x["seqlens"]
-    B, Hq, Hk, D, P = (DECODE[k] for k in ("batch", "heads", "kv_heads", "head", "page"))
+    B, Hq, Hk, D, P = (shape[k] for k in ("batch", "heads", "kv_heads", "head", "page"))
     k_cache, v_cache = kv[:, 0], kv[:, 1]
 
     def fa3():

@@ -1,0 +1,317 @@
+"""The GPU's clock state while a row is timed: a clock reader (NVML's SM clock and board power),
+the clock regimes (``burst``, ``sustained``), the throttle rule of burst sampling and the
+warm-up of sustained sampling.
+
+Reads happen between samples, after the sample's end event has completed, never inside the
+timed region; each read costs host time only (the GPU is idle or running queued work while
+the host reads), and every row records that cost (``clocks.read_cost_us``, ``read_share``).
+
+Regimes (docs/measurement.md, "Clock regimes"):
+
+- ``burst``: samples as they come after the cell's warm-up; a sample read back at an SM clock
+  below ``throttle_threshold`` x the device's maximum SM clock is discarded (as nvbench does,
+  its default threshold is 75% of the default clock) and the GPU left idle for
+  ``throttle_recovery_s`` before the next. A cell that gets fewer clean samples than it needs
+  keeps throttled ones and says so (``clocks.short_of_clean``).
+- ``sustained``: continuous work (the timed work itself, back to back) until the SM clock and
+  board power stop moving (``warm_to_steady``), then every sample is preceded by more of the
+  same work so the GPU stays under load while it is sampled: the state a serving GPU and the
+  libraries' own timers (100+ ms loops) measure in.
+
+Everything here except ``nvml_reader`` is pure: a reader, a clock and a work function are
+passed in, so CPU tests drive it with synthetic traces.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol, Sequence
+
+REGIMES = ("burst", "sustained")
+DEFAULT_REGIME = "burst"  # the lead picks it from the H200 runs (docs/measurement.md): one line to change
+# nvbench discards samples below 75% of the default SM clock; the H200's boost is 1980 MHz and
+# its clock under the 700 W limit 1100-1770 MHz (reports/h200/2026-12-02/callforms), so 0.75
+# (1485 MHz) keeps a boost-clock burst sample and drops one taken deep in power throttling.
+DEFAULT_THROTTLE_THRESHOLD = 0.75
+DEFAULT_RECOVERY_S = 0.05  # nvbench's --throttle-recovery-delay default
+# Sustained warm-up: at least this long after an idle GPU (the board power NVML reports is an
+# average over about 1 s on Hopper), at most SUSTAIN_MAX_S; a cell that starts within
+# SUSTAIN_RECENT_S of the previous sustained cell's end needs only SUSTAIN_MIN_WARM_S.
+SUSTAIN_MIN_COLD_S = 1.0
+SUSTAIN_MIN_WARM_S = 0.1
+SUSTAIN_MAX_S = 3.0
+SUSTAIN_RECENT_S = 1.0
+SUSTAIN_CHUNK_S = 0.05  # continuous work between two reads of the warm-up
+SUSTAIN_WINDOW_S = 0.3  # steady: over this long, the clock moved < CLOCK_TOL and power < POWER_TOL
+CLOCK_TOL = 0.01
+POWER_TOL = 0.02
+SUSTAIN_PAD = 2.0  # sustained sampling: work queued before each sample, in samples' worth
+
+
+@dataclass(frozen=True)
+class ClockRead:
+    """One reading: SM clock (MHz) and board power (W); None where the reader cannot tell."""
+
+    sm_mhz: float | None
+    power_w: float | None
+
+
+class ClockReader(Protocol):
+    """Reads the device's clock state; ``max_sm_mhz``/``power_limit_w`` None where unknown."""
+
+    source: str
+    max_sm_mhz: float | None
+    power_limit_w: float | None
+
+    def read(self) -> ClockRead: ...
+
+
+@dataclass
+class _NvmlReader:
+    nvml: Any
+    handle: Any
+    source: str
+    max_sm_mhz: float | None
+    power_limit_w: float | None
+
+    def read(self) -> ClockRead:
+        try:
+            mhz: float | None = float(self.nvml.sm_clock_mhz(self.handle))
+        except Exception:
+            mhz = None
+        try:
+            watts: float | None = self.nvml.power_mw(self.handle) / 1e3
+        except Exception:
+            watts = None
+        return ClockRead(mhz, watts)
+
+
+def _maybe(fn: Callable[[], float]) -> float | None:
+    try:
+        return float(fn())
+    except Exception:  # a query this driver or GPU does not answer: the field stays None
+        return None
+
+
+def nvml_reader(device: Any) -> tuple[ClockReader | None, str]:
+    """(a reader of the CUDA device's SM clock and power through NVML, source) or (None, why
+    not): nvidia-ml-py when installed, else the driver's libnvidia-ml through ctypes (the energy
+    counter's session, harness/timing/energy.py). None on the CPU."""
+    if getattr(device, "type", "cpu") != "cuda":
+        return None, f"no GPU clock on {getattr(device, 'type', device)}"
+    import torch
+
+    from harness.timing.energy import nvml_handle
+
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    nvml, handle = nvml_handle(f"cuda:{index}")
+    if nvml is None:
+        return None, f"NVML unavailable: {handle}"
+    reader = _NvmlReader(nvml, handle, f"nvml ({nvml.source})",
+                         _maybe(lambda: nvml.max_sm_clock_mhz(handle)),
+                         _maybe(lambda: nvml.power_limit_mw(handle) / 1e3))
+    if reader.read().sm_mhz is None:
+        return None, "NVML does not report this device's SM clock"
+    return reader, reader.source
+
+
+def read_cost_us(reader: ClockReader, reads: int = 20, clock: Callable[[], float] = time.perf_counter) -> float:
+    """Median host time of one ``reader.read()`` in microseconds."""
+    costs = []
+    for _ in range(reads):
+        t0 = clock()
+        reader.read()
+        costs.append((clock() - t0) * 1e6)
+    return statistics.median(costs)
+
+
+def _stats(xs: Sequence[float]) -> dict[str, float] | None:
+    return {"min": min(xs), "median": statistics.median(xs), "max": max(xs)} if xs else None
+
+
+@dataclass
+class ClockTrace:
+    """The readings taken over a cell's samples, and what the throttle rule did with them."""
+
+    reads: list[ClockRead] = field(default_factory=list)
+    discarded: dict[str, int] = field(default_factory=dict)  # why -> count
+    throttled_kept: int = 0  # throttled samples kept because clean ones did not come in time
+
+    def add(self, r: ClockRead) -> None:
+        self.reads.append(r)
+
+    def discard(self, why: str) -> None:
+        self.discarded[why] = self.discarded.get(why, 0) + 1
+
+    @property
+    def discarded_count(self) -> int:
+        return sum(self.discarded.values())
+
+    def summary(self) -> dict[str, Any]:
+        return {"sm_mhz": _stats([r.sm_mhz for r in self.reads if r.sm_mhz is not None]),
+                "power_w": _stats([r.power_w for r in self.reads if r.power_w is not None]),
+                "reads": len(self.reads), "discarded": self.discarded_count,
+                "discard_reasons": dict(self.discarded), "throttled_kept": self.throttled_kept}
+
+
+def throttled(read: ClockRead, max_sm_mhz: float | None, threshold: float) -> str | None:
+    """Why a sample read back at ``read`` is throttled (its SM clock under ``threshold`` of the
+    maximum), or None: also None when either clock is unknown (nothing to judge by)."""
+    if read.sm_mhz is None or not max_sm_mhz:
+        return None
+    if read.sm_mhz < threshold * max_sm_mhz:
+        return f"SM clock below {threshold:.0%} of {max_sm_mhz:g} MHz"
+    return None
+
+
+def _moved(xs: Sequence[float]) -> float:
+    lo, hi = min(xs), max(xs)
+    return (hi - lo) / hi if hi > 0 else 0.0
+
+
+def warm_to_steady(run_chunk: Callable[[], None], reader: ClockReader | None, *, idle_s: float | None,
+                   clock: Callable[[], float] = time.perf_counter, min_cold_s: float = SUSTAIN_MIN_COLD_S,
+                   min_warm_s: float = SUSTAIN_MIN_WARM_S, max_s: float = SUSTAIN_MAX_S,
+                   recent_s: float = SUSTAIN_RECENT_S, window_s: float = SUSTAIN_WINDOW_S) -> dict[str, Any]:
+    """Run ``run_chunk`` (about SUSTAIN_CHUNK_S of continuous work, synchronised) until the SM clock
+    and board power stop moving, and return the record of it.
+
+    At least ``min_cold_s`` (``min_warm_s`` when the GPU was under sustained load ``idle_s`` ago,
+    within ``recent_s``: consecutive sustained cells keep it there), at most ``max_s``; steady
+    when, over the last ``window_s``, the clock moved less than CLOCK_TOL and the power less
+    than POWER_TOL. Without a reader: ``min_cold_s`` of work, no steadiness known."""
+    warm = idle_s is not None and idle_s <= recent_s
+    least = min(min_warm_s if warm else min_cold_s, max_s)
+    # A GPU kept busy by the previous cell needs only a short look to confirm it is steady.
+    window_s = min(window_s, max(least, 2 * SUSTAIN_CHUNK_S))
+    start = clock()
+    trace: list[tuple[float, ClockRead]] = []
+    first = reader.read() if reader is not None else None
+    reason = ""
+    chunks = 0
+    while True:
+        run_chunk()
+        chunks += 1
+        now = clock() - start
+        if reader is not None:
+            trace.append((now, reader.read()))
+        if now >= max_s:
+            reason = f"time cap {max_s:g} s (clock or power still moving)" if reader is not None else ""
+            break
+        if now < least:
+            continue
+        if reader is None:
+            reason = f"no clock reader: {least:g} s of work, steadiness unknown"
+            break
+        recent = [r for t, r in trace if t >= now - window_s]
+        if len(recent) < 2 or trace[0][0] > now - window_s:
+            continue  # the window is not covered yet
+        mhz = [r.sm_mhz for r in recent if r.sm_mhz is not None]
+        watts = [r.power_w for r in recent if r.power_w is not None]
+        if (not mhz or _moved(mhz) < CLOCK_TOL) and (not watts or _moved(watts) < POWER_TOL):
+            reason = (f"steady: over {window_s:g} s the SM clock moved < {CLOCK_TOL:.0%} and power < "
+                      f"{POWER_TOL:.0%}")
+            break
+    last = trace[-1][1] if trace else None
+    return {"seconds": clock() - start, "chunks": chunks, "reason": reason, "previous_busy": warm,
+            "idle_before_s": idle_s, "min_s": least,
+            "sm_mhz_start": first.sm_mhz if first else None, "sm_mhz_end": last.sm_mhz if last else None,
+            "power_w_start": first.power_w if first else None, "power_w_end": last.power_w if last else None}
+
+
+class BusyLog:
+    """When each device last finished sampling a cell, per regime (perf_counter seconds), so the
+    next cell knows how long the GPU has been idle. One per process (a worker owns its device)."""
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        self._clock = clock
+        self._last: dict[tuple[str, str], float] = {}
+
+    def idle_s(self, device_key: str, regime: str | None = None) -> float | None:
+        """Seconds since a cell of ``regime`` (any regime: None) finished on the device."""
+        times = [t for (d, r), t in self._last.items() if d == device_key and regime in (None, r)]
+        return self._clock() - max(times) if times else None
+
+    def mark(self, device_key: str, regime: str) -> None:
+        self._last[(device_key, regime)] = self._clock()
+
+
+BUSY = BusyLog()
+
+
+class RegimeSampler:
+    """One cell's clock handling under its regime: the sustained warm-up, a read after every
+    sample (outside the timed region), burst's throttle discards, and the row's ``clocks``."""
+
+    def __init__(self, regime: str, reader: ClockReader | None, reason: str, *, threshold: float,
+                 recovery_s: float, max_time_s: float, device_key: str, busy: BusyLog = BUSY,
+                 sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.perf_counter) -> None:
+        if regime not in REGIMES:
+            raise ValueError(f"clock regime {regime!r}: expected one of {', '.join(REGIMES)}")
+        self.regime, self.reader, self.reason = regime, reader, reason
+        self.threshold, self.recovery_s, self.max_time_s = threshold, recovery_s, max_time_s
+        self.device_key, self.busy, self.sleep, self.clock = device_key, busy, sleep, clock
+        self.trace = ClockTrace()
+        self.cost_us = read_cost_us(reader, 10, clock) if reader is not None else None
+        self.idle_before_s = busy.idle_s(device_key)
+        self.warmup: dict[str, Any] | None = None
+
+    @property
+    def pads(self) -> bool:
+        """Whether work is queued before each sample (sustained: the GPU stays under load)."""
+        return self.regime == "sustained"
+
+    def warm(self, run_chunk: Callable[[], None]) -> None:
+        """Sustained: ``run_chunk`` (continuous work, synchronised) until steady; burst: nothing."""
+        if self.regime == "sustained":
+            self.warmup = warm_to_steady(run_chunk, self.reader, idle_s=self.busy.idle_s(self.device_key, "sustained"),
+                                         clock=self.clock)
+            self.busy.mark(self.device_key, "sustained")  # the next call's warm-up (interleaved) is short
+
+    def after_sample(self, elapsed_s: float) -> bool:
+        """Read the clock after a sample; False: the sample is throttled and discarded (burst),
+        after ``recovery_s`` idle. Past the time budget a throttled sample is kept (counted)."""
+        if self.reader is None:
+            return True
+        r = self.reader.read()
+        self.trace.add(r)
+        why = throttled(r, self.reader.max_sm_mhz, self.threshold) if self.regime == "burst" else None
+        if why is None:
+            return True
+        if elapsed_s > self.max_time_s:
+            self.trace.throttled_kept += 1
+            return True
+        self.trace.discard(why)
+        if self.recovery_s > 0:
+            self.sleep(self.recovery_s)
+        return False
+
+    def finish(self, samples: int, min_samples: int, sampling_s: float) -> dict[str, Any]:
+        """The row's ``clocks`` record (``samples`` kept, throttled ones included)."""
+        self.busy.mark(self.device_key, self.regime)
+        t = self.trace.summary()
+        clean = samples - self.trace.throttled_kept
+        out: dict[str, Any] = {"regime": self.regime, "source": self.reader.source if self.reader else None,
+                               **t,
+                               "max_sm_mhz": self.reader.max_sm_mhz if self.reader else None,
+                               "power_limit_w": self.reader.power_limit_w if self.reader else None,
+                               "read_cost_us": self.cost_us,
+                               "read_share": (self.cost_us * t["reads"] / (sampling_s * 1e6)
+                                              if self.cost_us is not None and sampling_s > 0 else None),
+                               "short_of_clean": bool(self.trace.discarded_count or self.trace.throttled_kept)
+                               and clean < min_samples,
+                               "idle_before_s": self.idle_before_s}
+        if self.regime == "burst":
+            out.update(throttle_threshold=self.threshold, recovery_s=self.recovery_s)
+        else:
+            out.update(warmup=self.warmup, pad=SUSTAIN_PAD)
+        if self.reader is None:
+            out["reason"] = self.reason
+        return out
+
+
+__all__ = ["BUSY", "CLOCK_TOL", "DEFAULT_RECOVERY_S", "DEFAULT_REGIME", "DEFAULT_THROTTLE_THRESHOLD", "POWER_TOL",
+           "REGIMES", "SUSTAIN_CHUNK_S", "SUSTAIN_PAD", "BusyLog", "RegimeSampler", "ClockRead", "ClockReader", "ClockTrace",
+           "nvml_reader", "read_cost_us", "throttled", "warm_to_steady"]
