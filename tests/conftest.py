@@ -1,13 +1,10 @@
 import os
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-# tests/ holds plugin backends used through module:Class specs
-sys.path.insert(0, str(ROOT / "tests"))
 
 # One torch thread, here and (through the environment) in every worker and subprocess the tests
 # start. The tests' tensors are small: a second intra-op thread saves little on an idle 2-core
@@ -54,8 +51,8 @@ def subprocess_env(**extra: str) -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def driver():
-    """Headless Chromium (tests/browser_page.py), one per test process; skips without chromium."""
-    from browser_page import CHROMIUM, NO_CHROMIUM, chrome
+    """Headless Chromium (tests/helpers/browser_page.py), one per test process; skips without chromium."""
+    from helpers.browser_page import CHROMIUM, NO_CHROMIUM, chrome
 
     if CHROMIUM is None:
         pytest.skip(NO_CHROMIUM)

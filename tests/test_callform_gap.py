@@ -12,7 +12,7 @@ from harness.cli import main
 from harness.analysis.recommend import inputs_of, policy, recommend_rows
 from harness.report import load, render_html
 from harness.records.results import ResultRow
-from typed_rows import CFG, check, host, timing
+from helpers.typed_rows import CFG, check, host, timing
 
 BATCH = {"num_reqs": 64, "num_tokens": 64, "num_decode": 64, "num_prefill": 0, "num_extend": 0,
          "max_query_len": 1, "max_seq_len": 4000, "mean_seq_len": 3000.0, "prefix_groups": 0}

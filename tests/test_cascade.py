@@ -310,7 +310,7 @@ def test_shifted_block_table():
 # ---------------------------------------------------------------- rule vs measurement
 def test_rule_agreement_pairs_cascade_with_its_plain_backend():
     from harness.records.results import Call
-    from typed_rows import ran_row
+    from helpers.typed_rows import ran_row
 
     def row(backend, variant, us, call=None, case="c"):
         return ran_row(us, backend=backend, case=case, variant=variant, call=Call.model_validate(call or {}))

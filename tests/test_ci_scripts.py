@@ -127,7 +127,7 @@ def test_callform_diag_shapes_are_the_orientation_cases():
 
 
 def test_direct_comparison_names_the_calls_and_flags_big_differences():
-    res = ROOT / "tests/data/h200/2026-11-29/orientation"
+    res = ROOT / "tests/data/h200/session-a/orientation"
     if not (res / "run.json").exists():
         pytest.skip("no committed orientation results")
     hrows = direct.harness_rows(res, "dense-prefill", "flash-attn", "2")

@@ -24,7 +24,7 @@ from harness.records.results import Status, read_rows, row_json
 ROOT = Path(__file__).resolve().parents[1]
 DOC = (ROOT / "docs" / "ci.md").read_text()
 WORKFLOW = yaml.safe_load(re.search(r"```yaml\n(.*?)```", DOC, re.S).group(1))
-H200_BASE, H200_NEW = ROOT / "ci" / "baselines" / "h200-decode", ROOT / "tests" / "data" / "h200" / "2026-11-29" / "decode-2"
+H200_BASE, H200_NEW = ROOT / "ci" / "baselines" / "h200-decode", ROOT / "tests" / "data" / "h200" / "session-a" / "decode-2"
 
 
 def _runs(job: str) -> list[str]:

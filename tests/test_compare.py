@@ -14,12 +14,12 @@ import pytest
 from harness.cli import main
 from harness.analysis.compare import classify_speed, compare_paths, compare_rows, parse_threshold, to_markdown
 from harness.records.results import ResultRow, Timing, read_rows, row_json
-from typed_rows import as_status, ran_row
+from helpers.typed_rows import as_status, ran_row
 
 ROOT = Path(__file__).resolve().parent.parent
 BASELINE = ROOT / "ci" / "baselines" / "cpu-smoke"
 SMOKE = ROOT / "ci" / "smoke.yaml"
-H200 = ROOT / "tests" / "data" / "h200" / "2026-11-29"  # copies of reports/h200/2026-11-29 rows
+H200 = ROOT / "tests" / "data" / "h200" / "session-a"  # copies of reports/h200/2026-11-29 rows
 
 
 def _write(rows: list[ResultRow], path: Path) -> Path:
@@ -255,7 +255,7 @@ def test_committed_baseline_covers_the_smoke_suite(real_rows):
     assert keys == {(c.name, b) for c in suite.cases for b in suite.backends}
 
 
-H200_TODAY = Path(__file__).resolve().parents[1] / "tests" / "data" / "h200" / "2026-11-30"
+H200_TODAY = Path(__file__).resolve().parents[1] / "tests" / "data" / "h200" / "session-b"
 
 
 def test_h200_identical_runs_pass_and_a_real_slowdown_fails():
@@ -276,7 +276,7 @@ def test_an_axis_added_between_the_runs_still_matches_its_rows():
     # decode_backend=wrapper; matched on the axes both runs have, they are not "missing".
     from harness.analysis.compare import compare_rows
     from harness.records.results import variant_label
-    from typed_rows import ran_row
+    from helpers.typed_rows import ran_row
 
     def fi(v: dict, med: float):
         return ran_row(med, med * 0.999, med * 1.001, backend="flashinfer", variant=v, variant_label=variant_label(v))

@@ -13,7 +13,7 @@ from harness.analysis.compare import compare_paths, compare_rows, to_markdown
 from harness.analysis.compare_clock import clock_explains, refuse_mixed_runs
 from harness.records.clocks import regime_of
 from harness.records.results import ResultRow, row_json
-from typed_rows import as_status, ran_row
+from helpers.typed_rows import as_status, ran_row
 
 STEADY = [("c1", 100.0), ("c2", 50.0), ("c3", 200.0), ("c4", 80.0), ("c5", 120.0)]
 

@@ -51,6 +51,7 @@ def test_each_broken_combine_is_wrong_on_partials(name):
     assert not torch.allclose(o.double(), ref, atol=1e-3, equal_nan=False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n", [2, 4])
 def test_gloo_process_group_gives_the_simulated_result(n):
     import socket
@@ -107,6 +108,7 @@ def test_suite_cells_pass_and_backends_without_lse_are_unsupported(suite):
     assert decode.call.model_dump()["context_parallel"]["empty_shards"] > 0  # a 2-token request at CP 8
 
 
+@pytest.mark.slow
 def test_distributed_ranks_give_the_same_rows(suite):
     case = next(c for c in suite.cases if c.name == "chunked-prefill[degree=2,combine=a2a,sharding=interleaved]")
     sim, dist_ = _rows(suite, [case, _cp(case, ranks="distributed").model_copy(update={"name": case.name + "-d"})])

@@ -5,7 +5,7 @@ from __future__ import annotations
 from harness.crosscheck.regime import BURST_IDLE_S, SUSTAIN_WARM_S, prepare, regime_plan, unmatched
 from harness.crosscheck.table import to_markdown
 from test_compare_clock import gpu_row
-from typed_rows import ran_row
+from helpers.typed_rows import ran_row
 
 
 def _burst_row():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from typed_rows import CFG, check, host, timing
+from helpers.typed_rows import CFG, check, host, timing
 
 from harness.cli import main
 from harness.analysis.per_model import answer_records, answers, engine_settings, model_of

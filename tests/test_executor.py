@@ -43,6 +43,7 @@ def _rows(out):
     return {r.backend: r for r in read_rows(out)}
 
 
+@pytest.mark.slow
 def test_crashes_cost_only_their_own_cell(tmp_path):
     suite = tmp_path / "s.yaml"
     suite.write_text(ONE_CASE)
@@ -248,6 +249,7 @@ def _until(parent, kind):
     return msgs
 
 
+@pytest.mark.slow
 def test_worker_protocol_is_typed_messages_in_phase_order():
     """A real spawned worker, driven by hand: the messages it sends for one case, in order."""
     from harness.plan.resume import cell_key
@@ -268,6 +270,7 @@ def test_worker_protocol_is_typed_messages_in_phase_order():
         assert proc.exitcode == 0
 
 
+@pytest.mark.slow
 def test_worker_runs_cells_while_a_library_imports_and_gives_the_rest_back(tmp_path, monkeypatch):
     """A spawned worker whose second backend's import is held by a gate: ready at once, runs the
     torch-only cell, gives the gated cell back; a case of gated cells alone waits for the
@@ -299,6 +302,7 @@ def test_worker_runs_cells_while_a_library_imports_and_gives_the_rest_back(tmp_p
         assert proc.exitcode == 0
 
 
+@pytest.mark.slow
 def test_a_run_goes_on_while_a_library_imports(tmp_path, monkeypatch):
     """harness run with a backend whose import ends only once three rows are written: the
     torch-math cells of all three cases run first, the gated cells after, every cell once, and

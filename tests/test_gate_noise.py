@@ -2,7 +2,7 @@
 
 Nothing here depends on this machine's timing noise being small. Whether two runs of the same
 code pass and a 1.5x slowdown fails is decided on synthesized samples (fixed-seed draws
-summarized by the harness's own statistics: tests/sampled_rows.py). Real runs only time a
+summarized by the harness's own statistics: tests/helpers/sampled_rows.py). Real runs only time a
 slowdown far above any noise of the box: a plugin (tests/plugins/slowed.py) that genuinely
 repeats every forward 8 times, timed with CPU process time on one thread. What real CPU timings of a
 1.5x slowdown look like on a loaded box (too noisy to assert on) is in docs/reports.md."""
@@ -22,8 +22,8 @@ from harness.analysis.compare import (NoiseModel, classify_speed, compare_paths,
                              estimate_noise, robust_sigma, to_markdown)
 from harness.records.results import read_rows
 from harness.records.parts import CudaGraphInfo
-from sampled_rows import sampled_run, write_run
-from typed_rows import ran_row
+from helpers.sampled_rows import sampled_run, write_run
+from helpers.typed_rows import ran_row
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -12,10 +12,10 @@ from harness import cli
 from harness.analysis.recommend import Inputs, RecommendError, load_inputs, policy, recommend_rows, vllm_export
 from harness.records.results import Call, ResultRow, ResultWriter, write_header
 from harness.analysis.selection_rules import vllm_default, vllm_flash_attn_version
-from typed_rows import CFG, check, host, timing
+from helpers.typed_rows import CFG, check, host, timing
 
 ROOT = Path(__file__).resolve().parents[1]
-H200 = ROOT / "tests" / "data" / "h200" / "2026-11-29"  # copies of reports/h200/2026-11-29 rows
+H200 = ROOT / "tests" / "data" / "h200" / "session-a"  # copies of reports/h200/2026-11-29 rows
 
 BATCH = {"num_reqs": 64, "num_tokens": 64, "num_decode": 64, "num_prefill": 0, "num_extend": 0,
          "max_query_len": 1, "max_seq_len": 4000, "mean_seq_len": 3000.0, "prefix_groups": 0}

@@ -21,10 +21,10 @@ from harness.records.results import read_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 BASELINE = ROOT / "ci" / "baselines" / "cpu-smoke"
-H200 = ROOT / "tests" / "data" / "h200" / "2026-11-29"  # copies of reports/h200/2026-11-29 rows
+H200 = ROOT / "tests" / "data" / "h200" / "session-a"  # copies of reports/h200/2026-11-29 rows
 H200_FOLDERS = ["decode-1", "decode-2", "page-sizes", "cascade-sweep", "cascade-4k", "orientation", "conf-fi-rest"]
 # 2026-11-30's trace replays fill the trace section (2026-11-29 has no trace rows).
-H200_TRACES = [H200.parent / "2026-11-30" / f for f in ("trace-azure-conv", "trace-mooncake")]
+H200_TRACES = [H200.parent / "session-b" / f for f in ("trace-azure-conv", "trace-mooncake")]
 ANSWER = ("answer-per-model", "heatmap", "verdict", "fastest-correct")
 
 # Three batch/context points of one shape at two page sizes, a shared-prefix case for the
@@ -271,6 +271,7 @@ def _h200_rows() -> list[dict]:
 LLAMA_B64_4K = "llama3-8b[count=64,context_len=low=2048,high=4096]"
 
 
+@pytest.mark.slow
 def test_h200_verdict_for_llama3_8b_batch_64_4k_is_the_measured_winner(h200_built):
     # Independent of the report's code: median over runs of each label's median on that case.
     per: dict[str, list[dict]] = {}
@@ -295,6 +296,7 @@ def test_h200_verdict_for_llama3_8b_batch_64_4k_is_the_measured_winner(h200_buil
     assert head["text"].startswith("llama3-8b") and "H32/KV8 D128 bf16 · page 16" in head["text"]
 
 
+@pytest.mark.slow
 def test_h200_sections_all_filled(h200_sections):
     for sid, _ in SECTIONS:
         if sid in ("callform-gap", "crosscheck"):  # those rows predate call forms and the cross-check
@@ -313,6 +315,7 @@ def test_h200_sections_all_filled(h200_sections):
         assert f"page {p} (us)" in h200_sections["page-size"]
 
 
+@pytest.mark.slow
 def test_h200_cascade_pairs_every_cascade_row_with_its_compare_with_backend(h200_built):
     rows = [r for r in _h200_rows() if r["status"] == "pass" and r.get("timing") and "compare_with" in (r.get("call") or {})]
     sec = h200_built["cascade"]
@@ -328,6 +331,7 @@ def test_h200_cascade_pairs_every_cascade_row_with_its_compare_with_backend(h200
             assert "fa_version=3" in plain  # the plain variant that agrees on fa_version
 
 
+@pytest.mark.slow
 def test_h200_roofline_effective_bytes_and_no_unexplained_point_above_a_roof(h200_loaded, h200_built):
     df = build_frame(h200_loaded)
     casc = df[(df["backend"] == "flashinfer-cascade") & (df["case"] == "decode[num_kv_heads=8,length=4096,count=8]")
@@ -353,6 +357,7 @@ def test_h200_roofline_effective_bytes_and_no_unexplained_point_above_a_roof(h20
         assert all(r[t["columns"].index("why")][0] for r in t["rows"])
 
 
+@pytest.mark.slow
 def test_h200_heatmap_and_fastest_correct(h200_sections, h200_built):
     assert h200_sections["heatmap"].count("<img") >= 3
     fc = h200_built["fastest-correct"]
@@ -406,6 +411,7 @@ def test_write_report_is_atomic_and_returns_path(tmp_path):
     assert p.exists() and not (tmp_path / "sub" / "r.html.tmp").exists()
 
 
+@pytest.mark.slow
 def test_h200_page_has_every_section_whole_and_stays_compact(h200_page):
     text = h200_page.read_text()
     assert re.findall(r'<section id="([\w-]+)"', text) == [i for i, _ in SECTIONS]
@@ -415,13 +421,15 @@ def test_h200_page_has_every_section_whole_and_stays_compact(h200_page):
     assert text.rstrip().endswith("</html>")
 
 
+@pytest.mark.slow
+@pytest.mark.browser
 def test_h200_page_in_a_browser(h200_page, driver):
-    """The committed H200 results' page in headless Chromium (tests/browser_page.py): every section
+    """The committed H200 results' page in headless Chromium (tests/helpers/browser_page.py): every section
     fills, the answers lead the first screen, and the verdict row for Llama-3-8B decode at batch
     64 / 4k context is right."""
     from selenium.webdriver.common.by import By
 
-    from browser_page import check_page, severe
+    from helpers.browser_page import check_page, severe
 
     check_page(driver, h200_page)
     for sid, _ in SECTIONS:

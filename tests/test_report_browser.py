@@ -1,5 +1,5 @@
 """The report in a real browser: headless Chromium (Debian's chromium + chromium-driver, driven
-by selenium; tests/browser_page.py) loads a report made from a run in this test, with no JS error
+by selenium; tests/helpers/browser_page.py) loads a report made from a run in this test, with no JS error
 in the console, and shows every section, with images decoded and no sideways page scroll at
 1400 px. (The page of the committed H200 results is checked in tests/test_report.py, which builds
 it anyway.) ci/install_browser.sh installs what it needs."""
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from browser_page import CHROMIUM, NO_CHROMIUM, check_page, severe
+from helpers.browser_page import CHROMIUM, NO_CHROMIUM, check_page, severe
 from harness.cli import main
 
 pytestmark = [pytest.mark.browser, pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)]

@@ -167,7 +167,7 @@ def test_flashinfer_e5m2_mismatch_rows_get_the_known_bug_diagnosis():
     from attn_contract import LayerParams
 
     cases = {c.name: c for c in load_suite(ROOT / "suites" / "conformance.yaml").cases}
-    rows = [r for r in read_rows(ROOT / "tests" / "data" / "h200" / "2026-11-30" / "conf-fi")
+    rows = [r for r in read_rows(ROOT / "tests" / "data" / "h200" / "session-b" / "conf-fi")
             if r.status == "mismatch" and r.case in cases]
     assert rows
     for r in rows:

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from harness.records.results import (FAILED, NOT_RUN, RAN, Recheck, ResultRow, RunHeader, Status, Timing, read_rows,
                              read_run_header, row_json, rows_frame)
-from typed_rows import check, host, ran_row, timing
+from helpers.typed_rows import check, host, ran_row, timing
 
 ROOT = Path(__file__).resolve().parent.parent
 # Every committed rows file the tests keep, plain or compressed: the gate baselines and the copies

@@ -224,6 +224,7 @@ def test_lpt_plan_balances_cost_not_count():
     assert sorted(i for idx in plan for i in idx) == list(range(len(costs)))
 
 
+@pytest.mark.slow
 def test_two_cpu_workers_take_every_case_exactly_once_from_the_shared_queue(tmp_path):
     """decode-like cases of very different sizes on --devices cpu,cpu: one queue, largest
     estimate first; each case runs exactly once, on one worker; run.json says which worker

@@ -10,7 +10,7 @@ import io
 from pathlib import Path
 
 from rich.console import Console
-from typed_rows import CFG, check, host, timing
+from helpers.typed_rows import CFG, check, host, timing
 
 from harness.report.terminal import tables as terminal
 from harness.records.results import ResultRow

@@ -101,7 +101,7 @@ def test_trace_section_numbers(trace_run):
 def test_trace_section_absent_without_trace_rows(tmp_path):
     from harness.report.core import frame, load
     from harness.report.sections.trace import trace
-    rows = ROOT / "tests" / "data" / "h200" / "2026-11-30" / "decode-1"
+    rows = ROOT / "tests" / "data" / "h200" / "session-b" / "decode-1"
     assert trace(frame(load([rows]))) == []
 
 
@@ -109,7 +109,7 @@ def test_committed_h200_trace_rows_render():
     from harness.report.core import frame, load
     from harness.report.sections.trace import trace_costs, winners
     for name in ("trace-azure-conv", "trace-mooncake"):
-        costs = trace_costs(frame(load([ROOT / "tests" / "data" / "h200" / "2026-11-30" / name])))
+        costs = trace_costs(frame(load([ROOT / "tests" / "data" / "h200" / "session-b" / name])))
         ranked = costs[costs["complete"]]
         assert len(ranked) >= 5 and (ranked["total_us"] > 0).all()
         # the GPU kernels beat the torch reference paths on the whole trace

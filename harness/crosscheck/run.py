@@ -310,7 +310,7 @@ def retime_row(row: ResultRow, tol: float, suite: str | None, min_run_s: float,
                     unused[name] = t
                     continue
                 try:
-                    cr.prepare(plan, fn, torch.cuda.synchronize)  # noqa: F821  (deleted later; used before)
+                    cr.prepare(plan, fn, torch.cuda.synchronize)
                     got = ex.with_clocks(dev, True, lambda t=t: t(fn))  # noqa: F821  (deleted later; the lambda runs before)
                 except Exception as e:
                     unused[name] = f"failed: {_first_line(e)}"

@@ -139,7 +139,9 @@ def _line(name: str, r: dict[str, Any]) -> str:
         clk = [clk.get("min"), clk.get("median"), clk.get("max")] if clk else None
     if isinstance(pw, dict):
         pw = [pw.get("min"), pw.get("median"), pw.get("max")] if pw else None
-    f = (lambda v: "/".join(f"{x:.0f}" for x in v) if v else "-")
+    def f(v: list | None) -> str:
+        return "/".join(f"{x:.0f}" for x in v) if v else "-"
+
     return f"  {name:18} {r['median_us']:9.2f} us/call   SM MHz min/med/max {f(clk):>16}   W {f(pw):>12}"
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from harness.records.results import ResultRow, row_json
 from harness.timing.stats import summarize
-from typed_rows import ran_row, timing
+from helpers.typed_rows import ran_row, timing
 
 # Per-sample log-normal spread giving a median CI of about ±6.6% with 30 samples: what two
 # separate CPU runs with --cpu-clock process showed on the shared 2-core box.
