@@ -259,7 +259,7 @@ class FlashAttnMLABackend(AttentionBackend):
     @classmethod
     def batch_workspace_bytes(cls, config, variant, query_lens, seq_lens, cache_bytes: int,
                               device_type: str = "cuda") -> int:
-        """Scratch of this batch (harness.memory): the gathered latent (absorbed: every cached token's
+        """Scratch of this batch (harness.plan.memory): the gathered latent (absorbed: every cached token's
         576 values again, plus its int64 slot index), the output FA allocates before the copy, the
         LSE, and an allowance for FA3's split-KV partials (fp32)."""
         rows, keys = int(sum(query_lens)), int(sum(seq_lens))

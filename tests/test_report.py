@@ -550,7 +550,7 @@ def test_matrix_puts_backends_that_ran_first_and_folds_the_skipped_ones(cpu_run,
 
 
 def test_matrix_of_a_cpu_decode_run_shows_the_backends_that_ran_at_1400px(cpu_run, tmp_path, driver):
-    from browser_page import check_page
+    from helpers.browser_page import check_page
 
     page = tmp_path / "cpu-decode.html"
     page.write_text(render_html(load([_cpu_decode_like(cpu_run, tmp_path / "d")])))

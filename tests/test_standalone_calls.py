@@ -70,7 +70,7 @@ def test_the_standalone_call_is_the_adapters(rows, i):
     from harness.crosscheck.run import build_call_in
     from harness.crosscheck.inputs import backend_view, bind_from_batch, constants_part
     from harness.registry import resolve
-    from harness.cell.run import prepare_cell
+    from harness.cell.prepare import prepare_cell
     from harness.case.workload import generate
 
     row = rows[i]
