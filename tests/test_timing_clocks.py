@@ -285,15 +285,3 @@ def test_a_suite_sets_the_regime_and_the_flag_overrides_it(tmp_path):
     src.write_text(src.read_text().replace("sustained", "hot"))
     with pytest.raises(SpecError, match="clock_regime"):
         load_suite(str(src))
-
-
-def test_burst_judges_the_throttle_by_the_kernels_own_clock_where_it_has_one():
-    # NVML reads the boost clock throughout (its reading is coarse), the spin kernel measured
-    # 1300 MHz before the sample: the sample is throttled and discarded.
-    gpu = Gpu(lambda t: MAX)
-    reg = _burst(gpu)
-    assert reg.after_sample(0.0, kernel_mhz=1300.0) is False
-    assert reg.after_sample(0.0, kernel_mhz=1900.0) is True
-    assert reg.after_sample(0.0) is True  # no kernel clock: NVML's reading judges
-    rec = reg.finish(2, 1, 0.01)
-    assert rec["discarded"] == 1

@@ -4,8 +4,7 @@ regimes are not compared) and whether a time shift is explained by an SM-clock s
 The rule (docs/reports.md, "Clock-shifted rows"). A row judged slower (or faster) beyond the noise
 is *clock-shifted*, reported and never failed, when
 
-- both rows recorded the SM clock over their samples (``records.clocks.sm_clock``: the clock the
-  spin kernel measured before each sample, else NVML's median),
+- both rows recorded the SM clock over their samples (``timing.clocks.sm_mhz.median``),
 - the clock moved by more than CLOCK_NOISE (2%: the clock's own spread between identical runs at
   one state is a few MHz of ~1980; a power-limited state moves it 10-40%), and
 - the time moved the way the clock explains (slower at a lower clock, faster at a higher one)

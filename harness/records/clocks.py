@@ -21,23 +21,9 @@ def regime_of(row: "ResultRow") -> str | None:
 
 
 def sm_clock(row: "ResultRow") -> float | None:
-    """The median SM clock (MHz) over the row's samples, or None where it was not read.
-
-    The clock the spin kernel measured in-kernel before each sample comes first: NVML's reading
-    is coarser (on the H200 it read 1980 MHz for every sample of a decode row whose samples ran
-    at 1640-1890 MHz by the kernel's own count, reports/h200/2026-12-02/clock-decode). Rows
-    written before ``during_median`` existed use the mean of their first- and last-quarter
-    medians; rows without a spin kernel use NVML's median."""
+    """The median SM clock (MHz) over the row's samples, or None where it was not read."""
     t = row.timing
-    if t is None:
-        return None
-    s = t.sm_clock_mhz
-    if s is not None:
-        if s.during_median:
-            return s.during_median
-        if s.during_first and s.during_last:
-            return (s.during_first + s.during_last) / 2
-    c = t.clocks
+    c = t.clocks if t is not None else None
     return c.sm_mhz.median if c is not None and c.sm_mhz is not None and c.sm_mhz.median > 0 else None
 
 

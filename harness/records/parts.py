@@ -99,9 +99,6 @@ class SmClock(Part):
     source: str | None = None
     during_first: float | None = None
     during_last: float | None = None
-    # median over every sample of the clock the spin kernel measured right before the call
-    # (cycles / elapsed): the clock the samples ran at, where NVML's reading is coarser
-    during_median: float | None = None
     throttled: bool | None = None
 
 

@@ -270,18 +270,14 @@ class RegimeSampler:
                                          clock=self.clock)
             self.busy.mark(self.device_key, "sustained")  # the next call's warm-up (interleaved) is short
 
-    def after_sample(self, elapsed_s: float, kernel_mhz: float | None = None) -> bool:
+    def after_sample(self, elapsed_s: float) -> bool:
         """Read the clock after a sample; False: the sample is throttled and discarded (burst),
-        after ``recovery_s`` idle. Past the time budget a throttled sample is kept (counted).
-        ``kernel_mhz``: the SM clock the spin kernel measured right before the sample; where
-        given it judges the throttle (NVML's reading lags and is coarser: it read 1980 MHz on
-        H200 samples the kernel's own count put at 1640-1890 MHz)."""
+        after ``recovery_s`` idle. Past the time budget a throttled sample is kept (counted)."""
         if self.reader is None:
             return True
         r = self.reader.read()
         self.trace.add(r)
-        judged = ClockRead(kernel_mhz, r.power_w) if kernel_mhz else r
-        why = throttled(judged, self.reader.max_sm_mhz, self.threshold) if self.regime == "burst" else None
+        why = throttled(r, self.reader.max_sm_mhz, self.threshold) if self.regime == "burst" else None
         if why is None:
             return True
         if elapsed_s > self.max_time_s:

@@ -287,7 +287,7 @@ def _cuda_run(fn: Callable[[], object], device: torch.device, opts: TimingOption
         count["busy_s"] += gpu_s * (1 + (pad_works if regime.pads else 0))
         if mhz:
             clocks.append(mhz)
-        if not regime.after_sample(time.perf_counter() - started[0], mhz or None):
+        if not regime.after_sample(time.perf_counter() - started[0]):
             return None  # throttled (burst): discarded after the recovery delay
         if hidden is False and state["raises"] < 3 and state["hold"] < max_hold:
             # Host enqueue outlasted the hold: lengthen it and retake the sample.
@@ -347,7 +347,6 @@ def _cuda_run(fn: Callable[[], object], device: torch.device, opts: TimingOption
             "source": clock_before[1],
             "during_first": during_first,
             "during_last": during_last,
-            "during_median": statistics.median(clocks) if clocks else None,
             "throttled": throttled,
         },
         options=opts.model_dump(),
