@@ -4,6 +4,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from helpers.report_runs import cpu_run  # noqa: F401  (a module fixture: the report tests' CPU run)
+
 ROOT = Path(__file__).resolve().parent.parent
 
 # One torch thread, here and (through the environment) in every worker and subprocess the tests

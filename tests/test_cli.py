@@ -126,7 +126,7 @@ def test_reproducer_names_plugin_backends_by_spec(tiny, tmp_path):
 
 
 def test_summary_groups_size_reasons_by_kind():
-    from harness.cli import _reason_kind
+    from harness.cli.summary import reason_kind as _reason_kind
 
     a = _reason_kind("too large for the CPU: 0.6 GFLOP > --cpu-max-gflop 0.5 (run on a GPU)")
     b = _reason_kind("too large for the CPU: 40.9 GFLOP > --cpu-max-gflop 0.5 (run on a GPU)")

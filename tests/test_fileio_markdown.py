@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from harness.report import markdown
-from harness.records.fileio import atomic_copy, atomic_write_text
+from harness.records.fileio import OutputPathError, atomic_copy, atomic_write_text
 
 
 def test_atomic_write_replaces_whole_and_leaves_no_temp(tmp_path):
@@ -26,7 +26,7 @@ def test_atomic_write_failure_keeps_old_file_and_no_temp(tmp_path):
 
 
 def test_atomic_write_without_mkdir_needs_the_folder(tmp_path):
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(OutputPathError, match="does not exist"):
         atomic_write_text(tmp_path / "missing" / "x.txt", "x", mkdir=False)
     assert not (tmp_path / "missing").exists()
 

@@ -162,7 +162,9 @@ def test_validate_a_suite_naming_a_cached_repo(tmp_path, monkeypatch, capsys):
         {"model": "google/gemma-3-12b-it", "batch": "8q1s1k"}]}))
     assert main(["validate", str(suite)]) == 0
     out = capsys.readouterr().out
-    line = next(x for x in out.splitlines() if "model google/gemma-3-12b-it tp1" in x)
+    # validate wraps the line at the console's width: read it whole again
+    text = " ".join(x.strip() for x in out.splitlines())
+    line = text[text.index("model google/gemma-3-12b-it tp1"):]
     assert "head 256," in line and "scale 1/16," in line and "window 1024" in line and "40 local + 8 global" in line
 
 

@@ -18,6 +18,7 @@ from harness.cli import main
 from harness.report import REGISTRY, SECTIONS, build_frame, build_sections, load, render_html, section, write_report
 from harness.report.core import Table, Text
 from harness.records.results import read_rows
+from helpers.report_runs import _json_rows, _write
 
 ROOT = Path(__file__).resolve().parent.parent
 BASELINE = ROOT / "ci" / "baselines" / "cpu-smoke"
@@ -27,66 +28,9 @@ H200_FOLDERS = ["decode-1", "decode-2", "page-sizes", "cascade-sweep", "cascade-
 H200_TRACES = [H200.parent / "session-b" / f for f in ("trace-azure-conv", "trace-mooncake")]
 ANSWER = ("answer-per-model", "heatmap", "verdict", "fastest-correct")
 
-# Three batch/context points of one shape at two page sizes, a shared-prefix case for the
-# cascade pair, and a softcap case sdpa does not support.
-CPU_SUITE = """
-suite: tiny-report
-cases:
-  - name: gqa
-    num_heads: 4
-    num_kv_heads: 2
-    head_size: 32
-    block_size: [16, 32]
-    batch:
-      - kind: decode
-        count: [1, 3]
-        context_len: [24, 96]
-  - name: prefix
-    num_heads: 4
-    num_kv_heads: 2
-    head_size: 32
-    shared_prefix: {length: 32, groups: 1}
-    batch:
-      - {kind: decode, count: 4, context_len: 20}
-  - name: softcap
-    num_heads: 4
-    num_kv_heads: 2
-    head_size: 32
-    softcap: 20.0
-    batch:
-      - kind: decode
-        count: 2
-        context_len: 30
-"""
-
-
 def _sections(page: str) -> dict[str, str]:
     """id -> inner HTML of each <section>."""
     return dict(re.findall(r'<section id="([\w-]+)"[^>]*>(.*?)</section>', page, flags=re.S))
-
-
-def _json_rows(folder: Path) -> list[dict]:
-    """The rows of a results folder as plain JSON dicts (to derive new valid rows from)."""
-    return [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines() if line.strip()]
-
-
-def _write(rows: list[dict], folder: Path, header: dict | None = None) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    if header is not None:
-        (folder / "run.json").write_text(json.dumps(header))
-    return folder
-
-
-@pytest.fixture(scope="module")
-def cpu_run(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("cpu-report")
-    (d / "suite.yaml").write_text(CPU_SUITE)
-    out = d / "res"
-    rc = main(["run", str(d / "suite.yaml"), "--backends", "torch-math,sdpa,torch-cascade", "--device", "cpu",
-               "--out", str(out), "--quiet", "--max-time", "0.05", "--report", "--no-isolation"])
-    assert rc == 0
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -513,121 +457,3 @@ def test_the_report_imports_no_backend_class_or_torch():
 
 
 # ---------------------------------------------------------------- layout at 1400 px (issue 40, defect 6)
-
-GPU_LABELS = [("flash-attn", {"fa_version": v, "call_form": f}) for v in (2, 3, 4) for f in ("vllm", "fastest")] + [
-    ("flashinfer", {"decode_tensor_cores": t}) for t in (False, True)]
-
-
-def _cpu_decode_like(cpu_run: Path, folder: Path) -> Path:
-    """A CPU run as suites/decode.yaml makes it: the CPU backends' rows plus eight GPU backend
-    variants skipped on every case ("backend unavailable"); their labels sort first."""
-    rows = _json_rows(cpu_run)
-    skipped = []
-    for case in dict.fromkeys(r["case"] for r in rows):
-        base = next(r for r in rows if r["case"] == case)
-        for backend, variant in GPU_LABELS:
-            label = ",".join(f"{k}={v}" for k, v in sorted(variant.items()))
-            skipped.append({**base, "backend": backend, "variant": variant, "variant_label": label,
-                            "status": "skipped", "reason": "backend unavailable: needs a CUDA device",
-                            "check": None, "timing": None, "metrics": None, "call": None, "host": None,
-                            "worker": None, "reproducer": ""})
-    header = json.loads((cpu_run / "run.json").read_text())
-    return _write(skipped + rows, folder, header)
-
-
-def test_matrix_puts_backends_that_ran_first_and_folds_the_skipped_ones(cpu_run, tmp_path):
-    built = build_sections(load([_cpu_decode_like(cpu_run, tmp_path / "d")]), only=["correctness"], jobs=1)[0]
-    t = next(b for b in built.blocks if b["kind"] == "table")
-    assert t["columns"][:3] == ["case", "shape", "workload"]
-    ran = t["columns"][3:-1]
-    assert {c.split(" ")[0] for c in ran} == {"sdpa", "torch-math", "torch-cascade"}, t["columns"]
-    assert t["columns"][-1] == "not run (8 backends)"
-    last = [r[-1] for r in t["rows"]]
-    assert all(text == "skipped" and "st-skipped" in cls for text, cls, _ in last)
-    assert all(tip.count("backend unavailable") == 8 and "flashinfer" in tip for _, _, tip in last)
-    note = " ".join(b["text"] for b in built.blocks if b["kind"] == "text")
-    assert "Not run on any case" in note and "flash-attn" in note
-
-
-def test_matrix_of_a_cpu_decode_run_shows_the_backends_that_ran_at_1400px(cpu_run, tmp_path, driver):
-    from helpers.browser_page import check_page
-
-    page = tmp_path / "cpu-decode.html"
-    page.write_text(render_html(load([_cpu_decode_like(cpu_run, tmp_path / "d")])))
-    check_page(driver, page)
-    heads = driver.execute_script(
-        "return Array.from(document.querySelectorAll('#correctness table.matrix thead th')).map(th => "
-        "[th.textContent, th.getBoundingClientRect().right])")
-    inner = driver.execute_script("return window.innerWidth")
-    ran = [(t, right) for t, right in heads if t.split(" ")[0] in ("sdpa", "torch-math", "torch-cascade")]
-    assert len(ran) == 3 and all(right <= inner for _, right in ran), (heads, inner)
-
-
-MODELS = ROOT / "tests" / "data" / "h200" / "models"  # copy of the committed reports/h200/2026-12-01/models rows
-
-# In the browser: [box overflows?, cells whose longest unbreakable piece (text between spaces,
-# or up to a comma, where the page offers a break) is wider than the cell: a word broken inside].
-_FIRST_TABLE_FITS = """
-const t = document.querySelector('#' + arguments[0] + ' table'); const w = t.closest('.tablewrap');
-const ctx = document.createElement('canvas').getContext('2d'); const broken = [];
-for (const td of t.querySelectorAll('td')) {
-  const cs = getComputedStyle(td); ctx.font = cs.font;
-  const inner = td.clientWidth - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight);
-  for (const piece of td.textContent.split(/\\s+|(?<=,)/)) {
-    if (ctx.measureText(piece).width > inner + 1) { broken.push(piece); }
-  }
-}
-return [w.scrollWidth > w.clientWidth + 1, broken];
-"""
-
-
-def test_models_report_first_table_fits_its_box_without_breaking_words(tmp_path, driver):
-    if not (MODELS / "run.json").exists():
-        pytest.skip("no committed models run")
-    page = tmp_path / "models.html"
-    page.write_text(render_html(load([MODELS])))
-    driver.set_window_size(1400, 1000)
-    driver.get(page.as_uri())
-    first = driver.execute_script("return document.querySelector('section table').closest('section').id")
-    assert first == "answer-per-model"
-    overflows, broken = driver.execute_script(_FIRST_TABLE_FITS, first)
-    assert not overflows and broken == [], broken[:5]
-    heads = driver.execute_script("return Array.from(document.querySelectorAll('#answer-per-model table')[0]"
-                                  ".tHead.rows[0].cells).map(c => c.getBoundingClientRect().right)")
-    assert max(heads) <= driver.execute_script("return window.innerWidth")  # SGLang in view
-
-
-def test_heatmap_section_shows_groups_with_fewer_than_three_workloads(cpu_run, tmp_path):
-    # The CPU run's softcap and shared-prefix groups have one workload each: a table row, not "no data".
-    built = build_sections(load([cpu_run]), only=["heatmap"], jobs=1)[0]
-    assert any(b["kind"] == "figure" for b in built.blocks)
-    t = next(b for b in built.blocks if b["kind"] == "table")
-    groups = [r[0][0] for r in t["rows"]]
-    assert any(g.startswith("softcap") for g in groups) and any(g.startswith("prefix") for g in groups), groups
-    assert all(any(c[0] == "best" for c in r) for r in t["rows"])
-    # Only small groups: rows exist, so the section is not empty.
-    few = [r for r in _json_rows(cpu_run) if not r["case"].startswith("gqa")]
-    only_small = build_sections(load([_write(few, tmp_path / "few")]), only=["heatmap"], jobs=1)[0]
-    assert only_small.has_data
-    t = next(b for b in only_small.blocks if b["kind"] == "table")
-    cols = t["columns"]
-    row = next(r for r in t["rows"] if r[0][0].startswith("softcap"))
-    assert row[cols.index("torch-math")][0] == "best"
-
-
-def test_recommendation_says_the_run_was_on_a_cpu_and_gives_times_with_units(cpu_run):
-    built = build_sections(load([cpu_run]), only=["recommend"], jobs=1)[0]
-    texts = " ".join(b["text"] for b in built.blocks if b["kind"] == "text")
-    assert "no run.json" not in texts and "The run was on a CPU" in texts, texts
-    win = next(b for b in built.blocks if b["kind"] == "table" and b["title"] == "Winner per bucket")
-    medians = [r[win["columns"].index("median")][0] for r in win["rows"]]
-    assert medians and all(re.fullmatch(r"\d+(\.\d+)? (µs|ms|s)", m) for m in medians), medians
-
-
-def test_cli_report_jobs_flag(tmp_path, capsys):
-    out = tmp_path / "r.html"
-    assert main(["report", str(BASELINE), "-o", str(out), "--jobs", "1"]) == 0
-    assert out.read_text().startswith("<!DOCTYPE html>")
-    with pytest.raises(SystemExit) as e:
-        main(["report", str(BASELINE), "-o", str(out), "--jobs", "0"])
-    assert e.value.code == 2 and "--jobs '0': give a whole number >= 1" in capsys.readouterr().err

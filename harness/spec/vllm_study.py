@@ -47,6 +47,12 @@ def _backends(names: Any, source: str, notes: list[str]) -> list[str] | None:
         names = [names]
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         raise SpecError(f"{source}: field backends: a list of vLLM backend names")
+    mla = [n for n in names if "MLA" in n.upper()]
+    if mla:
+        # vLLM's MLA studies describe the latent geometry in their own fields; read as a plain
+        # layer they would silently time an MHA cell of head 576: refuse, and say what runs MLA
+        raise SpecError(f"{source}: field backends: {', '.join(mla)} are MLA backends; an MLA study is not read from "
+                        "vLLM's format: write a suite with `attention: mla` or `model: deepseek-v3` (docs/mla.md)")
     mapped: list[str] = []
     missing = []
     for n in names:
