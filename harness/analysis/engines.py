@@ -1,6 +1,7 @@
-"""Serving engines' names for this harness's backends and variants, read from each backend's
-declaration (``AttentionBackend.engine_names``, ``attn_contract.engines.EngineName``): turn a
-measured winner into the flags to paste. The core spells no backend's name.
+"""Serving engines' names for this harness's backends and variants, as the run recorded each
+backend's declaration (``AttentionBackend.engine_names``, ``attn_contract.engines.EngineName``) in
+run.json's ``backend_facts``, else as engine_table.json has them: turn a measured winner into the
+flags to paste. Records only: no backend class is looked up, and the core spells no backend's name.
 
 vLLM (one attention backend per process):
     ``--attention-backend FLASH_ATTN|FLASHINFER|FLEX_ATTENTION`` (vLLM >= 0.14); older releases
@@ -19,10 +20,15 @@ A candidate whose backend declares no name for an engine has no setting there.
 from __future__ import annotations
 
 import functools
-from typing import Any
+import json
+from pathlib import Path
+from typing import Any, Mapping
 
-from harness import registry
+from pydantic import ValidationError
+
+from attn_contract.engines import EngineName
 from harness.analysis.selection_rules import VllmChoice
+from harness.records.engine_facts import BackendFacts
 
 ENGINES = ("vllm", "sglang")
 
@@ -36,34 +42,52 @@ SGLANG_FACTS = (
     "(and extend) and decode may differ",
 )
 
+# Results written before run.json recorded ``backend_facts``: the built-in backends' declarations
+# as committed with this package (harness/tools/engine_table.py writes it, a test checks it).
+TABLE = Path(__file__).resolve().with_name("engine_table.json")
 
-@functools.lru_cache(maxsize=None)
-def _backend(name: str) -> Any:
-    """The registered class of a backend named in rows, or None (unknown, or it fails to load)."""
-    if name not in registry.known_backends():
-        return None
-    try:
-        return registry.resolve(name)
-    except registry.BackendLookupError:
-        return None
+# Facts recorded in the run headers loaded in this process (``note_header``); they win over the table.
+_recorded: dict[str, BackendFacts] = {}
 
 
-def engine_name(backend: str, engine: str) -> Any:
-    """The backend's declared ``EngineName`` for ``engine``, or None."""
-    cls = _backend(backend)
-    return None if cls is None else cls.engine_names.get(engine)
+@functools.lru_cache(maxsize=1)
+def _table() -> dict[str, BackendFacts]:
+    data = json.loads(TABLE.read_text(encoding="utf-8"))
+    return {name: BackendFacts.model_validate(f) for name, f in data["backend_facts"].items()}
 
 
-@functools.lru_cache(maxsize=None)
+def note_header(header: Mapping[str, Any], source: str = "run.json") -> None:
+    """Take the ``backend_facts`` of a loaded run header (the first header naming a backend wins)."""
+    for name, facts in (header.get("backend_facts") or {}).items():
+        if name in _recorded:
+            continue
+        try:
+            _recorded[name] = BackendFacts.model_validate(facts)
+        except ValidationError as e:
+            raise ValueError(f"{source}: field backend_facts.{name}: {e.errors()[0]['msg']}") from None
+
+
+def _facts(name: str) -> BackendFacts | None:
+    """A backend's facts: from the loaded run headers, else the committed table, else None."""
+    return _recorded.get(name) or _table().get(name)
+
+
+def known_backends() -> list[str]:
+    """Every backend with facts: the table's (in its order), then those only run headers name."""
+    return list(dict.fromkeys([*_table(), *_recorded]))
+
+
+def engine_name(backend: str, engine: str) -> EngineName | None:
+    """The backend's recorded ``EngineName`` for ``engine``, or None."""
+    facts = _facts(backend)
+    rec = None if facts is None else facts.engine_names.get(engine)
+    return None if rec is None else rec.declaration()
+
+
 def plain_counterpart(backend: str) -> str | None:
     """The plain backend a cascade backend pairs with (``Capabilities.plain_counterpart``), or None."""
-    cls = _backend(backend)
-    if cls is None:
-        return None
-    try:
-        return cls.capabilities({}).plain_counterpart
-    except Exception:
-        return None
+    facts = _facts(backend)
+    return None if facts is None else facts.plain_counterpart
 
 
 def cascade_of(backend: str, names: Any) -> list[str]:
@@ -72,9 +96,9 @@ def cascade_of(backend: str, names: Any) -> list[str]:
 
 
 def engine_backends(engine: str) -> list[tuple[str, Any]]:
-    """(backend name, EngineName) of every registered backend the engine can run, in registry order."""
+    """(backend name, EngineName) of every backend with facts the engine can run, in ``known_backends`` order."""
     out = []
-    for name in registry.known_backends():
+    for name in known_backends():
         decl = engine_name(name, engine)
         if decl is not None:
             out.append((name, decl))

@@ -194,6 +194,7 @@ def prepare_out_dir(flags: RunFlags, suite_path: str, argv: list[str], suite: An
     ``probe_versions=False``: the workers report the backends' versions (they import the
     libraries anyway); the header's ``backends`` is filled in when they do."""
     from harness.records.env import run_header
+    from harness.records.engine_facts import facts_of
     from harness.plan.resume import ResumeError, resume_plan
     from harness.plan.cells import default_out_dir
 
@@ -220,7 +221,8 @@ def prepare_out_dir(flags: RunFlags, suite_path: str, argv: list[str], suite: An
     header = run_header(device, versions, argv, {"suite": suite.suite, "suite_file": suite_path,
                                                  **suite_copy.header_fields(suite_path),
                                                  "cells": len(cells), "seed": flags.seed,
-                                                 "devices": devices, **(extra or {})})
+                                                 "devices": devices, "backend_facts": facts_of(backends),
+                                                 **(extra or {})})
     # The suite's copy first: once run.json exists (an interrupt then prints the resume
     # command, which names the copy), the copy does too. repro and --resume read it.
     try:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Iterable
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_serializer, model_validator
 
 from attn_contract.status import FAILED, NOT_RUN, RAN, TIMED_OK, Status
+from harness.records.engine_facts import BackendFacts
 from harness.records.fileio import atomic_write_text
 from harness.records.parts import (BatchSummary, ClockStats, Clocks, ColdCheck, CudaGraphInfo, Energy, InvariantResult,
                                    KindCheck, Launch, Recheck, RequestCheck, Roofline, RowConfig, RowEnvironment,
@@ -363,6 +364,9 @@ class RunHeader(Environment):
     devices: list[str] | None = None
     resumed: list[dict[str, Any]] | None = None
     clock_regime: str | None = None  # GPU runs: the regime its rows were timed in (harness/timing/clocks.py)
+    # What the readers need of each backend of the run (engine names, plain counterpart);
+    # absent in headers written before it: readers then use harness/analysis/engine_table.json.
+    backend_facts: dict[str, BackendFacts] | None = None
 
     @property
     def device_name(self) -> str | None:

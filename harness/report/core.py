@@ -126,7 +126,10 @@ class Loaded:
 
 
 def load(paths: Iterable[str | Path]) -> Loaded:
-    """Rows and headers of every results folder or .jsonl file, in order."""
+    """Rows and headers of every results folder or .jsonl file, in order. The headers' backend
+    facts go to harness.analysis.engines, which the engine sections read (records, not classes)."""
+    from harness.analysis.engines import note_header
+
     rows: list[Any] = []
     headers: list[dict[str, Any]] = []
     sources: list[str] = []
@@ -143,6 +146,7 @@ def load(paths: Iterable[str | Path]) -> Loaded:
         rows.extend(got)
         run_of_row.extend([i] * len(got))
         headers.append(read_header(p))
+        note_header(headers[-1], str(p / "run.json" if p.is_dir() else p.parent / "run.json"))
         sources.append(str(p))
     return Loaded(rows, headers, sources, run_of_row, warnings)
 

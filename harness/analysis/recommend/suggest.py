@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
+from harness.analysis.engines import known_backends
 from harness.analysis.recommend import rows as R
 from harness.analysis.recommend.export import atomic_write
 from harness.analysis.recommend.load import RecommendError
@@ -62,14 +63,13 @@ def _suggest_case(i: int, res: BucketResult) -> dict[str, Any] | None:
 
 def suggest_suite(rec: Recommendation, *, include_single: bool = True) -> dict[str, Any] | None:
     """A suite with one case per bucket that has no measurement (and, with ``include_single``,
-    per bucket measured with one candidate only); None when nothing is missing."""
-    from harness import registry
-
+    per bucket measured with one candidate only); None when nothing is missing. Its backends are
+    those of the rows with recorded facts (run.json, else harness/analysis/engine_table.json)."""
     todo = rec.unmeasured + (rec.single_candidate if include_single else [])
     cases = [c for i, res in enumerate(todo) if (c := _suggest_case(i, res)) is not None]
     if not cases:
         return None
-    known = set(registry.known_backends())
+    known = set(known_backends())
     backends = sorted({r.backend for r in rec.inputs.rows if r.backend in known})
     return {
         "suite": "recommend-fill",
@@ -79,13 +79,13 @@ def suggest_suite(rec: Recommendation, *, include_single: bool = True) -> dict[s
     }
 
 
-def write_suggest(rec: Recommendation, path: str | Path) -> int:
-    """Write the fill-in suite (validated with the same loader ``harness validate`` uses)
+def write_suggest(rec: Recommendation, path: str | Path, check: Callable[[Any], None] | None = None) -> int:
+    """Write the fill-in suite (validated with the same loader ``harness validate`` uses, and by
+    ``check``: the command passes the registry's backend check, which a reader does not import)
     atomically; returns the number of cases (0: nothing missing, nothing written)."""
     import yaml
 
     from harness.spec import SpecError, parse_suite
-    from harness.spec.registry_check import check_suite_backends
 
     data = suggest_suite(rec)
     if data is None:
@@ -101,7 +101,8 @@ def write_suggest(rec: Recommendation, path: str | Path) -> int:
                       for c in data["cases"]))
     try:  # validate exactly what is written, with the checks `harness validate` applies
         suite = parse_suite(yaml.safe_load(text), str(path))
-        check_suite_backends(suite)
+        if check is not None:
+            check(suite)
     except SpecError as e:  # a bug here, not the user's: say so instead of writing a bad suite
         raise RecommendError(f"--suggest: the generated suite does not validate: {e}") from None
     atomic_write(Path(path), text)

@@ -39,7 +39,10 @@ def run(args: argparse.Namespace) -> int:
             from harness.analysis.per_model import engine_markdown, write_engine_outputs
 
             md = engine_markdown(args.results, args.engine, tie, args.call_form) + "\n" + md
-        n = write_suggest(rec, args.suggest) if args.suggest else None
+        if args.suggest:  # the suite is checked against this install's registry, as `harness validate` does
+            from harness.spec.registry_check import check_suite_backends
+
+            n = write_suggest(rec, args.suggest, check_suite_backends)
         paths = write_outputs(rec, args.out, command) if args.out else []
         if args.out and args.engine:
             paths += write_engine_outputs(args.results, args.engine, tie, args.out, args.call_form)

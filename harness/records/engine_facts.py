@@ -1,0 +1,69 @@
+"""What the readers need to know about a run's backends, recorded at run time in run.json
+(``RunHeader.backend_facts``): each backend's serving-engine names (``engine_names``, the
+``attn_contract.engines.EngineName`` declarations) and its plain counterpart (cascade backends).
+
+recommend and the report's engine section read these records, never the backend classes, so the
+same rows give the same verdict on any install (docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from pydantic import BaseModel, ConfigDict
+
+from attn_contract.engines import EngineName
+
+
+class EngineNameRecord(BaseModel):
+    """One ``EngineName`` as JSON. ``version_names`` keys are kernel versions: integers, since the
+    readers compare them with a variant's value cast to int."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = ""
+    version_axis: str | None = None
+    version_names: dict[int, str] = {}
+    runs: dict[str, Any] = {}
+    caveat: str = ""
+    aliases: list[str] = []
+    version_tag: str = ""
+    attention_kinds: list[str] | None = None  # sorted; None: every kind the backend declares
+
+    @classmethod
+    def of(cls, decl: EngineName) -> "EngineNameRecord":
+        kinds = None if decl.attention_kinds is None else sorted(decl.attention_kinds)
+        return cls(name=decl.name, version_axis=decl.version_axis, version_names=dict(decl.version_names),
+                   runs=dict(decl.runs), caveat=decl.caveat, aliases=list(decl.aliases), version_tag=decl.version_tag,
+                   attention_kinds=kinds)
+
+    def declaration(self) -> EngineName:
+        """The contract's ``EngineName`` again (what the readers' rules take)."""
+        kinds = None if self.attention_kinds is None else frozenset(self.attention_kinds)
+        return EngineName(name=self.name, version_axis=self.version_axis, version_names=dict(self.version_names),
+                          runs=dict(self.runs), caveat=self.caveat, aliases=tuple(self.aliases),
+                          version_tag=self.version_tag, attention_kinds=kinds)
+
+
+class BackendFacts(BaseModel):
+    """What the readers ask about one backend."""
+
+    model_config = ConfigDict(extra="forbid")
+    engine_names: dict[str, EngineNameRecord] = {}  # engine ("vllm", "sglang") -> its name for the backend
+    plain_counterpart: str | None = None  # a cascade backend's plain backend (Capabilities.plain_counterpart)
+
+
+def backend_facts(cls: Any) -> BackendFacts:
+    """The facts a backend class declares (``engine_names``, ``capabilities({}).plain_counterpart``).
+    Called at run time with the run's classes; a class whose capabilities need a config records no
+    counterpart (as the readers treated it before they read records)."""
+    try:
+        plain = cls.capabilities({}).plain_counterpart
+    except Exception:
+        plain = None
+    names = {engine: EngineNameRecord.of(decl) for engine, decl in (getattr(cls, "engine_names", None) or {}).items()}
+    return BackendFacts(engine_names=names, plain_counterpart=plain)
+
+
+def facts_of(classes: Iterable[Any]) -> dict[str, dict[str, Any]]:
+    """run.json's ``backend_facts``: backend name -> its facts, as JSON-ready dicts."""
+    return {c.name: backend_facts(c).model_dump(mode="json") for c in classes}
