@@ -214,3 +214,33 @@ def test_the_checks_see_a_cycle_and_a_private_import(tmp_path):
     mods = all_modules(tmp_path, ("harness",))
     assert cycles(import_graph(mods)) == [["harness.a", "harness.sub.b"]]
     assert private_imports(mods, tmp_path) == ["harness/sub/b.py:2 imports _x from harness.a"]
+
+
+# ------------------------------------------------------------------------------ readers read records
+READERS = ("harness/analysis", "harness/report")
+LIVE_CODE = ("harness.registry", "backends", "torch")  # what resolves or runs a backend class
+
+
+def reader_crossings(root: Path = ROOT) -> list[str]:
+    """Imports (module level or in a function) of the registry, a backend or torch by a reader:
+    recommend, compare and the report read rows and run.json (docs/architecture.md)."""
+    bad = []
+    for package in READERS:
+        for path in sorted((root / package).rglob("*.py")):
+            for line, mod in imported_modules(path):
+                if any(mod == f or mod.startswith(f + ".") for f in LIVE_CODE):
+                    bad.append(f"{path.relative_to(root)}:{line} imports {mod}")
+    return bad
+
+
+def test_readers_never_import_the_registry_a_backend_or_torch():
+    assert reader_crossings() == []
+
+
+def test_the_reader_check_sees_a_registry_import(tmp_path):
+    (tmp_path / "harness" / "report").mkdir(parents=True)
+    (tmp_path / "harness" / "analysis").mkdir()
+    (tmp_path / "harness" / "report" / "x.py").write_text("def f():\n    from harness import registry\n")
+    (tmp_path / "harness" / "analysis" / "y.py").write_text("import torch.nn\n")
+    assert reader_crossings(tmp_path) == ["harness/analysis/y.py:1 imports torch.nn",
+                                          "harness/report/x.py:2 imports harness.registry"]

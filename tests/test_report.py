@@ -86,6 +86,20 @@ def test_cpu_run_fills_the_sections_it_can(cpu_page, cpu_run):
     assert "<td>command</td>" in secs["run-header"] and "torch 2." in secs["run-header"]
 
 
+def test_the_run_records_what_the_readers_need_of_its_backends(cpu_run):
+    # run.json's backend_facts: the run's backends' engine names and plain counterparts, as the
+    # committed table has them (tests/test_engine_table.py checks the table against the classes).
+    from harness.analysis.engines import TABLE
+    from harness.records.results import read_run_header
+
+    facts = read_run_header(cpu_run).backend_facts
+    table = json.loads(TABLE.read_text())["backend_facts"]
+    assert sorted(facts) == ["sdpa", "torch-cascade", "torch-math"]
+    assert {n: f.model_dump(mode="json") for n, f in facts.items()} == {n: table[n] for n in facts}
+    assert facts["torch-cascade"].plain_counterpart == "torch-math"
+    assert facts["sdpa"].engine_names["sglang"].name == "torch_native"
+
+
 def test_cpu_verdict_names_the_measured_winner_of_every_workload(cpu_run):
     rows = [r for r in read_rows(cpu_run) if r.status == "pass" and r.timing]
     df = build_frame(load([cpu_run]))

@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import json
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from pydantic import ValidationError
 
@@ -46,7 +46,7 @@ SGLANG_FACTS = (
 # as committed with this package (harness/tools/engine_table.py writes it, a test checks it).
 TABLE = Path(__file__).resolve().with_name("engine_table.json")
 
-# Facts recorded in the run headers loaded in this process (``note_header``); they win over the table.
+# The facts recorded in the run headers being read (``use_headers``); they win over the table.
 _recorded: dict[str, BackendFacts] = {}
 
 
@@ -56,15 +56,21 @@ def _table() -> dict[str, BackendFacts]:
     return {name: BackendFacts.model_validate(f) for name, f in data["backend_facts"].items()}
 
 
-def note_header(header: Mapping[str, Any], source: str = "run.json") -> None:
-    """Take the ``backend_facts`` of a loaded run header (the first header naming a backend wins)."""
-    for name, facts in (header.get("backend_facts") or {}).items():
-        if name in _recorded:
-            continue
-        try:
-            _recorded[name] = BackendFacts.model_validate(facts)
-        except ValidationError as e:
-            raise ValueError(f"{source}: field backend_facts.{name}: {e.errors()[0]['msg']}") from None
+def use_headers(headers: Iterable[tuple[str, Mapping[str, Any]]]) -> None:
+    """Read the ``backend_facts`` of these run headers ((source, header) pairs: the results being
+    read now, replacing those of any earlier load; the first header naming a backend wins).
+    ValueError naming the source and field for a malformed record, and nothing replaced."""
+    recorded: dict[str, BackendFacts] = {}
+    for source, header in headers:
+        for name, facts in (header.get("backend_facts") or {}).items():
+            if name in recorded:
+                continue
+            try:
+                recorded[name] = BackendFacts.model_validate(facts)
+            except ValidationError as e:
+                raise ValueError(f"{source}: field backend_facts.{name}: {e.errors()[0]['msg']}") from None
+    _recorded.clear()
+    _recorded.update(recorded)
 
 
 def _facts(name: str) -> BackendFacts | None:

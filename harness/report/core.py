@@ -128,7 +128,7 @@ class Loaded:
 def load(paths: Iterable[str | Path]) -> Loaded:
     """Rows and headers of every results folder or .jsonl file, in order. The headers' backend
     facts go to harness.analysis.engines, which the engine sections read (records, not classes)."""
-    from harness.analysis.engines import note_header
+    from harness.analysis.engines import use_headers
 
     rows: list[Any] = []
     headers: list[dict[str, Any]] = []
@@ -146,8 +146,8 @@ def load(paths: Iterable[str | Path]) -> Loaded:
         rows.extend(got)
         run_of_row.extend([i] * len(got))
         headers.append(read_header(p))
-        note_header(headers[-1], str(p / "run.json" if p.is_dir() else p.parent / "run.json"))
         sources.append(str(p))
+    use_headers((f"{s} (run.json)", h) for s, h in zip(sources, headers))
     return Loaded(rows, headers, sources, run_of_row, warnings)
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from harness.analysis.engines import note_header
+from harness.analysis.engines import use_headers
 from harness.records.results import ResultRow, read_header, read_rows
 
 
@@ -49,11 +49,11 @@ def inputs_of(rows: list[ResultRow], headers: Sequence[tuple[str, dict[str, Any]
     gpus: dict[str, list[str]] = defaultdict(list)
     caps: set[str] = set()
     notes: list[str] = []
+    try:
+        use_headers(headers)  # the engine rules read these runs' recorded backend facts
+    except ValueError as e:
+        raise RecommendError(str(e)) from None
     for src, header in headers:
-        try:
-            note_header(header, src)  # the engine rules read the run's recorded backend facts
-        except ValueError as e:
-            raise RecommendError(str(e)) from None
         dev = header.get("device") or {}
         name = dev.get("name") or (dev.get("type") if dev.get("type") == "cpu" else None)
         if name:

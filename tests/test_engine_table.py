@@ -1,0 +1,82 @@
+"""The readers' backend facts: harness/analysis/engine_table.json equals what the built-in
+backends declare now, run.json's ``backend_facts`` win over it, and a bad record is one error."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness.analysis import engines
+from harness.records.engine_facts import BackendFacts, EngineNameRecord, backend_facts
+from harness.records.results import RunHeader
+from harness.tools import engine_table
+
+
+def test_the_committed_table_is_what_the_backends_declare():
+    # Regenerate with `python -m harness.tools.engine_table` after changing a backend's engine_names.
+    assert json.loads(engine_table.TABLE.read_text()) == engine_table.declared()
+    assert engines.TABLE == engine_table.TABLE
+
+
+def test_a_record_gives_back_the_declaration_it_was_made_from():
+    from harness import registry
+
+    for name in registry.known_backends():
+        cls = registry.resolve(name)
+        facts = BackendFacts.model_validate_json(backend_facts(cls).model_dump_json())  # through JSON, as run.json
+        for engine, decl in cls.engine_names.items():
+            assert facts.engine_names[engine].declaration() == decl, (name, engine)
+
+
+def test_recorded_facts_are_read_and_win_over_the_table():
+    plugin = "test-engine-table-plugin"
+    assert engines.engine_name(plugin, "vllm") is None and plugin not in engines.known_backends()
+    rec = EngineNameRecord(name="TEST_PLUGIN_ATTN", version_axis="ver", aliases=["tpa"], version_names={3: "tp3"})
+    header = {"backend_facts": {plugin: {"engine_names": {"vllm": rec.model_dump(mode="json"),
+                                                           "sglang": rec.model_dump(mode="json")},
+                                         "plain_counterpart": "flash-attn"}}}
+    assert RunHeader.model_validate(header).backend_facts[plugin].plain_counterpart == "flash-attn"
+    engines.use_headers([("run.json", header)])
+    assert engines.engine_name(plugin, "vllm").name == "TEST_PLUGIN_ATTN"
+    assert engines.from_vllm_name("tpa") == plugin
+    assert engines.plain_counterpart(plugin) == "flash-attn"
+    assert plugin in engines.cascade_of("flash-attn", ["flash-attn", plugin])
+    assert engines.sglang_setting(plugin, {"ver": "3"})["attention_backend"] == "tp3"  # JSON's "3" key is the version 3
+    assert engines.known_backends()[-1] == plugin
+    engines.use_headers([])  # the next results read replace them
+    assert engines.engine_name(plugin, "vllm") is None
+    assert engines.engine_name("flash-attn", "vllm").name == "FLASH_ATTN"  # the table's
+
+
+def test_a_bad_record_is_one_error_naming_the_field():
+    with pytest.raises(ValueError, match=r"x/run.json: field backend_facts.bad-one: "):
+        engines.use_headers([("x/run.json", {"backend_facts": {"bad-one": {"engine_names": {"vllm": {"nmae": "X"}}}}})])
+    assert "bad-one" not in engines.known_backends()
+
+
+def test_recommend_reads_the_facts_its_results_recorded(tmp_path, capsys):
+    """The same rows, a run.json recording another vLLM name for flash-attn: the flags follow the
+    record, not this install's backend class."""
+    import shutil
+    from pathlib import Path
+
+    from harness.cli import main
+
+    src = Path(__file__).parent / "data" / "h200" / "models"
+    res = tmp_path / "models"
+    shutil.copytree(src, res)
+    header = json.loads((res / "run.json").read_text())
+    assert "backend_facts" not in header  # written before the field: the table serves it
+    facts = json.loads(engine_table.TABLE.read_text())["backend_facts"]
+    facts["flash-attn"]["engine_names"]["vllm"]["name"] = "FLASH_ATTN_AS_RECORDED"
+    (res / "run.json").write_text(json.dumps({**header, "backend_facts": facts}))
+    try:
+        assert main(["recommend", "--engine", "vllm", str(src)]) == 0
+        before = capsys.readouterr().out
+        assert main(["recommend", "--engine", "vllm", str(res)]) == 0
+        after = capsys.readouterr().out
+    finally:
+        engines.use_headers([])
+    assert "--attention-backend FLASH_ATTN " in before and "FLASH_ATTN_AS_RECORDED" not in before
+    assert "--attention-backend FLASH_ATTN_AS_RECORDED" in after and "--attention-backend FLASH_ATTN " not in after
