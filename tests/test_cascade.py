@@ -13,7 +13,8 @@ from backends.flash_attn_cascade import FACascadeMetadataBuilder, FlashAttnCasca
 from backends.flashinfer_cascade import FlashInferCascadeBackend, cascade_levels
 from backends.torch_cascade import TorchCascadeBackend, shifted_block_table
 from attn_contract import cascade_batch_reason, merge_attn_states
-from harness.cell.cascade import DEFAULT_NUM_SMS, rule_agreement, use_cascade_attention
+from harness.analysis.cascade_agreement import rule_agreement
+from harness.cell.cascade import DEFAULT_NUM_SMS, use_cascade_attention
 from harness.case.reference import attention_one_request
 from harness.cell.prepare import CaseContext
 from harness.plan.cells import Cell, RunOptions

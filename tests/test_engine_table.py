@@ -80,3 +80,26 @@ def test_recommend_reads_the_facts_its_results_recorded(tmp_path, capsys):
         engines.use_headers([])
     assert "--attention-backend FLASH_ATTN " in before and "FLASH_ATTN_AS_RECORDED" not in before
     assert "--attention-backend FLASH_ATTN_AS_RECORDED" in after and "--attention-backend FLASH_ATTN " not in after
+
+
+def test_report_and_recommend_load_no_backend_and_no_torch(tmp_path):
+    """Reading records needs no backend class: a report and recommend --engine on H200 rows with
+    cascade cells (the cascade fit, the engine section) never import the registry, a backend or
+    torch (tests/test_layering.py checks the readers' own imports; this, what they reach)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    data = Path(__file__).parent / "data" / "h200"
+    code = (
+        "import sys\n"
+        "from harness.cli import main\n"
+        f"assert main(['report', '--jobs', '1', '-o', {str(tmp_path / 'r.html')!r}, {str(data / 'session-a' / 'cascade-sweep')!r}]) == 0\n"
+        f"assert main(['recommend', '--engine', 'sglang', {str(data / 'models')!r}]) == 0\n"
+        "loaded = [m for m in sys.modules if m in ('torch', 'harness.registry') or m.startswith('backends')]\n"
+        "print('LOADED', loaded)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "LOADED []" in out.stdout, out.stdout[-500:]
+    # the fitted cascade rule is named through flash-attn-cascade's plain counterpart's version tag
+    assert "flash-attn-cascade fa3" in (tmp_path / "r.html").read_text()

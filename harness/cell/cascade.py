@@ -1,8 +1,9 @@
 """Cascade (shared-prefix) attention: the decision rule vLLM used to pick cascade over plain
-attention (adapted to several prefix groups) and the rule-vs-measurement comparison. The
-runner applies the rule to every backend that declares ``Capabilities.cascade`` and records
-its verdict in the row's ``call``. The LSE merge and the batch preconditions cascade backends
-share are part of the contract (``attn_contract.merge``, ``attn_contract.shared_prefix``).
+attention (adapted to several prefix groups). The runner applies the rule to every backend that
+declares ``Capabilities.cascade`` and records its verdict in the row's ``call``
+(harness.analysis.cascade_agreement reads it against the measurement). The LSE merge and the
+batch preconditions cascade backends share are part of the contract (``attn_contract.merge``,
+``attn_contract.shared_prefix``).
 
 Cascade splits each request's keys into the prefix it shares with its group and its own
 suffix. Attention over the prefix is computed once for all of a group's queries (non-causal:
@@ -13,15 +14,11 @@ bottom-right aligned), and the two are merged exactly with their log-sum-exps.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import Any, Sequence
 
 import torch
 
 from attn_contract import AttentionConfig, CommonAttentionMetadata
-from attn_contract.status import Status
-
-if TYPE_CHECKING:
-    from harness.records.results import ResultRow
 
 # ---------------------------------------------------------------- decision rule
 
@@ -142,57 +139,9 @@ def decide(common: CommonAttentionMetadata, config: AttentionConfig, device: tor
     )
 
 
-# ---------------------------------------------------------------- rule vs measurement
-
-
-def rule_agreement(rows: Iterable[ResultRow | dict[str, Any]]) -> list[dict[str, Any]]:
-    """For each cascade row (``call.rule_says_cascade`` present) that passed and was timed,
-    the fastest passing row of the backend it names in ``call.compare_with`` on the same case
-    (preferring variants that agree on shared axes, e.g. the same ``fa_version``), the
-    measured winner, and whether the rule picked it. Rows given as their JSON dicts are read
-    into ``ResultRow`` first."""
-    from harness.records.results import ResultRow
-
-    rows = [r if isinstance(r, ResultRow) else ResultRow.model_validate(r) for r in rows]
-    out = []
-    for r in rows:
-        call, timing = r.call, r.timing
-        if call is None or call.rule_says_cascade is None or r.status != Status.PASS or timing is None:
-            continue
-        rv = r.variant
-        plain = [p for p in rows
-                 if p.case == r.case and p.backend == call.compare_with and p.status == Status.PASS
-                 and p.timing is not None]
-        agree = [p for p in plain if all(str(p.variant.get(k, v)) == str(v) for k, v in rv.items())]
-        pool = agree or plain
-        entry = {
-            "case": r.case,
-            "backend": r.backend,
-            "variant": rv,
-            "rule_says_cascade": call.rule_says_cascade,
-            "rule_reason": call.rule_reason or "",
-            "cascade_us": timing.median_us,
-            "plain_backend": call.compare_with,
-            "plain_variant": None,
-            "plain_us": None,
-            "measured_winner": None,
-            "rule_right": None,
-        }
-        if pool:
-            best = min(pool, key=lambda p: p.timing.median_us)
-            entry["plain_variant"] = best.variant
-            entry["plain_us"] = best.timing.median_us
-            cascade_wins = entry["cascade_us"] < entry["plain_us"]
-            entry["measured_winner"] = "cascade" if cascade_wins else "plain"
-            entry["rule_right"] = cascade_wins == call.rule_says_cascade
-        out.append(entry)
-    return out
-
-
 __all__ = [
     "CascadeDecision",
     "decide",
     "device_num_sms",
-    "rule_agreement",
     "use_cascade_attention",
 ]

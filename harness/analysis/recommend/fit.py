@@ -8,6 +8,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from harness.analysis.cascade_agreement import rule_agreement
 from harness.analysis.engines import engine_name, plain_counterpart
 from harness.analysis.recommend import rows as R
 from harness.records.results import ResultRow
@@ -24,8 +25,6 @@ def _fit_name(backend: str, variant: dict[str, Any]) -> str:
 def cascade_cells(rows: Sequence[ResultRow]) -> dict[str, list[dict[str, Any]]]:
     """Measured cascade-vs-plain cells per cascade backend (+kernel version), first row of each
     cell kept, with the features the rules read."""
-    from harness.cell.cascade import rule_agreement
-
     by_key: dict[tuple[str, str, str], ResultRow] = {}
     for r in rows:
         by_key.setdefault((r.case, r.backend, r.variant_label), r)

@@ -14,8 +14,7 @@ from harness.report.core import Block, Table, Text, result_rows, section
 def callform_gap(df: pd.DataFrame) -> list[Block]:
     if df.empty or "variant.call_form" not in df.columns:
         return []
-    # Imported here: harness.analysis.recommend loads the backend classes (torch with them), which a page
-    # without call-form rows never needs (seconds of the report's time on a 2-core box).
+    # Imported here: a page without call-form rows never needs harness.analysis.recommend.
     from harness.analysis.callform_gap import gap_records, gap_summary, gaps
     from harness.analysis.recommend import DEFAULT_TIE
 

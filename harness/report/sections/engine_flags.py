@@ -19,7 +19,7 @@ def _pct(x: object) -> str:
 def answer_per_model(df: pd.DataFrame) -> list[Block]:
     if df.empty:
         return []
-    # Imported here: harness.analysis.recommend loads the backend classes (torch with them); see recommend.py.
+    # Imported here, as in recommend.py: only pages with timed rows need the analysis.
     from harness.analysis.callform_gap import DEFAULT_CALL_FORM, form_note, only_call_form
     from harness.analysis.per_model import answer_records, answers, engine_settings, model_settings
     from harness.analysis.recommend import DEFAULT_TIE

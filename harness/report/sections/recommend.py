@@ -27,8 +27,8 @@ def _no_default_why(headers: list[dict], gpu: str) -> str:
 def recommend(df: pd.DataFrame) -> list[Block]:
     if df.empty:
         return []
-    # Imported here, not at the top: harness.analysis.recommend loads the backend classes (torch
-    # with them: the costliest part of the page, so cost=12 starts it first among the workers).
+    # Imported here, not at the top: only pages with timed rows need harness.analysis.recommend
+    # (ranking is the costliest part of the page, so cost=12 starts it first among the workers).
     from harness.analysis.recommend import (
         RecommendError, cascade_records, defaults_records, defaults_summary, inputs_of, recommend_rows, winners_records,
     )
