@@ -14,8 +14,9 @@ from harness.tools import engine_table
 
 
 def test_the_committed_table_is_what_the_backends_declare():
-    # Regenerate with `python -m harness.tools.engine_table` after changing a backend's engine_names.
-    assert json.loads(engine_table.TABLE.read_text()) == engine_table.declared()
+    assert json.loads(engine_table.TABLE.read_text()) == engine_table.declared(), (
+        "harness/analysis/engine_table.json differs from the backends' declarations: "
+        "run `python -m harness.tools.engine_table` and commit it")
     assert engines.TABLE == engine_table.TABLE
 
 
