@@ -51,7 +51,7 @@ def test_recorded_facts_are_read_and_win_over_the_table():
 
 
 def test_a_bad_record_is_one_error_naming_the_field():
-    with pytest.raises(ValueError, match=r"x/run.json: field backend_facts.bad-one: "):
+    with pytest.raises(ValueError, match=r"x/run.json: field backend_facts.bad-one.engine_names.vllm.nmae: "):
         engines.use_headers([("x/run.json", {"backend_facts": {"bad-one": {"engine_names": {"vllm": {"nmae": "X"}}}}})])
     assert "bad-one" not in engines.known_backends()
 

@@ -68,7 +68,9 @@ def use_headers(headers: Iterable[tuple[str, Mapping[str, Any]]]) -> None:
             try:
                 recorded[name] = BackendFacts.model_validate(facts)
             except ValidationError as e:
-                raise ValueError(f"{source}: field backend_facts.{name}: {e.errors()[0]['msg']}") from None
+                err = e.errors()[0]
+                where = ".".join(str(x) for x in ("backend_facts", name, *err["loc"]))
+                raise ValueError(f"{source}: field {where}: {err['msg']}") from None
     _recorded.clear()
     _recorded.update(recorded)
 
