@@ -5,9 +5,9 @@ flashinfer MLA backend calls them:
   cache: ``run(q_nope, q_pe, ckv, kpe)`` with q and the cache cut into their 512 / 64 parts as
   strided views (no copy, as SGLang passes ``k_buffer[..., :512]`` / ``[..., 512:]``); any page
   size; causal with bottom-right alignment for multi-token (speculative) queries. An fp8 latent
-  (fa2 only) is planned with a bf16 query; its dequantization scale (``layer.k_scale``, one for
-  the whole latent) multiplies the query before the call and the output after it (V is the
-  latent), both inside ``forward``, so timed.
+  (fa2 and fa3) is planned with a bf16 query; its dequantization scale (``layer.k_scale``, one
+  for the whole latent) goes to ``run()`` as ``ckv_scale`` / ``kpe_scale``, the one form
+  FlashInfer 0.6.18 takes (a scale folded into the query was refused on the H200).
 - ``mla_expanded``: ``BatchPrefillWithRaggedKVCacheWrapper`` with ``head_dim_qk`` 192 and
   ``head_dim_vo`` 128 over the packed expanded key/value (SGLang's ragged MLA prefill).
 
@@ -27,7 +27,6 @@ from typing import Any
 import torch
 
 from attn_contract import (
-    KERNEL_LIMIT,
     MLA_ABSORBED,
     AttentionBackend,
     AttentionConfig,
@@ -56,9 +55,11 @@ from backends.flashinfer import MiB, paged_kv_csr, plan_growing_workspace
 
 MLA_BACKENDS = ("fa2", "fa3")
 WORKSPACE_BYTES = 256 * MiB
-FA3_FP8_REASON = ("mla_backend=fa3 with an fp8 latent: FlashInfer's Hopper MLA kernel multiplies q and the latent "
-                  "in one WGMMA dtype, so an fp8 cache needs an fp8 query, which is not what serving engines pass; "
-                  f"mla_backend=fa2 takes a bf16 query over the fp8 latent; {KERNEL_LIMIT}")
+# fp8 latent: run(ckv_scale=, kpe_scale=) with a bf16 query, on fa2 and fa3 alike. FlashInfer
+# 0.6.18 refuses a scale folded into sm_scale ("Exactly one of ckv_scale or ckv_scale_arr is
+# required when kv_data_type is FP8") and an fp8 query; the H200 probe of 2026-12-02 passed the
+# scale arguments on both backends (rel. err 5.8e-3; reports/h200/2026-12-02/probes/mla-probe).
+FP8_CALL = "run(..., ckv_scale=k_scale, kpe_scale=k_scale) with a bf16 query"
 
 
 @dataclass
@@ -71,7 +72,7 @@ class FlashInferMLAMetadata:
     jit_warmup_ms: float
     resolved_backend: str | None
     workspace_bytes: int
-    fp8: bool  # fp8 latent: the impl folds layer.k_scale into the query and the output
+    fp8: bool  # fp8 latent: the impl passes layer.k_scale as run()'s ckv_scale / kpe_scale
 
 
 class FlashInferMLAMetadataBuilder(AttentionMetadataBuilder[FlashInferMLAMetadata]):
@@ -153,13 +154,13 @@ class FlashInferMLAImpl(AttentionImpl[FlashInferMLAMetadata]):
             lse = lse_out if lse_out.is_contiguous() else torch.empty(lse_out.shape, dtype=torch.float32,
                                                                       device=out.device)
         if md.kind == MLA_ABSORBED:
-            scale = float(self.layer.k_scale) if md.fp8 else 1.0
-            # fp8: q . (stored * s) == (q * s) . stored, and V is the latent: out * s
-            q_nope, q_pe = split_query(query * scale if md.fp8 else query, cfg.mla.kv_lora_rank)
+            q_nope, q_pe = split_query(query, cfg.mla.kv_lora_rank)
             ckv, kpe = split_latent(kv_cache, cfg.mla.kv_lora_rank)
-            md.wrapper.run(q_nope, q_pe, ckv, kpe, out=o, lse=lse, return_lse=lse is not None)
+            scales = {}
             if md.fp8:
-                o.mul_(scale)
+                s = float(self.layer.k_scale)
+                scales = {"ckv_scale": s, "kpe_scale": s}
+            md.wrapper.run(q_nope, q_pe, ckv, kpe, out=o, lse=lse, return_lse=lse is not None, **scales)
         else:
             md.wrapper.run(query, key, value, out=o, lse=lse, return_lse=lse is not None)
         if o is not out:
@@ -183,7 +184,7 @@ class FlashInferMLAImpl(AttentionImpl[FlashInferMLAMetadata]):
                 "mla_backend_requested": self.variant.get("mla_backend"), "mla_backend_resolved": md.resolved_backend,
                 "plan_ms": round(md.plan_ms, 3), "jit_warmup_ms": round(md.jit_warmup_ms, 1),
                 "workspace_mib": md.workspace_bytes // MiB,
-                "fp8_latent": "k_scale folded into the query and the output (in forward)" if md.fp8 else None,
+                "fp8_latent": FP8_CALL if md.fp8 else None,
                 "return_lse": "checked call only (timed calls: no)"}
 
 
@@ -220,15 +221,14 @@ class FlashInferMLABackend(AttentionBackend):
         backend = str((variant or {}).get("mla_backend", "fa3"))
         return Capabilities(
             dtypes=frozenset({"float16", "bfloat16"}),
-            kv_cache_dtypes=frozenset({"auto", "fp8_e4m3"}),  # fp8: absorbed on fa2 (check_support)
+            kv_cache_dtypes=frozenset({"auto", "fp8_e4m3"}),  # fp8: absorbed form, bf16 query (check_support)
             head_sizes=MLA_HEAD_SIZES, v_head_sizes=MLA_V_HEAD_SIZES, attention_kinds=MLA_KINDS,
             mla_latent_dims=LATENT_DIMS, block_sizes=(MultipleOf(1),), kv_layouts=frozenset({"NHD", "HND"}),
             causal=True, non_causal=True, gqa=True, returns_lse=True, lse_base=2, devices=frozenset({"cuda"}),
             cudagraph=CudaGraphSupport.UNIFORM_SINGLE_TOKEN_DECODE,
             notes=(f"mla_backend={backend}: absorbed form on BatchMLAPagedAttentionWrapper, any page size; expanded "
                    "form on the ragged prefill wrapper (192/128)",
-                   "fp8 latent: mla_backend=fa2 only, k_scale folded into the query and the output; fa3: "
-                   + FA3_FP8_REASON,
+                   "fp8 latent: " + FP8_CALL,
                    "plan() JIT-compiles per (backend, dtypes, head dims) on first use; the builder warms up"),
         )
 
@@ -237,9 +237,6 @@ class FlashInferMLABackend(AttentionBackend):
         reason = cls.capabilities(variant).unsupported_reason(config, device) or form_reason(config)
         if reason:
             return reason
-        if (config.is_fp8_kv and config.attention_kind == MLA_ABSORBED
-                and str((variant or {}).get("mla_backend", "fa3")) == "fa3"):
-            return FA3_FP8_REASON
         if config.kv_cache_dtype == "fp8_e4m3" and config.dtype != "bfloat16" and config.attention_kind == MLA_ABSORBED:
             return "fp8 latent: planned with a bf16 query only (the probed combination)"
         return None

@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import subprocess
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import Callable, Protocol
 
 import torch
 
-if TYPE_CHECKING:
-    from harness.timing.cold_l2 import L2Flusher
+
+
+class Flusher(Protocol):
+    """What a sample needs of an L2 flusher (harness/timing/cold_l2.py's ``L2Flusher``, which
+    imports this module: a protocol here keeps the two apart)."""
+
+    def flush(self) -> None: ...
 
 
 def short_reason(e: BaseException) -> str:
@@ -65,7 +70,7 @@ class EventSampler:
         self.e1 = torch.cuda.Event(enable_timing=True)
         self.can_hold = hasattr(torch.cuda, "_sleep")
 
-    def sample(self, work: Callable[[], None], hold_cycles: int, flusher: L2Flusher | None = None,
+    def sample(self, work: Callable[[], None], hold_cycles: int, flusher: Flusher | None = None,
                pad: Callable[[], None] | None = None) -> tuple[float, bool | None, float | None, float]:
         """(gpu seconds, launch hidden?, SM MHz during the hold, host enqueue seconds). ``pad``
         (sustained regime) queues untimed work ahead of the sample, keeping the GPU under load."""

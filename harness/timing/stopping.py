@@ -16,12 +16,25 @@ from __future__ import annotations
 import functools
 import inspect
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, ClassVar, Sequence
+from typing import Any, ClassVar, Protocol, Sequence
 
 from harness.timing.stats import median_ci_ranks, rel_ci_half_width
 
-if TYPE_CHECKING:
-    from harness.timing.options import TimingOptions
+
+
+class StopOptions(Protocol):
+    """The sampling options a criterion reads (``harness.timing.options.TimingOptions`` has them;
+    that module asks this one's registry to validate ``stop_criterion``: a protocol here keeps
+    the two apart)."""
+
+    confidence: float
+    host_bound_max_time_s: float
+    long_call_ms: float | None
+    max_samples: int
+    max_time_s: float
+    min_samples: int
+    stop_criterion: str
+    target_rel_noise: float
 
 STOP_NOISE = "noise_target"
 STOP_MAX_SAMPLES = "max_samples"
@@ -36,7 +49,7 @@ class StoppingCriterion(ABC):
     name: ClassVar[str]
     help: ClassVar[str]  # one line for --help and the docs
 
-    def __init__(self, opts: "TimingOptions"):
+    def __init__(self, opts: StopOptions):
         self.opts = opts
 
     @abstractmethod
@@ -85,7 +98,7 @@ def ask(criterion: StoppingCriterion, samples: Sequence[float], elapsed_s: float
     return criterion.stop_reason(samples, elapsed_s)
 
 
-def criterion_for(opts: "TimingOptions") -> StoppingCriterion:
+def criterion_for(opts: StopOptions) -> StoppingCriterion:
     """The criterion the options name, built for them."""
     try:
         return STOPPING_CRITERIA[opts.stop_criterion](opts)
@@ -173,7 +186,7 @@ class TimeBudgetCriterion(StoppingCriterion):
         return super().describe(reason, summary)
 
 
-def stop_reason(samples: Sequence[float], elapsed_s: float, opts: "TimingOptions",
+def stop_reason(samples: Sequence[float], elapsed_s: float, opts: StopOptions,
                 host_bound: bool = False) -> str | None:
     """Why sampling should stop now, or None to take another sample, by the options' criterion.
     Pure: the loop feeds it the samples so far, the seconds spent sampling and whether the cell
@@ -181,6 +194,6 @@ def stop_reason(samples: Sequence[float], elapsed_s: float, opts: "TimingOptions
     return ask(criterion_for(opts), samples, elapsed_s, host_bound)
 
 
-def describe_stop(reason: str, summary: dict[str, Any], opts: "TimingOptions") -> str:
+def describe_stop(reason: str, summary: dict[str, Any], opts: StopOptions) -> str:
     """The row's ``stop`` sentence, by the options' criterion."""
     return criterion_for(opts).describe(reason, summary)
