@@ -92,23 +92,28 @@ def make_plan(config: pytest.Config) -> BenchPlan | None:
     """The cells of ``--bench-suite`` (None when no suite was given). Bad input -> pytest.UsageError."""
     from harness import registry
     from harness.cli.flags import UsageError
-    from harness.cli.run_flags import from_pytest, pick_device
+    from harness.cli.run_flags import from_pytest
     from harness.plan.cells import plan_cells
-    from harness.spec import SpecError, load_suite
+    from harness.spec import SpecError
 
     try:
         flags = from_pytest(config)
         if flags is None:
             return None
-        suite = load_suite(flags.suite, flags.suite_override())
-        names = flags.backends.split(",") if flags.backends else (suite.backends or list(registry.known_backends()))
-        backends = registry.resolve_many([n.strip() for n in names if n.strip()])
-        device = pick_device(flags.device)
-        # keep_raw: the per-sample times are what pytest-benchmark receives.
-        opts = flags.run_options(device, flags.suite, suite.clock_regime, keep_raw=True)
+        # Resolved once, as `harness run` does; keep_raw: the per-sample times are what
+        # pytest-benchmark receives.
+        plan = flags.resolve(_pick_backends, keep_raw=True)
     except (SpecError, UsageError, registry.BackendLookupError) as e:
         raise pytest.UsageError(str(e)) from None
-    return BenchPlan(suite, backends, opts, plan_cells(suite, backends, opts))
+    return BenchPlan(plan.suite, plan.backends, plan.run, plan_cells(plan.suite, plan.backends, plan.run))
+
+
+def _pick_backends(suite: Any, names: str | None, variant_filters: dict) -> list:
+    """--bench-backends (comma-separated), else the suite's, else every registered backend."""
+    from harness import registry
+
+    listed = names.split(",") if names else (suite.backends or list(registry.known_backends()))
+    return registry.resolve_many([n.strip() for n in listed if n.strip()])
 
 
 def cell_id(cell: Any) -> str:

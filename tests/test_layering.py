@@ -244,3 +244,45 @@ def test_the_reader_check_sees_a_registry_import(tmp_path):
     (tmp_path / "harness" / "analysis" / "y.py").write_text("import torch.nn\n")
     assert reader_crossings(tmp_path) == ["harness/analysis/y.py:1 imports torch.nn",
                                           "harness/report/x.py:2 imports harness.registry"]
+
+
+# ------------------------------------------------------------------------------ run options
+# `harness run`'s flags are read once, by the entry points, and resolved into one
+# harness.plan.options.RunPlan that flows down (docs/architecture.md, "Data flow").
+RUN_FLAGS = "harness.cli.run_flags"
+RUN_FLAGS_READERS = {  # the entry points, and the package that re-exports RunFlags
+    "harness/cli/__init__.py", "harness/cli/run.py", "harness/pytest_plugin.py",
+    "harness/cli/commands/repro.py",  # pick_device only: `harness repro`'s own --device
+}
+
+
+def run_flags_importers(root: Path) -> list[str]:
+    found = []
+    for top in PACKAGES:
+        for path in sorted((root / top).rglob("*.py")):
+            rel = str(path.relative_to(root).as_posix())
+            if rel == "harness/cli/run_flags.py":
+                continue
+            for line, mod in imported_modules(path):
+                if mod == RUN_FLAGS or mod.startswith(RUN_FLAGS + "."):
+                    found.append(f"{rel}:{line}")
+                    break
+    return found
+
+
+def test_only_the_entry_points_import_run_flags():
+    assert [f for f in run_flags_importers(ROOT) if f.split(":")[0] not in RUN_FLAGS_READERS] == []
+
+
+@pytest.mark.parametrize("package", ["harness/plan", "harness/execute", "harness/cell"])
+def test_the_pipeline_below_the_entry_points_never_imports_the_cli(package):
+    # plan/, execute/ and cell/ take a RunPlan's parts (RunOptions, ExecOptions), not flags.
+    assert crossings(package, "harness.cli") == []
+
+
+def test_the_run_flags_check_sees_an_import(tmp_path):
+    (tmp_path / "harness" / "plan").mkdir(parents=True)
+    (tmp_path / "harness" / "plan" / "x.py").write_text(
+        "def f():\n    from harness.cli.run_flags import RunFlags\n")
+    (tmp_path / "harness" / "plan" / "y.py").write_text("from harness.cli import run_flags\n")
+    assert run_flags_importers(tmp_path) == ["harness/plan/x.py:2", "harness/plan/y.py:1"]

@@ -1,6 +1,7 @@
 """``harness run SUITE``: plan the cells, hand them to an executor, write the rows as they come.
 
-The flags are ``harness.cli.run_flags.RunFlags`` (declared once, validated there); the executor is
+The flags are ``harness.cli.run_flags.RunFlags`` (declared once, validated there), resolved once at
+the top into a ``harness.plan.options.RunPlan`` that the rest of the run reads; the executor is
 whichever ``harness.execute.api.make_executor`` picks; the end (wall time, summary, exit code)
 is harness/cli/summary.py.
 """
@@ -24,13 +25,13 @@ from harness.records import suite_copy
 from harness.cli import summary
 from harness.cli.progress import PlainProgress
 from harness.cli.common import (RESULTS_FILE, ResultWriter, UsageError, check_suite_backends, console, err_console,
-                                load_suite, read_rows, registry, torch, write_header)
+                                read_rows, registry, write_header)
 from harness.cli.run_flags import RunFlags, add_arguments
 
 if TYPE_CHECKING:
     from harness.execute.api import Executor
     from harness.records.results import ResultRow
-    from harness.plan.cells import RunOptions
+    from harness.plan.options import RunPlan
 
 
 def add_parser(sub: Any) -> None:
@@ -67,44 +68,27 @@ def prestart_workers(flags: RunFlags) -> list:
 
 
 def _run(args: argparse.Namespace, flags: RunFlags, t_start: float, prestarted: list) -> int:
-    suite_path = flags.suite
-    if flags.resume and not Path(suite_path).is_file():  # typed relative to where the run started
-        suite_path = suite_copy.find_suite(flags.resume, suite_path) or suite_path
-    check_override_flags(flags)  # a bad --model / --batch-spec is the command line's, not the suite file's
-    suite = load_suite(suite_path, flags.suite_override())
-    for note in suite.notes:  # a vLLM study file: what it could not map, and why
-        err_console().print(f"ignored: {escape(note)}", highlight=False, soft_wrap=True)
-    check_suite_backends(suite)  # the checks `harness validate` makes, with file and field
-    from harness.plan.filters import FilterError, backend_names, empty_plan_reason  # imports the registry
-
-    try:
-        backends = registry.resolve_many(backend_names(flags.backends, suite))
-    except (registry.BackendLookupError, FilterError) as e:
-        raise UsageError(str(e)) from None
-    check_variant_flags(flags.variant_filters(), backends)
-    device = pick_device(flags.device)
-    exec_opts = flags.exec_options(device)
-    device = torch.device(exec_opts.devices[0])  # rows and the header name the first worker's device
-    opts = flags.run_options(device, suite_path, suite.clock_regime)
-    if flags.ray is not None:
+    plan = flags.resolve(_pick_backends)  # the one place the flags become the run's options
+    if plan.ray is not None:
         from harness.execute.ray_cluster import RayUnavailable, import_ray
 
         try:
             import_ray()
         except RayUnavailable as e:
             raise UsageError(str(e)) from None
-    if flags.out and not flags.resume:
-        check_out_path(Path(flags.out))  # before any worker starts
-    if flags.resume:
+    if plan.out and not plan.resume:
+        check_out_path(Path(plan.out))  # before any worker starts
+    if plan.resume:
         from harness.plan.resume import ResumeError, check_resumable
 
         try:
-            check_resumable(Path(flags.resume), suite, seed=flags.seed)  # likewise
+            check_resumable(Path(plan.resume), plan.suite, seed=plan.seed)  # likewise
         except ResumeError as e:
             raise UsageError(str(e)) from None
     from harness.execute.api import make_executor
+    from harness.plan.filters import empty_plan_reason
 
-    executor = make_executor(suite, opts, exec_opts, ray=flags.ray)
+    executor = make_executor(plan.suite, plan.run, plan.execute, ray=plan.ray)
     if prestarted and hasattr(executor, "adopt"):
         executor.adopt(prestarted)
         prestarted.clear()
@@ -114,23 +98,39 @@ def _run(args: argparse.Namespace, flags: RunFlags, t_start: float, prestarted: 
         # a run's wall time goes"). An empty plan ends them again. Workers prestarted at the
         # command's start (before this process imported torch: 3.1-3.4 s on the H200 machine)
         # get their Setup here instead of starting now.
-        executor.start(backends)
-        if problem := empty_plan_reason(suite, backends, opts):
+        executor.start(plan.backends)
+        if problem := empty_plan_reason(plan.suite, plan.backends, plan.run):
             raise UsageError(f"nothing to run: {problem}")
-        return run_cells(args, flags, suite_path, suite, backends, opts, exec_opts.devices, executor, t_start)
+        return run_cells(args, plan, executor, t_start)
     finally:
         executor.close()
 
 
-def run_cells(args: argparse.Namespace, flags: RunFlags, suite_path: str, suite: Any, backends: list,
-              opts: RunOptions, devices: list[str], executor: Executor, t_start: float) -> int:
+def _pick_backends(suite: Any, names: str | None, variant_filters: dict[str, dict[str, list[str]]]) -> list:
+    """The suite's checks (`harness validate`'s, with file and field), then --backends looked up
+    and --variant checked against them: what RunFlags.resolve asks of the command line."""
+    for note in suite.notes:  # a vLLM study file: what it could not map, and why
+        err_console().print(f"ignored: {escape(note)}", highlight=False, soft_wrap=True)
+    check_suite_backends(suite)
+    from harness.plan.filters import FilterError, backend_names  # imports the registry
+
+    try:
+        backends = registry.resolve_many(backend_names(names, suite))
+    except (registry.BackendLookupError, FilterError) as e:
+        raise UsageError(str(e)) from None
+    check_variant_flags(variant_filters, backends)
+    return backends
+
+
+def run_cells(args: argparse.Namespace, plan: RunPlan, executor: Executor, t_start: float) -> int:
     from harness.cli.clock import PROCESS_T0
     from harness.plan.cells import plan_cells
 
+    suite, backends, opts = plan.suite, plan.backends, plan.run
     cells = plan_cells(suite, backends, opts)
     if not cells:
         raise UsageError("nothing to run: no case/backend/variant matches the filters")
-    cells, extra = apply_shard(flags.shard, suite, cells, opts)
+    cells, extra = apply_shard(plan.shard, suite, cells, opts)
     if opts.timing is not None and opts.device.type == "cuda" and opts.time:
         extra = {**extra, "clock_regime": opts.timing.clock_regime}  # the regime every GPU row was timed in
     # Workers that report the versions spare the parent importing any GPU library to plan.
@@ -138,8 +138,7 @@ def run_cells(args: argparse.Namespace, flags: RunFlags, suite_path: str, suite:
     def started(out_dir: Path) -> None:  # from here (run.json written) an interrupt can be resumed
         args.started_out_dir = out_dir
 
-    out_dir, cells, header = prepare_out_dir(flags, suite_path, argv, suite, cells, opts.device, backends,
-                                             devices, extra, probe_versions=not executor.reports_versions,
+    out_dir, cells, header = prepare_out_dir(plan, argv, cells, extra, probe_versions=not executor.reports_versions,
                                              started=started)
     interrupts.check()
     t_planned = time.perf_counter()
@@ -148,11 +147,11 @@ def run_cells(args: argparse.Namespace, flags: RunFlags, suite_path: str, suite:
     with ResultWriter(out_dir) as writer, Progress(
         TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
         TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console(), transient=False,
-        disable=flags.quiet,
+        disable=plan.quiet,
     ) as progress:
         task = progress.add_task("starting", total=len(cells))
         # No terminal (a pipe, a CI log): a line per case group and every 10 s, with the ETA.
-        plain = None if flags.quiet or console().is_terminal else PlainProgress(console(), len(cells), suite.suite)
+        plain = None if plan.quiet or console().is_terminal else PlainProgress(console(), len(cells), suite.suite)
 
         def on_start(cell: Any) -> None:
             progress.update(task, description=escape(f"{cell.case.name[:40]} {cell.backend.name}"))
@@ -176,17 +175,10 @@ def run_cells(args: argparse.Namespace, flags: RunFlags, suite_path: str, suite:
                         "all_ready": summary.to_perf(executor.t_all_ready)}
     if header.get("resumed"):
         rows = read_rows(out_dir)  # the summary covers the whole run, earlier rows included
-    return summary.finish(rows, this_run, out_dir, header, t_start, PROCESS_T0, flags.report, flags.strict)
+    return summary.finish(rows, this_run, out_dir, header, t_start, PROCESS_T0, plan.report, plan.strict)
 
 
-def pick_device(name: str | None) -> torch.device:
-    from harness.cli.run_flags import pick_device as pick
-
-    return pick(name)
-
-
-def prepare_out_dir(flags: RunFlags, suite_path: str, argv: list[str], suite: Any, cells: list, device: torch.device,
-                    backends: list, devices: list[str], extra: dict | None = None,
+def prepare_out_dir(plan: RunPlan, argv: list[str], cells: list, extra: dict | None = None,
                     probe_versions: bool = True,
                     started: Callable[[Path], None] = lambda out_dir: None) -> tuple[Path, list, dict]:
     """A fresh results folder with its header, or (--resume) the old one with only the
@@ -198,10 +190,11 @@ def prepare_out_dir(flags: RunFlags, suite_path: str, argv: list[str], suite: An
     from harness.plan.resume import ResumeError, resume_plan
     from harness.plan.cells import default_out_dir
 
-    if flags.resume:
-        out_dir = Path(flags.resume)
+    suite, suite_path = plan.suite, plan.suite_path
+    if plan.resume:
+        out_dir = Path(plan.resume)
         try:
-            todo, header = resume_plan(out_dir, suite, cells, argv, seed=flags.seed)
+            todo, header = resume_plan(out_dir, suite, cells, argv, seed=plan.seed)
         except ResumeError as e:
             raise UsageError(str(e)) from None
         write_header(out_dir, header)
@@ -209,7 +202,7 @@ def prepare_out_dir(flags: RunFlags, suite_path: str, argv: list[str], suite: An
         if not todo:
             console().print(f"{out_dir}: every cell already has a result; nothing to resume")
         return out_dir, todo, header
-    out_dir = Path(flags.out) if flags.out else default_out_dir(suite)
+    out_dir = Path(plan.out) if plan.out else default_out_dir(suite)
     check_out_path(out_dir)
     # An empty results.jsonl (a start that failed or was stopped before its first row) holds
     # nothing to lose: the same --out may start again.
@@ -217,10 +210,11 @@ def prepare_out_dir(flags: RunFlags, suite_path: str, argv: list[str], suite: An
         raise UsageError(f"--out {out_dir}: already holds {RESULTS_FILE}; choose another folder (or --resume it)")
     from harness.plan.cells import backend_versions
 
+    device, devices, backends = plan.device, plan.execute.devices, plan.backends
     versions = {b.name: backend_versions(b) for b in backends} if probe_versions else {}
     header = run_header(device, versions, argv, {"suite": suite.suite, "suite_file": suite_path,
                                                  **suite_copy.header_fields(suite_path),
-                                                 "cells": len(cells), "seed": flags.seed,
+                                                 "cells": len(cells), "seed": plan.seed,
                                                  "devices": devices, "backend_facts": facts_of(backends),
                                                  **(extra or {})})
     # The suite's copy first: once run.json exists (an interrupt then prints the resume
@@ -233,27 +227,6 @@ def prepare_out_dir(flags: RunFlags, suite_path: str, argv: list[str], suite: An
     write_header(out_dir, header)
     started(out_dir)
     return out_dir, cells, header
-
-
-def check_override_flags(flags: RunFlags) -> None:
-    """Each ``--model`` (with ``--tp``) resolves and each ``--batch-spec`` parses, else one line
-    naming the flag: the suite loader would name the suite file and its first case."""
-    from harness.spec.batch_spec import BatchSpecError, parse_batch_spec
-
-    if flags.model:
-        from harness.spec.models.cases import model_cases
-        from harness.spec.models.config import ModelError
-
-        given = f"--model {','.join(flags.models())}" + (f" --tp {flags.tp}" if flags.tp else "")
-        try:
-            model_cases({"model": flags.models(), "tp": flags.tp or 1})  # paths: from the working directory
-        except ModelError as e:
-            raise UsageError(f"{given}: {e}") from None
-    for spec in flags.batch_specs():
-        try:
-            parse_batch_spec(spec)
-        except BatchSpecError as e:
-            raise UsageError(f"--batch-spec {spec}: {e}") from None
 
 
 def check_out_path(out_dir: Path) -> None:

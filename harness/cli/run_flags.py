@@ -15,7 +15,7 @@ and registering the pytest plugin stay cheap.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Iterator, Literal, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Iterator, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
     from harness.execute.local import ExecOptions
     from harness.plan.cells import RunOptions
+    from harness.plan.options import RunPlan
     from harness.timing import TimingOptions
 
 MAIN, TIMING, ROBUSTNESS = None, "timing (docs/measurement.md)", "robustness (docs/robustness.md)"
@@ -274,12 +275,14 @@ class RunFlags(BaseModel):
             raise UsageError(f"timing options: {e}") from None
 
     def run_options(self, device: "torch.device", suite_path: str, suite_regime: str | None = None,
+                    variant_filters: dict[str, dict[str, list[str]]] | None = None,
                     **timing_extra: Any) -> "RunOptions":
         from harness.plan.cells import RunOptions
 
         return RunOptions(
             device=device, suite_path=suite_path, seed=self.seed, adversarial=self.adversarial,
-            invariants=self.invariants, case_patterns=self.case or [], variant_filters=self.variant_filters(),
+            invariants=self.invariants, case_patterns=self.case or [],
+            variant_filters=self.variant_filters() if variant_filters is None else variant_filters,
             check=not self.no_check, time=not self.no_time, time_references=self.time_references,
             collapse_variants=not self.all_variants, cpu_max_gflop=self.cpu_max_gflop,
             cpu_max_kv_mib=self.cpu_max_kv_mib, timing=self.timing_options(device, suite_regime, **timing_extra))
@@ -299,6 +302,55 @@ class RunFlags(BaseModel):
                    else default_cell_timeout(torch.device(devices[0]).type))
         return ExecOptions(devices=devices, isolation=not self.no_isolation, cell_timeout=timeout or None,
                            memory_budget_mib=self.memory_budget_mib)
+
+
+    def resolve(self, pick_backends: "Callable[[Any, str | None, dict[str, dict[str, list[str]]]], list]",
+                **timing_extra: Any) -> "RunPlan":
+        """The run these flags ask for, derived once (the entry points call this at their top and
+        pass the plan down): the suite loaded with --model/--tp/--batch-spec applied, its
+        backends (``pick_backends(suite, --backends, variant filters)``: the caller's lookup and
+        checks), the device, the worker layout and the cell options with their timing
+        (``timing_extra``: e.g. keep_raw). A bad value -> UsageError naming the flag; the
+        checks run in the order the command line has always reported them."""
+        import torch
+
+        from harness.plan.options import RunPlan
+        from harness.records.suite_copy import find_suite
+        from harness.spec import load_suite
+
+        suite_path = self.suite
+        if self.resume and not _is_file(suite_path):  # typed relative to where the run started
+            suite_path = find_suite(self.resume, suite_path) or suite_path
+        self._check_overrides()  # a bad --model / --batch-spec is the command line's, not the suite file's
+        suite = load_suite(suite_path, self.suite_override())
+        filters = self.variant_filters()
+        backends = pick_backends(suite, self.backends, filters)
+        execute = self.exec_options(pick_device(self.device))
+        device = torch.device(execute.devices[0])  # rows and the header name the first worker's device
+        run = self.run_options(device, suite_path, suite.clock_regime, filters, **timing_extra)
+        return RunPlan(suite_path=suite_path, suite=suite, backends=backends, run=run, execute=execute,
+                       variant_filters=filters, seed=self.seed, out=self.out, resume=self.resume,
+                       shard=self.shard, ray=self.ray, report=self.report, strict=self.strict, quiet=self.quiet)
+
+    def _check_overrides(self) -> None:
+        """Each ``--model`` (with ``--tp``) resolves and each ``--batch-spec`` parses, else one line
+        naming the flag: the suite loader would name the suite file and its first case."""
+        from harness.spec.batch_spec import BatchSpecError, parse_batch_spec
+
+        if self.model:
+            from harness.spec.models.cases import model_cases
+            from harness.spec.models.config import ModelError
+
+            given = f"--model {','.join(self.models())}" + (f" --tp {self.tp}" if self.tp else "")
+            try:
+                model_cases({"model": self.models(), "tp": self.tp or 1})  # paths: from the working directory
+            except ModelError as e:
+                raise UsageError(f"{given}: {e}") from None
+        for spec in self.batch_specs():
+            try:
+                parse_batch_spec(spec)
+            except BatchSpecError as e:
+                raise UsageError(f"--batch-spec {spec}: {e}") from None
 
 
 def pick_device(name: str | None) -> "torch.device":
@@ -399,6 +451,12 @@ def _parse_variant(item: str) -> tuple[str, str, list[str]]:
     if not eq or not dot or not backend or not axis or not values:
         raise ValueError(f"--variant {item!r}: expected BACKEND.AXIS=VALUE[,VALUE...], e.g. flash-attn.fa_version=3")
     return backend, axis, [v for v in values.split(",") if v]
+
+
+def _is_file(path: str) -> bool:
+    from pathlib import Path
+
+    return Path(path).is_file()
 
 
 def _same_path(a: str, b: str) -> bool:
