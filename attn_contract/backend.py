@@ -121,6 +121,9 @@ class AttentionBackend(ABC):
     # How serving engines name this backend ("vllm", "sglang" -> attn_contract.engines.EngineName);
     # engines that cannot run it are absent.
     engine_names: ClassVar[dict[str, Any]] = {}
+    # A cascade backend's plain counterpart (also in its Capabilities), readable without calling
+    # capabilities(), which may import the library: run.json records it in the parent process.
+    plain_counterpart: ClassVar[str | None] = None
 
     @classmethod
     def applicable_axes(cls, segment_kinds: Iterable[str]) -> tuple[str, ...]:

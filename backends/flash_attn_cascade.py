@@ -159,6 +159,7 @@ class FACascadeImpl(AttentionImpl[FACascadeMetadata]):
 
 class FlashAttnCascadeBackend(AttentionBackend):
     name = "flash-attn-cascade"
+    plain_counterpart = "flash-attn"
     tested_versions = FlashAttentionBackend.tested_versions  # the same libraries
     library_modules = FlashAttentionBackend.library_modules
     description = "cascade through FlashAttention 3/4 paged calls: shared-prefix pass + suffix pass + LSE merge"
@@ -184,7 +185,7 @@ class FlashAttnCascadeBackend(AttentionBackend):
             alibi=False,
             sinks=False,
             cascade=True,
-            plain_counterpart="flash-attn",  # the cascade-vs-plain invariant runs it on the same batch
+            plain_counterpart=cls.plain_counterpart,  # the cascade-vs-plain invariant runs it on the same batch
             gqa=True,
             returns_lse=True,
             devices=frozenset({"cuda"}),

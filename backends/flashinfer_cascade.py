@@ -223,6 +223,7 @@ class FICascadeImpl(AttentionImpl[FICascadeMetadata]):
 
 class FlashInferCascadeBackend(AttentionBackend):
     name = "flashinfer-cascade"
+    plain_counterpart = "flashinfer"
     tested_versions = FlashInferBackend.tested_versions  # the same library
     library_modules = FlashInferBackend.library_modules
     description = "FlashInfer MultiLevelCascadeAttentionWrapper, 2 levels: shared prefix per group + unique pages"
@@ -255,7 +256,7 @@ class FlashInferCascadeBackend(AttentionBackend):
             alibi=False,
             sinks=False,
             cascade=True,
-            plain_counterpart="flashinfer",  # the cascade-vs-plain invariant runs it on the same batch
+            plain_counterpart=cls.plain_counterpart,  # the cascade-vs-plain invariant runs it on the same batch
             gqa=True,
             returns_lse=True,
             devices=frozenset({"cuda"}),

@@ -140,6 +140,7 @@ class TorchCascadeImpl(AttentionImpl[TorchCascadeMetadata]):
 
 class TorchCascadeBackend(TorchBackend):
     name = "torch-cascade"
+    plain_counterpart = "torch-math"
     description = "cascade in torch: shared prefix once per group + per-request suffix, merged by LSE (CPU/GPU)"
 
     @classmethod
@@ -154,7 +155,7 @@ class TorchCascadeBackend(TorchBackend):
             softcap=True,
             sinks=True,
             cascade=True,
-            plain_counterpart="torch-math",  # the cascade-vs-plain invariant runs it on the same batch
+            plain_counterpart=cls.plain_counterpart,  # the cascade-vs-plain invariant runs it on the same batch
             returns_lse=True,
             cudagraph=CudaGraphSupport.NEVER,
             notes=(

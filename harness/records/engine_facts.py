@@ -53,13 +53,9 @@ class BackendFacts(BaseModel):
 
 
 def backend_facts(cls: Any) -> BackendFacts:
-    """The facts a backend class declares (``engine_names``, ``capabilities({}).plain_counterpart``).
-    Called at run time with the run's classes; a class whose capabilities need a config records no
-    counterpart (as the readers treated it before they read records)."""
-    try:
-        plain = cls.capabilities({}).plain_counterpart
-    except Exception:
-        plain = None
+    """The facts a backend class declares (``engine_names``, ``plain_counterpart``), read from
+    class attributes only: the run's parent records them before any library is imported."""
+    plain = getattr(cls, "plain_counterpart", None)
     names = {engine: EngineNameRecord.of(decl) for engine, decl in (getattr(cls, "engine_names", None) or {}).items()}
     return BackendFacts(engine_names=names, plain_counterpart=plain)
 

@@ -15,11 +15,17 @@ TABLE = Path(__file__).resolve().parent.parent / "analysis" / "engine_table.json
 
 
 def declared() -> dict[str, Any]:
-    """The built-in backends' facts (the package's own ``backends.*`` entry points), in registry order."""
+    """The built-in backends' facts (the entry points this project's own distribution registers),
+    in registry order."""
+    from importlib.metadata import entry_points, packages_distributions
+
     from harness import registry
     from harness.records.engine_facts import facts_of
 
-    names = [n for n, spec in registry.known_backends().items() if spec.startswith("backends.")]
+    own = set(packages_distributions().get("harness", []))
+    ours = {ep.name for ep in entry_points(group="attn_harness.backends")
+            if getattr(ep, "dist", None) is not None and ep.dist.name in own}
+    names = [n for n in registry.known_backends() if n in ours]
     return {"backend_facts": facts_of(registry.resolve(n) for n in names)}
 
 
