@@ -160,6 +160,7 @@ print("rc", rc)
 """
 
 
+@pytest.mark.slow
 def test_main_from_a_script_without_guard_and_from_stdin(tiny, tmp_path):
     """spawn re-runs the parent's __main__ in each worker: neither a script without the
     `if __name__ == "__main__":` guard nor one fed on stdin may lose its cells to that."""

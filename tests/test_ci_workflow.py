@@ -4,6 +4,8 @@ and the CI outputs (step summary, ::error lines, JUnit, benchmark JSON) hold wha
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import re
 import shlex
@@ -42,6 +44,7 @@ def test_the_workflow_has_a_cpu_gate_and_a_self_hosted_gpu_job():
     assert bench["with"]["tool"] == "customSmallerIsBetter"
 
 
+@pytest.mark.slow
 def test_the_cpu_job_runs_as_written(tmp_path):
     for d in ("ci", "suites"):
         (tmp_path / d).symlink_to(ROOT / d)  # the checkout the job sees, outputs kept out of it

@@ -108,6 +108,7 @@ RUN = ["--", "--backends", "matrix-probe", "--device", "cpu", "--cpu-clock", "pr
        "--no-isolation"]
 
 
+@pytest.mark.slow
 def test_bisect_finds_first_wrong_release(world):
     out = world["base"] / "bisect"
     p = harness("bisect", str(world["suite"]), "--versions", f"{PKG}==1.0,1.1,1.2,1.3,1.4",
@@ -129,6 +130,7 @@ def test_bisect_finds_first_wrong_release(world):
     assert header["environment"]["packages"] == {PKG: "1.1"}  # only the package: torch is the interpreter's
 
 
+@pytest.mark.slow
 def test_matrix_side_by_side_flags_the_wrong_release(world):
     """Two real environments side by side: the release whose output is 5% off is a correctness
     regression, listed first. (Speed verdicts are compare's, tested on synthesized samples: a real

@@ -17,7 +17,9 @@ from harness.records.results import read_header, read_rows
 
 # Ray is imported by the cluster fixture, not at collection: importing it costs ~1.5 s in every
 # test process, most of which never run these tests.
-pytestmark = pytest.mark.skipif(find_spec("ray") is None, reason="ray not installed: pip install 'attn-harness[ray]'")
+# slow: a local Ray cluster per test, seconds each (CI runs them with -m slow).
+pytestmark = [pytest.mark.skipif(find_spec("ray") is None, reason="ray not installed: pip install 'attn-harness[ray]'"),
+              pytest.mark.slow]
 
 FLAGS = ["--device", "cpu", "--no-time", "--quiet"]
 ONE_CASE = """
