@@ -19,7 +19,6 @@ declares no vLLM name.
 
 from __future__ import annotations
 
-import importlib.util
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -48,6 +47,7 @@ from backends._mla import (
     cuda_capability,
     describe_form,
     form_reason,
+    import_reason,
     split_latent,
     split_query,
 )
@@ -203,12 +203,11 @@ class FlashInferMLABackend(AttentionBackend):
 
     @classmethod
     def availability(cls, variant: dict[str, Any] | None = None) -> Availability:
-        if importlib.util.find_spec("flashinfer") is None:
-            return Availability.no("flashinfer is not installed (pip install flashinfer-python)")
-        try:
-            import flashinfer
-        except Exception as e:  # a broken install is a reason, not a crash
-            return Availability.no(f"import flashinfer failed: {type(e).__name__}: {str(e).strip()[:200]}")
+        reason = import_reason("flashinfer", "pip install flashinfer-python")
+        if reason:
+            return Availability.no(reason)
+        import flashinfer
+
         version = str(getattr(flashinfer, "__version__", "unknown"))
         cap = cuda_capability()
         if cap is None:
