@@ -37,6 +37,9 @@ LIBS = {"fa3": "FA3 with_kvcache", "flashinfer": "FlashInfer decode (tensor core
 
 
 def _graph(fn: Callable[[], Any], target_us: float = 500.0) -> tuple[torch.cuda.CUDAGraph, int]:
+    """A graph of enough calls to last about ``target_us`` (at most 64), replayed once."""
+    from harness.timing.graphs import capture_graph
+
     for _ in range(5):
         fn()
     torch.cuda.synchronize()
@@ -46,16 +49,7 @@ def _graph(fn: Callable[[], Any], target_us: float = 500.0) -> tuple[torch.cuda.
     b.record()
     b.synchronize()
     n = max(1, min(64, math.ceil(target_us / max(a.elapsed_time(b) * 1e3, 1.0))))
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(n):
-            fn()
+    g = capture_graph(fn, n, torch.device("cuda", torch.cuda.current_device()))
     g.replay()
     torch.cuda.synchronize()
     return g, n
