@@ -20,6 +20,8 @@ DIAGNOSTICS: dict[str, tuple[str, str]] = {
     "decode-minute": ("decode_minute", "the main job twice back to back: wall time, breakdowns, repeatability"),
     "clocks": ("clocks", "GPU: one decode call burst (after idle) vs sustained (after load), with SM clock, power, read cost"),
     "speed": ("speed", "a run's wall time and where it went; with two folders the speed-up and verdict agreement"),
+    "interleave": ("interleave", "GPU: interleaved vs sequential sampling, hot and cold L2, in fresh processes; "
+                                 "every row within 1%?"),
 }
 
 
@@ -28,7 +30,7 @@ def _epilog() -> str:
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("diag", help="measurement diagnostics (callform, clocks, direct, fidelity, decode-minute, speed)",
+    p = sub.add_parser("diag", help="measurement diagnostics (callform, clocks, direct, fidelity, decode-minute, interleave, speed)",
                        description=__doc__.split("\n\n")[0], epilog=_epilog(),
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("name", choices=sorted(DIAGNOSTICS), metavar="NAME", help="the diagnostic (listed below)")
