@@ -67,12 +67,12 @@ def _run(cmd: list[str], log: Path, timeout: float) -> tuple[int, float]:
 
 
 def row_times(folder: Path) -> dict[str, dict[str, Any]]:
-    """Per timed row of one run, keyed 'case | backend [variant]': its median and how it was sampled."""
+    """Per timed row of one run, keyed 'case backend [variant]': its median and how it was sampled."""
     out: dict[str, dict[str, Any]] = {}
     for r in read_rows(folder):
         if r.timing is None or not r.timing.median_us:
             continue
-        key = f"{r.case} | {r.backend}" + (f" [{r.variant_label}]" if r.variant_label else "")
+        key = f"{r.case} {r.backend}" + (f" [{r.variant_label}]" if r.variant_label else "")
         out[key] = {"median_us": r.timing.median_us, "samples": r.timing.samples, "rounds": r.timing.rounds,
                     "hot_warm_calls": r.timing.hot_warm_calls, "sampling": r.timing.sampling}
     return out
@@ -155,6 +155,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     if args.procs < 1 or args.budget_s <= 0 or not 0 < args.tolerance < 1:
         p.error("--procs must be at least 1, --budget-s positive, --tolerance a fraction in (0, 1)")
     cases = args.case or CASES
+    args.out = args.out.resolve()  # the runs start in the checkout
     if "--device" not in extra:
         import torch
 
