@@ -254,9 +254,9 @@ def test_options_validation():
     o = TimingOptions.for_device(CPU, min_samples=40)  # above the CPU default cap: the cap follows
     assert (o.min_samples, o.max_samples) == (40, 40)
     assert TimingOptions.for_device(torch.device("cuda")).target_rel_noise == 0.01
-    assert TimingOptions().hot_warm_calls == 1
-    with pytest.raises(ValueError, match="hot warm-up calls -1"):
-        TimingOptions.for_device(CPU, hot_warm_calls=-1)
+    assert TimingOptions().warm_samples == 1
+    with pytest.raises(ValueError, match="warm-up samples -1"):
+        TimingOptions.for_device(CPU, warm_samples=-1)
 
 
 # ---------------------------------------------------------------- the CPU timing path
@@ -492,18 +492,18 @@ def test_a_hot_sample_reads_its_own_data_from_l2_in_interleaved_rounds():
     graph = GraphDecision(True, "")
     alone = time_callable(read, dev, opts(), graph=graph)
     cold = time_callable(read, dev, opts(mode="cold"), graph=graph)
-    assert alone["calls_per_sample"] == 1 and alone["hot_warm_calls"] == 1 and cold["hot_warm_calls"] == 0
+    assert alone["calls_per_sample"] == 1 and alone["warm_calls"] == 1 and cold["warm_calls"] == 1
     gap = cold["median_us"] - alone["median_us"]
     assert gap > 0.05 * alone["median_us"], (alone["median_us"], cold["median_us"])  # the read is L2-sensitive
 
     def rounds(warm: int) -> dict:
         got = time_interleaved({"read": (read, graph, None), "evict": (evict, graph, None)}, dev,
-                               opts(hot_warm_calls=warm))
+                               opts(warm_samples=warm))
         assert got["read"]["rounds"] == got["read"]["samples"] == got["evict"]["samples"]
         return got["read"]
 
     warmed, unwarmed = rounds(1), rounds(0)
-    assert warmed["hot_warm_calls"] == 1 and unwarmed["hot_warm_calls"] == 0
+    assert warmed["warm_calls"] == 1 and unwarmed["warm_calls"] == 0
     times = (alone["median_us"], warmed["median_us"], unwarmed["median_us"], cold["median_us"])
     assert unwarmed["median_us"] - alone["median_us"] > 0.5 * gap, times  # company evicted it
     assert abs(warmed["median_us"] - alone["median_us"]) < 0.25 * gap, times  # the warm call restored it

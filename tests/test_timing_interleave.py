@@ -219,7 +219,7 @@ def test_time_interleaved_on_the_cpu_says_so_in_every_record():
                             "c": (fails, None, None)}, torch.device("cpu"), opts)
     assert got["a"]["sampling"] == got["b"]["sampling"] == "interleaved"
     assert got["a"]["samples"] == got["b"]["samples"] == got["a"]["rounds"] == 5
-    assert got["a"]["hot_warm_calls"] == 0  # no warm-up on the CPU
+    assert got["a"]["warm_calls"] == 0  # no warm-up on the CPU
     assert isinstance(got["c"], ValueError)  # its warm-up raised: only its record is the error
 
 

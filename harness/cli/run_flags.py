@@ -117,7 +117,7 @@ class RunFlags(BaseModel):
         problem="a positive number (MiB)", bench=True)] = 128.0
 
     timing_mode: Annotated[Literal["hot", "cold"], Flag(
-        "--timing-mode", "hot (default): L2 holds the call's own data (an untimed call of it before every sample); "
+        "--timing-mode", "hot (default): L2 holds the call's own data (an untimed copy of the sample's work before every sample); "
                         "cold: L2 flushed before every sample",
         group=TIMING, bench="--bench-mode")] = "hot"
     no_cuda_graph: Annotated[bool, Flag(

@@ -234,7 +234,7 @@ class TimingOptionsRecord(Part):
     throttle_threshold: float | None = None
     throttle_recovery_s: float | None = None
     sampling: str | None = None
-    hot_warm_calls: int | None = None
+    warm_samples: int | None = None
 
 
 # ---------------------------------------------------------------- metrics

@@ -141,14 +141,15 @@ class Timing(Payload):
     clocks: Clocks | None = None
     sampling: str | None = None  # interleaved | sequential
     # How each sample was prepared and grouped (harness/timing/interleave.py): the untimed calls
-    # of the row's own call right before every timed sample (hot GPU rows; 0 in cold mode and on
-    # the CPU), and in interleaved rounds the case's complete rounds (= samples). Absent on rows
-    # written before them (hot samples then started with L2 as the previous sample left it).
-    hot_warm_calls: int | None = None
+    # of the row's own call right before every timed sample (GPU rows: hot, a copy of the
+    # sample's work, calls_per_sample calls; cold, one call before the flush; 0 on the CPU), and
+    # in interleaved rounds the case's complete rounds (= samples). Absent on rows written before
+    # them (a hot sample then started with L2 as the previous sample left it).
+    warm_calls: int | None = None
     rounds: int | None = None
 
     _omit_if_none = frozenset({"stop_criterion", "launch", "raw_us", "cold_check", "cold_l2", "breakdown", "energy",
-                               "contains", "clock_regime", "clocks", "sampling", "hot_warm_calls", "rounds"})
+                               "contains", "clock_regime", "clocks", "sampling", "warm_calls", "rounds"})
 
 
 class Metrics(Payload):

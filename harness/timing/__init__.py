@@ -8,8 +8,9 @@ enqueued everything, so host launch cost stays out of the kernel time (it is rep
 the events) and runs one call per sample; a probe checks once per device which flush method
 really evicts on this device, cold mode uses a verified one, and every cold row says which
 method ran and whether it was verified (``cold_l2``, ``cold_check``).
-Hot mode runs one untimed call of the row's own call right before every timed sample
-(``hot_warm_calls``), so a hot sample reads its own data from L2 in any sampling order.
+Before every timed sample an untimed warm-up (``warm_calls``) puts the GPU in the state the
+row's own previous sample would leave: hot, a copy of the sample's work, so the sample reads its
+own data from L2 in any sampling order; cold, one call before the flush (code, not data).
 CPU: the same loop on the wall clock, no graphs, no flush.
 
 Sampling stops when the options' stopping criterion says so (``stopping``): by default the

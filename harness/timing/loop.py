@@ -209,7 +209,7 @@ def _cpu_run(fn: Callable[[], object], opts: TimingOptions, sampling: str = SAMP
         method="process_time" if opts.cpu_clock == "process" else "wall_clock",
         mode=opts.mode,
         l2="n/a on CPU",
-        hot_warm_calls=0,
+        warm_calls=0,
         cuda_graph={"used": False, "reason": "n/a on CPU"},
         calls_per_sample=1,
         sm_clock_mhz=None,
@@ -305,16 +305,22 @@ def _cuda_run(fn: Callable[[], object], device: torch.device, opts: TimingOption
     regime.warm(run_chunk)
     started: list[float] = []  # the first sample's start: interleaved runs are set up long before
 
-    # Hot: untimed calls of this row's own call right before every timed sample (the sampling
-    # loop runs them, in rounds and alone alike), so the sample reads its own data from L2, not
-    # what the previous candidate of the round left there (harness/timing/interleave.py). One
-    # eager call: the same kernels on the same buffers as the replay, at a call's cost, not a
-    # sample's. Cold: none, the flush stays right before the timed call.
-    warm_calls = 0 if cold else opts.hot_warm_calls
+    # Before every timed sample (the sampling loop runs it, in rounds and alone alike) the GPU is
+    # put in the state a sequential sample finds it in, whatever candidate ran before: hot, one
+    # untimed copy of the sample's own work (the same graph replay or eager calls), so the L2's
+    # contents and replacement state, the TLBs and the instruction caches are what the previous
+    # sample of this row left; cold, one untimed call before the flush, which evicts the data but
+    # not the kernel's code. One call was not enough on an H100: interleaved hot rows stayed
+    # 1-5% slower than sequential, cold ones up to 3% (reports/h100/2026-12-06, first loan).
+    warm_samples = opts.warm_samples
+    warm_calls = (1 if cold else k) * warm_samples
 
     def warm() -> None:
-        for _ in range(warm_calls):
-            fn()
+        for _ in range(warm_samples):
+            if cold:
+                fn()
+            else:
+                work()
         count["warm"] += warm_calls
 
     def take() -> float | None:
@@ -374,7 +380,7 @@ def _cuda_run(fn: Callable[[], object], device: torch.device, opts: TimingOption
         method="cuda_event",
         mode=opts.mode,
         l2=flusher.describe() if flusher else "hot (not flushed)",
-        hot_warm_calls=warm_calls,
+        warm_calls=warm_calls,
         cuda_graph=graph_info,
         calls_per_sample=k,
         launch={

@@ -74,7 +74,7 @@ def row_times(folder: Path) -> dict[str, dict[str, Any]]:
             continue
         key = f"{r.case} {r.backend}" + (f" [{r.variant_label}]" if r.variant_label else "")
         out[key] = {"median_us": r.timing.median_us, "samples": r.timing.samples, "rounds": r.timing.rounds,
-                    "hot_warm_calls": r.timing.hot_warm_calls, "sampling": r.timing.sampling}
+                    "warm_calls": r.timing.warm_calls, "sampling": r.timing.sampling}
     return out
 
 
