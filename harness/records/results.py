@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from attn_contract.status import FAILED, NOT_RUN, RAN, TIMED_OK, Status
 from harness.records.engine_facts import BackendFacts
 from harness.records.fileio import atomic_write_text
+from harness.records.graph_modes import GraphModes
 from harness.records.parts import (BatchSummary, ClockStats, Clocks, ColdCheck, CudaGraphInfo, Energy, InvariantResult,
                                    KindCheck, Launch, Recheck, RequestCheck, Roofline, RowConfig, RowEnvironment,
                                    RowLayout, Scalar, SmClock, TimeContents, TimingOptionsRecord, VariantAxes)
@@ -269,6 +270,9 @@ class ResultRow(BaseModel):
     # The isolated environment a `harness matrix` / `harness bisect` row ran in: its name and the
     # exact versions of its requirements and torch; absent on rows of a plain run.
     environment: RowEnvironment | None = None
+    # Suites with ``graph_modes: true``: the CUDA-graph level, vLLM's mode for this batch, the call
+    # timed under graph replay and eagerly, and the in-place replay check (harness/records/graph_modes.py).
+    graph_modes: GraphModes | None = None
 
     @field_validator("config", mode="before")
     @classmethod
