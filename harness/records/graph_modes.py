@@ -98,7 +98,7 @@ def vllm_graph_mode(declared: str, query_lens: Sequence[int], *, num_spec_tokens
     if uniform:
         return out("full", f"uniform decode batch (query {uq} per request), backend declares {declared}")
     if mode == "FULL" and rank >= level_rank("ALWAYS"):
-        return out("full", f"mixed batch under cudagraph_mode FULL, backend declares ALWAYS")
+        return out("full", "mixed batch under cudagraph_mode FULL, backend declares ALWAYS")
     return out("piecewise", f"mixed batch: {mode} runs it piecewise (attention eager)")
 
 
