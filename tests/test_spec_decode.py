@@ -160,3 +160,21 @@ def test_stale_plan_is_caught_under_a_captured_graph():
         assert r.graph_modes.full_us is not None and r.graph_modes.eager_us is not None
     caught = rows[SDPA_StalePlan.name] + [r for r in rows[FlashAttn_StalePlan.name] if r.status != "unsupported"]
     assert caught and all(r.status == "mismatch" and "graph replay step" in r.reason for r in caught)
+
+
+def test_answer_and_crossover_read_the_effective_times(cpu_rows):
+    from harness.analysis.spec_decode import answer, crossovers, spec_markdown
+
+    def timed(r, us):
+        return r.model_copy(update={"graph_modes": r.graph_modes.model_copy(update={"effective_us": us})})
+
+    rows = [timed(r, (10.0 if r.backend == "sdpa" else 13.0) * (r.batch.max_query_len == 1)
+                  + (40.0 if r.backend == "sdpa" else 37.0) * (r.batch.max_query_len != 1))
+            for b in ("sdpa", "torch-math") for r in cpu_rows[b] if r.case.startswith("cpu-verify")]
+    recs = {r["q"]: r for r in answer(rows)}
+    assert recs[1]["backend"] == "sdpa" and recs[4]["backend"] == "torch-math"
+    assert abs(recs[4]["cost_vs_q1"] - 3.7) < 1e-9  # torch-math at q=4 against sdpa's q=1
+    flips = crossovers(rows)
+    assert len(flips) == 1 and flips[0]["faster_before"] == "sdpa" and flips[0]["faster_after"] == "torch-math"
+    md = spec_markdown(rows)
+    assert "Speculative decoding" in md and "--speculative-config" not in md  # torch backends: no engine flags
