@@ -178,3 +178,26 @@ def test_answer_and_crossover_read_the_effective_times(cpu_rows):
     assert len(flips) == 1 and flips[0]["faster_before"] == "sdpa" and flips[0]["faster_after"] == "torch-math"
     md = spec_markdown(rows)
     assert "Speculative decoding" in md and "--speculative-config" not in md  # torch backends: no engine flags
+
+
+def test_report_plots_step_time_vs_q_with_the_mode_marked(cpu_rows):
+    import pandas as pd
+
+    from harness.report.core import Figure, Table
+    from harness.report.sections.spec_decode import spec_decode
+
+    rows = [r.model_copy(update={"graph_modes": r.graph_modes.model_copy(
+        update={"effective_us": 5.0 * (r.batch.max_query_len or 1)})})
+        for b in ("sdpa", "torch-math") for r in cpu_rows[b] if r.case.startswith("cpu-verify")]
+    df = pd.DataFrame({"label": [r.backend for r in rows]})
+    df.attrs["rows"] = tuple(rows)
+    blocks = spec_decode(df)
+    figs = [b for b in blocks if isinstance(b, Figure)]
+    assert len(figs) == 1
+    ax = figs[0].fig.axes[0]
+    filled = {str(line.get_markerfacecolor()) != "none" for line in ax.lines if line.get_marker() not in ("None", "")}
+    assert filled == {True, False}  # sdpa replays a full graph; torch-math (NEVER) runs eager
+    table = next(b for b in blocks if isinstance(b, Table)).data
+    assert set(table["q"]) == {1, 4}
+    df.attrs["rows"] = ()
+    assert spec_decode(df) == []

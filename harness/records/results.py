@@ -324,7 +324,7 @@ class ResultRow(BaseModel):
         # Fields rows gained later are written only when set, so an old row writes back as it was.
         for k, empty in (("schema_version", 1), ("worker", None), ("traceback", None), ("layout", None), ("case_group", ""),
                          ("case_params", {}), ("variant_axes", None),
-                         ("timing_skipped", None), ("environment", None)):
+                         ("timing_skipped", None), ("environment", None), ("graph_modes", None)):
             if k in d and d[k] == empty and (empty is not None or d[k] is None):
                 del d[k]
         return d
