@@ -132,6 +132,21 @@ def replay_case(batch: Batch, step: int) -> Any:
     return case.model_copy(update={"batch": groups, "seed": (case.seed + 7919 * (step + 1)) % (2**31)})
 
 
+_CACHE: dict[tuple, tuple[Batch, torch.Tensor]] = {}
+
+
+def replay_batch(batch: Batch, step: int, device: torch.device) -> tuple[Batch, torch.Tensor]:
+    """Replay step ``step``'s batch and its reference output, made once per case and shared by
+    the case's cells (only the latest case is kept)."""
+    key = (batch.case.name, batch.case.seed, step, str(device))
+    if key not in _CACHE:
+        if _CACHE and next(iter(_CACHE))[:2] != key[:2]:
+            _CACHE.clear()
+        b = generate(replay_case(batch, step), device)
+        _CACHE[key] = (b, reference_attention(b)[0])
+    return _CACHE[key]
+
+
 def _view(batch: Batch, threshold: int | None) -> tuple[Batch, torch.Tensor | None]:
     if threshold is None:
         return batch, None
@@ -140,18 +155,22 @@ def _view(batch: Batch, threshold: int | None) -> tuple[Batch, torch.Tensor | No
 
 
 # ---------------------------------------------------------------- the replay check
-def check_replays(prepared: Any, replay: Callable[[], None], stand_in: str, steps: int = REPLAY_STEPS) -> GraphReplay:
-    """Replay ``replay`` (a captured graph's replay, or on a CPU the eager call) after each step's
-    metadata and inputs were copied into the captured ones; every request checked."""
+def check_replays(prepared: Any, capture: Callable[[], Callable[[], None]], stand_in: str,
+                  steps: int = REPLAY_STEPS) -> GraphReplay:
+    """``capture()`` returns the replay (a captured graph's, or on a CPU the eager call); it is
+    replayed after each step's metadata and inputs were copied into the captured ones, and every
+    request checked."""
     cfg, dev = prepared.config, prepared.device
     view0 = prepared.view
     # The cell's metadata may hold the case's own tensors (its block table, shared by every cell
-    # of the case): rebuild it on copies first, so the in-place updates touch this cell only.
+    # of the case): rebuild it on copies first, so the in-place updates touch this cell only, and
+    # capture on the rebuilt one.
     prepared.metadata = prepared.builder.build(own_tensors(prepared.common))
+    replay = capture()
     per_step: list[dict[str, Any]] = []
     failed = ""
     for s in range(steps):
-        batch = generate(replay_case(view0, s), dev)
+        batch, ref_out = replay_batch(view0, s, dev)
         view, index = _view(batch, prepared.caps.reorder_batch_threshold)
         if view.query.shape != view0.query.shape or view.key.shape != view0.key.shape:
             return GraphReplay(stand_in=stand_in, steps=s, passed=None, per_step=per_step,
@@ -176,7 +195,6 @@ def check_replays(prepared: Any, replay: Callable[[], None], stand_in: str, step
         replay()
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
-        ref_out, _ = reference_attention(batch)
         if index is not None:
             ref_out = ref_out[index]
         order = decode_first_order(batch.query_lens, prepared.caps.reorder_batch_threshold) \
@@ -262,13 +280,14 @@ def graph_mode_stage(prepared: Any, draft: Any, time_it: bool) -> GraphModes:
                 gm.piecewise_overhead_us = eager_us - full_us
             gm.effective_us = full_us if engine.mode == "full" and full_us is not None else eager_us
         if graph is not None:
-            one = capture_graph(prepared.timed_call, 1, dev)
-            gm.replay = check_replays(prepared, one.replay, "cuda_graph")
+            del graph  # its memory back before the replay check captures its own
+            gm.replay = check_replays(prepared, lambda: capture_graph(prepared.timed_call, 1, dev).replay,
+                                      "cuda_graph")
         else:
             gm.replay = GraphReplay(stand_in="cuda_graph", steps=0, passed=None,
                                     note=f"not replayed: {gm.full_reason or decision.reason}")
     else:
-        gm.replay = check_replays(prepared, prepared.timed_call, "eager")
+        gm.replay = check_replays(prepared, lambda: prepared.timed_call, "eager")
     if gm.replay is not None and gm.replay.passed is False:
         assert draft.check is not None
         draft.check.rechecks = [*(draft.check.rechecks or []),
