@@ -6,7 +6,8 @@ step's graph) and PIECEWISE (graphed pieces between which attention runs eagerly
 ``AttentionCGSupport`` of its attention backends (each backend here declares it as
 ``Capabilities.cudagraph`` with the vLLM source in ``cudagraph_source``):
 
-- at start-up (``GPUModelRunner.initialize_cudagraph_capture``): with speculative decoding
+- at start-up (``resolve_cudagraph_mode_and_sizes``, the downgrade vllm#49547 / vllm#49550 describe
+  for FlashInfer's native decode): with speculative decoding
   (uniform decode query length ``1 + num_spec_tokens`` > 1) a backend below ``UNIFORM_BATCH``
   cannot take FULL decode graphs, and the whole run drops to PIECEWISE, plain decodes included;
   a backend declaring ``NEVER`` runs PIECEWISE too;
