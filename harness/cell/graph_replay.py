@@ -166,7 +166,13 @@ def check_replays(prepared: Any, capture: Callable[[], Callable[[], None]], stan
     # of the case): rebuild it on copies first, so the in-place updates touch this cell only, and
     # capture on the rebuilt one.
     prepared.metadata = prepared.builder.build(own_tensors(prepared.common))
-    replay = capture()
+    try:
+        replay = capture()
+    except Exception as e:  # the backend's capture promise broke: recorded, the row stays as checked
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+        return GraphReplay(stand_in=stand_in, steps=0, passed=None,
+                           note=f"capture failed: {type(e).__name__}: {str(e)[:200]}")
     per_step: list[dict[str, Any]] = []
     failed = ""
     for s in range(steps):
@@ -278,7 +284,8 @@ def graph_mode_stage(prepared: Any, draft: Any, time_it: bool) -> GraphModes:
             gm.eager_us, gm.full_us, gm.calls = eager_us, full_us, MODE_CALLS
             if full_us is not None:
                 gm.piecewise_overhead_us = eager_us - full_us
-            gm.effective_us = full_us if engine.mode == "full" and full_us is not None else eager_us
+            # The engine's mode: a full graph this cell could not capture leaves no effective time.
+            gm.effective_us = (full_us if engine.mode == "full" else eager_us)
         if graph is not None:
             del graph  # its memory back before the replay check captures its own
             gm.replay = check_replays(prepared, lambda: capture_graph(prepared.timed_call, 1, dev).replay,
