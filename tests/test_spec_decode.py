@@ -204,3 +204,14 @@ def test_report_plots_step_time_vs_q_with_the_mode_marked(cpu_rows):
     assert set(table["q"]) == {1, 2, 4, 8}
     df.attrs["rows"] = ()
     assert spec_decode(df) == []
+
+
+def test_flags_name_the_drafts_the_backend_and_the_graph_mode():
+    from harness.analysis.spec_decode import flags
+
+    f = flags({"q": 3, "backend": "flash-attn", "variant": {"fa_version": 3}, "attention_kind": "mha"})
+    assert '"num_speculative_tokens": 2' in f["vllm"] and "--attention-backend FLASH_ATTN" in f["vllm"]
+    assert "FULL_AND_PIECEWISE" in f["vllm"] and "v0.25.1" in f["vllm"]
+    assert "--speculative-num-draft-tokens 3" in f["sglang"] and "--attention-backend fa3" in f["sglang"]
+    one = flags({"q": 1, "backend": "flashinfer", "variant": {}, "attention_kind": "mha"})
+    assert "speculative" not in one["vllm"] and "FLASHINFER" in one["vllm"]

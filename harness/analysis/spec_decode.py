@@ -27,7 +27,7 @@ def _label(r: ResultRow) -> str:
 def model_of(r: ResultRow) -> str:
     c = r.config
     assert c is not None
-    if c.attention_kind != "mha":
+    if c.attention_kind not in (None, "mha"):  # rows before MLA carry no attention_kind
         return f"MLA {c.num_heads} heads ({c.attention_kind})"
     return f"GQA {c.num_heads}/{c.num_kv_heads} heads, head {c.head_size}"
 
@@ -70,7 +70,7 @@ def answer(rows: Iterable[ResultRow]) -> list[dict[str, Any]]:
         sample = cands[best][min(common)]
         modes = sorted({cands[best][p].graph_modes.engine for p in common})
         out.append({"model": model, "q": q, "best": best, "backend": sample.backend, "variant": dict(sample.variant),
-                    "attention_kind": sample.config.attention_kind if sample.config else "mha",
+                    "attention_kind": (sample.config.attention_kind if sample.config else None) or "mha",
                     "effective_us": gm(best), "engine_modes": modes, "declared": sample.graph_modes.declared,
                     "runner_up": ranked[1] if len(ranked) > 1 else None,
                     "margin": gm(ranked[1]) / gm(best) - 1 if len(ranked) > 1 else None,
