@@ -265,7 +265,7 @@ def graph_mode_stage(prepared: Any, draft: Any, time_it: bool) -> GraphModes:
     qlens = list(prepared.view.query_lens)
     engine = vllm_graph_mode(declared, qlens)
     decision = prepared.graph_decision()
-    gm = GraphModes(declared=declared, declared_source=getattr(caps, "cudagraph_source", ""),
+    gm = GraphModes(declared=declared, declared_source=caps.cudagraph_source,
                     required=decision.required, engine=engine.mode, engine_reason=engine.reason,
                     cudagraph_mode=engine.cudagraph_mode)
     dev = prepared.device
