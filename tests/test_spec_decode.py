@@ -159,7 +159,10 @@ def test_stale_plan_is_caught_under_a_captured_graph():
     for r in rows["sdpa"]:
         assert r.status == "pass" and r.graph_modes.replay.stand_in == "cuda_graph" and r.graph_modes.replay.passed
         assert r.graph_modes.full_us is not None and r.graph_modes.eager_us is not None
-    caught = rows[SDPA_StalePlan.name] + [r for r in rows[FlashAttn_StalePlan.name] if r.status != "unsupported"]
+    ran = [r for r in rows["flash-attn"] if r.status not in ("unsupported", "skipped")]
+    assert ran and all(r.status == "pass" for r in ran), [(r.variant_label, r.reason) for r in ran if r.status != "pass"]
+    caught = [r for r in rows[SDPA_StalePlan.name] + rows[FlashAttn_StalePlan.name]
+              if r.status not in ("unsupported", "skipped")]
     assert caught and all(r.status == "mismatch" and "graph replay step" in r.reason for r in caught)
 
 
