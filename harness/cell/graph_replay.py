@@ -38,8 +38,9 @@ from harness.spec.suite_model import Explicit
 
 REPLAY_STEPS = 2
 REPLAY_FRACTIONS = (0.5, 0.8)  # shorter contexts of the replay steps, as a fraction of the capture's
-MODE_CALLS = 10  # calls per timed graph / eager burst
+MODE_CALLS = 10  # most calls per timed graph / eager burst
 MODE_REPS = 5
+BURST_US = 2000.0  # a burst of about this long: fewer calls for a slow call (sdpa's padded batches)
 
 
 class NotInPlace(Exception):
@@ -271,17 +272,23 @@ def graph_mode_stage(prepared: Any, draft: Any, time_it: bool) -> GraphModes:
     dev = prepared.device
     graph = None
     if dev.type == "cuda":
+        calls, reps = MODE_CALLS, MODE_REPS
+        if time_it:  # one call's time sizes the bursts: ~2 ms each, 2..10 calls, fewer bursts past 1 ms
+            prepared.timed_call()
+            one_us = _events_us(prepared.timed_call, 1, dev, 1)
+            calls = max(2, min(MODE_CALLS, int(BURST_US / max(one_us, 1.0))))
+            reps = MODE_REPS if one_us < 1000.0 else 3
         if decision.use:
             try:
-                graph = capture_graph(prepared.timed_call, MODE_CALLS, dev)
+                graph = capture_graph(prepared.timed_call, calls, dev)
             except Exception as e:  # a backend that cannot capture: no full time, its reason kept
                 torch.cuda.synchronize(dev)
                 gm.full_reason = f"capture failed: {type(e).__name__}: {str(e)[:200]}"
         else:
             gm.full_reason = decision.reason
         if time_it:
-            eager_us, full_us = time_modes(prepared.timed_call, graph, MODE_CALLS, dev)
-            gm.eager_us, gm.full_us, gm.calls = eager_us, full_us, MODE_CALLS
+            eager_us, full_us = time_modes(prepared.timed_call, graph, calls, dev, reps)
+            gm.eager_us, gm.full_us, gm.calls = eager_us, full_us, calls
             if full_us is not None:
                 gm.piecewise_overhead_us = eager_us - full_us
             # The engine's mode: a full graph this cell could not capture leaves no effective time.
