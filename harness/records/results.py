@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from attn_contract.status import FAILED, NOT_RUN, RAN, TIMED_OK, Status
 from harness.records.engine_facts import BackendFacts
 from harness.records.fileio import atomic_write_text
+from harness.records.graph_modes import GraphModes
 from harness.records.parts import (BatchSummary, ClockStats, Clocks, ColdCheck, CudaGraphInfo, Energy, InvariantResult,
                                    KindCheck, Launch, Recheck, RequestCheck, Roofline, RowConfig, RowEnvironment,
                                    RowLayout, Scalar, SmClock, TimeContents, TimingOptionsRecord, VariantAxes)
@@ -276,6 +277,9 @@ class ResultRow(BaseModel):
     # The isolated environment a `harness matrix` / `harness bisect` row ran in: its name and the
     # exact versions of its requirements and torch; absent on rows of a plain run.
     environment: RowEnvironment | None = None
+    # Suites with ``graph_modes: true``: the CUDA-graph level, vLLM's mode for this batch, the call
+    # timed under graph replay and eagerly, and the in-place replay check (harness/records/graph_modes.py).
+    graph_modes: GraphModes | None = None
 
     @field_validator("config", mode="before")
     @classmethod
@@ -327,7 +331,7 @@ class ResultRow(BaseModel):
         # Fields rows gained later are written only when set, so an old row writes back as it was.
         for k, empty in (("schema_version", 1), ("worker", None), ("traceback", None), ("layout", None), ("case_group", ""),
                          ("case_params", {}), ("variant_axes", None),
-                         ("timing_skipped", None), ("environment", None)):
+                         ("timing_skipped", None), ("environment", None), ("graph_modes", None)):
             if k in d and d[k] == empty and (empty is not None or d[k] is None):
                 del d[k]
         return d
