@@ -140,9 +140,12 @@ class Timing(Payload):
     clock_regime: str | None = None
     clocks: Clocks | None = None
     sampling: str | None = None  # interleaved | sequential
+    # Sustained: the median SM clock of the call's continuous loop just before sampling
+    # (harness/timing/sustained.py), beside the clocks read while sampling (clocks.sm_mhz).
+    settled_sm_clock_mhz: float | None = None
 
     _omit_if_none = frozenset({"stop_criterion", "launch", "raw_us", "cold_check", "cold_l2", "breakdown", "energy",
-                               "contains", "clock_regime", "clocks", "sampling"})
+                               "contains", "clock_regime", "clocks", "sampling", "settled_sm_clock_mhz"})
 
 
 class Metrics(Payload):
