@@ -55,6 +55,8 @@ def to_markdown(res: dict[str, Any], source: str) -> str:
         out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for r in res["rows"]:
             mode = "graph" if r["graph"] else ("cpu " + r["clock"] if not r["device"].startswith("cuda") else "eager")
+            if r.get("outside_graph") and not r["graph"]:
+                mode += " (outside timers: graph replay)"  # the row hid its host enqueue; a graph does too
             ex = cells_of(r)
             regime = f", {r['clock_regime']}" if r.get("clock_regime") else ""
             cells = [str(r["row"]), r["case"], f"{r['backend']} [{r['variant']}]", f"{mode}, {r['mode']}{regime}",
