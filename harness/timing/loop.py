@@ -387,7 +387,7 @@ def _cuda_run(fn: Callable[[], object], device: torch.device, opts: TimingOption
         sampling=sampling,
     )
     if sustained is not None:
-        out["clocks"] = sustained.record(out["clocks"])
+        out["clocks"] = sustained.record(out["clocks"], elapsed)
         out["settled_sm_clock_mhz"] = sustained.settled_sm_clock_mhz
         out["launch"].update(hidden_frac=None, hold_us=0.0,
                              note=f"no hold: {QUEUE_AHEAD_S * 1e3:g} ms of work queued ahead of every sample")

@@ -62,7 +62,7 @@ QUEUE_AHEAD_S = 0.003  # GPU time kept queued behind the sample the host waits o
 LEAVE_AHEAD_S = 0.01  # work left queued at the end of a cell's sampling (covers the host's row-writing)
 READ_EVERY_S = 0.01  # NVML reads while settling (every sample while sampling)
 BEFORE_SETTLED = "taken before the settled state"
-QUEUE_DRY = "the queue ran dry before it (the GPU idled)"
+QUEUE_DRY = "the queue had run dry before it (it started on an idle GPU)"
 
 
 Reading = tuple[float, ClockRead]  # (seconds on the host clock, the reading)
@@ -164,46 +164,49 @@ class SustainedSampler:
         self._torch = torch
         self.stream = STREAMS.setdefault(str(self.device), Stream())
         self.depth = max(2, math.ceil(QUEUE_AHEAD_S / max(self.est_s, 1e-6)))
-        self.pending: collections.deque[tuple[Any, Any]] = collections.deque()
+        self.pending: collections.deque[tuple[Any, Any, bool]] = collections.deque()
         self.sampling_from: float | None = None
 
     # -------------------------------------------------------------- the queue
     def _enqueue(self) -> None:
+        """Queue one sample; it follows a gap when everything queued before it had already run
+        (the GPU idled while the host caught up): then the busy span restarts here."""
         ev = self._torch.cuda.Event
+        tail = self.stream.tail
+        gap = tail is None or tail.query()
+        if gap:
+            self.stream.busy_since = self.clock()
         if self.flush is not None:
             self.flush()
         e0, e1 = ev(enable_timing=True), ev(enable_timing=True)
         e0.record()
         self.work()
         e1.record()
-        self.pending.append((e0, e1))
+        self.pending.append((e0, e1, gap))
         self.stream.tail = e1
 
     def _next(self) -> tuple[float, bool]:
-        """The oldest queued sample's GPU seconds once done, and whether the queue ran dry behind
-        it (everything queued had finished by then: the GPU idled while the host caught up)."""
+        """The oldest queued sample's GPU seconds once done, and whether it followed a gap."""
         while len(self.pending) <= self.depth:
             self._enqueue()
-        e0, e1 = self.pending.popleft()
+        e0, e1, gap = self.pending.popleft()
         e1.synchronize()
-        dry = self.pending[-1][1].query()
-        if dry:
-            self.stream.busy_since = self.clock()
-        return e0.elapsed_time(e1) / 1e3, dry
+        return e0.elapsed_time(e1) / 1e3, gap
 
-    def _start(self) -> float:
+    def _start(self) -> tuple[float, bool]:
+        """This call's start on the stream, and whether earlier work was still queued (then its
+        own work begins once that has run: at most LEAVE_AHEAD_S later)."""
         now = self.clock()
         tail = self.stream.tail
         if tail is None or self.stream.busy_since is None or tail.query():
             self.stream.busy_since = now  # the GPU has nothing queued: a busy span starts here
-        return now
+            return now, False
+        return now + LEAVE_AHEAD_S, True
 
     # -------------------------------------------------------------- the phases
     def run_settle(self) -> None:
         """Run the work back to back until ``settled_reason`` says settled (at most SETTLE_MAX_S)."""
-        own = self._start()
-        busy = self.stream.busy_since if self.stream.busy_since is not None else own
-        previous_busy = busy < own
+        own, previous_busy = self._start()
         first = self.reader.read() if self.reader is not None else None
         last_read = -math.inf
         before = 0
@@ -227,7 +230,7 @@ class SustainedSampler:
             if now - own >= SETTLE_MAX_S:
                 reason = f"time cap {SETTLE_MAX_S:g} s (not settled: clock or power still moving)"
                 break
-        end = self.clock()
+        end = max(self.clock(), own)
         if before:
             self.discarded[BEFORE_SETTLED] = before
         self.settled_sm_clock_mhz = settled_clock(self.trace, end)
@@ -248,7 +251,7 @@ class SustainedSampler:
         gpu_s, dry = self._next()
         if self.reader is not None:
             self.sample_reads.append(self.reader.read())
-        if dry:
+        if dry:  # the sample started on an idle GPU
             if self.sampling_from is not None and self.clock() - self.sampling_from > self.max_time_s:
                 self.kept_dry += 1
                 return gpu_s / self.calls
@@ -268,11 +271,13 @@ class SustainedSampler:
         self.stream.tail = end
         self.pending.clear()
 
-    def record(self, base: dict[str, Any]) -> dict[str, Any]:
+    def record(self, base: dict[str, Any], sampling_s: float) -> dict[str, Any]:
         """The row's ``clocks`` (``base``: the regime's common fields) with this sampling's reads,
         discards and settle."""
         reads = self.sample_reads
         out = dict(base)
+        cost = out.get("read_cost_us")
+        out["read_share"] = cost * len(reads) / (sampling_s * 1e6) if cost is not None and sampling_s > 0 else None
         out.update(sm_mhz=_stats([r.sm_mhz for r in reads if r.sm_mhz is not None]),
                    power_w=_stats([r.power_w for r in reads if r.power_w is not None]),
                    reads=len(reads) + len(self.trace), discarded=sum(self.discarded.values()),
