@@ -75,12 +75,22 @@ def test_after_another_call_kept_the_gpu_busy_a_short_own_settle_is_enough():
 def test_a_moving_state_never_settles():
     reads = _trace(lambda t: 1980.0 - 150.0 * t, lambda t: 300.0 + 100.0 * t)  # below the limit, still moving
     assert first_settled(reads, busy_since=0.0, own_since=0.0, power_limit_w=LIMIT) is None
-    # at the limit the controller's own oscillation is the settled state, not movement to wait out
-    osc = _trace(lambda t: 1305.0 if int(t * 10) % 2 else 1440.0, lambda t: 699.0)
+    # at the limit the controller's own slow steps (about a second apart) are the settled state
+    osc = _trace(lambda t: 1305.0 if int(t) % 2 else 1440.0, lambda t: 699.0)
     assert first_settled(osc, busy_since=-5.0, own_since=0.0, power_limit_w=LIMIT) == pytest.approx(
         max(SETTLE_MIN_OWN_S, SETTLE_WINDOW_S), abs=0.021)
-    # without a known limit it is judged by steadiness alone
-    assert first_settled(osc, busy_since=-5.0, own_since=0.0, power_limit_w=None) is None
+    # without a known limit it is judged by steadiness alone: not across a step
+    assert first_settled(osc, busy_since=-5.0, own_since=0.0, power_limit_w=None) == pytest.approx(
+        max(SETTLE_MIN_OWN_S, SETTLE_WINDOW_S), abs=0.021)
+
+
+def test_a_clock_in_transition_at_the_power_limit_is_not_settled():
+    # the previous call (memory-bound, 1950 MHz) left the power at the limit; this one draws more
+    # and the controller takes the clock down to 1400 MHz over 0.3 s
+    reads = _trace(lambda t: max(1400.0, 1950.0 - (t - 5.0) * 1833.0), lambda t: 699.0, start=5.0, until=6.0)
+    at = first_settled(reads, busy_since=0.0, own_since=5.0, power_limit_w=LIMIT)
+    assert at is not None and at >= 5.3  # not while the clock is still falling
+    assert settled_clock(reads, at) == pytest.approx(1400.0, rel=0.03)
 
 
 def test_settled_clock_is_the_window_median():

@@ -58,6 +58,10 @@ SETTLE_MIN_OWN_S = 0.1  # this call's own work before its state counts, after an
 SETTLE_WINDOW_S = 0.12
 SETTLE_MAX_S = 3.0  # a settle that never steadies stops here and says so
 POWER_LIMITED = 0.97  # power at or above this share of the enforced limit: the controller holds it
+# At the limit the controller moves the clock in steps (1230-1440 MHz on the H200 probe, about a
+# second apart); a clock still moving more than this over the window is a transition, e.g. from the
+# previous call's clock to this one's.
+LIMITED_CLOCK_BAND = 0.03
 QUEUE_AHEAD_S = 0.003  # GPU time kept queued behind the sample the host waits on
 LEAVE_AHEAD_S = 0.01  # work left queued at the end of a cell's sampling (covers the host's row-writing)
 READ_EVERY_S = 0.01  # NVML reads while settling (every sample while sampling)
@@ -81,9 +85,10 @@ def settled_reason(reads: Sequence[Reading], now: float, *, busy_since: float, o
     ``reads``: NVML readings taken while the work ran, oldest first; ``busy_since``: since when
     the GPU has been busy without a gap (any call's work); ``own_since``: since when it has run
     this call's work. Settled: busy for ``min_busy_s`` (the power average holds only load), this
-    call for ``min_own_s``, readings covering the last ``window_s`` and over them the power at
-    POWER_LIMITED of ``power_limit_w`` (the controller holds it at the limit) or both the
-    power (< POWER_TOL) and the SM clock (< CLOCK_TOL) steady."""
+    call for ``min_own_s``, readings covering the last ``window_s`` and over them either the power
+    at POWER_LIMITED of ``power_limit_w`` (the controller holds it at the limit) with the clock
+    within LIMITED_CLOCK_BAND (not in a transition), or both the power (< POWER_TOL) and the SM
+    clock (< CLOCK_TOL) steady."""
     if now - busy_since < min_busy_s or now - own_since < min_own_s:
         return None
     start = now - window_s
@@ -94,9 +99,10 @@ def settled_reason(reads: Sequence[Reading], now: float, *, busy_since: float, o
         return None
     watts = [r.power_w for r in recent if r.power_w is not None]
     mhz = [r.sm_mhz for r in recent if r.sm_mhz is not None]
-    if watts and power_limit_w and min(watts) >= POWER_LIMITED * power_limit_w:
+    if (watts and power_limit_w and min(watts) >= POWER_LIMITED * power_limit_w
+            and (not mhz or _moved(mhz) < LIMITED_CLOCK_BAND)):
         return (f"at the power limit: over {window_s:g} s the power stayed >= {POWER_LIMITED:.0%} of "
-                f"{power_limit_w:g} W after {now - busy_since:.2f} s busy")
+                f"{power_limit_w:g} W and the SM clock within {LIMITED_CLOCK_BAND:.0%} after {now - busy_since:.2f} s busy")
     if (not watts or _moved(watts) < POWER_TOL) and (not mhz or _moved(mhz) < CLOCK_TOL):
         return (f"steady: over {window_s:g} s the SM clock moved < {CLOCK_TOL:.0%} and power < {POWER_TOL:.0%} "
                 f"after {now - busy_since:.2f} s busy")
@@ -287,5 +293,5 @@ class SustainedSampler:
 
 
 __all__ = ["BEFORE_SETTLED", "POWER_LIMITED", "POWER_WINDOW_S", "QUEUE_AHEAD_S", "QUEUE_DRY", "SETTLE_MAX_S",
-           "SETTLE_MIN_OWN_S", "SETTLE_WINDOW_S", "STREAMS", "Stream", "SustainedSampler", "first_settled",
+           "SETTLE_MIN_OWN_S", "SETTLE_WINDOW_S", "LIMITED_CLOCK_BAND", "STREAMS", "Stream", "SustainedSampler", "first_settled",
            "settled_clock", "settled_reason"]
