@@ -172,22 +172,34 @@ class SustainedSampler:
         self.depth = max(2, math.ceil(QUEUE_AHEAD_S / max(self.est_s, 1e-6)))
         self.pending: collections.deque[tuple[Any, Any, bool]] = collections.deque()
         self.sampling_from: float | None = None
+        self.enqueued = 0
+        self.gaps = 0
+
+    @property
+    def host_bound(self) -> bool:
+        """Most samples started on an idle GPU: the host cannot enqueue the call as fast as the GPU
+        runs it (eager host-bound work), so a continuous loop of it has these gaps too."""
+        return self.enqueued >= 10 and self.gaps > self.enqueued / 2
 
     # -------------------------------------------------------------- the queue
     def _enqueue(self) -> None:
-        """Queue one sample; it follows a gap when everything queued before it had already run
-        (the GPU idled while the host caught up): then the busy span restarts here."""
+        """Queue one sample. It followed a gap when the GPU had reached its start event before the
+        host finished enqueueing it (everything queued before had run: the GPU idled while the
+        host caught up, or waited on the host's launches inside the sample); then the busy span
+        restarts, unless the call is host-bound (its own loop has these gaps)."""
         ev = self._torch.cuda.Event
-        tail = self.stream.tail
-        gap = tail is None or tail.query()
-        if gap:
-            self.stream.busy_since = self.clock()
+        fresh = self.stream.tail is None
         if self.flush is not None:
             self.flush()
         e0, e1 = ev(enable_timing=True), ev(enable_timing=True)
         e0.record()
         self.work()
         e1.record()
+        gap = fresh or e0.query()
+        self.enqueued += 1
+        self.gaps += gap
+        if gap and not self.host_bound:
+            self.stream.busy_since = self.clock()
         self.pending.append((e0, e1, gap))
         self.stream.tail = e1
 
@@ -241,6 +253,8 @@ class SustainedSampler:
             self.discarded[BEFORE_SETTLED] = before
         self.settled_sm_clock_mhz = settled_clock(self.trace, end)
         last = self.trace[-1][1] if self.trace else None
+        if self.host_bound:
+            reason += f"; host-bound: {self.gaps} of {self.enqueued} samples started on an idle GPU"
         self.settle = {"seconds": end - own, "busy_s": end - (self.stream.busy_since or own), "reason": reason,
                        "previous_busy": previous_busy, "samples_before": before, "reads": len(self.trace),
                        "queue_ahead_s": self.depth * self.est_s,
@@ -250,15 +264,16 @@ class SustainedSampler:
         self.sampling_from = end
 
     def take(self) -> float | None:
-        """One sustained sample (seconds per call), or None: the queue ran dry before it (kept once
-        the time budget is spent, counted in ``kept_dry``)."""
+        """One sustained sample (seconds per call), or None: the queue ran dry before it (kept for a
+        host-bound call, or once the time budget is spent; counted in ``kept_dry``)."""
         if self.settle is None:
             self.run_settle()
         gpu_s, dry = self._next()
         if self.reader is not None:
             self.sample_reads.append(self.reader.read())
         if dry:  # the sample started on an idle GPU
-            if self.sampling_from is not None and self.clock() - self.sampling_from > self.max_time_s:
+            if self.host_bound or (self.sampling_from is not None
+                                   and self.clock() - self.sampling_from > self.max_time_s):
                 self.kept_dry += 1
                 return gpu_s / self.calls
             self.discarded[QUEUE_DRY] = self.discarded.get(QUEUE_DRY, 0) + 1
