@@ -389,8 +389,11 @@ def _cuda_run(fn: Callable[[], object], device: torch.device, opts: TimingOption
     if sustained is not None:
         out["clocks"] = sustained.record(out["clocks"], elapsed)
         out["settled_sm_clock_mhz"] = sustained.settled_sm_clock_mhz
-        out["launch"].update(hidden_frac=None, hold_us=0.0,
+        # hidden: the share of samples the queue ahead covered (the rest began on an idle GPU)
+        hidden_frac = 1.0 - sustained.gaps / sustained.enqueued if sustained.enqueued else None
+        out["launch"].update(hidden_frac=hidden_frac, hold_us=0.0,
                              note=f"no hold: {QUEUE_AHEAD_S * 1e3:g} ms of work queued ahead of every sample")
+        out["contains"] = time_contents("cuda", graph_info["used"], hidden_frac, k)
     if flusher is not None:
         if flusher.count < len(samples):
             raise RuntimeError(f"cold mode: {flusher.count} flushes for {len(samples)} samples")
