@@ -19,7 +19,7 @@ from harness.plan.cells import IMPORTED, Cell, RunOptions, precheck, timing_skip
 from harness.records.results import ResultRow, Status
 from harness.spec import Suite
 from harness.timing import TimingOptions
-from harness.timing.loop import time_interleaved
+from harness.timing.loop import time_interleaved, time_sustained_group
 
 
 def iterate_case(
@@ -122,8 +122,11 @@ def _interleaved(cells: list[Cell], case_data: CaseContext, suite: Suite, opts: 
     share_ms = 0.0
     if len(started) > 1:
         t0 = time.perf_counter()
-        records = time_interleaved({i: timing_call(p.prepared, opts) for i, p in enumerate(started)}, opts.device,
-                                   opts.timing or TimingOptions.for_device(opts.device))
+        timing = opts.timing or TimingOptions.for_device(opts.device)
+        # Sustained: one after another on a queue kept full (each call's own settled state).
+        together = time_sustained_group if timing.clock_regime == "sustained" and opts.device.type == "cuda" \
+            else time_interleaved
+        records = together({i: timing_call(p.prepared, opts) for i, p in enumerate(started)}, opts.device, timing)
         share_ms = (time.perf_counter() - t0) * 1e3 / len(started)
         measured = {id(started[i]): r for i, r in records.items()}
     for p in started:

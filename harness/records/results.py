@@ -141,16 +141,16 @@ class Timing(Payload):
     clock_regime: str | None = None
     clocks: Clocks | None = None
     sampling: str | None = None  # interleaved | sequential
-    # How each sample was prepared and grouped (harness/timing/interleave.py): the untimed calls
-    # of the row's own call right before every timed sample (GPU rows: hot, a copy of the
-    # sample's work, calls_per_sample calls; cold, one call before the flush; 0 on the CPU), and
-    # in interleaved rounds the case's complete rounds (= samples). Absent on rows written before
-    # them (a hot sample then started with L2 as the previous sample left it).
+    # Untimed calls right before every timed sample (GPU hot: a copy of the sample's work; cold: one
+    # call before the flush; CPU: 0) and, interleaved, the case's complete rounds (= samples).
     warm_calls: int | None = None
     rounds: int | None = None
+    # Sustained: the median SM clock of the call's own continuous loop just before sampling.
+    settled_sm_clock_mhz: float | None = None
 
     _omit_if_none = frozenset({"stop_criterion", "launch", "raw_us", "cold_check", "cold_l2", "breakdown", "energy",
-                               "contains", "clock_regime", "clocks", "sampling", "warm_calls", "rounds"})
+                               "contains", "clock_regime", "clocks", "sampling", "warm_calls", "rounds",
+                               "settled_sm_clock_mhz"})
 
 
 class Metrics(Payload):

@@ -26,7 +26,8 @@ One module a job:
     cold_l2   L2Flusher, the flush probe and the per-device flush choice
     loop      time_callable: warm-up, calls per sample, the sampling loop, the timing record;
               time_interleaved: several calls sampled in rounds
-    clocks    the clock regimes (burst, sustained): NVML reader, throttle rule, warm-up
+    clocks    the clock regimes (burst, sustained): NVML reader, throttle rule
+    sustained the sustained regime's sampling: a queue kept full, samples once the state settled
     interleave  sample_rounds: candidates sampled A B C A B C in complete rounds, one stop per
               case; ranked from those rounds
 """

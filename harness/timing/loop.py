@@ -13,7 +13,7 @@ from typing import Any, Callable, Generator
 
 import torch
 
-from harness.timing.clocks import SUSTAIN_CHUNK_S, SUSTAIN_PAD, RegimeSampler, nvml_reader
+from harness.timing.clocks import RegimeSampler, nvml_reader
 from harness.timing.cold_l2 import L2Flusher, cold_l2_label, select_flush
 from harness.timing.device import cycles_per_us, EventSampler, short_reason, sm_clock_mhz
 from harness.timing.graphs import GraphDecision, capture_graph, replay_matches
@@ -23,6 +23,7 @@ from harness.timing.energy import energy_meter, loop_energy, measure_energy
 from harness.timing.options import TimingOptions
 from harness.timing.stats import summarize
 from harness.timing.stopping import STOP_TIME, ask, criterion_for
+from harness.timing.sustained import QUEUE_AHEAD_S, SustainedSampler
 
 
 def calls_per_sample(est_call_us: float, opts: TimingOptions) -> int:
@@ -151,6 +152,38 @@ def time_interleaved(calls: dict[str, tuple[Callable[[], object], GraphDecision 
         return {name: out[name] for name in calls}
 
 
+def time_sustained_group(calls: dict[str, tuple[Callable[[], object], GraphDecision | None, torch.Tensor | None]],
+                         device: torch.device, opts: TimingOptions) -> dict[str, dict[str, Any] | BaseException]:
+    """The sustained regime's way to time a case's calls together (harness/timing/sustained.py):
+    each set up first, then each settled and sampled in turn on one queue that never runs dry,
+    so the GPU stays under load from one call to the next. Not rounds: each call's samples must
+    be taken in the state its own continuous loop settles in. Records say ``sampling: sequential``."""
+    opts.validate()
+    with torch.cuda.device(device):
+        runs: dict[str, TimingRun] = {}
+        takes: dict[str, Candidate] = {}
+        out: dict[str, dict[str, Any] | BaseException] = {}
+        for name, (fn, graph, output) in calls.items():
+            run = _cuda_run(fn, device, opts, graph or GraphDecision(False, "no graph decision given"), output,
+                            settle_now=False)
+            try:
+                takes[name] = next(run)
+                runs[name] = run
+            except Exception as e:  # this call's setup failed: its cell's error, not the others'
+                out[name] = e
+        for name, run in runs.items():
+            c = takes[name]
+            try:
+                if isinstance(c.take, SustainedSampler):
+                    c.take.run_settle()
+                run.send(Sampled(*_loop(c.take, opts, c.host_bound, c.warm)))
+            except StopIteration as done:
+                out[name] = done.value
+            except Exception as e:
+                out[name] = e
+        return {name: out[name] for name in calls}
+
+
 def _loop(take: Callable[[], float | None], opts: TimingOptions, host_bound: Callable[[], bool] | None = None,
           warm: Callable[[], object] | None = None) -> tuple[list[float], str, float]:
     """Sample one call alone until the criterion says stop; ``warm`` (the hot warm-up) runs right
@@ -221,7 +254,7 @@ def _cpu_run(fn: Callable[[], object], opts: TimingOptions, sampling: str = SAMP
 
 
 def _cuda_run(fn: Callable[[], object], device: torch.device, opts: TimingOptions, decision: GraphDecision,
-              output: torch.Tensor | None, sampling: str = SAMPLING_SEQUENTIAL) -> TimingRun:
+              output: torch.Tensor | None, sampling: str = SAMPLING_SEQUENTIAL, settle_now: bool = True) -> TimingRun:
     cold = opts.mode == "cold"
     sampler = EventSampler(device)
     for _ in range(opts.warmup):
@@ -285,24 +318,16 @@ def _cuda_run(fn: Callable[[], object], device: torch.device, opts: TimingOption
     max_hold = int(opts.max_hold_ms * 1e3 * cyc_per_us)
 
     count = {"works": 0, "busy_s": 0.0, "warm": 0}
-    # The clock regime (harness/timing/clocks.py): sustained warms the GPU to its power steady
-    # state with the timed work itself and queues more of it before every sample; burst reads
-    # the clock after every sample and discards throttled ones.
+    # The clock regime (harness/timing/clocks.py): burst reads the clock after every sample and
+    # discards throttled ones; sustained samples on a queue kept full, once the GPU has settled
+    # (harness/timing/sustained.py).
     reader, why_no_reader = nvml_reader(device)
     regime = RegimeSampler(opts.clock_regime, reader, why_no_reader, threshold=opts.throttle_threshold,
                            recovery_s=opts.throttle_recovery_s, max_time_s=opts.max_time_s, device_key=str(device))
-    pad_works = max(1, round(SUSTAIN_PAD))
-
-    def pad() -> None:
-        for _ in range(pad_works):
-            work()
-
-    def run_chunk() -> None:
-        for _ in range(max(1, math.ceil(SUSTAIN_CHUNK_S / max(min(estimates) * k, 1e-6)))):
-            work()
-        torch.cuda.synchronize(device)
-
-    regime.warm(run_chunk)
+    sustained = (SustainedSampler(device, work, k, min(estimates) * k, reader, opts.max_time_s,
+                                  flusher.flush if flusher else None) if opts.clock_regime == "sustained" else None)
+    if sustained is not None and settle_now:
+        sustained.run_settle()
     started: list[float] = []  # the first sample's start: interleaved runs are set up long before
 
     # Before every timed sample (the sampling loop runs it, in rounds and alone alike) the GPU is
@@ -326,9 +351,9 @@ def _cuda_run(fn: Callable[[], object], device: torch.device, opts: TimingOption
     def take() -> float | None:
         if not started:
             started.append(time.perf_counter())
-        gpu_s, hidden, mhz, host_s = sampler.sample(work, state["hold"], flusher, pad if regime.pads else None)
-        count["works"] += 1 + (pad_works if regime.pads else 0)
-        count["busy_s"] += gpu_s * (1 + (pad_works if regime.pads else 0))
+        gpu_s, hidden, mhz, host_s = sampler.sample(work, state["hold"], flusher)
+        count["works"] += 1
+        count["busy_s"] += gpu_s
         if mhz:
             clocks.append(mhz)
         if not regime.after_sample(time.perf_counter() - started[0]):
@@ -355,7 +380,13 @@ def _cuda_run(fn: Callable[[], object], device: torch.device, opts: TimingOption
     # Host-bound so far: eager work whose launches were mostly not hidden (compare's class for
     # such rows, hidden_frac < 0.5). A graph replay never is: its stopping rule is the plain one.
     host_bound = None if graph_info["used"] else (lambda: state["unhidden"] > state["hidden"])
-    got = yield Candidate(take, host_bound, warm if warm_calls else None)
+    if sustained is not None:  # a full queue of the call's own work: no hold, no host-bound class, no warm-up
+        got = yield Candidate(sustained, None, None)
+        sustained.leave()
+        count["works"] += len(got.samples)
+        count["busy_s"] += sum(got.samples) * k
+    else:
+        got = yield Candidate(take, host_bound, warm if warm_calls else None)
     samples = got.samples
     loop_e = None
     if read is not None:
@@ -403,6 +434,14 @@ def _cuda_run(fn: Callable[[], object], device: torch.device, opts: TimingOption
         clocks=regime.finish(len(samples), opts.min_samples, got.elapsed),
         sampling=sampling,
     )
+    if sustained is not None:
+        out["clocks"] = sustained.record(out["clocks"], got.elapsed)
+        out["settled_sm_clock_mhz"] = sustained.settled_sm_clock_mhz
+        # hidden: the share of samples the queue ahead covered (the rest began on an idle GPU)
+        hidden_frac = 1.0 - sustained.gaps / sustained.enqueued if sustained.enqueued else None
+        out["launch"].update(hidden_frac=hidden_frac, hold_us=0.0,
+                             note=f"no hold: {QUEUE_AHEAD_S * 1e3:g} ms of work queued ahead of every sample")
+        out["contains"] = time_contents("cuda", graph_info["used"], hidden_frac, k)
     if flusher is not None:
         if flusher.count < len(samples):
             raise RuntimeError(f"cold mode: {flusher.count} flushes for {len(samples)} samples")
