@@ -16,7 +16,6 @@ results.jsonl is one run), or several of either (``harness compare B1 B2 B3 NEW`
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
