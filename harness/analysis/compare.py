@@ -53,7 +53,7 @@ from typing import Any, Literal, Sequence
 
 from attn_contract.status import resource_kind
 from harness.analysis.compare_clock import clock_explains, clock_note, refuse_mixed_runs
-from harness.analysis.compare_runs import Key, classify_over_runs, read_baseline
+from harness.analysis.compare_runs import Key, RowSpread, read_baseline, row_spread
 from harness.records.clocks import regime_of
 from harness.report import markdown as md
 from harness.records.results import (FAILED, NOT_RUN, RAN, TIMED_OK, ResultRow, read_rows, read_run_header,
@@ -393,10 +393,9 @@ def compare_rows(
     for d in timed:
         assert d.base is not None and d.new is not None
         model = comp.noise.get(d.noise_class)
-        runs = [r for r in (base_runs or {}).get(d.base.key, []) if r.status in TIMED_OK and _timing(r)]
-        if len(runs) > 1:  # a baseline of several runs: the row's own spread (compare_runs.py)
-            d.speed, d.ratio, d.base, note = classify_over_runs(runs, d.new, threshold, model)
-            d.info = "; ".join(x for x in (d.info, note) if x)
+        spread = row_spread((base_runs or {}).get(d.base.key, []))
+        if spread is not None:  # a baseline of several runs: the row's own spread (compare_runs.py)
+            _classify_over_runs(d, spread, threshold, model)
         else:
             d.speed, d.ratio = classify_speed(d.base, d.new, threshold, model)
         if d.speed in ("slower", "faster") and d.ratio is not None:
@@ -425,6 +424,27 @@ def compare_rows(
         warnings.append(f"the runs were timed on different clocks (baseline: {', '.join(sorted(cb))}; new: "
                         f"{', '.join(sorted(cn))}): their timings measure different things (harness run --cpu-clock)")
     return comp
+
+
+def _classify_over_runs(d: RowDiff, spread: RowSpread, threshold: float, noise: NoiseModel | None) -> None:
+    """A row with several timed baseline runs: *same* inside their range widened by the class's
+    band, else judged against the nearest edge run (harness/analysis/compare_runs.py)."""
+    assert d.new is not None and d.new.timing is not None
+    n = d.new.timing.median_us
+    band = noise.band if noise is not None else 0.0
+    d.base = spread.mid
+    if noise is not None and noise.dominated:
+        d.speed, d.ratio = classify_speed(spread.mid, d.new, threshold, noise)
+        return
+    if spread.covers(n, band):
+        moved, d.ratio = classify_speed(spread.mid, d.new, threshold, noise)
+        d.speed = "same"
+        note = f"within the spread of the {spread.describe(band)}" if moved in ("slower", "faster") else ""
+    else:
+        d.base = spread.edge(n)
+        d.speed, d.ratio = classify_speed(d.base, d.new, threshold, noise)
+        note = f"against the {'slowest' if d.base is spread.hi else 'fastest'} of {spread.describe(band)}"
+    d.info = "; ".join(x for x in (d.info, note) if x)
 
 
 def _check_suites(comp: Comparison, base_rows: list[ResultRow], new_rows: list[ResultRow]) -> None:

@@ -107,21 +107,6 @@ def _recorded_flags(command: str) -> list[str]:
     return out
 
 
-def device_mismatch(row: ResultRow, header: dict) -> str:
-    """Why this machine cannot re-measure ``row`` ("" when it can): its device type is absent
-    here, or the GPU model differs from the new run's."""
-    dev = (row.device or "cpu").split(":")[0]
-    if dev != "cuda":
-        return ""
-    import torch
-
-    if not torch.cuda.is_available():
-        return "the new run's rows were timed on CUDA and there is no CUDA device here"
-    want = (header.get("device") or {}).get("name")
-    here = torch.cuda.get_device_name()
-    return f"the new run was timed on {want!r}, this machine has {here!r}" if want and want != here else ""
-
-
 def rerun_argv(new: str | Path, row: ResultRow) -> list[str] | str:
     """The ``harness run`` argument list (after ``harness``) re-measuring ``row`` of the results
     folder ``new``, or why there is none."""
@@ -134,9 +119,6 @@ def rerun_argv(new: str | Path, row: ResultRow) -> list[str] | str:
     suite = find_suite(new, parts[2])
     if suite is None:
         return f"the suite of {new} is not found (no suite.yaml copy in the folder, the original moved)"
-    why = device_mismatch(row, header)
-    if why:
-        return why
     argv = ["run", suite, *parts[3:], *_recorded_flags(str(header.get("command") or ""))]
     if header.get("clock_regime") in ("burst", "sustained") and "--clock-regime" not in argv:
         argv += ["--clock-regime", header["clock_regime"]]
@@ -146,7 +128,8 @@ def rerun_argv(new: str | Path, row: ResultRow) -> list[str] | str:
 
 
 def run_fresh(argv: list[str]) -> tuple[list[ResultRow] | None, str]:
-    """``harness ARGV --out TMP`` in a fresh process: its rows, or None and why."""
+    """``harness ARGV --out TMP`` in a fresh process: its rows and the device it ran on (its
+    run.json's device name), or None and why."""
     tmp = Path(tempfile.mkdtemp(prefix="confirm-"))
     try:
         cmd = [sys.executable, "-m", "harness", *argv, "--out", str(tmp / "r")]
@@ -158,13 +141,14 @@ def run_fresh(argv: list[str]) -> tuple[list[ResultRow] | None, str]:
             tail = (done.stderr or done.stdout).strip().splitlines()
             return None, f"the re-run refused its arguments: {tail[-1] if tail else 'exit 2'}"
         try:
-            return read_rows(tmp / "r"), ""
+            return read_rows(tmp / "r"), str((read_header(tmp / "r").get("device") or {}).get("name") or "")
         except (FileNotFoundError, ValueError) as e:
             return None, f"the re-run wrote no rows ({e})"
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+# (rows, the device name the re-run recorded) or (None, why there are none)
 Runner = Callable[[list[str]], "tuple[list[ResultRow] | None, str]"]
 
 
@@ -174,6 +158,7 @@ def confirm_by_rerun(comp: Comparison, new: str | Path, n: int, runner: Runner =
     only when reproduced in a majority (see the module docstring)."""
     if n <= 0:
         return
+    want = str((read_header(new).get("device") or {}).get("name") or "")
     for d in [d for d in comp.diffs if d.speed == "slower" and d.problem and d.new is not None]:
         assert d.new is not None
         argv = rerun_argv(new, d.new)
@@ -185,12 +170,19 @@ def confirm_by_rerun(comp: Comparison, new: str | Path, n: int, runner: Runner =
         for i in range(n):
             if log:
                 log(f"confirm: {d.name}: re-run {i + 1}/{n}")
-            rows, why = runner(argv)
+            rows, got = runner(argv)
             if rows is None:
-                failure = why
+                failure = got
+                break
+            if want and got and got != want:  # the re-run would measure another device
+                failure = f"the new run was timed on {want!r}, this machine has {got!r}"
                 break
             match = [r for r in rows if r.key == d.new.key]
-            verdicts.append(judged(comp, d, match[-1] if match else None))
+            if not match or match[-1].status not in TIMED_OK:
+                failure = ("the re-run has no row of it" if not match else
+                           f"the re-run did not time it ({match[-1].status}: {match[-1].reason})")
+                break
+            verdicts.append(judged(comp, d, match[-1]))
         if failure:
             d.problem += f"; not re-measured ({failure})"
             continue

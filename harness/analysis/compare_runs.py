@@ -18,12 +18,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 from harness.records.results import TIMED_OK, ResultRow, read_rows, results_file
-
-if TYPE_CHECKING:
-    from harness.analysis.compare import NoiseModel, Speed
 
 Key = tuple[str, str, str, str]
 
@@ -89,29 +86,38 @@ def read_baseline(paths: str | Path | Sequence[str | Path]) -> Baseline:
     return baseline_of([read_rows(f) for f in folders], folders)
 
 
-def classify_over_runs(runs: Sequence[ResultRow], new: ResultRow, threshold: float,
-                       noise: "NoiseModel | None") -> tuple["Speed", float | None, ResultRow, str]:
-    """(speed, ratio, the baseline row judged against, a note) for a row with several timed
-    baseline runs (see the module docstring). The ratio is against that row."""
-    from harness.analysis.compare import classify_speed
+@dataclass
+class RowSpread:
+    """One row's timed baseline runs, slowest to fastest by median."""
 
-    timed = sorted((r for r in runs if _timed(r)), key=lambda r: r.timing.median_us)  # type: ignore[union-attr]
-    mid = timed[(len(timed) - 1) // 2]
-    assert new.timing is not None
-    n = new.timing.median_us
-    lo, hi = timed[0], timed[-1]
-    lo_us, hi_us = lo.timing.median_us, hi.timing.median_us  # type: ignore[union-attr]
-    if noise is not None and noise.dominated:
-        return "noisy", n / mid.timing.median_us, mid, ""  # type: ignore[union-attr]
-    floor = noise.band if noise is not None else 0.0
-    spread = f"{len(timed)} baseline runs {lo_us:.2f}-{hi_us:.2f} us (±{floor * 100:.1f}% band)"
-    if lo_us * (1 - floor) <= n <= hi_us * (1 + floor):
-        moved, _ = classify_speed(mid, new, threshold, noise)
-        note = f"within the spread of the {spread}" if moved in ("slower", "faster") else ""
-        return "same", n / mid.timing.median_us, mid, note  # type: ignore[union-attr]
-    edge = hi if n > hi_us else lo
-    speed, ratio = classify_speed(edge, new, threshold, noise)
-    return speed, ratio, edge, f"against the {'slowest' if edge is hi else 'fastest'} of {spread}"
+    lo: ResultRow  # the fastest run's row
+    mid: ResultRow  # the median run's row (the lower middle)
+    hi: ResultRow  # the slowest run's row
+    count: int
+
+    def covers(self, median_us: float, band: float) -> bool:
+        """Whether ``median_us`` lies within the runs' range widened by ``band`` (a fraction)."""
+        return _us(self.lo) * (1 - band) <= median_us <= _us(self.hi) * (1 + band)
+
+    def edge(self, median_us: float) -> ResultRow:
+        """The run a median outside the range is judged against: the nearest edge."""
+        return self.hi if median_us > _us(self.hi) else self.lo
+
+    def describe(self, band: float) -> str:
+        return f"{self.count} baseline runs {_us(self.lo):.2f}-{_us(self.hi):.2f} us (±{band * 100:.1f}% band)"
 
 
-__all__ = ["Baseline", "baseline_of", "classify_over_runs", "read_baseline", "representative", "run_folders"]
+def _us(r: ResultRow) -> float:
+    assert r.timing is not None
+    return r.timing.median_us
+
+
+def row_spread(runs: Sequence[ResultRow]) -> RowSpread | None:
+    """The spread of a row's timed passing baseline runs (None below two of them)."""
+    timed = sorted((r for r in runs if _timed(r)), key=_us)
+    if len(timed) < 2:
+        return None
+    return RowSpread(timed[0], timed[(len(timed) - 1) // 2], timed[-1], len(timed))
+
+
+__all__ = ["Baseline", "RowSpread", "baseline_of", "read_baseline", "representative", "row_spread", "run_folders"]
