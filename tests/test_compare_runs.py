@@ -85,3 +85,21 @@ def test_baseline_paths_and_bad_input(tmp_path, capsys):
         run_folders(empty)
     assert main(["compare", str(empty), str(run_folders(covered)[0])]) == 2
     assert "no sub-folder holds one" in capsys.readouterr().err
+
+
+def test_match_backend_compares_a_patched_build_with_the_builtins_rows(tmp_path, capsys):
+    """The slowed FlashInfer build (tests/mutants/slowed.py) runs under its own name; its rows
+    meet the baseline's ``flashinfer`` rows through --match-backend, and a slowed row fails."""
+    from harness.registry import resolve
+
+    cls = resolve("mutants.slowed:FlashInferExtraLaunch")
+    assert cls.name == "flashinfer-extra-launch" and cls.get_impl_cls().__name__ == "ExtraLaunchImpl"
+    base = _runs(tmp_path, "base", (LEVELS[0], LEVELS[0] * 1.001, LEVELS[0] * 0.999))
+    slowed = [r.model_copy(update={"backend": cls.name}) for r in _run(11, LEVELS[0] * 1.08)]
+    new = write_run(slowed, tmp_path / "slowed")
+    assert main(["compare", str(base), str(new)]) == 1  # unmatched: every row missing
+    assert "missing" in capsys.readouterr().out
+    assert main(["compare", str(base), str(new), "--match-backend", f"{cls.name}=flashinfer"]) == 1
+    comp = compare_paths(base, new, match_backend={cls.name: "flashinfer"})
+    assert [d.key[1] for d in comp.regressions] == ["c0"] and all(d.new is not None for d in comp.diffs)
+    assert main(["compare", str(base), str(new), "--match-backend", "nonsense"]) == 2

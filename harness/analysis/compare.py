@@ -53,7 +53,7 @@ from typing import Any, Literal, Sequence
 
 from attn_contract.status import resource_kind
 from harness.analysis.compare_clock import clock_explains, clock_note, refuse_mixed_runs
-from harness.analysis.compare_runs import Key, RowSpread, read_baseline, row_spread
+from harness.analysis.compare_runs import Key, RowSpread, as_backend, read_baseline, row_spread
 from harness.records.clocks import regime_of
 from harness.report import markdown as md
 from harness.records.results import (FAILED, NOT_RUN, RAN, TIMED_OK, ResultRow, read_rows, read_run_header,
@@ -125,6 +125,7 @@ class Comparison:
     unmatched_base: list[RowDiff] = field(default_factory=list)  # set when the suites differ
     unmatched_new: list[RowDiff] = field(default_factory=list)
     baseline_runs: int = 1  # runs the baseline holds (harness/analysis/compare_runs.py)
+    match_backend: dict[str, str] = field(default_factory=dict)  # NEW's backend name -> the baseline's
 
     @property
     def regressions(self) -> list[RowDiff]:
@@ -465,13 +466,14 @@ def compare_paths(baseline: str | Path | Sequence[str | Path], new: str | Path, 
     baseline may be several runs: a folder of results folders, or several paths
     (harness/analysis/compare_runs.py: each row is then judged against its spread over them)."""
     base = read_baseline(baseline)  # FileNotFoundError names the path
-    base_rows, new_rows = base.rows, read_rows(new)
+    renames = dict(kw.pop("match_backend", None) or {})
+    base_rows, new_rows = base.rows, [as_backend(r, renames) for r in read_rows(new)]
     all_base = [r for rows in base.runs.values() for r in rows] or base_rows
     refused = None if kw.get("correctness_only") else refuse_mixed_runs(all_base, new_rows)
     if refused:
         raise ValueError(refused)  # the commands: one line, exit 2
     comp = compare_rows(base_rows, new_rows, base_runs=base.runs, **kw)
-    comp.baseline_runs = base.count
+    comp.baseline_runs, comp.match_backend = base.count, renames
     db, dn = read_run_header(base.folders[0]).device_name, read_run_header(new).device_name
     if db and dn and db != dn and not kw.get("correctness_only"):
         comp.warnings.append(f"baseline device {db!r} differs from new device {dn!r}")

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Callable
 
 from harness.analysis.compare import Comparison, RowDiff, Speed, classify_speed
+from harness.analysis.compare_runs import as_backend
 from harness.analysis.compare_clock import clock_explains
 from harness.records.results import TIMED_OK, ResultRow, read_header, read_rows
 
@@ -177,7 +178,7 @@ def confirm_by_rerun(comp: Comparison, new: str | Path, n: int, runner: Runner =
             if want and got and got != want:  # the re-run would measure another device
                 failure = f"the new run was timed on {want!r}, this machine has {got!r}"
                 break
-            match = [r for r in rows if r.key == d.new.key]
+            match = [r for r in (as_backend(r, comp.match_backend) for r in rows) if r.key == d.new.key]
             if not match or match[-1].status not in TIMED_OK:
                 failure = ("the re-run has no row of it" if not match else
                            f"the re-run did not time it ({match[-1].status}: {match[-1].reason})")

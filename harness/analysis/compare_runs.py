@@ -120,4 +120,22 @@ def row_spread(runs: Sequence[ResultRow]) -> RowSpread | None:
     return RowSpread(timed[0], timed[(len(timed) - 1) // 2], timed[-1], len(timed))
 
 
-__all__ = ["Baseline", "RowSpread", "baseline_of", "read_baseline", "representative", "row_spread", "run_folders"]
+def as_backend(row: ResultRow, renames: dict[str, str]) -> ResultRow:
+    """``row`` under the baseline's name of its backend (``--match-backend NEW=BASE``: a patched
+    build under its own name compared with the built-in's rows)."""
+    name = renames.get(row.backend)
+    return row if name is None else row.model_copy(update={"backend": name})
+
+
+def parse_match_backend(items: Sequence[str]) -> dict[str, str]:
+    """``["NEW=BASE", ...]`` -> {NEW: BASE}; ValueError naming a malformed item."""
+    out = {}
+    for item in items:
+        new, eq, base = item.partition("=")
+        if not eq or not new.strip() or not base.strip():
+            raise ValueError(f"--match-backend {item!r}: expected NEW_BACKEND=BASELINE_BACKEND")
+        out[new.strip()] = base.strip()
+    return out
+
+
+__all__ = ["Baseline", "RowSpread", "as_backend", "baseline_of", "read_baseline", "representative", "row_spread", "parse_match_backend", "run_folders"]

@@ -31,6 +31,9 @@ def add_parser(sub: Any) -> None:
                     help="re-run each row that would fail on speed N times, each in a fresh `harness run` process "
                          "(the new run's suite copy, the row's case/backend/variant, its recorded timing flags); it "
                          "fails only if slower again in a majority of them (default 0: off)")
+    cp.add_argument("--match-backend", action="append", default=[], metavar="NEW=BASE",
+                    help="match NEW's rows of backend NEW with the baseline's rows of BASE (a patched build "
+                         "under its own name against the built-in's baseline; repeatable)")
     cp.add_argument("--markdown", metavar="FILE", help="also write the markdown summary to FILE")
     ci_output.add_flags(cp)  # --junit, --benchmark-json (harness/analysis/ci_output.py)
     cp.set_defaults(func=run)
@@ -40,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     from harness.analysis.compare import compare_paths, parse_threshold, to_markdown
+    from harness.analysis.compare_runs import parse_match_backend
     from harness.analysis.compare_confirm import confirm_by_rerun
 
     if args.confirm < 0:
@@ -47,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         comp = compare_paths(args.baseline, args.new, threshold=parse_threshold(args.threshold),
                              correctness_only=args.correctness_only, allow_missing=args.allow_missing or [],
-                             allow_skip=args.allow_skip or [])
+                             allow_skip=args.allow_skip or [], match_backend=parse_match_backend(args.match_backend))
     except (FileNotFoundError, ValueError) as e:
         raise UsageError(str(e)) from None
     confirm_by_rerun(comp, args.new, args.confirm, log=lambda m: print(m, file=sys.stderr))
