@@ -35,7 +35,7 @@ cases:
     block_size: 16
     batch:
       - kind: decode
-        count: 2
+        count: [2, 3]
         context_len: 64
 """
 TIMED = ["--device", "cpu", "--quiet", "--no-isolation", "--cpu-clock", "process", "--min-samples", "5",
@@ -64,7 +64,7 @@ def real(tmp_path_factory) -> Path:
     out = root / "real"
     assert main(["run", str(suite), "--out", str(out), *TIMED]) == 0
     rows = read_rows(out)
-    assert len(rows) == 1 and rows[0].status == "pass" and rows[0].timing.method == "process_time"
+    assert len(rows) == 2 and all(r.status == "pass" and r.timing.method == "process_time" for r in rows)
     return out
 
 
@@ -91,7 +91,7 @@ def test_a_one_off_is_not_reproduced_and_passes(real, tmp_path, capsys):
     assert compare_paths(real, one_off, threshold=0.5).regressed  # unconfirmed: it would fail
     assert main(["compare", str(real), str(one_off), "--threshold", "50%", "--confirm", "2"]) == 0
     out = capsys.readouterr().out
-    assert "Not reproduced" in out and "0/2 fresh re-runs slower" in out and "**OK**" in out
+    assert "Not reproduced" in out and out.count("0/2 fresh re-runs slower") == 2 and "**OK**" in out
 
 
 @pytest.mark.slow  # two fresh `harness run` processes (~12 s on the 2-core box)
@@ -99,7 +99,7 @@ def test_a_reproduced_slowdown_keeps_failing(real, tmp_path, capsys):
     fast_base = _scaled(real, tmp_path / "fast-base", 1 / 3)  # a baseline 3x faster than this machine is
     assert main(["compare", str(fast_base), str(real), "--threshold", "50%", "--confirm", "2"]) == 1
     out = capsys.readouterr().out
-    assert "REGRESSED" in out and "regressed, reproduced 2/2 in fresh processes" in out
+    assert "REGRESSED" in out and out.count("regressed, reproduced 2/2 in fresh processes") == 2
 
 
 def test_a_row_that_cannot_be_rerun_keeps_its_verdict(real, tmp_path):
@@ -122,3 +122,21 @@ def test_a_row_that_cannot_be_rerun_keeps_its_verdict(real, tmp_path):
 
     confirm_by_rerun(comp, one_off, 2, runner=never)
     assert not calls and comp.regressed and "not re-measured (the suite of" in comp.regressions[0].problem
+
+
+def test_rows_of_one_backend_share_each_rerun_process(real, tmp_path):
+    """Two suspect rows differing only in their case: each of the N re-runs is one process
+    running both cases (the runner here hands back the real run's rows, as a re-run of
+    unchanged code would)."""
+    one_off = _scaled(real, tmp_path / "one-off", 2.0)
+    comp = compare_paths(real, one_off, threshold=0.5)
+    assert len(comp.regressions) == 2
+    calls: list[list[str]] = []
+
+    def same_code(argv: list[str]) -> tuple[list[ResultRow] | None, str]:
+        calls.append(argv)
+        return read_rows(real), json.loads((real / "run.json").read_text())["device"]["name"]
+
+    confirm_by_rerun(comp, one_off, 3, runner=same_code)
+    assert len(calls) == 3 and all(c.count("--case") == 2 for c in calls)
+    assert not comp.regressed and all("0/3 fresh re-runs slower" in d.info for d in comp.of("not reproduced"))

@@ -153,47 +153,78 @@ def run_fresh(argv: list[str]) -> tuple[list[ResultRow] | None, str]:
 Runner = Callable[[list[str]], "tuple[list[ResultRow] | None, str]"]
 
 
+def _split_cases(argv: list[str]) -> tuple[list[str], tuple[str, ...]]:
+    """(the ``--case`` values, the rest of the argument list)."""
+    cases, rest, i = [], [], 0
+    while i < len(argv):
+        if argv[i] == "--case" and i + 1 < len(argv):
+            cases.append(argv[i + 1])
+            i += 2
+            continue
+        rest.append(argv[i])
+        i += 1
+    return cases, tuple(rest)
+
+
 def confirm_by_rerun(comp: Comparison, new: str | Path, n: int, runner: Runner = run_fresh,
                      log: Callable[[str], None] | None = None) -> None:
     """Re-measure each row that fails on speed ``n`` times in fresh processes and keep it failing
-    only when reproduced in a majority (see the module docstring)."""
+    only when reproduced in a majority (see the module docstring). Rows whose re-runs differ
+    only in their case (same backend, variant and flags) share each re-run's process: one
+    ``harness run`` with all their cases, each case holding just that one cell."""
     if n <= 0:
         return
     want = str((read_header(new).get("device") or {}).get("name") or "")
+    groups: dict[tuple[str, ...], list[tuple[RowDiff, list[str]]]] = {}
     for d in [d for d in comp.diffs if d.speed == "slower" and d.problem and d.new is not None]:
         assert d.new is not None
         argv = rerun_argv(new, d.new)
         if isinstance(argv, str):
             d.problem += f"; not re-measured ({argv})"
             continue
-        verdicts: list[tuple[Speed, float | None]] = []
-        failure = ""
+        cases, rest = _split_cases(argv)
+        groups.setdefault(rest, []).append((d, cases))
+    for rest, items in groups.items():
+        cases = list(dict.fromkeys(c for _, cs in items for c in cs))
+        argv = [*rest, *(x for c in cases for x in ("--case", c))]
+        verdicts: dict[int, list[tuple[Speed, float | None]]] = {id(d): [] for d, _ in items}
+        failure: dict[int, str] = {}
         for i in range(n):
             if log:
-                log(f"confirm: {d.name}: re-run {i + 1}/{n}")
+                log(f"confirm: re-run {i + 1}/{n} of {len(items)} row(s): {', '.join(d.name for d, _ in items)[:300]}")
             rows, got = runner(argv)
-            if rows is None:
-                failure = got
+            if want and rows is not None and got and got != want:  # the re-run measured another device
+                rows, got = None, f"the new run was timed on {want!r}, this machine has {got!r}"
+            for d, _ in items:
+                if id(d) in failure:
+                    continue
+                if rows is None:
+                    failure[id(d)] = got
+                    continue
+                assert d.new is not None
+                match = [r for r in (as_backend(r, comp.match_backend) for r in rows) if r.key == d.new.key]
+                if not match or match[-1].status not in TIMED_OK:
+                    failure[id(d)] = ("the re-run has no row of it" if not match else
+                                      f"the re-run did not time it ({match[-1].status}: {match[-1].reason})")
+                    continue
+                verdicts[id(d)].append(judged(comp, d, match[-1]))
+            if len(failure) == len(items):
                 break
-            if want and got and got != want:  # the re-run would measure another device
-                failure = f"the new run was timed on {want!r}, this machine has {got!r}"
-                break
-            match = [r for r in (as_backend(r, comp.match_backend) for r in rows) if r.key == d.new.key]
-            if not match or match[-1].status not in TIMED_OK:
-                failure = ("the re-run has no row of it" if not match else
-                           f"the re-run did not time it ({match[-1].status}: {match[-1].reason})")
-                break
-            verdicts.append(judged(comp, d, match[-1]))
-        if failure:
-            d.problem += f"; not re-measured ({failure})"
-            continue
-        k = sum(v[0] == "slower" for v in verdicts)
-        moves = ", ".join(_pct(v[1]) or "no timing" for v in verdicts)
-        if reproduced(k, n):
-            d.problem = f"regressed, reproduced {k}/{n} in fresh processes ({moves}); " + d.problem
-        else:
-            d.speed, d.problem = "not reproduced", ""
-            d.info = f"not reproduced: {_pct(d.ratio)} at first, {k}/{n} fresh re-runs slower ({moves})"
+        for d, _ in items:
+            _verdict(d, verdicts[id(d)], failure.get(id(d), ""), n)
+
+
+def _verdict(d: RowDiff, verdicts: list[tuple[Speed, float | None]], failure: str, n: int) -> None:
+    if failure:
+        d.problem += f"; not re-measured ({failure})"
+        return
+    k = sum(v[0] == "slower" for v in verdicts)
+    moves = ", ".join(_pct(v[1]) or "no timing" for v in verdicts)
+    if reproduced(k, n):
+        d.problem = f"regressed, reproduced {k}/{n} in fresh processes ({moves}); " + d.problem
+    else:
+        d.speed, d.problem = "not reproduced", ""
+        d.info = f"not reproduced: {_pct(d.ratio)} at first, {k}/{n} fresh re-runs slower ({moves})"
 
 
 def _pct(ratio: float | None) -> str:
