@@ -140,3 +140,15 @@ def test_rows_of_one_backend_share_each_rerun_process(real, tmp_path):
     confirm_by_rerun(comp, one_off, 3, runner=same_code)
     assert len(calls) == 3 and all(c.count("--case") == 2 for c in calls)
     assert not comp.regressed and all("0/3 fresh re-runs slower" in d.info for d in comp.of("not reproduced"))
+
+
+@pytest.mark.slow  # one fresh `harness run` process
+def test_the_gate_confirms_too(real, tmp_path, capsys):
+    from harness.analysis.gate import main as gate_main
+
+    one_off = _scaled(real, tmp_path / "one-off", 2.0)
+    assert gate_main(["--results", str(one_off), "--baseline", str(real), "--threshold", "50%"]) == 1
+    capsys.readouterr()
+    assert gate_main(["--results", str(one_off), "--baseline", str(real), "--threshold", "50%", "--confirm", "1"]) == 0
+    captured = capsys.readouterr()
+    assert "0/1 fresh re-runs slower" in captured.out and "gate: confirm: re-run 1/1" in captured.err
