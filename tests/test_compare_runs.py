@@ -103,3 +103,15 @@ def test_match_backend_compares_a_patched_build_with_the_builtins_rows(tmp_path,
     comp = compare_paths(base, new, match_backend={cls.name: "flashinfer"})
     assert [d.key[1] for d in comp.regressions] == ["c0"] and all(d.new is not None for d in comp.diffs)
     assert main(["compare", str(base), str(new), "--match-backend", "nonsense"]) == 2
+
+
+def test_the_gate_takes_a_folder_of_runs_and_never_flattens_it(tmp_path, capsys):
+    from harness.analysis.gate import main as gate_main
+
+    covered = _runs(tmp_path, "covered", (LEVELS[0], LEVELS[1], LEVELS[0]))
+    new = write_run(_run(7, LEVELS[1]), tmp_path / "new")
+    assert gate_main(["--results", str(new), "--baseline", str(covered)]) == 0
+    assert "spread over the baseline's 3 runs" in capsys.readouterr().out
+    assert gate_main(["--update-baseline", "--baseline", str(covered)]) == 2
+    assert "baseline of several runs" in capsys.readouterr().err
+    assert len(run_folders(covered)) == 3

@@ -66,6 +66,9 @@ def test_an_out_of_memory_row_is_not_a_correctness_regression(tmp_path, monkeypa
     assert not comp.regressed
     (d,) = comp.diffs
     assert d.resource.startswith("resource (out of memory): not comparable; pass -> error")
+    from harness.analysis.ci_output import junit_xml
+
+    assert '<skipped message="resource (out of memory)' in junit_xml(comp)  # CI: skipped, not failed
     capsys.readouterr()
     assert main(["compare", str(base), str(new)]) == 0
     out = capsys.readouterr().out

@@ -94,6 +94,14 @@ def baseline_regime(baseline: Path) -> str | None:
     return regime if regime in ("burst", "sustained") else None
 
 
+def _several_runs(baseline: Path) -> bool:
+    """Whether ``baseline`` is a folder of runs' results folders (docs/ci.md), not one run."""
+    from harness.records.results import results_file
+
+    return (baseline.is_dir() and not results_file(baseline).exists()
+            and any(d.is_dir() and results_file(d).exists() for d in baseline.iterdir()))
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--suite", type=Path, default=DEFAULT_SUITE, help="suite to run (default ./ci/smoke.yaml)")
     p.add_argument("--baseline", type=Path, default=DEFAULT_BASELINE,
@@ -169,6 +177,12 @@ def gate(args: argparse.Namespace) -> int:
         return 2
     if not args.update_baseline and not args.baseline.exists():  # before a run of minutes, not after it
         print(f"gate: error: no baseline at {args.baseline} (create one with --update-baseline)", file=sys.stderr)
+        return 2
+    if args.update_baseline and _several_runs(args.baseline):
+        # A baseline of several runs (docs/ci.md): rewriting it as one run would drop them.
+        print(f"gate: error: {args.baseline} is a baseline of several runs; add or replace one of its run "
+              f"folders (harness run ... --out {args.baseline}/run-N) instead of --update-baseline",
+              file=sys.stderr)
         return 2
     tmp = None
     try:
