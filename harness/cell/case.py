@@ -108,7 +108,11 @@ def _interleaved(cells: list[Cell], case_data: CaseContext, suite: Suite, opts: 
     re-check and row. A crash while sampling is attributed to the last cell started (the
     supervisor's view)."""
     started: list[CellInProgress] = []
-    for cell in cells:
+    # Cells that will not be timed (references) first: they finish and free their memory before
+    # the timed ones are prepared and held, so their peak never adds to the held cells'
+    # (harness/plan/memory.py; a torch-math reference behind four held cells ran out of memory).
+    held = [not timing_skip_reason(c.backend.capabilities(c.variant), opts.device.type, opts) for c in cells]
+    for cell in [c for c, h in zip(cells, held) if not h] + [c for c, h in zip(cells, held) if h]:
         if on_event:
             on_event("cell", cell)
         got = start_cell(cell, case_data, suite, opts)
