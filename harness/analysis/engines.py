@@ -4,9 +4,10 @@ run.json's ``backend_facts``, else as engine_table.json has them: turn a measure
 flags to paste. Records only: no backend class is looked up, and the core spells no backend's name.
 
 vLLM (one attention backend per process):
-    ``--attention-backend FLASH_ATTN|FLASHINFER|FLEX_ATTENTION`` (vLLM >= 0.14); older releases
-    read ``VLLM_ATTENTION_BACKEND``. FlashAttention's version: ``--attention-config
-    '{"flash_attn_version": N}'`` (vLLM >= 0.14), else the ``VLLM_FLASH_ATTN_VERSION`` variable,
+    ``--attention-backend FLASH_ATTN|FLASHINFER|FLEX_ATTENTION`` (from vLLM PR #26315, 2025-10,
+    which deprecated the variables; up to 0.14.x they are still read, with a warning); older
+    releases read ``VLLM_ATTENTION_BACKEND``. FlashAttention's version: ``--attention-config
+    '{"flash_attn_version": N}'`` (same PR), else the ``VLLM_FLASH_ATTN_VERSION`` variable,
     which takes 2 or 3 only (so FA4 has no environment form).
 SGLang (prefill and decode may differ):
     ``--attention-backend fa3|flashinfer|flex_attention|torch_native`` for both, or
@@ -208,4 +209,4 @@ def sglang_page_note(flags: Iterable[str], pages: Iterable[int]) -> str | None:
 def vllm_flags(setting: dict[str, Any]) -> str:
     """CLI flags, then the environment variables for releases without them."""
     env = " ".join(f"{k}={v}" for k, v in setting.get("env", {}).items())
-    return f"{setting['cli']} (vLLM < 0.14: {env})" if env else setting["cli"]
+    return f"{setting['cli']} (vLLM before PR #26315: {env})" if env else setting["cli"]

@@ -167,8 +167,8 @@ def to_markdown(rec: Recommendation, command: str = "") -> str:
         defaults_table(rec),
         "## One setting for a whole deployment (vLLM)", "",
         "Each setting vLLM can express exactly, against the per-bucket winner, over the buckets where it was "
-        "measured (plain attention: what vLLM runs by default; releases before 0.33.0 add their cascade rule on "
-        "shared-prefix batches only with `--no-disable-cascade-attn` since vLLM PR #36318, 2026-03-07).", "",
+        "measured (plain attention: what vLLM runs by default; its cascade rule applies on shared-prefix batches "
+        "only with `--no-disable-cascade-attn` since vLLM PR #36318, 2026-03-07).", "",
         _single_table(rec), "", "What vLLM cannot express:", "",
         *[f"- {t}" for t in VLLM_NOT_EXPRESSIBLE], "",
         "## Cascade decision rule", "",
