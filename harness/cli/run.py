@@ -122,6 +122,17 @@ def _pick_backends(suite: Any, names: str | None, variant_filters: dict[str, dic
     return backends
 
 
+def clock_regime_notes(argv: list[str], given: str | None, device_type: str) -> list[str]:
+    """What the command line's ``--clock-regime`` does not do: a repeated flag keeps its last
+    value; a CPU run has no GPU clock to hold in a state."""
+    n = sum(a == "--clock-regime" or a.startswith("--clock-regime=") for a in argv)
+    out = [f"--clock-regime given {n} times: the last one, {given}, is used"] if n > 1 else []
+    if given and device_type != "cuda":
+        out.append(f"--clock-regime {given}: a GPU clock state; this {device_type} run has no GPU clock, so it "
+                   "changes nothing")
+    return out
+
+
 def run_cells(args: argparse.Namespace, plan: RunPlan, executor: Executor, t_start: float) -> int:
     from harness.cli.clock import PROCESS_T0
     from harness.plan.cells import plan_cells
@@ -133,6 +144,9 @@ def run_cells(args: argparse.Namespace, plan: RunPlan, executor: Executor, t_sta
     cells, extra = apply_shard(plan.shard, suite, cells, opts)
     if opts.timing is not None and opts.device.type == "cuda" and opts.time:
         extra = {**extra, "clock_regime": opts.timing.clock_regime}  # the regime every GPU row was timed in
+    for note in clock_regime_notes(getattr(args, "argv", sys.argv[1:]), getattr(args, "clock_regime", None),
+                                   opts.device.type):
+        err_console().print(f"note: {escape(note)}", highlight=False, soft_wrap=True)
     # Workers that report the versions spare the parent importing any GPU library to plan.
     argv = ["harness", *getattr(args, "argv", sys.argv[1:])]
     def started(out_dir: Path) -> None:  # from here (run.json written) an interrupt can be resumed

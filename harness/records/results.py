@@ -13,7 +13,7 @@ import math
 import os
 import zlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Iterable
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_serializer, model_validator
 
@@ -137,8 +137,8 @@ class Timing(Payload):
     # GPU: the clock regime the row was sampled in (burst | sustained; part of its identity:
     # compare refuses rows of two regimes), the clocks over its samples, and whether its
     # candidates were sampled in interleaved rounds or one after another. Absent on CPU rows
-    # and on rows written before them (those were burst, unrecorded).
-    clock_regime: str | None = None
+    # and on rows written before them (those were burst, unrecorded). Any other word is refused on load.
+    clock_regime: Literal["burst", "sustained"] | None = None
     clocks: Clocks | None = None
     sampling: str | None = None  # interleaved | sequential
     # Untimed calls right before every timed sample (GPU hot: a copy of the sample's work; cold: one
