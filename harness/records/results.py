@@ -23,7 +23,8 @@ from harness.records.fileio import atomic_write_text
 from harness.records.parts import (BatchSummary, ClockStats, Clocks, ColdCheck, CudaGraphInfo, Energy, InvariantResult,
                                    KindCheck, Launch, Recheck, RequestCheck, Roofline, RowConfig, RowEnvironment,
                                    RowLayout, Scalar, SmClock, TimeContents, TimingOptionsRecord, VariantAxes)
-from harness.records.formats import ROW_SCHEMA_VERSION, RUN_SCHEMA_VERSION, check_version
+from harness.records.formats import ROW_SCHEMA_VERSION
+from harness.records.migrate import Migration, migrate_header, migrate_row
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -489,10 +490,13 @@ def _gz_text(p: Path) -> bytes:
         raise ValueError(f"{p}: not a readable gzip file ({e}); copy or download it again") from None
 
 
-def read_rows(path: str | Path) -> list[ResultRow]:
+def read_rows(path: str | Path, migration: Migration | None = None) -> list[ResultRow]:
     """Rows from a results folder or a .jsonl file; a torn last line (a killed run) is ignored.
-    A line that is JSON but not a valid row raises ValueError naming the file, line and field; a
-    missing file or a folder without rows raises FileNotFoundError saying which."""
+    Rows of any version a build wrote are read (harness/records/migrate.py; what reading dropped
+    is counted into ``migration``). A line that is JSON but not a valid row raises ValueError
+    naming the file, line and field; a missing file or a folder without rows raises
+    FileNotFoundError saying which."""
+    record = migration if migration is not None else Migration()
     if not Path(path).exists():
         raise FileNotFoundError(f"{path}: no such results folder or file")
     p = results_file(path)
@@ -517,7 +521,7 @@ def read_rows(path: str | Path) -> list[ResultRow]:
                 break  # interrupted mid-write
             raise ValueError(f"{p}: line {n + 1} is not JSON") from None
         if isinstance(data, dict):
-            check_version(data.get("schema_version"), ROW_SCHEMA_VERSION, f"{p}: line {n + 1}", "result row")
+            data = migrate_row(data, f"{p}: line {n + 1}", record)
             data.setdefault("schema_version", 1)  # written before rows carried it
         try:
             rows.append(ResultRow.model_validate(data))
@@ -568,8 +572,9 @@ def repair_torn_tail(path: str | Path) -> int:
         return size - keep
 
 
-def read_header(path: str | Path) -> dict[str, Any]:
-    """run.json as a plain dict ({} when there is none)."""
+def read_header(path: str | Path, migration: Migration | None = None) -> dict[str, Any]:
+    """run.json as a plain dict ({} when there is none), brought to the current version
+    (harness/records/migrate.py)."""
     p = Path(path)
     if p.is_file():
         p = p.parent
@@ -578,8 +583,8 @@ def read_header(path: str | Path) -> dict[str, Any]:
         header = json.loads(f.read_text(encoding="utf-8")) if f.exists() else {}
     except (json.JSONDecodeError, UnicodeDecodeError) as e:  # a hand-edited or truncated run.json
         raise ValueError(f"{f}: not valid JSON ({e}); restore it or remove it") from None
-    if isinstance(header, dict):
-        check_version(header.get("schema_version"), RUN_SCHEMA_VERSION, str(f), "run.json")
+    if isinstance(header, dict) and header:
+        header = migrate_header(header, str(f), migration if migration is not None else Migration())
     return header
 
 

@@ -32,6 +32,26 @@ def run_schema() -> dict[str, Any]:
     return s
 
 
+_WORDS = frozenset({"description", "title", "$comment"})
+
+
+def _shape(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {k: _shape(v) for k, v in node.items() if k not in _WORDS or not isinstance(v, str)}
+    if isinstance(node, list):
+        return [_shape(v) for v in node]
+    return node
+
+
+def fingerprint(schema: dict[str, Any]) -> str:
+    """A short hash of a JSON Schema's shape (fields, types, defaults, required), its words left
+    out: a docstring may change freely, a field may not without a schema_version bump
+    (harness/records/migrate.py; tests/records/schema_fingerprints.json keeps one per version)."""
+    import hashlib
+
+    return hashlib.sha256(json.dumps(_shape(schema), sort_keys=True).encode()).hexdigest()[:16]
+
+
 _LIST_KEYS = ("batch", "values", "tags", "sizes")  # lists by type, not sweep axes (harness/spec/expand.py)
 
 
