@@ -11,6 +11,8 @@ from harness.analysis.callform_gap import gap_records, gaps, only_call_form
 from harness.cli import main
 from harness.analysis.recommend import inputs_of, policy, recommend_rows
 from harness.report import load, render_html
+from harness.records.header import RunHeader
+from harness.records.load import Run
 from harness.records.results import ResultRow
 from helpers.typed_rows import CFG, check, host, timing
 
@@ -37,7 +39,8 @@ ROWS = [row("flash-attn", 100.0, fa(3, "vllm")), row("flash-attn", 120.0, fa(3, 
 
 
 def rec_of(rows: list[dict], form: str = "vllm"):
-    return recommend_rows(inputs_of(rows, [("<test>", {"device": {"name": "NVIDIA H200", "capability": "9.0"}})], form))
+    header = RunHeader.model_validate({"device": {"name": "NVIDIA H200", "capability": "9.0"}})
+    return recommend_rows(inputs_of(rows, [Run(Path("<test>"), header, [])], form))
 
 
 def test_default_ranks_vllm_form_rows_and_rows_without_the_axis_only():

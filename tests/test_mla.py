@@ -189,10 +189,10 @@ def test_vllm_default_mla_backend_is_data_from_vllms_priority_list():
 
 
 def test_engine_names_of_a_torch_baseline_do_not_cover_mla():
-    from harness.analysis.engines import sglang_setting
+    from harness.analysis.engines import TABLE_ONLY
 
-    assert sglang_setting("sdpa", {})["attention_backend"] == "torch_native"
-    assert sglang_setting("sdpa", {}, MLA_ABSORBED) is None
+    assert TABLE_ONLY.sglang_setting("sdpa", {})["attention_backend"] == "torch_native"
+    assert TABLE_ONLY.sglang_setting("sdpa", {}, MLA_ABSORBED) is None
     assert not resolve("torch-math").engine_names
 
 

@@ -265,7 +265,7 @@ def test_report_sections_read_the_typed_rows_behind_the_frame():
 
     rows = [row("flash-attn", 100.0, variant=FA3), row("flashinfer", 110.0, variant=FI),
             row("flash-attn", None, variant={"fa_version": 2}, status="unsupported")]
-    df = frame(Loaded(rows, [{}], ["<test>"], [0, 0, 0]))
+    df = frame(Loaded.of_rows(rows, "<test>"))
     # derived frames share the rows (pandas deep-copies attrs), and they are the rows as read
     assert result_rows(df[df["passed"]]) == result_rows(df) == rows
     assert result_rows(df[df["passed"]])[0] is rows[0]

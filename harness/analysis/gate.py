@@ -79,10 +79,10 @@ def run_args(args: argparse.Namespace, cases: list[str] | None = None) -> list[s
 def baseline_regime(baseline: Path) -> str | None:
     """The clock regime the baseline's run.json records (GPU runs), so the gate's run is timed
     in the same one (compare refuses two regimes)."""
-    from harness.records.results import read_header
+    from harness.records.results import read_run_header
 
     try:
-        regime = read_header(baseline).get("clock_regime") if Path(baseline).is_dir() else None
+        regime = read_run_header(baseline).clock_regime if Path(baseline).is_dir() else None
     except (OSError, ValueError):
         return None
     return regime if regime in ("burst", "sustained") else None

@@ -14,13 +14,14 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from harness.report import markdown
-from harness.analysis.engines import SGLANG_FACTS, sglang_flags, sglang_setting, vllm_flags
+from harness.analysis.engines import SGLANG_FACTS, TABLE_ONLY, EngineFacts, sglang_flags, vllm_flags
 from harness.analysis.recommend import rows as R
 from harness.analysis.recommend.buckets import batch_kind
 from harness.analysis.recommend.load import load_inputs
 from harness.analysis.recommend.rank import RAN_OK, BucketResult, Candidate, case_batches, rank_bucket
 from harness.analysis.recommend.vllm import VLLM_FACTS, vllm_setting
-from harness.records.results import ResultRow, read_header
+from harness.records.header import RunHeader
+from harness.records.results import ResultRow
 
 KIND_ORDER = {"decode": 0, "prefill": 1, "extend": 2, "mixed": 3}
 
@@ -77,8 +78,8 @@ def answer_attention_kind(a: "Answer") -> str:
     return R.config(a.result.example).get("attention_kind") or "mha"
 
 
-def sglang_flag(c: Candidate, kind: str, attention_kind: str = "mha") -> str:
-    s = sglang_setting(c.backend, c.variant, attention_kind)
+def sglang_flag(c: Candidate, kind: str, attention_kind: str = "mha", facts: EngineFacts = TABLE_ONLY) -> str:
+    s = facts.sglang_setting(c.backend, c.variant, attention_kind)
     if s is None:
         return "no SGLang backend"
     flag = {"decode": "--decode-attention-backend", "prefill": "--prefill-attention-backend",
@@ -86,14 +87,14 @@ def sglang_flag(c: Candidate, kind: str, attention_kind: str = "mha") -> str:
     return f"{flag} {s['attention_backend']}" + ("" if s["exact"] else " (nearest)")
 
 
-def vllm_flag(c: Candidate) -> str:
-    s = vllm_setting(c)
+def vllm_flag(c: Candidate, facts: EngineFacts = TABLE_ONLY) -> str:
+    s = vllm_setting(c, facts)
     if s is None:
         return "no vLLM setting"
     return vllm_flags(s) + ("" if s["exact"] else " (nearest)")
 
 
-def answer_records(ans: list[Answer]) -> list[dict[str, Any]]:
+def answer_records(ans: list[Answer], facts: EngineFacts = TABLE_ONLY) -> list[dict[str, Any]]:
     """One table row per model shape and workload kind that has a timed passing candidate."""
     out = []
     for a in ans:
@@ -102,14 +103,14 @@ def answer_records(ans: list[Answer]) -> list[dict[str, Any]]:
             continue
         win = f"tie: {w.name} ~ {', '.join(a.result.tied_with)}" if a.result.tie else w.name
         out.append({"model shape": a.model, "workload": a.kind, "winner": win, "margin [interval]": _margin(a.result),
-                    "vLLM": vllm_flag(w), "SGLang": sglang_flag(w, a.kind, answer_attention_kind(a))})
+                    "vLLM": vllm_flag(w, facts), "SGLang": sglang_flag(w, a.kind, answer_attention_kind(a), facts)})
     return out
 
 
 # ---------------------------------------------------------------- one setting per engine
 
 
-def _engine_times(rows: Sequence[ResultRow], engine: str) -> tuple[dict[str, dict[str, float]], dict[str, str]]:
+def _engine_times(rows: Sequence[ResultRow], engine: str, facts: EngineFacts) -> tuple[dict[str, dict[str, float]], dict[str, str]]:
     """case id -> {engine setting: fastest median of the harness candidates it runs}, and each
     case's kind. Only candidates the engine runs exactly count."""
     batches = case_batches(rows)
@@ -122,10 +123,10 @@ def _engine_times(rows: Sequence[ResultRow], engine: str) -> tuple[dict[str, dic
             continue
         variant = R.variant(r)
         if engine == "vllm":
-            s = vllm_setting(Candidate(r.backend, variant, r.variant_label, {}))
+            s = vllm_setting(Candidate(r.backend, variant, r.variant_label, {}), facts)
             key = s["cli"] if s and s["exact"] else None
         else:
-            s = sglang_setting(r.backend, variant, R.config(r).get("attention_kind") or "mha")
+            s = facts.sglang_setting(r.backend, variant, R.config(r).get("attention_kind") or "mha")
             key = s["attention_backend"] if s and s["exact"] else None
         if key is None:
             continue
@@ -184,9 +185,9 @@ def engine_setting(cases: list[str], times: dict[str, dict[str, float]], kinds: 
             "worst_cost_pct": None if cost is None else cost[1] * 100}
 
 
-def engine_settings(rows: Sequence[ResultRow], engine: str) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+def engine_settings(rows: Sequence[ResultRow], engine: str, facts: EngineFacts = TABLE_ONLY) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     """One setting per model shape, and the single setting over all of them."""
-    times, kinds = _engine_times(rows, engine)
+    times, kinds = _engine_times(rows, engine, facts)
     per_model: dict[str, list[str]] = defaultdict(list)
     for r in rows:
         cid = R.case_id(r)
@@ -222,11 +223,11 @@ def layer_weight(row: ResultRow) -> int | None:
     return None
 
 
-def model_settings(rows: Sequence[ResultRow], engine: str) -> list[dict[str, Any]]:
+def model_settings(rows: Sequence[ResultRow], engine: str, facts: EngineFacts = TABLE_ONLY) -> list[dict[str, Any]]:
     """One setting per model and TP degree (what a deployment takes), its layer kinds weighted
     by how many layers each has (gemma-2-9b: 21 local, 21 global), beside the per-kind settings
     of ``engine_settings``. Rows without a model are left out."""
-    times, kinds = _engine_times(rows, engine)
+    times, kinds = _engine_times(rows, engine, facts)
     cases: dict[str, list[str]] = defaultdict(list)
     weights: dict[str, float] = {}
     layers: dict[str, dict[str, int | None]] = defaultdict(dict)
@@ -251,14 +252,18 @@ def model_settings(rows: Sequence[ResultRow], engine: str) -> list[dict[str, Any
     return out
 
 
-def measured_with(headers: Sequence[dict[str, Any]]) -> str:
+def measured_with(headers: Sequence[RunHeader]) -> str:
     """GPU, driver and library versions of the runs, from their run.json headers."""
     parts = []
     for h in headers:
-        d = h.get("device") or {}
-        libs = ", ".join(f"{k} {v}" for k, v in sorted((h.get("backends") or {}).items()) if isinstance(v, str))
-        parts.append(f"{d.get('name', 'unknown device')}, driver {d.get('driver') or '?'}, CUDA runtime "
-                     f"{d.get('cuda_runtime') or '?'}, torch {h.get('torch') or '?'}" + (f", {libs}" if libs else ""))
+        d = h.device
+        # Each backend's libraries and their versions (``available``/``reason`` aside; torch is said once).
+        found = {lib: v for info in h.backends.values() for lib, v in info.items()
+                 if lib not in ("available", "reason", "torch") and isinstance(v, str)}
+        libs = ", ".join(f"{k} {v}" for k, v in sorted(found.items()))
+        name = d.name if d.name is not None else "unknown device"
+        parts.append(f"{name}, driver {d.driver or '?'}, CUDA runtime "
+                     f"{d.cuda_runtime or '?'}, torch {h.torch or '?'}" + (f", {libs}" if libs else ""))
     return "; ".join(dict.fromkeys(parts)) or "no run.json header"
 
 
@@ -276,9 +281,11 @@ def _md(records: list[dict[str, Any]], empty: str = "(none)") -> str:
 def engine_json(paths: Sequence[str | Path], engine: str, tie: float, call_form: str = "vllm") -> dict[str, Any]:
     """The same as ``engine_markdown``, machine-readable (``recommend --engine E --out DIR``)."""
     inputs = load_inputs(paths, call_form)
-    per, single = engine_settings(inputs.rows, engine)
-    return {"engine": engine, "call_form": call_form, "measured_with": measured_with([read_header(p) for p in paths]),
-            "per_model_weighted": model_settings(inputs.rows, engine), "per_model": per, "single": single, "answers": answer_records(answers(inputs.rows, tie))}
+    facts = inputs.facts
+    per, single = engine_settings(inputs.rows, engine, facts)
+    return {"engine": engine, "call_form": call_form, "measured_with": measured_with(inputs.headers),
+            "per_model_weighted": model_settings(inputs.rows, engine, facts), "per_model": per, "single": single,
+            "answers": answer_records(answers(inputs.rows, tie), facts)}
 
 
 def write_engine_outputs(paths: Sequence[str | Path], engine: str, tie: float, out_dir: str | Path,
@@ -298,16 +305,17 @@ def engine_markdown(paths: Sequence[str | Path], engine: str, tie: float, call_f
     """``recommend --engine``: per model shape, the engine's setting and what it costs against
     the per-case best; the single setting over all shapes; the answer table; the environment."""
     inputs = load_inputs(paths, call_form)
-    settings, single = engine_settings(inputs.rows, engine)
+    known = inputs.facts
+    settings, single = engine_settings(inputs.rows, engine, known)
     recs = [{"model shape": s["model shape"], "setting": s["flags"], "cases": s.get("cases", ""),
              "cost geomean": _pct(s.get("geomean_cost_pct")), "cost worst": _pct(s.get("worst_cost_pct"))}
             for s in settings]
     name = {"vllm": "vLLM", "sglang": "SGLang"}[engine]
     per_model = [{"model": s["model"], "layers": s["layers"], "setting": s["flags"], "cases": s.get("cases", ""),
                   "cost geomean (layer-weighted)": _pct(s.get("geomean_cost_pct")),
-                  "cost worst": _pct(s.get("worst_cost_pct"))} for s in model_settings(inputs.rows, engine)]
+                  "cost worst": _pct(s.get("worst_cost_pct"))} for s in model_settings(inputs.rows, engine, known)]
     out = [f"# {name} settings per model shape", "",
-           f"Measured with: {measured_with([read_header(p) for p in paths])}", "",
+           f"Measured with: {measured_with(inputs.headers)}", "",
            "Cost: slowdown of that one setting against the fastest setting of each case (geometric mean, worst case).",
            "", *inputs.notes[-1:], "",
            f"## One {name} setting per model", "",
@@ -322,5 +330,5 @@ def engine_markdown(paths: Sequence[str | Path], engine: str, tie: float, call_f
     facts = VLLM_FACTS if engine == "vllm" else SGLANG_FACTS
     out += [f"## {name}'s flags, with the release each is read from", "", *[f"- {f}" for f in facts], ""]
     out += ["## Winner per model shape and workload kind", "",
-            _md(answer_records(answers(inputs.rows, tie)), "No timed passing rows."), ""]
+            _md(answer_records(answers(inputs.rows, tie), known), "No timed passing rows."), ""]
     return "\n".join(out)

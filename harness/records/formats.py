@@ -4,7 +4,8 @@
 
 - rows: 1 = rows written before the field existed (the key is absent; reports/ holds them),
   2 = rows that carry it. A version-1 row writes back without the key, as it was.
-- run.json: 1 = absent, 2 = carries it.
+- run.json: 1 = absent, 2 = carries it, 3 = every key declared (harness/records/header.py; the
+  files are the same: versions 1 and 2 read as they are).
 
 Readers accept every version a build wrote, migrating it on read, and refuse a newer one (or one
 no build wrote, such as 0) with a message saying so, instead of misreading fields they do not
@@ -15,5 +16,5 @@ harness/records/schema.py."""
 from __future__ import annotations
 
 ROW_SCHEMA_VERSION = 2
-RUN_SCHEMA_VERSION = 2
+RUN_SCHEMA_VERSION = 3
 

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Iterable
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_serializer, model_validator
 
 from attn_contract.status import FAILED, NOT_RUN, RAN, TIMED_OK, Status
-from harness.records.engine_facts import BackendFacts
 from harness.records.fileio import atomic_write_text
+from harness.records.header import RunHeader
 from harness.records.parts import (BatchSummary, ClockStats, Clocks, ColdCheck, CudaGraphInfo, Energy, InvariantResult,
                                    KindCheck, Launch, Recheck, RequestCheck, Roofline, RowConfig, RowEnvironment,
                                    RowLayout, Scalar, SmClock, TimeContents, TimingOptionsRecord, VariantAxes)
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = ["Status", "RAN", "FAILED", "NOT_RUN", "TIMED_OK", "UNCHECKED_REASON", "Check", "Timing", "Metrics", "Host", "Call",
-           "Worker", "ResultRow", "Environment", "RunHeader", "rows_frame", "read_rows", "read_header",
+           "Worker", "ResultRow", "RunHeader", "rows_frame", "read_rows", "read_header",
            "read_run_header", "write_header", "ResultWriter", "variant_label",
            # the nested parts (harness/records/parts.py)
            "BatchSummary", "ClockStats", "Clocks", "ColdCheck", "CudaGraphInfo", "Energy", "InvariantResult",
@@ -336,42 +336,6 @@ class ResultRow(BaseModel):
         """The case group the verdicts are given per: ``case_group``, or for rows written before
         it the case name up to its swept values (``llama3-8b[count=8]`` -> ``llama3-8b``)."""
         return self.case_group or self.case.split("[", 1)[0]
-
-
-# ---------------------------------------------------------------- run header
-class Environment(BaseModel):
-    """Where a run happened: the fingerprint harness.records.env writes into run.json."""
-
-    model_config = ConfigDict(extra="allow")  # device probes add keys per device type
-    tool: str = "attn-harness"
-    schema_version: int = 1  # absent: written before run.json carried it (harness/records/schema.py)
-    time_utc: str = ""
-    command: str = ""
-    git_sha: str = ""
-    python: str = ""
-    platform: str = ""
-    torch: str = ""
-    device: dict[str, Any] = {}
-    backends: dict[str, dict[str, Any]] = {}
-
-
-class RunHeader(Environment):
-    """run.json: the environment plus what was run. Every field optional: old headers load."""
-
-    suite: str | None = None
-    suite_file: str | None = None
-    cells: int | None = None
-    seed: int | None = None
-    devices: list[str] | None = None
-    resumed: list[dict[str, Any]] | None = None
-    clock_regime: str | None = None  # GPU runs: the regime its rows were timed in (harness/timing/clocks.py)
-    # What the readers need of each backend of the run (engine names, plain counterpart);
-    # absent in headers written before it: readers then use harness/analysis/engine_table.json.
-    backend_facts: dict[str, BackendFacts] | None = None
-
-    @property
-    def device_name(self) -> str | None:
-        return self.device.get("name")
 
 
 # ---------------------------------------------------------------- frames

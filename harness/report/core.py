@@ -18,7 +18,9 @@ from typing import Any, Callable, Iterable
 import pandas as pd
 
 from attn_contract.status import FAILED, Status
-from harness.records.results import read_header, read_rows, rows_frame
+from harness.records.header import RunHeader
+from harness.records.load import Run, load_run
+from harness.records.results import ResultRow, rows_frame
 
 # ---------------------------------------------------------------- what a section returns
 
@@ -118,37 +120,45 @@ def registered() -> list[SectionSpec]:
 
 @dataclass
 class Loaded:
-    rows: list[Any]
-    headers: list[dict[str, Any]]
-    sources: list[str]
+    runs: list[Run]  # every source as loaded (harness/records/load.py), rows de-duplicated
+    rows: list[ResultRow]
     run_of_row: list[int] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # shown at the top of the page and by `harness report`
 
+    @property
+    def sources(self) -> list[str]:
+        return [str(run.source) for run in self.runs]
+
+    @classmethod
+    def of_rows(cls, rows: Iterable[ResultRow], source: str = "run") -> "Loaded":
+        """Rows not read from a folder (a run's own, a test's) as one run without a run.json."""
+        rows = list(rows)
+        return cls([Run(Path(source), RunHeader(), rows, has_header=False)], rows, [0] * len(rows))
+
 
 def load(paths: Iterable[str | Path]) -> Loaded:
-    """Rows and headers of every results folder or .jsonl file, in order. The headers' backend
-    facts go to harness.analysis.engines, which the engine sections read (records, not classes)."""
-    from harness.analysis.engines import use_headers
+    """Rows and headers of every results folder or .jsonl file, in order; their backend facts
+    travel with them (``Loaded.runs``) to the engine sections (records, not classes)."""
+    import dataclasses
 
-    rows: list[Any] = []
-    headers: list[dict[str, Any]] = []
-    sources: list[str] = []
+    runs: list[Run] = []
+    rows: list[ResultRow] = []
     run_of_row: list[int] = []
     warnings: list[str] = []
     for i, p in enumerate(paths):
         p = Path(p)
-        got = read_rows(p)  # FileNotFoundError names a missing path or an empty folder
+        run = load_run(p)  # FileNotFoundError names a missing path or an empty folder
+        got = run.rows
         last = {r.key: r for r in got}  # a row key twice (a file appended to twice): the last, as compare does
         if len(last) < len(got):
             warnings.append(f"{p}: {len(got) - len(last)} duplicate row(s) (same suite/case/backend/variant); "
                             "the last of each is used, so no count is doubled")
-            got = list(last.values())
-        rows.extend(got)
-        run_of_row.extend([i] * len(got))
-        headers.append(read_header(p))
-        sources.append(str(p))
-    use_headers((f"{s} (run.json)", h) for s, h in zip(sources, headers))
-    return Loaded(rows, headers, sources, run_of_row, warnings)
+            run = dataclasses.replace(run, rows=list(last.values()))
+        warnings.extend(f"{p}: {note}" for note in run.migration.notes())
+        runs.append(run)
+        rows.extend(run.rows)
+        run_of_row.extend([i] * len(run.rows))
+    return Loaded(runs, rows, run_of_row, warnings)
 
 
 DERIVED = {
@@ -360,9 +370,8 @@ class SharedDict(dict):
 
 def frame(loaded: Loaded) -> pd.DataFrame:
     """One row per result: every JSON field flattened with dots, plus the ``DERIVED`` columns.
-    Run headers and sources go in ``attrs`` (``runs``: list of (source, header, row count))."""
-    runs = _Runs((s, h, sum(1 for r in loaded.run_of_row if r == i))
-                 for i, (s, h) in enumerate(zip(loaded.sources, loaded.headers)))
+    The loaded runs go in ``attrs["runs"]`` (harness/records/load.py ``Run``, rows de-duplicated)."""
+    runs = _Runs(loaded.runs)
     if not loaded.rows:
         df = pd.DataFrame({c: pd.Series([], dtype=object) for c in
                            ["suite", "case", "backend", "status", "variant_label", "reason", "reproducer", *DERIVED]})

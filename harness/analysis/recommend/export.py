@@ -69,11 +69,11 @@ def vllm_export(rec: Recommendation) -> dict[str, Any]:
         if d is not None and d.pick is not None and d.status in ("winner", "tied"):
             choice = d.pick  # the default is as good: no flag needed
         if choice is None:
-            choice = next((c for c in pool if (vllm_setting(c) or {}).get("exact")), None)
+            choice = next((c for c in pool if (vllm_setting(c, rec.inputs.facts) or {}).get("exact")), None)
         fallback = choice is None
         if fallback:  # nothing vLLM can select ties with the winner: its fastest exact setting, at a cost
-            choice = next((c for c in res.ranked if (vllm_setting(c) or {}).get("exact")), None)
-        s = vllm_setting(choice) if choice else None
+            choice = next((c for c in res.ranked if (vllm_setting(c, rec.inputs.facts) or {}).get("exact")), None)
+        s = vllm_setting(choice, rec.inputs.facts) if choice else None
         if s is not None and choice.name_override:
             s = {**s, "note": "with vLLM's own per-batch cascade rule, which only releases before 0.33.0 have and, since vLLM "
                       "PR #36318 (2026-03-07), only with `--no-disable-cascade-attn`"}

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from harness.analysis.engines import known_backends
 from harness.analysis.recommend import rows as R
 from harness.analysis.recommend.export import atomic_write
 from harness.analysis.recommend.load import RecommendError
@@ -69,7 +68,7 @@ def suggest_suite(rec: Recommendation, *, include_single: bool = True) -> dict[s
     cases = [c for i, res in enumerate(todo) if (c := _suggest_case(i, res)) is not None]
     if not cases:
         return None
-    known = set(known_backends())
+    known = set(rec.inputs.facts.known_backends())
     backends = sorted({r.backend for r in rec.inputs.rows if r.backend in known})
     return {
         "suite": "recommend-fill",
