@@ -13,7 +13,7 @@ from harness.analysis.recommend import inputs_of, policy, recommend_rows
 from harness.report import load, render_html
 from harness.records.header import RunHeader
 from harness.records.load import Run
-from harness.records.results import ResultRow
+from harness.records.results import ResultRow, VariantAxes
 from helpers.typed_rows import CFG, check, host, timing
 
 BATCH = {"num_reqs": 64, "num_tokens": 64, "num_decode": 64, "num_prefill": 0, "num_extend": 0,
@@ -65,7 +65,9 @@ def test_call_form_fastest_changes_the_winner():
 
 def test_a_row_standing_for_both_forms_counts_under_either():
     r = row("flashinfer", 90.0, {**FI, "call_form": "vllm"}).model_copy(
-        update={"variant_axes": {"not_applied": {"call_form": ["fastest", "vllm"]}}})
+        update={"variant_axes": VariantAxes(applied=[], segment_kinds=["decode"],
+                                            not_applied={"call_form": ["fastest", "vllm"]},
+                                            stands_for=["call_form=fastest", "call_form=vllm"])})
     assert only_call_form([r], "fastest") == [r]
     assert only_call_form([row("flashinfer", 90.0, {**FI, "call_form": "vllm"})], "fastest") == []
 

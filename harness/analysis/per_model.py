@@ -15,10 +15,8 @@ from typing import Any, Sequence
 
 from harness.report import markdown
 from harness.analysis.engines import SGLANG_FACTS, TABLE_ONLY, EngineFacts, sglang_flags, vllm_flags
-from harness.analysis.recommend import rows as R
-from harness.analysis.recommend.buckets import batch_kind
 from harness.analysis.recommend.load import load_inputs
-from harness.analysis.recommend.rank import RAN_OK, BucketResult, Candidate, case_batches, rank_bucket
+from harness.analysis.recommend.rank import RAN_OK, BucketResult, Candidate, batch_of, case_batches, rank_bucket
 from harness.analysis.recommend.vllm import VLLM_FACTS, vllm_setting
 from harness.records.header import RunHeader
 from harness.records.results import ResultRow
@@ -28,18 +26,21 @@ KIND_ORDER = {"decode": 0, "prefill": 1, "extend": 2, "mixed": 3}
 
 def model_of(row: ResultRow) -> str:
     """The model shape a row belongs to: 'llama-3.1-8b/tp2', else 'H32/KV8 D128 bfloat16'."""
-    m = R.model(row)
+    m = row.model
     if m:
         return m
-    c = R.config(row)
-    if not c:
+    c = row.config
+    if c is None:
         return "unknown shape"
-    s = f"H{c.get('num_heads')}/KV{c.get('num_kv_heads')} D{c.get('head_size')} {c.get('dtype')}"
-    if c.get("kv_cache_dtype") not in (None, "auto"):
-        s += f" kv {c['kv_cache_dtype']}"
-    for key, text in (("sliding_window", "window {}"), ("softcap", "softcap {}"), ("sinks", "sinks")):
-        if c.get(key):
-            s += " " + text.format(c[key])
+    s = f"H{c.num_heads}/KV{c.num_kv_heads} D{c.head_size} {c.dtype}"
+    if c.kv_cache_dtype != "auto":
+        s += f" kv {c.kv_cache_dtype}"
+    if c.sliding_window:
+        s += f" window {c.sliding_window}"
+    if c.softcap:
+        s += f" softcap {c.softcap}"
+    if c.sinks:
+        s += " sinks"
     return s
 
 
@@ -56,12 +57,12 @@ def answers(rows: Sequence[ResultRow], tie: float) -> list[Answer]:
     groups: dict[tuple[str, str], list[ResultRow]] = defaultdict(list)
     order: dict[str, int] = {}
     for r in rows:
-        b = R.batch(r) or batches.get(R.case_id(r))
-        if not b:
+        b = batch_of(r, batches)
+        if b is None:
             continue
         m = model_of(r)
         order.setdefault(m, len(order))
-        groups[(m, batch_kind(b))].append(r)
+        groups[(m, b.kind)].append(r)
     out = [Answer(m, k, rank_bucket((m, k), rs, tie)) for (m, k), rs in groups.items()]  # type: ignore[arg-type]
     return sorted(out, key=lambda a: (order[a.model], KIND_ORDER.get(a.kind, 9), a.kind))
 
@@ -75,7 +76,8 @@ def _margin(res: BucketResult) -> str:
 
 def answer_attention_kind(a: "Answer") -> str:
     """The attention kind of an answer's rows ("mha", or an MLA form: docs/mla.md)."""
-    return R.config(a.result.example).get("attention_kind") or "mha"
+    cfg = a.result.example.config
+    return cfg.kind_of_attention if cfg is not None else "mha"
 
 
 def sglang_flag(c: Candidate, kind: str, attention_kind: str = "mha", facts: EngineFacts = TABLE_ONLY) -> str:
@@ -117,21 +119,21 @@ def _engine_times(rows: Sequence[ResultRow], engine: str, facts: EngineFacts) ->
     times: dict[str, dict[str, float]] = defaultdict(dict)
     kinds: dict[str, str] = {}
     for r in rows:
-        t = R.timing(r) if R.status(r) == RAN_OK else None
-        b = R.batch(r) or batches.get(R.case_id(r))
-        if t is None or not b:
+        t = r.interval_us if r.status == RAN_OK else None
+        b = batch_of(r, batches)
+        if t is None or b is None:
             continue
-        variant = R.variant(r)
+        variant = r.variant
         if engine == "vllm":
             s = vllm_setting(Candidate(r.backend, variant, r.variant_label, {}), facts)
             key = s["cli"] if s and s["exact"] else None
         else:
-            s = facts.sglang_setting(r.backend, variant, R.config(r).get("attention_kind") or "mha")
+            s = facts.sglang_setting(r.backend, variant, r.config.kind_of_attention if r.config is not None else "mha")
             key = s["attention_backend"] if s and s["exact"] else None
         if key is None:
             continue
-        cid = R.case_id(r)
-        kinds[cid] = batch_kind(b)
+        cid = r.case_id
+        kinds[cid] = b.kind
         times[cid][key] = min(t[0], times[cid].get(key, math.inf))
     return times, kinds
 
@@ -190,7 +192,7 @@ def engine_settings(rows: Sequence[ResultRow], engine: str, facts: EngineFacts =
     times, kinds = _engine_times(rows, engine, facts)
     per_model: dict[str, list[str]] = defaultdict(list)
     for r in rows:
-        cid = R.case_id(r)
+        cid = r.case_id
         if cid in times and cid not in per_model[model_of(r)]:
             per_model[model_of(r)].append(cid)
     out = []
@@ -232,7 +234,7 @@ def model_settings(rows: Sequence[ResultRow], engine: str, facts: EngineFacts = 
     weights: dict[str, float] = {}
     layers: dict[str, dict[str, int | None]] = defaultdict(dict)
     for r in rows:
-        p, cid = r.case_params or {}, R.case_id(r)
+        p, cid = r.case_params or {}, r.case_id
         if not p.get("model_id") or cid not in times:
             continue
         key = f"{p['model_id']}/tp{p.get('tp', 1)}"

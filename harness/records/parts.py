@@ -276,6 +276,31 @@ class RowConfig(Part):
     attention_kind: str | None = None
     mla: dict[str, float | int] | None = None
 
+    @property
+    def kind_of_attention(self) -> str:
+        """``mha``, or the MLA form the cell ran (docs/mla.md)."""
+        return self.attention_kind or "mha"
+
+    def features(self, batch: BatchSummary) -> str:
+        """What sets the layer apart beyond its shape, comma-separated (``-``: nothing): the MLA
+        form, window, softcap, ALiBi, sinks, non-causal, a shared prefix in the batch."""
+        f = []
+        if self.kind_of_attention != "mha":
+            f.append(self.kind_of_attention)
+        if self.sliding_window:
+            f.append(f"window={self.sliding_window}")
+        if self.softcap:
+            f.append(f"softcap={self.softcap:g}")
+        if self.alibi:
+            f.append("alibi")
+        if self.sinks:
+            f.append("sinks")
+        if self.causal is False:
+            f.append("non-causal")
+        if (batch.prefix_groups or 0) > 0:
+            f.append("shared-prefix")
+        return ",".join(f) or "-"
+
 
 class BatchSummary(Part):
     """The generated batch, in numbers (harness.case.workload.Batch.summary); empty on a row that
@@ -292,6 +317,19 @@ class BatchSummary(Part):
     total_kv_tokens: int | None = None
     num_blocks: int | None = None
     prefix_groups: int | None = None
+
+    @property
+    def given(self) -> bool:
+        """The row got as far as its batch (an unsupported row's summary is empty)."""
+        return bool(self.model_fields_set)
+
+    @property
+    def kind(self) -> str:
+        """The batch's workload kind: decode, prefill or extend where it holds one kind of
+        request, mixed where several, ? where none (recommend's buckets, the per-model answers)."""
+        kinds = [k for k, n in (("decode", self.num_decode), ("prefill", self.num_prefill),
+                                ("extend", self.num_extend)) if (n or 0) > 0]
+        return kinds[0] if len(kinds) == 1 else ("mixed" if kinds else "?")
 
 
 class RowLayout(Part):

@@ -332,6 +332,38 @@ class ResultRow(BaseModel):
         return (self.suite, self.case, self.backend, self.variant_label)
 
     @property
+    def label(self) -> str:
+        """``backend [variant]``: the candidate's name in every table and plot."""
+        return f"{self.backend} [{self.variant_label}]" if self.variant_label else self.backend
+
+    @property
+    def case_id(self) -> str:
+        """``suite/case``: the case across backends (and across runs of one suite)."""
+        return f"{self.suite}/{self.case}"
+
+    @property
+    def model(self) -> str | None:
+        """The model shape a case came from (``model:`` / ``--model``), or None."""
+        m = self.case_params.get("model")
+        return str(m) if m else None
+
+    @property
+    def interval_us(self) -> tuple[float, float, float] | None:
+        """(median, CI low, CI high) in microseconds, the CI clipped to contain the median; None
+        when the row has no timing or no positive median."""
+        t = self.timing
+        if t is None or not t.median_us > 0:
+            return None
+        med = t.median_us
+        lo = t.ci_low_us if t.ci_low_us > 0 else med
+        return float(med), float(min(lo, med)), float(max(t.ci_high_us, med))
+
+    @property
+    def rule_costs(self) -> dict[str, bool | int | float]:
+        """The inputs of vLLM's cascade rule on this row's batch ({} where not recorded)."""
+        return dict(self.call.rule_costs or {}) if self.call is not None else {}
+
+    @property
     def group(self) -> str:
         """The case group the verdicts are given per: ``case_group``, or for rows written before
         it the case name up to its swept values (``llama3-8b[count=8]`` -> ``llama3-8b``)."""

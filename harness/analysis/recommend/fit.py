@@ -10,7 +10,6 @@ from typing import Any, Sequence
 
 from harness.analysis.cascade_agreement import rule_agreement
 from harness.analysis.engines import TABLE_ONLY, EngineFacts
-from harness.analysis.recommend import rows as R
 from harness.records.results import ResultRow
 from harness.analysis.selection_rules import CascadeRule, fit_cascade_rule, leave_one_out
 
@@ -38,13 +37,13 @@ def cascade_cells(rows: Sequence[ResultRow], facts: EngineFacts = TABLE_ONLY) ->
             continue
         seen.add(key)
         r = by_key[key]
-        costs, cfg, b = R.rule_costs(r), R.config(r), R.batch(r)
-        if not costs.get("min_prefix_len") or not costs.get("requests_per_prefix"):
+        costs, cfg, b = r.rule_costs, r.config, r.batch
+        if not costs.get("min_prefix_len") or not costs.get("requests_per_prefix") or cfg is None:
             continue
         out[_fit_name(e["backend"], e["variant"] or {}, facts)].append({
             "case": e["case"], "prefix_len": costs["min_prefix_len"], "requests_per_prefix": costs["requests_per_prefix"],
-            "num_kv_heads": cfg["num_kv_heads"], "gqa": cfg["num_heads"] // cfg["num_kv_heads"],
-            "decode_only": not (b.get("num_prefill") or b.get("num_extend")),
+            "num_kv_heads": cfg.num_kv_heads, "gqa": cfg.num_heads // cfg.num_kv_heads,
+            "decode_only": not (b.num_prefill or b.num_extend),
             "cascade_us": e["cascade_us"], "plain_us": e["plain_us"], "cascade_wins": e["measured_winner"] == "cascade",
             "vllm_says_cascade": bool(e["rule_says_cascade"]),
         })

@@ -10,7 +10,6 @@ from typing import Any
 
 from attn_contract.status import Status, reason_kind
 from harness.analysis.engines import TABLE_ONLY, EngineFacts
-from harness.analysis.recommend import rows as R
 from harness.analysis.recommend.buckets import Bucket
 from harness.analysis.recommend.rank import BucketResult, Candidate, Ratio, ratio, tie_kind
 from harness.analysis.selection_rules import VllmChoice, vllm_default
@@ -173,12 +172,13 @@ def default_costs(results: list[BucketResult], capability: str | None, tie: floa
         if not res.ranked:
             continue
         b = res.bucket
-        cfg = R.config(res.example)
+        cfg = res.example.config
+        if cfg is None:  # a bucket is made of rows with a layer: its example has one
+            continue
         choice = vllm_default(capability, num_heads=b.num_heads, num_kv_heads=b.num_kv_heads, head_size=b.head_size,
                               dtype=b.dtype, kv_cache_dtype=b.kv_cache_dtype, block_size=b.block_size,
-                              alibi=bool(cfg.get("alibi")), sinks=bool(cfg.get("sinks")),
-                              causal=cfg.get("causal") is not False,
-                              attention_kind=cfg.get("attention_kind") or "mha")
+                              alibi=cfg.alibi, sinks=cfg.sinks, causal=cfg.causal is not False,
+                              attention_kind=cfg.kind_of_attention)
         pick = _vllm_pick(choice, res, facts, cascade_opt_in)
         if pick is None:
             out.append(DefaultCost(b, choice, None, "not measured", None))

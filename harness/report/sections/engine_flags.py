@@ -24,12 +24,11 @@ def answer_per_model(df: pd.DataFrame) -> list[Block]:
     from harness.analysis.engines import EngineFacts
     from harness.analysis.per_model import answer_records, answers, engine_settings, model_settings
     from harness.analysis.recommend import DEFAULT_TIE
-    from harness.analysis.recommend import rows as R
 
     facts = EngineFacts.of(df.attrs.get("runs", []))  # the runs' backend facts, over the table
 
-    rows = [r for r in result_rows(df) if R.batch(r)]
-    if not any(R.model(r) for r in rows):
+    rows = [r for r in result_rows(df) if r.batch.given]
+    if not any(r.model for r in rows):
         # Without model-shaped cases the layer shapes already lead the page (the answer section):
         # a second, longer table of them would only push that answer off the first screen.
         return [Text("No case of these results was made from a model (`model:` in a suite, or "
