@@ -136,6 +136,36 @@ class MatrixEnvironment(HeaderPart):
     """Where the environment was made."""
 
 
+class ShardRecord(HeaderPart):
+    """``--shard K/N``: which part of the suite's cells this run holds (harness/plan/shard.py)."""
+
+    index: int
+    """K: this shard's number, from 1."""
+    count: int
+    """N: how many shards the cells were split into."""
+    total_cells: int | None = None
+    """The suite's cells over all shards."""
+    est_cost_s: list[float] | None = None
+    """The estimated seconds of each shard's cells."""
+    cells: list[str] | None = None
+    """This shard's cells, ``suite|case|backend|variant`` each (``harness merge`` reports those no folder has)."""
+
+
+class MergedFrom(HeaderPart):
+    """One folder ``harness merge`` read."""
+
+    dir: str
+    """The folder as given."""
+    shard: int | None = None
+    """Its shard number (``--shard K/N``), if it was one."""
+    shard_count: int | None = None
+    """N of its ``--shard K/N``."""
+    git_sha: str | None = None
+    """The harness commit that wrote it."""
+    time_utc: str | None = None
+    """When its run started."""
+
+
 class RunHeader(RunTiming):
     """run.json: the environment a run happened in, what was run, and where its time went."""
 
@@ -192,6 +222,14 @@ class RunHeader(RunTiming):
     in headers written before it: readers then use harness/analysis/engine_table.json."""
     environment: MatrixEnvironment | None = None
     """``harness matrix`` / ``harness bisect``: the isolated environment the run used."""
+    shard: ShardRecord | None = None
+    """``--shard K/N`` runs: which part of the cells this folder holds."""
+    merged: list[MergedFrom] | None = None
+    """``harness merge`` output: the folders merged, first first (its duplicated cells kept from it)."""
+    merge_missing: list[str] | None = None
+    """``harness merge`` output: cells no merged folder has."""
+    merge_duplicated: list[str] | None = None
+    """``harness merge`` output: cells more than one folder had (the first folder's row kept)."""
 
     @property
     def device_name(self) -> str | None:
@@ -200,4 +238,4 @@ class RunHeader(RunTiming):
 
 
 __all__ = ["HeaderPart", "DeviceInfo", "WorkerRecord", "DevicePlanEntry", "RunTiming", "ResumeRecord",
-           "MatrixEnvironment", "RunHeader"]
+           "MatrixEnvironment", "ShardRecord", "MergedFrom", "RunHeader"]
