@@ -8,9 +8,11 @@ import platform
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:
+    import torch
+
 
 
 def git_sha() -> str:
@@ -47,6 +49,8 @@ def _driver_version(idx: int) -> str | None:
 
 @functools.lru_cache(maxsize=None)  # nvidia-smi is slow; the answer does not change within a run
 def device_info(device: torch.device) -> dict[str, Any]:
+    import torch  # here: records/ is read without torch (the readers never need it)
+
     if device.type == "cuda":
         idx = device.index if device.index is not None else torch.cuda.current_device()
         p = torch.cuda.get_device_properties(idx)
@@ -74,6 +78,8 @@ def device_info(device: torch.device) -> dict[str, Any]:
 
 def run_header(device: torch.device, backend_versions: dict[str, dict[str, str]], argv: list[str],
                extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    import torch
+
     from harness.records.formats import RUN_SCHEMA_VERSION
 
     return {

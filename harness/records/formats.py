@@ -10,7 +10,7 @@
 Readers accept every version a build wrote, migrating it on read, and refuse a newer one (or one
 no build wrote, such as 0) with a message saying so, instead of misreading fields they do not
 know (harness/records/migrate.py). Any change to a model's fields bumps its version here and
-records the schema's fingerprint (harness/records/schema_fingerprints.json). Their JSON Schemas:
+records the schema's fingerprint (tests/records/schema_fingerprints.json). Their JSON Schemas:
 harness/records/schema.py."""
 
 from __future__ import annotations

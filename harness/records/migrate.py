@@ -5,7 +5,7 @@ A CI owner's stored baseline must never become unreadable after an upgrade. The 
 
 - any change to a row's (or run.json's) fields bumps ``ROW_SCHEMA_VERSION`` / ``RUN_SCHEMA_VERSION``
   (harness/records/formats.py) and records the new schema's fingerprint in
-  harness/records/schema_fingerprints.json (tests/records/test_readable_forever.py fails
+  tests/records/schema_fingerprints.json (tests/records/test_readable_forever.py fails
   otherwise); a version whose dicts do not validate as the current model gets an entry in
   ``ROW_UPGRADES`` / ``RUN_UPGRADES`` (version -> a function from that version's dict to the next's);
 - a field that a build wrote under some version and a later build dropped *without* a bump (it

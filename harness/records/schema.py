@@ -8,12 +8,10 @@ also be a non-empty list (a sweep axis), ``sweep: product|zip``; usable as
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 from typing import Any
 
-from harness.records.fileio import atomic_write_text
 from harness.records.formats import ROW_SCHEMA_VERSION, RUN_SCHEMA_VERSION
 
 def row_schema() -> dict[str, Any]:
@@ -126,19 +124,3 @@ def suite_schema() -> dict[str, Any]:
 
 
 SCHEMAS = {"row": row_schema, "suite": suite_schema, "run": run_schema}
-
-
-def add_parser(sub: Any) -> None:
-    sc = sub.add_parser("schema", help="print the JSON Schema of a result row, a suite file or run.json")
-    sc.add_argument("what", choices=sorted(SCHEMAS), help="row (results.jsonl lines), suite (YAML files), run (run.json)")
-    sc.add_argument("-o", "--output", metavar="FILE", help="write it to FILE instead of stdout")
-    sc.set_defaults(func=run)
-
-
-def run(args: argparse.Namespace) -> int:
-    text = json.dumps(SCHEMAS[args.what](), indent=1) + "\n"
-    if args.output:
-        atomic_write_text(args.output, text)  # a bad path: one line, exit 2 (harness/records/fileio.py)
-    else:
-        print(text, end="")
-    return 0

@@ -68,3 +68,18 @@ def test_merge_keeps_every_shards_backend_facts(tmp_path):
     assert [m.shard for m in merged.header.merged or []] == [1, 2] and merged.header.shard is None
     written = json.loads((out / "run.json").read_text())
     assert "wall_s" not in written and written["cells"] == 2 and written["suite"] == "s"
+
+
+def test_records_import_no_torch_and_hold_no_command():
+    """Reading records needs no torch; the commands live in harness/cli/commands/."""
+    import subprocess
+    import sys
+
+    import harness.records
+
+    root = Path(harness.records.__file__).parent
+    mods = sorted(f"harness.records.{p.stem}" for p in root.glob("*.py") if p.stem != "__init__")
+    code = (f"import sys, importlib\nfor m in {mods!r}: importlib.import_module(m)\n"
+            "print('torch' in sys.modules, [m for m in " + repr(mods) + " if hasattr(sys.modules[m], 'add_parser')])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out[0] == "False" and " ".join(out[1:]) == "[]"
