@@ -6,7 +6,7 @@ import datetime as _dt
 from pathlib import Path
 from typing import Any
 
-from harness.records.results import RESULTS_FILE, read_header, read_rows, repair_torn_tail, variant_label
+from harness.records.results import HEADER_FILE, RESULTS_FILE, read_rows, read_run_header, repair_torn_tail, variant_label
 from harness.plan.cells import Cell
 from harness.spec import Suite
 
@@ -28,16 +28,21 @@ def check_resumable(out_dir: Path, suite: Suite, seed: int | None = None) -> tup
 
 
 def _resumable_header(out_dir: Path, suite: Suite, seed: int | None) -> dict[str, Any]:
-    header = read_header(out_dir)
-    if not header and not (out_dir / RESULTS_FILE).exists():
+    """run.json of the folder to resume, checked against this suite and seed; its content as
+    the run's writer continues it (``{}``: the folder has none)."""
+    if not (out_dir / HEADER_FILE).exists() and not (out_dir / RESULTS_FILE).exists():
         raise ResumeError(f"--resume {out_dir}: no run.json or {RESULTS_FILE} there; nothing to resume")
-    if header.get("suite") not in (None, suite.suite):
-        raise ResumeError(f"--resume {out_dir}: it holds suite {header.get('suite')!r}, not {suite.suite!r}")
-    if "seed" in header and header.get("seed") != seed:
-        ran = "without --seed (each case's own seed)" if header.get("seed") is None else f"with --seed {header['seed']}"
-        now = "drop --seed" if header.get("seed") is None else f"give --seed {header['seed']}"
+    try:
+        header = read_run_header(out_dir)
+    except ValueError as e:
+        raise ResumeError(f"--resume {out_dir}: {e}") from None
+    if header.suite not in (None, suite.suite):
+        raise ResumeError(f"--resume {out_dir}: it holds suite {header.suite!r}, not {suite.suite!r}")
+    if "seed" in header.model_fields_set and header.seed != seed:
+        ran = "without --seed (each case's own seed)" if header.seed is None else f"with --seed {header.seed}"
+        now = "drop --seed" if header.seed is None else f"give --seed {header.seed}"
         raise ResumeError(f"--resume {out_dir}: it ran {ran}; resume with the same seed: {now}")
-    return header
+    return header.as_json()
 
 
 def _rows(out_dir: Path) -> list[Any]:

@@ -236,6 +236,16 @@ class RunHeader(RunTiming):
         """The GPU's (or CPU's) name, if the header has one."""
         return self.device.name
 
+    def updated(self, **changes: Any) -> "RunHeader":
+        """A copy with ``changes`` (typed values) set, and written by ``as_json``."""
+        h = self.model_copy(update=changes)
+        h.model_fields_set.update(changes)
+        return h
+
+    def as_json(self) -> dict[str, Any]:
+        """run.json's content: the keys the file had or a writer set (none invented)."""
+        return self.model_dump(mode="json", exclude_unset=True)
+
 
 __all__ = ["HeaderPart", "DeviceInfo", "WorkerRecord", "DevicePlanEntry", "RunTiming", "ResumeRecord",
            "MatrixEnvironment", "ShardRecord", "MergedFrom", "RunHeader"]
