@@ -28,7 +28,7 @@ StatusValue = Annotated[Status, Field(strict=False), PlainSerializer(lambda s: s
 class Part(BaseModel):
     """Base of the fixed-shape parts: strict, closed, optional fields written only when given."""
 
-    model_config = ConfigDict(strict=True, extra="forbid")
+    model_config = ConfigDict(strict=True, extra="forbid", use_attribute_docstrings=True)
 
     @model_serializer(mode="wrap")
     def _only_given(self, handler: Any) -> dict[str, Any]:
@@ -42,42 +42,64 @@ class RequestCheck(Part):
     """One request's verdict (harness.cell.check.check_output). Errors are None where not finite."""
 
     request: int
-    kind: str  # decode | extend | prefill
+    """The request's index in the batch."""
+    kind: str
+    """decode | extend | prefill."""
     query_len: int
+    """Its query tokens."""
     seq_len: int
+    """Its KV length (context plus query)."""
     passed: bool
+    """Its verdict."""
     rel_l2_err: float | None
+    """Its relative L2 error; None where not finite."""
     rel_l2_limit: float | None
+    """The limit it was held to."""
     max_abs_err: float | None
+    """Its largest absolute error; None where not finite."""
     mismatch_fraction: float | None
+    """Its share of elements out of tolerance."""
     lse_max_abs_err: float | None
+    """Its largest LSE error; None where not checked or not finite."""
     problems: str
+    """What failed, in words ('' if nothing)."""
 
 
 class KindCheck(Part):
     """Requests of one segment kind: how many, how many failed, the worst rel L2 error."""
 
     requests: int
+    """Requests of this kind."""
     failed: int
+    """How many failed."""
     max_rel_l2_err: float | None
+    """The worst relative L2 error among them."""
 
 
 class Recheck(Part):
     """The output checked again after timing, or of a repeated call into a poisoned buffer."""
 
-    when: str  # "after timing" | "repeat call"
+    when: str
+    """'after timing' | 'repeat call'."""
     passed: bool
+    """Its verdict."""
     message: str | None = None
+    """The verdict in words."""
     rel_l2_err: float | None = None
+    """The relative L2 error then."""
     num_failed_requests: int | None = None
+    """Requests that failed then."""
 
 
 class InvariantResult(Part):
     """One metamorphic check (harness/cell/invariants.py)."""
 
     invariant: str
-    status: StatusValue  # pass | mismatch | error | unsupported
+    """The metamorphic check's name."""
+    status: StatusValue
+    """pass | mismatch | error | unsupported."""
     detail: str
+    """What it found."""
 
 
 # ---------------------------------------------------------------- timing
@@ -85,126 +107,201 @@ class CudaGraphInfo(Part):
     """Whether timing replayed the call from a CUDA graph, and why (not)."""
 
     used: bool
+    """Whether timing replayed the call from a CUDA graph."""
     reason: str
-    required: str | None = None  # the support level the batch needs (CudaGraphSupport name)
-    declared: str | None = None  # the level the backend declares
+    """Why (not)."""
+    required: str | None = None
+    """The support level the batch needs (CudaGraphSupport name)."""
+    declared: str | None = None
+    """The level the backend declares."""
     calls_per_replay: int | None = None
+    """Calls captured in one graph replay."""
 
 
 class SmClock(Part):
     """GPU SM clock around the sampling (MHz); a probe that failed leaves its field None."""
 
     before: float | None = None
+    """SM clock before sampling, MHz."""
     after: float | None = None
+    """SM clock after sampling, MHz."""
     source: str | None = None
+    """Where the reading came from."""
     during_first: float | None = None
+    """SM clock at the first sample, MHz."""
     during_last: float | None = None
+    """SM clock at the last sample, MHz."""
     throttled: bool | None = None
+    """Whether the GPU was throttling."""
 
 
 class ClockStats(Part):
     """min / median / max of one quantity over a cell's samples."""
 
     min: float
+    """Smallest value."""
     median: float
+    """Median value."""
     max: float
+    """Largest value."""
 
 
 class ClockWarmup(Part):
     """Sustained regime: the continuous work run before sampling (harness.timing.clocks.warm_to_steady)."""
 
     seconds: float | None = None
+    """Seconds of continuous work before sampling."""
     chunks: int | None = None
+    """Work chunks run."""
     reason: str | None = None
-    previous_busy: bool | None = None  # the previous sustained cell ended within SUSTAIN_RECENT_S
+    """Why it stopped."""
+    previous_busy: bool | None = None
+    """The previous sustained cell ended within SUSTAIN_RECENT_S."""
     idle_before_s: float | None = None
+    """Idle seconds before the warm-up."""
     min_s: float | None = None
+    """The least warm-up asked for, seconds."""
     sm_mhz_start: float | None = None
+    """SM clock at its start, MHz."""
     sm_mhz_end: float | None = None
+    """SM clock at its end, MHz."""
     power_w_start: float | None = None
+    """Board power at its start, W."""
     power_w_end: float | None = None
+    """Board power at its end, W."""
 
 
 class Clocks(Part):
     """The GPU's clock state over a cell's samples and the regime it was sampled in
     (harness/timing/clocks.py): NVML's SM clock and board power read after every sample."""
 
-    regime: str  # burst | sustained
-    source: str | None = None  # None: no clock reader (``reason`` says why)
+    regime: str
+    """burst | sustained."""
+    source: str | None = None
+    """The clock reader; None: none (reason says why)."""
     reason: str | None = None
+    """Why there is no reader."""
     sm_mhz: ClockStats | None = None
+    """SM clock over the samples, MHz."""
     power_w: ClockStats | None = None
+    """Board power over the samples, W."""
     reads: int | None = None
+    """Readings taken."""
     max_sm_mhz: float | None = None
+    """The GPU's maximum SM clock, MHz."""
     power_limit_w: float | None = None
-    read_cost_us: float | None = None  # host time of one read (between samples)
+    """The board's power limit, W."""
+    read_cost_us: float | None = None
+    """Host time of one read (between samples), microseconds."""
     read_share: float | None = None  # all reads' cost over the sampling time
-    discarded: int | None = None  # samples discarded as throttled (burst)
+    """All reads' cost over the sampling time."""
+    discarded: int | None = None
+    """Samples discarded as throttled (burst)."""
     discard_reasons: dict[str, int] | None = None
-    throttled_kept: int | None = None  # throttled samples kept: no clean one within the time budget
-    short_of_clean: bool | None = None  # fewer clean samples than min_samples
-    idle_before_s: float | None = None  # since the previous timed cell on the device ended
-    throttle_threshold: float | None = None  # burst: of max_sm_mhz
-    recovery_s: float | None = None  # burst: idle after a discarded sample
-    warmup: ClockWarmup | None = None  # sustained
+    """Discarded samples per reason."""
+    throttled_kept: int | None = None
+    """Throttled samples kept: no clean one within the time budget."""
+    short_of_clean: bool | None = None
+    """Fewer clean samples than min_samples."""
+    idle_before_s: float | None = None
+    """Seconds since the previous timed cell on the device ended."""
+    throttle_threshold: float | None = None
+    """Burst: the share of max_sm_mhz below which a sample counts as throttled."""
+    recovery_s: float | None = None
+    """Burst: idle seconds after a discarded sample."""
+    warmup: ClockWarmup | None = None
+    """Sustained: the work run before sampling."""
     pad: float | None = None  # sustained: samples' worth of work queued before each sample
+    """Sustained: samples' worth of work queued before each sample."""
 
 
 class Launch(Part):
     """GPU launch hiding: the share of samples whose launches a spin kernel hid."""
 
     hidden_frac: float | None = None
+    """Share of samples whose launches a spin kernel hid."""
     hold_us: float | None = None
+    """How long the spin kernel held the stream, microseconds."""
     note: str | None = None
+    """Why it was (not) used."""
 
 
 class ColdProbe(Part):
     """One cold-L2 flush probe (harness/timing/cold_l2.py)."""
 
     method: str | None = None
+    """How L2 was flushed."""
     flush: str | None = None
+    """The flush, in words."""
     verified: bool | None = None
+    """Whether the probe saw it work."""
     reason: str | None = None
+    """Why (not)."""
     probe_mib: float | None = None
+    """The probe's buffer, MiB."""
     hot_us: float | None = None
+    """The probe read with L2 hot, microseconds."""
     cold_us: float | None = None
+    """The probe read after a flush, microseconds."""
     ratio: float | None = None
+    """cold_us / hot_us."""
     min_ratio: float | None = None
+    """The ratio that counts as flushed."""
     hot_tbps: float | None = None
+    """Hot read bandwidth, TB/s."""
     cold_tbps: float | None = None
+    """Cold read bandwidth, TB/s."""
 
 
 class ColdCheck(ColdProbe):
     """Cold mode: the flush chosen, why, and every probe made."""
 
     requested: str | None = None
+    """The flush method asked for."""
     selection: str | None = None
+    """How the flush was chosen."""
     probes: dict[str, ColdProbe] | None = None
+    """Every probe made, by method."""
 
 
 class Energy(Part):
     """NVML energy around the timing (harness/timing/energy.py)."""
 
     available: bool
+    """Whether NVML energy could be read."""
     reason: str | None = None
+    """Why not."""
     method: str | None = None
+    """How it was measured."""
     source: str | None = None
+    """The counter read."""
     calls: int | None = None
+    """Calls in the window."""
     window_s: float | None = None
+    """The measuring window, seconds."""
     energy_j: float | None = None
+    """Energy over the window, J."""
     j_per_call: float | None = None
+    """Energy per call, J."""
     mean_w: float | None = None
+    """Mean power, W."""
     busy_frac: float | None = None
+    """Share of the window the GPU was busy."""
 
 
 class TimeContents(Part):
     """What a row's time holds beside the call's own kernels (harness/timing/loop.py)."""
 
     timer: str
+    """The timer used."""
     kernels: bool
+    """Whether the time includes the call's kernels."""
     launch_gaps: bool
+    """Whether it includes gaps between launches."""
     host_time: bool | None
+    """Whether it includes host time (None: unknown)."""
     note: str
+    """What it holds, in words."""
 
 
 class TimingOptionsRecord(Part):
@@ -212,28 +309,51 @@ class TimingOptionsRecord(Part):
     Options added later are optional: older rows lack them."""
 
     warmup: int
+    """Untimed calls first."""
     min_samples: int
+    """Fewest samples."""
     max_samples: int
+    """Most samples."""
     target_rel_noise: float
+    """Relative CI half-width aimed for."""
     max_time_s: float
+    """Sampling time budget, seconds."""
     host_bound_max_time_s: float | None = None
+    """The budget for host-bound calls, seconds."""
     long_call_ms: float | None = None
+    """A call at least this long is timed one per sample, ms."""
     mode: str
+    """hot | cold L2."""
     cuda_graph: bool
+    """Whether CUDA graph replay was allowed."""
     confidence: float
+    """The CI's confidence level."""
     min_sample_us: float
+    """Calls are batched until a sample takes at least this long, microseconds."""
     max_calls_per_sample: int
+    """Most calls batched into one sample."""
     hide_launch: bool
+    """Whether a spin kernel hid launch overhead."""
     max_hold_ms: float
+    """Longest spin-kernel hold, ms."""
     flush_method: str
+    """The cold-L2 flush asked for."""
     keep_raw: bool
+    """Whether every sample was kept (raw_us)."""
     stop_criterion: str | None = None
+    """The stopping rule asked for."""
     cpu_clock: str | None = None
+    """The CPU timer asked for."""
     energy_window_s: float | None = None
+    """The energy window, seconds."""
     clock_regime: str | None = None
+    """The clock regime asked for."""
     throttle_threshold: float | None = None
+    """Burst: throttle threshold asked for."""
     throttle_recovery_s: float | None = None
+    """Burst: idle after a throttled sample, seconds."""
     sampling: str | None = None
+    """interleaved | sequential, as asked."""
 
 
 # ---------------------------------------------------------------- metrics
@@ -242,14 +362,23 @@ class Roofline(Part):
     (harness.case.roofline); only ``reason`` where no ceilings were known."""
 
     reason: str | None = None
-    bound: str | None = None  # compute | memory
+    """Why there are no ceilings (only field then)."""
+    bound: str | None = None
+    """compute | memory: which ceiling the row's intensity faces."""
     ridge_flop_per_byte: float | None = None
+    """The intensity where the two ceilings meet."""
     ceiling_tbps: float | None = None
+    """Measured memory ceiling, TB/s."""
     ceiling_tflops: float | None = None
+    """Measured compute ceiling, TFLOP/s."""
     pct_of_bw: float | None = None
+    """Achieved share of the memory ceiling, %."""
     pct_of_flops: float | None = None
+    """Achieved share of the compute ceiling, %."""
     pct_of_ceiling: float | None = None
+    """Achieved share of the bounding ceiling, %."""
     ceilings_key: str | None = None
+    """The device key the ceilings were measured for."""
 
 
 # ---------------------------------------------------------------- the row's own parts
@@ -257,24 +386,42 @@ class RowConfig(Part):
     """The layer a cell ran (attn_contract.AttentionConfig as a dict) plus the case's seed and tags."""
 
     num_heads: int
+    """Query heads."""
     num_kv_heads: int
+    """KV heads."""
     head_size: int
+    """Head size (of Q and K)."""
     dtype: str
+    """The model dtype."""
     kv_cache_dtype: str
+    """The KV cache dtype (auto: the model's)."""
     block_size: int
+    """Tokens per KV cache page."""
     kv_layout: str
+    """NHD | HND."""
     causal: bool
+    """Causal masking."""
     sliding_window: int | None
+    """Sliding-window size; None: full attention."""
     softcap: float
+    """Logit soft-cap; 0: none."""
     scale: float | None
+    """Softmax scale; None: 1/sqrt(head_size)."""
     alibi: bool
+    """ALiBi slopes."""
     sinks: bool
+    """Attention sinks."""
     seed: int
+    """The case's random seed."""
     tags: list[str]
+    """The case's tags."""
     # MLA cells only (docs/mla.md): the value head size, the form and the latent dims.
     v_head_size: int | None = None
+    """MLA: the value head size."""
     attention_kind: str | None = None
+    """MLA: mla_absorbed | mla_expanded (docs/mla.md)."""
     mla: dict[str, float | int] | None = None
+    """MLA: the latent dims."""
 
     @property
     def kind_of_attention(self) -> str:
@@ -307,16 +454,27 @@ class BatchSummary(Part):
     did not get that far."""
 
     num_reqs: int | None = None
+    """Requests."""
     num_tokens: int | None = None
+    """Query tokens."""
     num_decode: int | None = None
+    """Decode requests."""
     num_prefill: int | None = None
+    """Prefill requests."""
     num_extend: int | None = None
+    """Extend (chunked-prefill) requests."""
     max_query_len: int | None = None
+    """Longest query."""
     max_seq_len: int | None = None
+    """Longest KV length."""
     mean_seq_len: float | None = None
+    """Mean KV length."""
     total_kv_tokens: int | None = None
+    """KV tokens over all requests."""
     num_blocks: int | None = None
+    """KV pages used."""
     prefix_groups: int | None = None
+    """Groups of requests sharing a prefix."""
 
     @property
     def given(self) -> bool:
@@ -336,20 +494,35 @@ class RowLayout(Part):
     """The case's layout facts (harness.case.layout.CaseLayout.as_dict)."""
 
     block_size: int
+    """Tokens per page."""
     num_reqs: int
+    """Requests."""
     num_tokens: int
+    """Query tokens."""
     max_query_len: int
+    """Longest query."""
     max_seq_len: int
+    """Longest KV length."""
     total_kv_tokens: int
+    """KV tokens over all requests."""
     prefix_len: int
+    """Shared prefix length."""
     prefix_groups: int
+    """Groups sharing a prefix."""
     num_blocks_used: int
+    """Pages the batch uses."""
     num_blocks: int
+    """Pages allocated."""
     max_blocks_per_req: int
+    """Most pages one request uses."""
     elt_bytes: int
+    """Bytes per model-dtype element."""
     kv_elt_bytes: int
+    """Bytes per KV-cache element."""
     logical_kv_bytes: int
+    """KV bytes the requests hold."""
     kv_cache_bytes: int
+    """KV cache bytes allocated."""
 
 
 class VariantAxes(Part):
@@ -357,16 +530,22 @@ class VariantAxes(Part):
     (harness.plan.cells.collapse_variants). Axis names and values are the backend's."""
 
     applied: list[str]
+    """Variant axes that applied to the batch."""
     segment_kinds: list[str]
+    """The batch's segment kinds."""
     not_applied: dict[str, list[str]]
+    """Axes that could not change the result, with the values this row stands for."""
     stands_for: list[str]
+    """The variants this row stands for."""
 
 
 class RowEnvironment(Part):
     """The isolated environment a `harness matrix` / `harness bisect` row ran in."""
 
     name: str
-    versions: dict[str, str]  # requirement -> exact version (torch included)
+    """The environment's name."""
+    versions: dict[str, str]
+    """Requirement -> its exact version (torch included)."""
 
 
 __all__ = ["Part", "Scalar", "StatusValue", "RequestCheck", "KindCheck", "Recheck", "InvariantResult",

@@ -13,7 +13,7 @@ import math
 import os
 import zlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_serializer, model_validator
 
@@ -25,6 +25,7 @@ from harness.records.parts import (BatchSummary, ClockStats, Clocks, ColdCheck, 
                                    RowLayout, Scalar, SmClock, TimeContents, TimingOptionsRecord, VariantAxes)
 from harness.records.formats import ROW_SCHEMA_VERSION
 from harness.records.migrate import Migration, migrate_header, migrate_row
+from harness.records.payloads import Call, Check, Host, Metrics, Timing, Worker
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -43,183 +44,6 @@ HEADER_FILE = "run.json"
 UNCHECKED_REASON = "not checked against the reference (--no-check)"
 
 
-# ---------------------------------------------------------------- payloads
-class Payload(BaseModel):
-    """A typed part of a row. Strict: a bool is not an int, a string is not a number.
-
-    ``_omit_if_none`` names optional fields that did not exist in older files; they are left out
-    of the JSON while unset, so rows written now have the same keys as rows written before."""
-
-    # extra="forbid": a new measurement field must be declared here (optional, so old rows load),
-    # never slipped in unnoticed; tests/test_results_rows.py loads every committed file.
-    model_config = ConfigDict(strict=True, extra="forbid")
-    _omit_if_none: ClassVar[frozenset[str]] = frozenset()
-
-    @model_serializer(mode="wrap")
-    def _drop_unset_extensions(self, handler: Any) -> dict[str, Any]:
-        d = handler(self)
-        for k in self._omit_if_none:
-            if d.get(k, 0) is None:
-                del d[k]
-        return d
-
-
-class Check(Payload):
-    """The output (and LSE) against the reference (what harness.cell.check.check_output returns). Error figures are
-    None where they were not finite (a NaN/Inf output): JSON has no infinity."""
-
-    passed: bool
-    message: str
-    max_abs_err: float | None
-    max_rel_err: float | None
-    rel_l2_err: float | None
-    mismatch_fraction: float
-    num_nan: int
-    num_inf: int
-    num_unwritten: int
-    lse_checked: bool
-    lse_max_abs_err: float | None
-    atol: float
-    rtol: float
-    lse_atol: float
-    max_mismatch_fraction: float
-    # Per request (its index, errors, verdict), for localising a mismatch; newer rows only.
-    num_requests: int | None = None
-    num_failed_requests: int | None = None
-    per_request: list[RequestCheck] | None = None
-    worst_request: RequestCheck | None = None
-    per_kind: dict[str, KindCheck] | None = None  # summary per segment kind (decode, prefill, ...)
-    rechecks: list[Recheck] | None = None  # the output after timing / of a repeated call
-    inputs_modified: str | None = None  # the inputs the backend wrote into (a mismatch)
-    invariants: list[InvariantResult] | None = None  # --invariants: harness/cell/invariants.py, each with a status
-    diagnosis: str | None = None  # a known library bug the backend says this mismatch matches
-
-    _omit_if_none = frozenset({"num_requests", "num_failed_requests", "per_request", "worst_request", "per_kind",
-                               "rechecks", "inputs_modified", "invariants", "diagnosis"})
-
-
-class Timing(Payload):
-    """Per-call time in microseconds and how it was measured (harness.timing.time_callable)."""
-
-    median_us: float
-    min_us: float
-    max_us: float
-    mean_us: float
-    stdev_us: float
-    q1_us: float
-    q3_us: float
-    iqr_us: float
-    ci_low_us: float
-    ci_high_us: float
-    ci_coverage: float
-    rel_ci_half_width: float
-    samples: int
-    stop_criterion: str | None = None  # the stopping rule's name (harness.timing.stopping); newer rows
-    stop_reason: str
-    stop: str
-    target_rel_noise: float
-    sampling_s: float
-    method: str  # wall_clock (CPU) | cuda_event
-    mode: str  # hot | cold
-    l2: str
-    cuda_graph: CudaGraphInfo
-    calls_per_sample: int
-    sm_clock_mhz: SmClock | None  # GPU clocks around the sampling; None on the CPU
-    options: TimingOptionsRecord
-    launch: Launch | None = None  # GPU: launch hiding
-    raw_us: list[float] | None = None  # every sample, with TimingOptions.keep_raw
-    cold_check: ColdCheck | None = None  # cold mode: how L2 flushing was verified
-    cold_l2: str | None = None
-    # Extensions: time per phase (e.g. {"plan": .., "kernel": ..}, microseconds) and energy.
-    breakdown: dict[str, float] | None = None
-    energy: Energy | None = None
-    contains: TimeContents | None = None  # what the time holds beside the kernels (harness.timing.loop)
-    # GPU: the clock regime the row was sampled in (burst | sustained; part of its identity:
-    # compare refuses rows of two regimes), the clocks over its samples, and whether its
-    # candidates were sampled in interleaved rounds or one after another. Absent on CPU rows
-    # and on rows written before them (those were burst, unrecorded).
-    clock_regime: str | None = None
-    clocks: Clocks | None = None
-    sampling: str | None = None  # interleaved | sequential
-
-    _omit_if_none = frozenset({"stop_criterion", "launch", "raw_us", "cold_check", "cold_l2", "breakdown", "energy",
-                               "contains", "clock_regime", "clocks", "sampling"})
-
-
-class Metrics(Payload):
-    """Work of the call (harness.case.metrics) and what the measured time achieves (harness.case.roofline).
-
-    Further fields are allowed but must be numbers (or null): a new quantity added to
-    ``harness.case.metrics.Work`` lands here without touching this model."""
-
-    model_config = ConfigDict(strict=True, extra="allow")
-    __pydantic_extra__: dict[str, int | float | None] = Field(init=False)
-
-    flops: float
-    bytes: float
-    bytes_q: float
-    bytes_kv: float
-    bytes_o: float
-    bytes_meta: float
-    visible_pairs: int
-    kv_tokens_read: int
-    intensity: float | None
-    tflops: float | None
-    tbps: float | None
-    roofline: Roofline
-
-
-class Host(Payload):
-    """Host-side costs, milliseconds unless named otherwise. The cell's own stages are in
-    ``breakdown_ms``; ``case_ms`` holds the case-level stages (generate, reference) it shared
-    with ``case_cells`` cells. build/first_call are None on an error row that stopped earlier."""
-
-    build_ms: float | None = None
-    first_call_ms: float | None = None  # includes JIT compilation
-    enqueue_us: float | None = None  # GPU: launching one call
-    breakdown_ms: dict[str, float] | None = None
-    cell_ms: float | None = None
-    case_ms: dict[str, float] | None = None
-    case_cells: int | None = None
-
-    _omit_if_none = frozenset({"build_ms", "first_call_ms", "enqueue_us", "breakdown_ms", "cell_ms", "case_ms",
-                               "case_cells"})
-
-
-class Call(Payload):
-    """What the backend says it called (``describe_call``) plus what the harness adds beside it.
-
-    The backend's facts are its own keys (kernel names, split counts, plan times, ...): the harness
-    cannot know them and a backend must not need a harness change to record a new one, so they
-    stay a mapping, ``facts`` (pydantic's extra fields, written at the top level of ``call`` as
-    always). The keys the harness writes or reads itself are typed fields."""
-
-    model_config = ConfigDict(strict=True, extra="allow")
-    __pydantic_extra__: dict[str, Any] = Field(init=False)
-
-    compare_with: str | None = None  # cascade backends: the plain backend to compare against
-    # vLLM's cascade decision rule for the batch (harness/cell/cascade.py), on cascade backends' rows.
-    rule_says_cascade: bool | None = None
-    rule_reason: str | None = None
-    rule_costs: dict[str, bool | int | float] | None = None
-    # Context-parallel cells (harness/cell/context_parallel/): degree, combine, sharding, shard sizes.
-    context_parallel: dict[str, Any] | None = None
-
-    _omit_if_none = frozenset({"compare_with", "rule_says_cascade", "rule_reason", "rule_costs", "context_parallel"})
-
-    @property
-    def facts(self) -> dict[str, Any]:
-        """The backend's own ``describe_call`` keys (everything but the typed fields above)."""
-        return dict(self.__pydantic_extra__ or {})
-
-
-class Worker(Payload):
-    """The worker process that produced the row (isolated runs only)."""
-
-    pid: int | None
-    device: str
-
-
 # What each status may carry (derived from harness.cell.case and harness.execute.local):
 # - pass/mismatch: the kernel ran: host costs; a check unless the run was --no-check (a mismatch
 #   always has one, failed); timing + metrics unless --no-time.
@@ -235,41 +59,66 @@ class ResultRow(BaseModel):
     Validate with ``context={"checked": True}`` (the runner does) to also require a check on
     every row that ran; files do not record --no-check, so reading them cannot."""
 
-    model_config = ConfigDict(strict=True, extra="forbid")
+    model_config = ConfigDict(strict=True, extra="forbid", use_attribute_docstrings=True)
 
     # The format's version (harness/records/schema.py); rows read without the key are version 1.
     schema_version: int = ROW_SCHEMA_VERSION
+    """The format's version (harness/records/formats.py); rows read without the key are version 1."""
     suite: str
+    """The suite's name."""
     case: str
+    """The case's name, with its swept values (llama3-8b[count=8])."""
     backend: str
+    """The backend's registered name."""
     variant: dict[str, Scalar] = {}  # the backend's variant axes and their values
+    """The backend's variant axes and their values."""
     variant_label: str = ""
+    """The variant as axis=value pairs, sorted, comma-separated ('' for none)."""
     status: Status = Field(strict=False)  # the JSON string ("pass") is the enum's value
+    """pass | mismatch | unchecked | error | timeout | unsupported | skipped."""
     reason: str = ""
+    """Why the status (needed for every status but pass)."""
     device: str = ""
-    config: RowConfig | None = None  # written as {} while unset (a row built without a case)
-    case_group: str = ""  # the suite case this one was expanded from (rows before it: "")
+    """The device the cell ran on."""
+    config: RowConfig | None = None
+    """The layer the cell ran; written as {} while unset (a row built without a case)."""
+    case_group: str = ""
+    """The suite case this one was expanded from (rows before it: '')."""
     # Its swept values, e.g. {"block_size": 16, "count": 1}: keys are the suite's swept fields.
     case_params: dict[str, Scalar | None] = {}
-    layout: RowLayout | None = None  # CaseLayout.as_dict(): block_size, blocks, KV bytes
-    batch: BatchSummary = BatchSummary()  # {} on a row that did not get to generate its batch
+    """Its swept values, e.g. {block_size: 16, count: 1}: keys are the suite's swept fields."""
+    layout: RowLayout | None = None
+    """The case's layout: block size, blocks, KV bytes."""
+    batch: BatchSummary = BatchSummary()
+    """The generated batch in numbers; {} on a row that did not get to generate it."""
     check: Check | None = None
+    """The output against the reference."""
     timing: Timing | None = None
+    """The time per call and how it was measured."""
     metrics: Metrics | None = None
+    """The work of the call and what the time achieves."""
     host: Host | None = None
+    """Host-side costs."""
     call: Call | None = None
+    """What the backend says it called, and what the harness adds beside it."""
     reproducer: str = ""
+    """A command that runs this cell alone."""
     worker: Worker | None = None
+    """The worker process that produced the row (isolated runs only)."""
     traceback: str | None = None
+    """An error row's traceback."""
     # Variant axes that applied to the batch, and the variants this row stands for where the
     # others could not change the result (runner.collapse_variants); absent: nothing collapsed.
     variant_axes: VariantAxes | None = None
+    """Variant axes that applied to the batch, and the variants this row stands for where the others could not change the result; absent: nothing collapsed."""
     # Why a cell that ran carries no timing although the run timed (e.g. "reference, not timed
     # on cuda by default"); absent on rows that were timed and on older rows.
     timing_skipped: str | None = None
+    """Why a cell that ran carries no timing although the run timed; absent on timed and older rows."""
     # The isolated environment a `harness matrix` / `harness bisect` row ran in: its name and the
     # exact versions of its requirements and torch; absent on rows of a plain run.
     environment: RowEnvironment | None = None
+    """The isolated environment a `harness matrix` / `harness bisect` row ran in; absent on a plain run's rows."""
 
     @field_validator("config", mode="before")
     @classmethod

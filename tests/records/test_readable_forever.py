@@ -110,3 +110,21 @@ def test_report_and_export_read_a_run_with_a_retired_field(tmp_path, capsys):
     assert len((tmp_path / "rows.csv").read_text().splitlines()) > 10
     assert main(["report", str(RETIRED_FIELD_RUN), "-o", str(tmp_path / "report.md")]) == 0
     assert "flashinfer-mla" in (tmp_path / "report.md").read_text()
+
+
+@pytest.mark.parametrize("what", ["row", "run"])
+def test_the_schema_explains_every_field(what):
+    """``harness schema row|run``: every property of every model has a description (the field's docstring)."""
+    schema = {"row": row_schema, "run": run_schema}[what]()
+    missing = [f"{name}.{prop}" for name, d in [("(top)", schema), *schema.get("$defs", {}).items()]
+               for prop, p in d.get("properties", {}).items() if not p.get("description")]
+    assert missing == []
+
+
+def test_the_run_schema_lists_every_key_a_run_writes():
+    """Every top-level key of every committed run.json is a declared RunHeader field."""
+    declared = set(run_schema()["properties"])
+    seen: set[str] = set()
+    for f in COMMITTED.rglob("run.json"):
+        seen |= set(json.loads(f.read_text()))
+    assert seen and seen <= declared, sorted(seen - declared)
