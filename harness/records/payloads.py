@@ -173,14 +173,10 @@ class Timing(Payload):
                                "contains", "clock_regime", "clocks", "sampling"})
 
 
-class Metrics(Payload):
-    """Work of the call (harness.case.metrics) and what the measured time achieves (harness.case.roofline).
-
-    Further fields are allowed but must be numbers (or null): a new quantity added to
-    ``harness.case.metrics.Work`` lands here without touching this model."""
-
-    model_config = ConfigDict(strict=True, extra="allow")
-    __pydantic_extra__: dict[str, int | float | None] = Field(init=False)
+class Work(Payload):
+    """The work of one call over a batch (harness/case/metrics.py ``attention_work``): its FLOPs
+    and the bytes it must move. A row's ``Metrics`` is this plus what the measured time achieved;
+    a field added here is one of the row's (a schema_version bump, harness/records/migrate.py)."""
 
     flops: float
     """Floating-point operations of one call (harness/case/metrics.py)."""
@@ -198,6 +194,15 @@ class Metrics(Payload):
     """Query-key pairs the mask lets through (what the FLOPs count)."""
     kv_tokens_read: int
     """Distinct K/V tokens at least one query sees."""
+
+
+class Metrics(Work):
+    """The work of the call (``Work``'s fields) and what the measured time achieves
+    (harness/case/roofline.py). Further fields are allowed but must be numbers (or null)."""
+
+    model_config = ConfigDict(strict=True, extra="allow")
+    __pydantic_extra__: dict[str, int | float | None] = Field(init=False)
+
     intensity: float | None
     """FLOP per byte; None without bytes."""
     tflops: float | None
@@ -273,4 +278,4 @@ class Worker(Payload):
     """The device the worker ran on."""
 
 
-__all__ = ["Payload", "Check", "Timing", "Metrics", "Host", "Call", "Worker"]
+__all__ = ["Payload", "Check", "Timing", "Work", "Metrics", "Host", "Call", "Worker"]
