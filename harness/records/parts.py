@@ -21,6 +21,8 @@ from attn_contract.status import Status
 
 # A variant axis value or a swept case parameter: what a YAML scalar can be.
 Scalar = Union[bool, int, float, str]
+# How the report writes a dtype in a layer's shape.
+_DTYPE_SHORT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 # A status stored as its string, read back as the enum.
 StatusValue = Annotated[Status, Field(strict=False), PlainSerializer(lambda s: s.value, return_type=str)]
 
@@ -424,6 +426,29 @@ class RowConfig(Part):
     """MLA: the latent dims."""
 
     @property
+    def shape(self) -> str:
+        """The layer in a few words, as the report groups by it:
+        ``H32/KV8 D128 bf16 · page 16`` plus what differs from the plain case (window, softcap, ...)."""
+        s = f"H{self.num_heads}/KV{self.num_kv_heads} D{self.head_size} {_DTYPE_SHORT.get(self.dtype, self.dtype)}"
+        if self.kv_cache_dtype != "auto":
+            s += f" kv {self.kv_cache_dtype}"
+        s += f" · page {self.block_size}"
+        feats = []
+        if self.kv_layout != "NHD":
+            feats.append(self.kv_layout)
+        if self.sliding_window is not None:
+            feats.append(f"window {self.sliding_window:.0f}")
+        if self.softcap != 0.0:
+            feats.append(f"softcap {self.softcap:g}")
+        if self.alibi:
+            feats.append("alibi")
+        if self.sinks:
+            feats.append("sinks")
+        if not self.causal:
+            feats.append("non-causal")
+        return s + (" · " + ", ".join(feats) if feats else "")
+
+    @property
     def kind_of_attention(self) -> str:
         """``mha``, or the MLA form the cell ran (docs/mla.md)."""
         return self.attention_kind or "mha"
@@ -480,6 +505,19 @@ class BatchSummary(Part):
     def given(self) -> bool:
         """The row got as far as its batch (an unsupported row's summary is empty)."""
         return bool(self.model_fields_set)
+
+    @property
+    def workload(self) -> str:
+        """The batch's requests in words, as the report groups by them: ``decode + prefill``,
+        ``, shared prefix (N groups)``; ``workload unknown`` on a row without a batch."""
+        counts = (("decode", self.num_decode), ("extend", self.num_extend), ("prefill", self.num_prefill))
+        if all(n is None for _, n in counts):
+            return "workload unknown"
+        s = " + ".join(name for name, n in counts if n is not None and n > 0) or "empty"
+        g = self.prefix_groups
+        if g is not None and g > 0:
+            s += f", shared prefix ({g} group{'s' if g > 1 else ''})"
+        return s
 
     @property
     def kind(self) -> str:

@@ -251,7 +251,7 @@ def rows_frame(rows: Iterable[ResultRow]) -> pd.DataFrame:
                 rec[k] = v
         cid = ids.setdefault((r.suite, r.case), f"c{len(ids) + 1}")
         rec["case_id"] = cid
-        rec["label"] = f"{r.backend} [{r.variant_label}]" if r.variant_label else r.backend
+        rec["label"] = r.label
         recs.append(rec)
     base = ["suite", "case", "case_id", "backend", "variant_label", "label", "status", "reason", "device"]
     df = pd.DataFrame.from_records(recs) if recs else pd.DataFrame(columns=base)

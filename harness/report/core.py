@@ -180,10 +180,6 @@ DERIVED = {
 }
 """Columns the frame adds to the flattened row fields (sections may rely on them)."""
 
-_FEATURES = (("config.kv_layout", "NHD", "{}"), ("config.sliding_window", None, "window {:.0f}"),
-             ("config.softcap", 0.0, "softcap {:g}"), ("config.alibi", False, "alibi"),
-             ("config.sinks", False, "sinks"), ("config.causal", True, "non-causal"))
-_DTYPE_SHORT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
 
 def col(df: pd.DataFrame, name: str, default: Any = None) -> pd.Series:
@@ -231,37 +227,6 @@ def fmt_tokens(x: Any) -> str:
     if v >= 1000:
         return f"{v / 1000:.1f}k" if v < 100_000 else f"{v / 1000:.0f}k"
     return f"{v:.0f}"
-
-
-def _shape(r: dict[str, Any]) -> str:
-    if not _present(r.get("config.num_heads")):
-        return "unknown shape"
-    dt = str(r.get("config.dtype") or "")
-    s = (f"H{int(r['config.num_heads'])}/KV{int(r['config.num_kv_heads'])} D{int(r['config.head_size'])} "
-         f"{_DTYPE_SHORT.get(dt, dt)}")
-    kv = r.get("config.kv_cache_dtype")
-    if _present(kv) and kv != "auto":
-        s += f" kv {kv}"
-    if _present(r.get("config.block_size")):
-        s += f" · page {int(r['config.block_size'])}"
-    feats = []
-    for key, default, text in _FEATURES:
-        v = r.get(key)
-        if _present(v) and v != default:
-            feats.append(text.format(v))
-    return s + (" · " + ", ".join(feats) if feats else "")
-
-
-def _kind(r: dict[str, Any]) -> str:
-    d, e, p = (r.get(f"batch.num_{k}") for k in ("decode", "extend", "prefill"))
-    if not any(_present(x) for x in (d, e, p)):
-        return "workload unknown"
-    parts = [name for name, n in (("decode", d), ("extend", e), ("prefill", p)) if _present(n) and n > 0]
-    s = " + ".join(parts) or "empty"
-    g = r.get("batch.prefix_groups")
-    if _present(g) and g > 0:
-        s += f", shared prefix ({int(g)} group{'s' if g > 1 else ''})"
-    return s
 
 
 def abbreviations(keys: list[str]) -> dict[str, str]:
@@ -385,7 +350,8 @@ def frame(loaded: Loaded) -> pd.DataFrame:
             df[c] = ""
     df["variant_label"] = df["variant_label"].fillna("")
     df["run"] = loaded.run_of_row if loaded.run_of_row else [0] * len(df)
-    df["label"] = [b + (f" [{v}]" if v else "") for b, v in zip(df["backend"], df["variant_label"])]
+    rows = loaded.rows  # df's rows, in order: the derived columns are the typed rows' properties
+    df["label"] = [r.label for r in rows]
     df["short"], abbreviated = _short_labels(df)
     df.attrs["abbreviations"] = SharedDict(abbreviated)
     df["passed"] = df["status"] == Status.PASS.value
@@ -394,13 +360,11 @@ def frame(loaded: Loaded) -> pd.DataFrame:
     df["n_req"], df["ctx_mean"], df["ctx_max"], df["q_tokens"] = (
         num(df, f"batch.{k}") for k in ("num_reqs", "mean_seq_len", "max_seq_len", "num_tokens"))
     df["block_size"] = num(df, "config.block_size")
-    recs2 = df.to_dict("records")
-    df["shape"] = [_shape(r) for r in recs2]
-    df["kind"] = [_kind(r) for r in recs2]
-    # The row's case_group (the suite case it was expanded from); rows written before that field
-    # existed show the case name up to its sweep labels, for display only.
-    given = text(col(df, "case_group"))
-    df["case_group"] = [g if g else str(c).split("[", 1)[0] for g, c in zip(given, df["case"])]
+    df["shape"] = [r.config.shape if r.config is not None else "unknown shape" for r in rows]
+    df["kind"] = [r.batch.workload for r in rows]
+    # The suite case a row was expanded from (rows written before case_group: the case name up to
+    # its sweep labels).
+    df["case_group"] = [r.group for r in rows]
     # Rows of a case that never got a batch (not run) borrow its shape and kind from a row that did.
     known = {c: k for c, k in zip(df["case"], df["kind"]) if k != "workload unknown"}
     df["kind"] = [known.get(c, k) for c, k in zip(df["case"], df["kind"])]
