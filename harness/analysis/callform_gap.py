@@ -97,12 +97,12 @@ def gaps(rows: Sequence[ResultRow], tie: float) -> list[Gap]:
             continue
         case, backend, other = key
         cand = {f: Candidate(backend, {**variants[key], AXIS: f}, other, {case: merge_timed(forms[f])}) for f in forms}
-        r = ratio(cand["fastest"], cand["vllm"])
-        if r is None:
+        fv = ratio(cand["fastest"], cand["vllm"])
+        if fv is None:
             continue
         # recommend's tie rule reads "slower / faster"; judge the gap the same way round.
-        slow_over_fast = r if r.point >= 1 else ratio(cand["vllm"], cand["fastest"])
-        out.append(Gap(case, backend, other, cand["vllm"], cand["fastest"], r, tie_kind(slow_over_fast, tie)))
+        slow_over_fast = fv if fv.point >= 1 else (ratio(cand["vllm"], cand["fastest"]) or fv)
+        out.append(Gap(case, backend, other, cand["vllm"], cand["fastest"], fv, tie_kind(slow_over_fast, tie)))
     return out
 
 

@@ -181,7 +181,7 @@ def engine_setting(cases: list[str], times: dict[str, dict[str, float]], kinds: 
         if (dec and d is None) or (pre and p is None):
             return None
         flags = sglang_flags(p, d)
-        pick = {**{c: d for c in dec}, **{c: p for c in pre}}
+        pick = {**{c: d for c in dec if d is not None}, **{c: p for c in pre if p is not None}}
     cost = _cost(pick, times, weights)
     return {"flags": flags, "cases": len(cases), "geomean_cost_pct": None if cost is None else cost[0] * 100,
             "worst_cost_pct": None if cost is None else cost[1] * 100}

@@ -17,8 +17,9 @@ from harness.analysis.selection_rules import CascadeRule, fit_cascade_rule, leav
 def _fit_name(backend: str, variant: dict[str, Any], facts: EngineFacts) -> str:
     """The cascade backend, with the kernel version its plain counterpart's vLLM setting selects ("... fa3")."""
     decl = facts.engine_name(facts.plain_counterpart(backend) or backend, "vllm")
-    axis = decl.version_axis if decl else None
-    return backend + (f" {decl.version_tag}{variant[axis]}" if axis and axis in variant else "")
+    if decl is None or not decl.version_axis or decl.version_axis not in variant:
+        return backend
+    return f"{backend} {decl.version_tag}{variant[decl.version_axis]}"
 
 
 def cascade_cells(rows: Sequence[ResultRow], facts: EngineFacts = TABLE_ONLY) -> dict[str, list[dict[str, Any]]]:

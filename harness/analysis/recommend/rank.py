@@ -93,6 +93,13 @@ class BucketResult:
         return self.ranked[0] if self.ranked else None
 
     @property
+    def top(self) -> Candidate:
+        """The winner of a measured bucket (one with ranked candidates: ``Recommendation.measured``)."""
+        if not self.ranked:
+            raise ValueError(f"bucket {self.bucket}: no ranked candidate")
+        return self.ranked[0]
+
+    @property
     def runner_up(self) -> Candidate | None:
         return self.ranked[1] if len(self.ranked) > 1 else None
 
@@ -199,10 +206,10 @@ def rank_bucket(bucket: Bucket, rows: list[ResultRow], tie: float) -> BucketResu
     if ranked:
         w = ranked[0]
         for c in ranked[1:]:
-            r = ratio(c, w)
-            if r is not None:
-                ratios[c.name] = r
-                if tie_kind(r, tie):
+            cw = ratio(c, w)
+            if cw is not None:
+                ratios[c.name] = cw
+                if tie_kind(cw, tie):
                     tied.append(c.name)
         if len(ranked) > 1 and ranked[1].name in ratios:
             kind = tie_kind(ratios[ranked[1].name], tie)

@@ -184,10 +184,10 @@ def default_costs(results: list[BucketResult], capability: str | None, tie: floa
             out.append(DefaultCost(b, choice, None, "not measured", None))
         elif pick.excluded:
             out.append(DefaultCost(b, choice, pick.name, excluded_status(pick.excluded), None))
-        elif pick is res.winner or same_times(pick, res.winner, res.cases):
+        elif pick is res.top or same_times(pick, res.top, res.cases):
             out.append(DefaultCost(b, choice, pick.name, "winner", Ratio(1.0, 1.0, 1.0, len(res.cases)), pick))
         else:
-            r = ratio(pick, res.winner)
+            r = ratio(pick, res.top)
             status = "tied" if r is not None and tie_kind(r, tie) else "slower"
             out.append(DefaultCost(b, choice, pick.name, status, r, pick))
     return out
@@ -205,7 +205,7 @@ def single_setting(results: list[BucketResult], facts: EngineFacts = TABLE_ONLY)
             if s is None or not s["exact"]:
                 continue
             key = s["cli"]
-            r = ratio(c, res.winner) if c is not res.winner else Ratio(1.0, 1.0, 1.0, len(res.cases))
+            r = ratio(c, res.top) if c is not res.top else Ratio(1.0, 1.0, 1.0, len(res.cases))
             if r is None:
                 continue
             a = acc.setdefault(key, {"setting": s, "logs": [], "worst": (0.0, ""), "wins": 0})
