@@ -11,6 +11,7 @@ from helpers.typed_rows import CFG, check, host, timing
 from harness.cli import main
 from harness.analysis.per_model import answer_records, answers, engine_settings, model_of
 from harness.analysis.engines import TABLE_ONLY, sglang_flags
+from harness.records.header import RunHeader
 from harness.records.results import ResultRow, ResultWriter, write_header
 
 DECODE = {"num_reqs": 64, "num_tokens": 64, "num_decode": 64, "num_prefill": 0, "num_extend": 0,
@@ -101,10 +102,10 @@ def test_recommend_engine_cli(tmp_path, capsys, engine, want):
     with ResultWriter(out) as w:
         for r in rows():
             w.write(ResultRow.model_validate(r))
-    write_header(out, {"device": {"type": "cuda", "name": "NVIDIA H200", "capability": "9.0", "driver": "570.1",
+    write_header(out, RunHeader.model_validate({"device": {"type": "cuda", "name": "NVIDIA H200", "capability": "9.0", "driver": "570.1",
                                   "cuda_runtime": "12.8"}, "torch": "2.9.0",
                        "backends": {"flash-attn": {"available": True, "fa3": "3.0.0", "torch": "2.9.0"},
-                                    "flashinfer": {"available": True, "flashinfer": "0.6.18"}}})
+                                    "flashinfer": {"available": True, "flashinfer": "0.6.18"}}}))
     assert main(["recommend", str(out), "--engine", engine, "--out", str(tmp_path / "rec")]) == 0
     md = capsys.readouterr().out
     import json

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
+    from harness.records.header import RunHeader
+
 
 
 def git_sha() -> str:
@@ -77,12 +79,14 @@ def device_info(device: torch.device) -> dict[str, Any]:
 
 
 def run_header(device: torch.device, backend_versions: dict[str, dict[str, str]], argv: list[str],
-               extra: dict[str, Any] | None = None) -> dict[str, Any]:
+               extra: dict[str, Any] | None = None) -> RunHeader:
+    """run.json as a run starts: the environment, plus ``extra`` (what is run), typed."""
     import torch
 
     from harness.records.formats import RUN_SCHEMA_VERSION
+    from harness.records.header import RunHeader
 
-    return {
+    return RunHeader.model_validate({
         "tool": "attn-harness",
         "schema_version": RUN_SCHEMA_VERSION,
         "time_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -94,4 +98,4 @@ def run_header(device: torch.device, backend_versions: dict[str, dict[str, str]]
         "device": dict(device_info(device)),
         "backends": backend_versions,
         **(extra or {}),
-    }
+    })

@@ -242,9 +242,16 @@ class RunHeader(RunTiming):
         h.model_fields_set.update(changes)
         return h
 
+    def with_fields(self, **raw: Any) -> "RunHeader":
+        """A copy with ``raw`` (JSON-like values, e.g. an executor's ``header_fields``) validated in."""
+        return RunHeader.model_validate({**self.as_json(), **raw})
+
     def as_json(self) -> dict[str, Any]:
-        """run.json's content: the keys the file had or a writer set (none invented)."""
-        return self.model_dump(mode="json", exclude_unset=True)
+        """run.json's content: the keys the file had or a writer set (none invented); what the
+        run was first, where its time went last."""
+        d = self.model_dump(mode="json", exclude_unset=True)
+        timing = [k for k in RunTiming.model_fields if k in d]
+        return {**{k: v for k, v in d.items() if k not in timing}, **{k: d[k] for k in timing}}
 
 
 __all__ = ["HeaderPart", "DeviceInfo", "WorkerRecord", "DevicePlanEntry", "RunTiming", "ResumeRecord",

@@ -123,6 +123,6 @@ def write_merged(result: MergeResult, out_dir: Path) -> Path:
         raise MergeError(f"-o {out_dir}: already holds {RESULTS_FILE}; choose another folder")
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = "".join(row_json(r) + "\n" for r in result.rows)  # serialised before anything is written
-    write_header(out_dir, result.header.model_dump(mode="json", exclude_unset=True))
+    write_header(out_dir, result.header)
     atomic_write_text(out_dir / RESULTS_FILE, rows)
     return out_dir

@@ -306,9 +306,9 @@ class ResultWriter:
         self.close()
 
 
-def write_header(out_dir: Path, header: dict[str, Any]) -> None:
-    """Write ``run.json`` atomically (temp file + rename): never half-written."""
-    atomic_write_text(Path(out_dir) / HEADER_FILE, json.dumps(_clean(header), indent=2, allow_nan=False) + "\n")
+def write_header(out_dir: Path, header: RunHeader) -> None:
+    """Write ``run.json`` from its typed header, atomically (temp file + rename): never half-written."""
+    atomic_write_text(Path(out_dir) / HEADER_FILE, json.dumps(_clean(header.as_json()), indent=2, allow_nan=False) + "\n")
 
 
 def results_file(path: str | Path) -> Path:

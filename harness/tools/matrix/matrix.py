@@ -136,7 +136,7 @@ def tag_results(out_dir: Path, env: BuiltEnv) -> None:
     """Record the env in run.json and in every row (rewritten atomically)."""
     record = env.record()
     header = read_run_header(out_dir).updated(environment=MatrixEnvironment.model_validate(record))
-    write_header(out_dir, header.as_json())
+    write_header(out_dir, header)
     row_env = RowEnvironment(name=record["name"], versions=record["versions"])
     rows = read_rows(out_dir)
     atomic_write_text(out_dir / RESULTS_FILE,
