@@ -11,7 +11,9 @@ from harness.analysis.callform_gap import gap_records, gaps, only_call_form
 from harness.cli import main
 from harness.analysis.recommend import inputs_of, policy, recommend_rows
 from harness.report import load, render_html
-from harness.records.results import ResultRow
+from harness.records.header import RunHeader
+from harness.records.load import Run
+from harness.records.results import ResultRow, VariantAxes
 from helpers.typed_rows import CFG, check, host, timing
 
 BATCH = {"num_reqs": 64, "num_tokens": 64, "num_decode": 64, "num_prefill": 0, "num_extend": 0,
@@ -37,7 +39,8 @@ ROWS = [row("flash-attn", 100.0, fa(3, "vllm")), row("flash-attn", 120.0, fa(3, 
 
 
 def rec_of(rows: list[dict], form: str = "vllm"):
-    return recommend_rows(inputs_of(rows, [("<test>", {"device": {"name": "NVIDIA H200", "capability": "9.0"}})], form))
+    header = RunHeader.model_validate({"device": {"name": "NVIDIA H200", "capability": "9.0"}})
+    return recommend_rows(inputs_of(rows, [Run(Path("<test>"), header, [])], form))
 
 
 def test_default_ranks_vllm_form_rows_and_rows_without_the_axis_only():
@@ -62,7 +65,9 @@ def test_call_form_fastest_changes_the_winner():
 
 def test_a_row_standing_for_both_forms_counts_under_either():
     r = row("flashinfer", 90.0, {**FI, "call_form": "vllm"}).model_copy(
-        update={"variant_axes": {"not_applied": {"call_form": ["fastest", "vllm"]}}})
+        update={"variant_axes": VariantAxes(applied=[], segment_kinds=["decode"],
+                                            not_applied={"call_form": ["fastest", "vllm"]},
+                                            stands_for=["call_form=fastest", "call_form=vllm"])})
     assert only_call_form([r], "fastest") == [r]
     assert only_call_form([row("flashinfer", 90.0, {**FI, "call_form": "vllm"})], "fastest") == []
 

@@ -11,7 +11,7 @@ import pytest
 from harness.analysis.compare import compare_paths
 from harness.analysis.compare_runs import read_baseline, run_folders
 from harness.cli import main
-from harness.records.parts import CudaGraphInfo
+from harness.records.timing_parts import (CudaGraphInfo)
 from helpers.sampled_rows import write_run
 from helpers.typed_rows import ran_row
 

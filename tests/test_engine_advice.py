@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from attn_contract import BUILD_LIMIT, KERNEL_LIMIT, Capabilities, reason_kind
-from harness.analysis.engines import engine_name, from_vllm_name, sglang_setting, vllm_flags
+from harness.analysis.engines import TABLE_ONLY, vllm_flags
 from harness.analysis.recommend.rank import Candidate
 from harness.cli import main
 from harness.analysis.recommend.vllm import VLLM_NOT_EXPRESSIBLE, excluded_status, vllm_setting
@@ -38,9 +38,9 @@ def test_cascade_advice_says_off_by_default_and_how_to_opt_in():
 
 
 def test_flex_attention_engine_names():
-    assert engine_name("flex-attention", "vllm").name == "FLEX_ATTENTION"
-    assert from_vllm_name("FLEX_ATTENTION") == "flex-attention"
-    assert sglang_setting("flex-attention", {})["attention_backend"] == "flex_attention"
+    assert TABLE_ONLY.engine_name("flex-attention", "vllm").name == "FLEX_ATTENTION"
+    assert TABLE_ONLY.from_vllm_name("FLEX_ATTENTION") == "flex-attention"
+    assert TABLE_ONLY.sglang_setting("flex-attention", {})["attention_backend"] == "flex_attention"
     s = vllm_setting(Candidate("flex-attention", {}, "", {}))
     assert s["cli"] == "--attention-backend FLEX_ATTENTION"
 

@@ -10,7 +10,8 @@ from helpers.typed_rows import CFG, check, host, timing
 
 from harness.cli import main
 from harness.analysis.per_model import answer_records, answers, engine_settings, model_of
-from harness.analysis.engines import from_vllm_name, sglang_flags, sglang_setting
+from harness.analysis.engines import TABLE_ONLY, sglang_flags
+from harness.records.header import RunHeader
 from harness.records.results import ResultRow, ResultWriter, write_header
 
 DECODE = {"num_reqs": 64, "num_tokens": 64, "num_decode": 64, "num_prefill": 0, "num_extend": 0,
@@ -84,12 +85,12 @@ def test_sglang_sets_prefill_and_decode_apart():
 
 
 def test_engine_tables():
-    assert sglang_setting("flash-attn", {"fa_version": 2}) is None  # SGLang has no FA2 backend
-    assert sglang_setting("flash-attn", {"fa_version": 4})["attention_backend"] == "fa4"
-    assert sglang_setting("flashinfer", {"prefill_backend": "fa3"})["exact"] is False
-    assert sglang_setting("torch-math", {}) is None
+    assert TABLE_ONLY.sglang_setting("flash-attn", {"fa_version": 2}) is None  # SGLang has no FA2 backend
+    assert TABLE_ONLY.sglang_setting("flash-attn", {"fa_version": 4})["attention_backend"] == "fa4"
+    assert TABLE_ONLY.sglang_setting("flashinfer", {"prefill_backend": "fa3"})["exact"] is False
+    assert TABLE_ONLY.sglang_setting("torch-math", {}) is None
     assert sglang_flags("fa3", "fa3") == "--attention-backend fa3"
-    assert [from_vllm_name(n) for n in ("FLASH_ATTN", "flash", "FLASHINFER", "TRITON_ATTN", "FLASHMLA",
+    assert [TABLE_ONLY.from_vllm_name(n) for n in ("FLASH_ATTN", "flash", "FLASHINFER", "TRITON_ATTN", "FLASHMLA",
                                         "FLASH_ATTN_MLA", "FLASHINFER_MLA")] == [
         "flash-attn", "flash-attn", "flashinfer", None, "flashmla", "flash-attn-mla", None]
 
@@ -101,9 +102,10 @@ def test_recommend_engine_cli(tmp_path, capsys, engine, want):
     with ResultWriter(out) as w:
         for r in rows():
             w.write(ResultRow.model_validate(r))
-    write_header(out, {"device": {"type": "cuda", "name": "NVIDIA H200", "capability": "9.0", "driver": "570.1",
+    write_header(out, RunHeader.model_validate({"device": {"type": "cuda", "name": "NVIDIA H200", "capability": "9.0", "driver": "570.1",
                                   "cuda_runtime": "12.8"}, "torch": "2.9.0",
-                       "backends": {"flash-attn": "3.0.0", "flashinfer": "0.6.18"}})
+                       "backends": {"flash-attn": {"available": True, "fa3": "3.0.0", "torch": "2.9.0"},
+                                    "flashinfer": {"available": True, "flashinfer": "0.6.18"}}}))
     assert main(["recommend", str(out), "--engine", engine, "--out", str(tmp_path / "rec")]) == 0
     md = capsys.readouterr().out
     import json
@@ -111,7 +113,7 @@ def test_recommend_engine_cli(tmp_path, capsys, engine, want):
     js = json.loads((tmp_path / "rec" / f"{engine}-per-model.json").read_text())
     assert js["engine"] == engine and js["per_model"][0]["flags"] == want
     assert (tmp_path / "rec" / f"{engine}-per-model.md").read_text().startswith("# ")
-    assert "NVIDIA H200, driver 570.1, CUDA runtime 12.8, torch 2.9.0, flash-attn 3.0.0, flashinfer 0.6.18" in md
+    assert "NVIDIA H200, driver 570.1, CUDA runtime 12.8, torch 2.9.0, fa3 3.0.0, flashinfer 0.6.18" in md
     assert f"| llama-3.1-8b/tp1 | {want} |" in md
     assert "Single setting over all shapes" in md and md.index("settings per model shape") < md.index("# ")  + 40
 

@@ -4,12 +4,14 @@ backends declare now, run.json's ``backend_facts`` win over it, and a bad record
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from harness.analysis import engines
 from harness.records.engine_facts import BackendFacts, EngineNameRecord, backend_facts
-from harness.records.results import RunHeader
+from harness.records.header import RunHeader
+from harness.records.load import Run, load_run
 from harness.tools import engine_table
 
 
@@ -32,28 +34,33 @@ def test_a_record_gives_back_the_declaration_it_was_made_from():
 
 def test_recorded_facts_are_read_and_win_over_the_table():
     plugin = "test-engine-table-plugin"
-    assert engines.engine_name(plugin, "vllm") is None and plugin not in engines.known_backends()
+    table = engines.TABLE_ONLY
+    assert table.engine_name(plugin, "vllm") is None and plugin not in table.known_backends()
     rec = EngineNameRecord(name="TEST_PLUGIN_ATTN", version_axis="ver", aliases=["tpa"], version_names={3: "tp3"})
     header = {"backend_facts": {plugin: {"engine_names": {"vllm": rec.model_dump(mode="json"),
                                                            "sglang": rec.model_dump(mode="json")},
                                          "plain_counterpart": "flash-attn"}}}
-    assert RunHeader.model_validate(header).backend_facts[plugin].plain_counterpart == "flash-attn"
-    engines.use_headers([("run.json", header)])
-    assert engines.engine_name(plugin, "vllm").name == "TEST_PLUGIN_ATTN"
-    assert engines.from_vllm_name("tpa") == plugin
-    assert engines.plain_counterpart(plugin) == "flash-attn"
-    assert plugin in engines.cascade_of("flash-attn", ["flash-attn", plugin])
-    assert engines.sglang_setting(plugin, {"ver": "3"})["attention_backend"] == "tp3"  # JSON's "3" key is the version 3
-    assert engines.known_backends()[-1] == plugin
-    engines.use_headers([])  # the next results read replace them
-    assert engines.engine_name(plugin, "vllm") is None
-    assert engines.engine_name("flash-attn", "vllm").name == "FLASH_ATTN"  # the table's
+    run = Run(Path("r"), RunHeader.model_validate(header), [])
+    assert run.backend_facts[plugin].plain_counterpart == "flash-attn"
+    facts = engines.EngineFacts.of([run])
+    assert facts.engine_name(plugin, "vllm").name == "TEST_PLUGIN_ATTN"
+    assert facts.from_vllm_name("tpa") == plugin
+    assert facts.plain_counterpart(plugin) == "flash-attn"
+    assert plugin in facts.cascade_of("flash-attn", ["flash-attn", plugin])
+    assert facts.sglang_setting(plugin, {"ver": "3"})["attention_backend"] == "tp3"  # JSON's "3" key is the version 3
+    assert facts.known_backends()[-1] == plugin
+    # The facts travel with the runs read: the table alone (another load) never sees them.
+    assert table.engine_name(plugin, "vllm") is None
+    assert facts.engine_name("flash-attn", "vllm").name == "FLASH_ATTN"  # the table's
 
 
-def test_a_bad_record_is_one_error_naming_the_field():
+def test_a_bad_record_is_one_error_naming_the_field(tmp_path):
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "results.jsonl").write_text("")
+    (tmp_path / "x" / "run.json").write_text(json.dumps(
+        {"backend_facts": {"bad-one": {"engine_names": {"vllm": {"nmae": "X"}}}}}))
     with pytest.raises(ValueError, match=r"x/run.json: field backend_facts.bad-one.engine_names.vllm.nmae: "):
-        engines.use_headers([("x/run.json", {"backend_facts": {"bad-one": {"engine_names": {"vllm": {"nmae": "X"}}}}})])
-    assert "bad-one" not in engines.known_backends()
+        load_run(tmp_path / "x")
 
 
 def test_recommend_reads_the_facts_its_results_recorded(tmp_path, capsys):
@@ -72,13 +79,10 @@ def test_recommend_reads_the_facts_its_results_recorded(tmp_path, capsys):
     facts = json.loads(engine_table.TABLE.read_text())["backend_facts"]
     facts["flash-attn"]["engine_names"]["vllm"]["name"] = "FLASH_ATTN_AS_RECORDED"
     (res / "run.json").write_text(json.dumps({**header, "backend_facts": facts}))
-    try:
-        assert main(["recommend", "--engine", "vllm", str(src)]) == 0
-        before = capsys.readouterr().out
-        assert main(["recommend", "--engine", "vllm", str(res)]) == 0
-        after = capsys.readouterr().out
-    finally:
-        engines.use_headers([])
+    assert main(["recommend", "--engine", "vllm", str(src)]) == 0
+    before = capsys.readouterr().out
+    assert main(["recommend", "--engine", "vllm", str(res)]) == 0
+    after = capsys.readouterr().out
     assert "--attention-backend FLASH_ATTN " in before and "FLASH_ATTN_AS_RECORDED" not in before
     assert "--attention-backend FLASH_ATTN_AS_RECORDED" in after and "--attention-backend FLASH_ATTN " not in after
 

@@ -22,7 +22,7 @@ from harness.analysis.compare import (NoiseModel, classify_speed, compare_paths,
                              estimate_noise, robust_sigma, to_markdown)
 from harness.analysis.compare_confirm import confirm_slowdowns
 from harness.records.results import read_rows
-from harness.records.parts import CudaGraphInfo
+from harness.records.timing_parts import (CudaGraphInfo)
 from helpers.sampled_rows import sampled_run, write_run
 from helpers.typed_rows import ran_row
 

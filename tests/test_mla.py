@@ -133,7 +133,7 @@ def test_mla_work_counts_one_latent_vector_per_key():
     exp = attention_work([10], [100], num_heads=16, num_kv_heads=16, head_size=192, dtype="bfloat16",
                          kv_cache_dtype="auto", block_size=64, causal=True, sliding_window=None,
                          v_head_size=128, attention_kind=MLA_EXPANDED)
-    assert exp.bytes_kv == 100 * 16 * (192 + 128) * 2 and exp.flops == 2 * 16 * 320 * exp.pairs
+    assert exp.bytes_kv == 100 * 16 * (192 + 128) * 2 and exp.flops == 2 * 16 * 320 * exp.visible_pairs
 
 
 def test_verbatim_deepseek_v3_config_gives_the_right_shapes_at_tp_1_and_8():
@@ -189,10 +189,10 @@ def test_vllm_default_mla_backend_is_data_from_vllms_priority_list():
 
 
 def test_engine_names_of_a_torch_baseline_do_not_cover_mla():
-    from harness.analysis.engines import sglang_setting
+    from harness.analysis.engines import TABLE_ONLY
 
-    assert sglang_setting("sdpa", {})["attention_backend"] == "torch_native"
-    assert sglang_setting("sdpa", {}, MLA_ABSORBED) is None
+    assert TABLE_ONLY.sglang_setting("sdpa", {})["attention_backend"] == "torch_native"
+    assert TABLE_ONLY.sglang_setting("sdpa", {}, MLA_ABSORBED) is None
     assert not resolve("torch-math").engine_names
 
 

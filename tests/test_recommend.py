@@ -10,6 +10,7 @@ import pytest
 
 from harness import cli
 from harness.analysis.recommend import Inputs, RecommendError, load_inputs, policy, recommend_rows, vllm_export
+from harness.records.header import RunHeader
 from harness.records.results import Call, ResultRow, ResultWriter, write_header
 from harness.analysis.selection_rules import vllm_default, vllm_flash_attn_version
 from helpers.typed_rows import CFG, check, host, timing
@@ -110,7 +111,7 @@ def test_missing_buckets_are_listed_and_suggest_writes_a_valid_suite(tmp_path, c
             row("flash-attn", None, variant=FA3, case="c2", cfg={"head_size": 64, "num_kv_heads": 4}),
             row("flashinfer", None, variant=FI, case="c2", cfg={"head_size": 64, "num_kv_heads": 4})]
     res_dir = tmp_path / "run"
-    write_header(res_dir, {"device": {"type": "cuda", "name": "NVIDIA H200", "capability": "9.0"}})
+    write_header(res_dir, RunHeader.model_validate({"device": {"type": "cuda", "name": "NVIDIA H200", "capability": "9.0"}}))
     with ResultWriter(res_dir) as w:
         for r in rows:
             w.write(ResultRow.model_validate(r))
@@ -128,7 +129,7 @@ def test_missing_buckets_are_listed_and_suggest_writes_a_valid_suite(tmp_path, c
 
 
 def _run_dir(path: Path, gpu: str, rows: list[dict]) -> Path:
-    write_header(path, {"device": {"type": "cuda", "name": gpu, "capability": "9.0"}})
+    write_header(path, RunHeader.model_validate({"device": {"type": "cuda", "name": gpu, "capability": "9.0"}}))
     with ResultWriter(path) as w:
         for r in rows:
             w.write(ResultRow.model_validate(r))
@@ -265,7 +266,7 @@ def test_report_sections_read_the_typed_rows_behind_the_frame():
 
     rows = [row("flash-attn", 100.0, variant=FA3), row("flashinfer", 110.0, variant=FI),
             row("flash-attn", None, variant={"fa_version": 2}, status="unsupported")]
-    df = frame(Loaded(rows, [{}], ["<test>"], [0, 0, 0]))
+    df = frame(Loaded.of_rows(rows, "<test>"))
     # derived frames share the rows (pandas deep-copies attrs), and they are the rows as read
     assert result_rows(df[df["passed"]]) == result_rows(df) == rows
     assert result_rows(df[df["passed"]])[0] is rows[0]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from helpers.typed_rows import CFG, check, host, timing
 
 from harness.cli import main
+from harness.records.header import RunHeader
 from harness.records.results import ResultRow, ResultWriter, write_header
 
 DECODE = {"num_reqs": 4, "num_tokens": 4, "num_decode": 4, "num_prefill": 0, "num_extend": 0,
@@ -18,7 +19,7 @@ def test_recommend_on_a_cpu_run_says_cpu(tmp_path, capsys):
         for backend, t in (("sdpa", 50.0), ("torch-math", 80.0)):
             w.write(ResultRow(suite="smoke", case="decode", backend=backend, status="pass", device="cpu", config=CFG,
                               batch=DECODE, check=check(True), host=host(), timing=timing(t, t - 1, t + 1, method="wall")))
-    write_header(out, {"device": {"type": "cpu", "name": "Intel(R) Xeon(R) Processor"}, "torch": "2.13.0"})
+    write_header(out, RunHeader.model_validate({"device": {"type": "cpu", "name": "Intel(R) Xeon(R) Processor"}, "torch": "2.13.0"}))
     assert main(["recommend", str(out)]) == 0
     md = capsys.readouterr().out
     assert "CPU run (Intel(R) Xeon(R) Processor)" in md

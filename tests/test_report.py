@@ -349,7 +349,7 @@ def test_sparse_and_empty_results_still_render(cpu_run, tmp_path):
 
 def test_two_runs_in_one_report(tmp_path):
     loaded = load([BASELINE, BASELINE])
-    assert len(loaded.headers) == 2 and len(build_frame(loaded)) == 2 * len(read_rows(BASELINE))
+    assert len(loaded.runs) == 2 and len(build_frame(loaded)) == 2 * len(read_rows(BASELINE))
     matrix = build_sections(loaded, only=["correctness"])[0]
     assert any("(2 runs)" in c[0] for b in matrix.blocks if b["kind"] == "table" for r in b["rows"] for c in r)
 

@@ -22,7 +22,6 @@ from typing import Any, Iterable, Sequence
 
 from attn_contract.standalone import CALL_FORM_AXIS
 from harness.report import markdown
-from harness.analysis.recommend import rows as R
 from harness.analysis.recommend.rank import RAN_OK, Candidate, Ratio, merge_timed, ratio, tie_kind
 from harness.records.results import ResultRow
 
@@ -32,12 +31,12 @@ AXIS = CALL_FORM_AXIS
 
 
 def _stands_for_both(row: ResultRow) -> bool:
-    return AXIS in R.not_applied(row)
+    return row.variant_axes is not None and AXIS in row.variant_axes.not_applied
 
 
 def keeps(row: ResultRow, form: str) -> bool:
     """Whether a serving verdict in ``form`` counts this row."""
-    v = R.variant(row).get(AXIS)
+    v = row.variant.get(AXIS)
     return form == "any" or v is None or str(v) == form or _stands_for_both(row)
 
 
@@ -82,15 +81,15 @@ def gaps(rows: Sequence[ResultRow], tie: float) -> list[Gap]:
     per: dict[tuple[str, str, str], dict[str, list[tuple[float, float, float]]]] = defaultdict(lambda: defaultdict(list))
     variants: dict[tuple[str, str, str], dict[str, Any]] = {}
     for r in rows:
-        form = R.variant(r).get(AXIS)
-        if form not in ("vllm", "fastest") or _stands_for_both(r) or R.status(r) != RAN_OK:
+        form = r.variant.get(AXIS)
+        if form not in ("vllm", "fastest") or _stands_for_both(r) or r.status != RAN_OK:
             continue
-        t = R.timing(r)
+        t = r.interval_us
         if t is None:
             continue
-        key = (R.case_id(r), str(r.backend), _other_label(R.variant(r)))
+        key = (r.case_id, str(r.backend), _other_label(r.variant))
         per[key][str(form)].append(t)
-        variants[key] = R.variant(r)
+        variants[key] = r.variant
     out = []
     for key in sorted(per):
         forms = per[key]
@@ -98,12 +97,12 @@ def gaps(rows: Sequence[ResultRow], tie: float) -> list[Gap]:
             continue
         case, backend, other = key
         cand = {f: Candidate(backend, {**variants[key], AXIS: f}, other, {case: merge_timed(forms[f])}) for f in forms}
-        r = ratio(cand["fastest"], cand["vllm"])
-        if r is None:
+        fv = ratio(cand["fastest"], cand["vllm"])
+        if fv is None:
             continue
         # recommend's tie rule reads "slower / faster"; judge the gap the same way round.
-        slow_over_fast = r if r.point >= 1 else ratio(cand["vllm"], cand["fastest"])
-        out.append(Gap(case, backend, other, cand["vllm"], cand["fastest"], r, tie_kind(slow_over_fast, tie)))
+        slow_over_fast = fv if fv.point >= 1 else (ratio(cand["vllm"], cand["fastest"]) or fv)
+        out.append(Gap(case, backend, other, cand["vllm"], cand["fastest"], fv, tie_kind(slow_over_fast, tie)))
     return out
 
 

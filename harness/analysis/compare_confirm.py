@@ -29,7 +29,7 @@ from typing import Callable
 from harness.analysis.compare import Comparison, RowDiff, Speed, classify_speed
 from harness.analysis.compare_runs import as_backend
 from harness.analysis.compare_clock import clock_explains
-from harness.records.results import TIMED_OK, ResultRow, read_header, read_rows
+from harness.records.results import TIMED_OK, ResultRow, read_rows, read_run_header
 
 # Flags of the new run's command that shape a row's timing: a re-run takes them as recorded.
 PASS_VALUE_FLAGS = ("--target-noise", "--max-time", "--min-samples", "--max-samples", "--stop", "--cpu-clock",
@@ -113,16 +113,16 @@ def rerun_argv(new: str | Path, row: ResultRow) -> list[str] | str:
     folder ``new``, or why there is none."""
     from harness.records.suite_copy import find_suite
 
-    header = read_header(new)
+    header = read_run_header(new)
     parts = shlex.split(row.reproducer) if row.reproducer else []
     if parts[:2] != ["harness", "run"] or len(parts) < 3:
         return "the row records no `harness run` reproducer"
     suite = find_suite(new, parts[2])
     if suite is None:
         return f"the suite of {new} is not found (no suite.yaml copy in the folder, the original moved)"
-    argv = ["run", suite, *parts[3:], *_recorded_flags(str(header.get("command") or ""))]
-    if header.get("clock_regime") in ("burst", "sustained") and "--clock-regime" not in argv:
-        argv += ["--clock-regime", header["clock_regime"]]
+    argv = ["run", suite, *parts[3:], *_recorded_flags(header.command)]
+    if header.clock_regime in ("burst", "sustained") and "--clock-regime" not in argv:
+        argv += ["--clock-regime", header.clock_regime]
     if row.device and row.device != "cpu" and "--device" not in argv:
         argv += ["--device", row.device]
     return argv + ["--quiet"]
@@ -142,7 +142,7 @@ def run_fresh(argv: list[str]) -> tuple[list[ResultRow] | None, str]:
             tail = (done.stderr or done.stdout).strip().splitlines()
             return None, f"the re-run refused its arguments: {tail[-1] if tail else 'exit 2'}"
         try:
-            return read_rows(tmp / "r"), str((read_header(tmp / "r").get("device") or {}).get("name") or "")
+            return read_rows(tmp / "r"), read_run_header(tmp / "r").device.name or ""
         except (FileNotFoundError, ValueError) as e:
             return None, f"the re-run wrote no rows ({e})"
     finally:
@@ -174,7 +174,7 @@ def confirm_by_rerun(comp: Comparison, new: str | Path, n: int, runner: Runner =
     ``harness run`` with all their cases, each case holding just that one cell."""
     if n <= 0:
         return
-    want = str((read_header(new).get("device") or {}).get("name") or "")
+    want = read_run_header(new).device.name or ""
     groups: dict[tuple[str, ...], list[tuple[RowDiff, list[str]]]] = {}
     for d in [d for d in comp.diffs if d.speed == "slower" and d.problem and d.new is not None]:
         assert d.new is not None

@@ -24,13 +24,13 @@ from __future__ import annotations
 import functools
 import json
 from pathlib import Path
-from typing import Any, Iterable, Mapping
-
-from pydantic import ValidationError
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
 
 from attn_contract.engines import EngineName
 from harness.analysis.selection_rules import VllmChoice
 from harness.records.engine_facts import BackendFacts
+from harness.records.load import Run, backend_facts
 
 ENGINES = ("vllm", "sglang")
 
@@ -59,123 +59,105 @@ SGLANG_FA4_PAGE = 128
 # as committed with this package (harness/tools/engine_table.py writes it, a test checks it).
 TABLE = Path(__file__).resolve().with_name("engine_table.json")
 
-# The facts recorded in the run headers being read (``use_headers``); they win over the table.
-_recorded: dict[str, BackendFacts] = {}
-
-
 @functools.lru_cache(maxsize=1)
 def _table() -> dict[str, BackendFacts]:
     data = json.loads(TABLE.read_text(encoding="utf-8"))
     return {name: BackendFacts.model_validate(f) for name, f in data["backend_facts"].items()}
 
 
-def use_headers(headers: Iterable[tuple[str, Mapping[str, Any]]]) -> None:
-    """Read the ``backend_facts`` of these run headers ((source, header) pairs: the results being
-    read now, replacing those of any earlier load; the first header naming a backend wins).
-    ValueError naming the source and field for a malformed record, and nothing replaced."""
-    recorded: dict[str, BackendFacts] = {}
-    for source, header in headers:
-        for name, facts in (header.get("backend_facts") or {}).items():
-            if name in recorded:
+@dataclass(frozen=True)
+class EngineFacts:
+    """The backend facts of the runs being read (``recorded``: run.json's ``backend_facts``,
+    harness/records/load.py ``backend_facts``), over the committed table; the engine rules ask
+    this object, so the facts travel with the loaded runs. ``EngineFacts()``: the table alone."""
+
+    recorded: Mapping[str, BackendFacts] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, runs: Sequence[Run]) -> "EngineFacts":
+        return cls(backend_facts(runs))
+
+    def facts(self, name: str) -> BackendFacts | None:
+        """A backend's facts: from the loaded run headers, else the committed table, else None."""
+        return self.recorded.get(name) or _table().get(name)
+
+    def known_backends(self) -> list[str]:
+        """Every backend with facts: the table's (in its order), then those only run headers name."""
+        return list(dict.fromkeys([*_table(), *self.recorded]))
+
+    def engine_name(self, backend: str, engine: str) -> EngineName | None:
+        """The backend's recorded ``EngineName`` for ``engine``, or None."""
+        facts = self.facts(backend)
+        rec = None if facts is None else facts.engine_names.get(engine)
+        return None if rec is None else rec.declaration()
+
+    def plain_counterpart(self, backend: str) -> str | None:
+        """The plain backend a cascade backend pairs with (``Capabilities.plain_counterpart``), or None."""
+        facts = self.facts(backend)
+        return None if facts is None else facts.plain_counterpart
+
+    def cascade_of(self, backend: str, names: Iterable[str]) -> list[str]:
+        """The cascade backends among ``names`` whose plain counterpart is ``backend``."""
+        return [n for n in names if n != backend and self.plain_counterpart(n) == backend]
+
+    def engine_backends(self, engine: str) -> list[tuple[str, EngineName]]:
+        """(backend name, EngineName) of every backend with facts the engine can run, in ``known_backends`` order."""
+        out = []
+        for name in self.known_backends():
+            decl = self.engine_name(name, engine)
+            if decl is not None:
+                out.append((name, decl))
+        return out
+
+    def harness_candidates(self, choice: VllmChoice) -> list[tuple[str, dict[str, Any]]]:
+        """The harness backend+variant that runs what vLLM would run, best match first."""
+        out = []
+        for name, decl in self.engine_backends("vllm"):
+            if decl.name != choice.backend:
                 continue
-            try:
-                recorded[name] = BackendFacts.model_validate(facts)
-            except ValidationError as e:
-                err = e.errors()[0]
-                where = ".".join(str(x) for x in ("backend_facts", name, *err["loc"]))
-                raise ValueError(f"{source}: field {where}: {err['msg']}") from None
-    _recorded.clear()
-    _recorded.update(recorded)
+            axis, fixed = decl.version_axis, decl.runs
+            want = {**fixed, **({axis: choice.fa_version} if axis else {})}
+            out.append((name, want))
+            if len(fixed) > 1:  # then any value of the axes after the first
+                first = next(iter(fixed))
+                out.append((name, {first: fixed[first], **({axis: choice.fa_version} if axis else {})}))
+        return out
 
+    def from_vllm_name(self, name: str) -> str | None:
+        """A vLLM backend name (``FLASH_ATTN``, ``flashinfer``, ...) -> this harness's backend, or
+        None when there is no counterpart (MLA kernels, Triton...)."""
+        key = name.strip()
+        decls = self.engine_backends("vllm")
+        for ours, decl in decls:
+            if key.upper() == decl.name:
+                return ours
+        return next((ours for ours, decl in decls if key.lower() in decl.aliases), None)
 
-def _facts(name: str) -> BackendFacts | None:
-    """A backend's facts: from the loaded run headers, else the committed table, else None."""
-    return _recorded.get(name) or _table().get(name)
-
-
-def known_backends() -> list[str]:
-    """Every backend with facts: the table's (in its order), then those only run headers name."""
-    return list(dict.fromkeys([*_table(), *_recorded]))
-
-
-def engine_name(backend: str, engine: str) -> EngineName | None:
-    """The backend's recorded ``EngineName`` for ``engine``, or None."""
-    facts = _facts(backend)
-    rec = None if facts is None else facts.engine_names.get(engine)
-    return None if rec is None else rec.declaration()
-
-
-def plain_counterpart(backend: str) -> str | None:
-    """The plain backend a cascade backend pairs with (``Capabilities.plain_counterpart``), or None."""
-    facts = _facts(backend)
-    return None if facts is None else facts.plain_counterpart
-
-
-def cascade_of(backend: str, names: Any) -> list[str]:
-    """The cascade backends among ``names`` whose plain counterpart is ``backend``."""
-    return [n for n in names if n != backend and plain_counterpart(n) == backend]
-
-
-def engine_backends(engine: str) -> list[tuple[str, Any]]:
-    """(backend name, EngineName) of every backend with facts the engine can run, in ``known_backends`` order."""
-    out = []
-    for name in known_backends():
-        decl = engine_name(name, engine)
-        if decl is not None:
-            out.append((name, decl))
-    return out
-
-
-def harness_candidates(choice: VllmChoice) -> list[tuple[str, dict[str, Any]]]:
-    """The harness backend+variant that runs what vLLM would run, best match first."""
-    out = []
-    for name, decl in engine_backends("vllm"):
-        if decl.name != choice.backend:
-            continue
-        axis, fixed = decl.version_axis, decl.runs
-        want = {**fixed, **({axis: choice.fa_version} if axis else {})}
-        out.append((name, want))
-        if len(fixed) > 1:  # then any value of the axes after the first
-            first = next(iter(fixed))
-            out.append((name, {first: fixed[first], **({axis: choice.fa_version} if axis else {})}))
-    return out
-
-
-def from_vllm_name(name: str) -> str | None:
-    """A vLLM backend name (``FLASH_ATTN``, ``flashinfer``, ...) -> this harness's backend, or
-    None when there is no counterpart (MLA kernels, Triton...)."""
-    key = name.strip()
-    decls = engine_backends("vllm")
-    for ours, decl in decls:
-        if key.upper() == decl.name:
-            return ours
-    return next((ours for ours, decl in decls if key.lower() in decl.aliases), None)
-
-
-def sglang_setting(backend: str, variant: dict[str, Any], attention_kind: str = "mha") -> dict[str, Any] | None:
-    """SGLang's backend name for one harness backend+variant, with whether SGLang runs exactly
-    that variant; None when SGLang has no such backend (for this attention kind: MLA rows need a
-    name declared for MLA, ``EngineName.attention_kinds``)."""
-    decl = engine_name(backend, "sglang")
-    if decl is None or not decl.runs_kind(attention_kind):
-        return None
-    axis, fixed, caveat = decl.version_axis, decl.runs, decl.caveat
-    names = decl.version_names if axis else {None: decl.name}
-    v = variant.get(axis) if axis else None
-    try:
-        v = int(v) if v is not None else None
-    except (TypeError, ValueError):
-        return None  # "auto": not a version SGLang can be told
-    if v not in names:
-        return None
-    exact = all(str(variant.get(k, want)) == str(want) for k, want in fixed.items())
-    out: dict[str, Any] = {"attention_backend": names[v], "exact": exact}
-    if caveat:
-        out["caveat"] = caveat
-    if not exact:
-        out["caveat"] = (caveat + "; " if caveat else "") + "SGLang does not run this variant (" + ",".join(
-            f"{k}={variant.get(k)}" for k in fixed) + ")"
-    return out
+    def sglang_setting(self, backend: str, variant: Mapping[str, Any],
+                       attention_kind: str = "mha") -> dict[str, Any] | None:
+        """SGLang's backend name for one harness backend+variant, with whether SGLang runs exactly
+        that variant; None when SGLang has no such backend (for this attention kind: MLA rows need a
+        name declared for MLA, ``EngineName.attention_kinds``)."""
+        decl = self.engine_name(backend, "sglang")
+        if decl is None or not decl.runs_kind(attention_kind):
+            return None
+        axis, fixed, caveat = decl.version_axis, decl.runs, decl.caveat
+        names: Mapping[Any, str] = decl.version_names if axis else {None: decl.name}
+        v = variant.get(axis) if axis else None
+        try:
+            v = int(v) if v is not None else None
+        except (TypeError, ValueError):
+            return None  # "auto": not a version SGLang can be told
+        if v not in names:
+            return None
+        exact = all(str(variant.get(k, want)) == str(want) for k, want in fixed.items())
+        out: dict[str, Any] = {"attention_backend": names[v], "exact": exact}
+        if caveat:
+            out["caveat"] = caveat
+        if not exact:
+            out["caveat"] = (caveat + "; " if caveat else "") + "SGLang does not run this variant (" + ",".join(
+                f"{k}={variant.get(k)}" for k in fixed) + ")"
+        return out
 
 
 def sglang_flags(prefill: str | None, decode: str | None) -> str:
@@ -189,7 +171,7 @@ def sglang_flags(prefill: str | None, decode: str | None) -> str:
     return f"--attention-backend {one}" if one else ""
 
 
-def sglang_page_note(flags: Iterable[str], pages: Iterable[int]) -> str | None:
+def sglang_page_note(flags: Iterable[str], pages: Iterable[int | None]) -> str | None:
     """What SGLang changes under these settings that the rows (measured at ``pages``) did not
     have: a ``--prefill-attention-backend fa4`` setting moves a non-MLA model's KV cache to page
     128. None when no setting names it or every row was measured at page 128."""
@@ -210,3 +192,8 @@ def vllm_flags(setting: dict[str, Any]) -> str:
     """CLI flags, then the environment variables for releases without them."""
     env = " ".join(f"{k}={v}" for k, v in setting.get("env", {}).items())
     return f"{setting['cli']} (vLLM before PR #26315: {env})" if env else setting["cli"]
+
+
+# The committed table alone: the facts of readers that read no run (a vLLM study, a candidate
+# built by hand) and the default of the rules' helpers.
+TABLE_ONLY = EngineFacts()

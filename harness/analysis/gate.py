@@ -81,14 +81,14 @@ def baseline_regime(baseline: Path) -> str | None:
     """The clock regime the baseline's run.json records (GPU runs), so the gate's run is timed
     in the same one (compare refuses two regimes)."""
     from harness.analysis.compare_runs import run_folders
-    from harness.records.results import read_header
+    from harness.records.results import read_run_header
 
     try:
         try:
             first = run_folders(baseline)[0]  # a folder of runs: the runs share one regime
         except FileNotFoundError:
             first = Path(baseline)
-        regime = read_header(first).get("clock_regime") if Path(first).is_dir() else None
+        regime = read_run_header(first).clock_regime if Path(first).is_dir() else None
     except (OSError, ValueError):
         return None
     return regime if regime in ("burst", "sustained") else None

@@ -14,31 +14,33 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from harness.report import markdown
-from harness.analysis.engines import SGLANG_FACTS, sglang_flags, sglang_page_note, sglang_setting, vllm_flags
-from harness.analysis.recommend import rows as R
-from harness.analysis.recommend.buckets import batch_kind
+from harness.analysis.engines import SGLANG_FACTS, TABLE_ONLY, EngineFacts, sglang_flags, sglang_page_note, vllm_flags
 from harness.analysis.recommend.load import load_inputs
-from harness.analysis.recommend.rank import RAN_OK, BucketResult, Candidate, case_batches, rank_bucket
+from harness.analysis.recommend.rank import RAN_OK, BucketResult, Candidate, batch_of, case_batches, rank_bucket
 from harness.analysis.recommend.vllm import VLLM_FACTS, vllm_setting
-from harness.records.results import ResultRow, read_header
+from harness.records.header import RunHeader
+from harness.records.results import ResultRow
 
 KIND_ORDER = {"decode": 0, "prefill": 1, "extend": 2, "mixed": 3}
 
 
 def model_of(row: ResultRow) -> str:
     """The model shape a row belongs to: 'llama-3.1-8b/tp2', else 'H32/KV8 D128 bfloat16'."""
-    m = R.model(row)
+    m = row.model
     if m:
         return m
-    c = R.config(row)
-    if not c:
+    c = row.config
+    if c is None:
         return "unknown shape"
-    s = f"H{c.get('num_heads')}/KV{c.get('num_kv_heads')} D{c.get('head_size')} {c.get('dtype')}"
-    if c.get("kv_cache_dtype") not in (None, "auto"):
-        s += f" kv {c['kv_cache_dtype']}"
-    for key, text in (("sliding_window", "window {}"), ("softcap", "softcap {}"), ("sinks", "sinks")):
-        if c.get(key):
-            s += " " + text.format(c[key])
+    s = f"H{c.num_heads}/KV{c.num_kv_heads} D{c.head_size} {c.dtype}"
+    if c.kv_cache_dtype != "auto":
+        s += f" kv {c.kv_cache_dtype}"
+    if c.sliding_window:
+        s += f" window {c.sliding_window}"
+    if c.softcap:
+        s += f" softcap {c.softcap}"
+    if c.sinks:
+        s += " sinks"
     return s
 
 
@@ -55,12 +57,12 @@ def answers(rows: Sequence[ResultRow], tie: float) -> list[Answer]:
     groups: dict[tuple[str, str], list[ResultRow]] = defaultdict(list)
     order: dict[str, int] = {}
     for r in rows:
-        b = R.batch(r) or batches.get(R.case_id(r))
-        if not b:
+        b = batch_of(r, batches)
+        if b is None:
             continue
         m = model_of(r)
         order.setdefault(m, len(order))
-        groups[(m, batch_kind(b))].append(r)
+        groups[(m, b.kind)].append(r)
     out = [Answer(m, k, rank_bucket((m, k), rs, tie)) for (m, k), rs in groups.items()]  # type: ignore[arg-type]
     return sorted(out, key=lambda a: (order[a.model], KIND_ORDER.get(a.kind, 9), a.kind))
 
@@ -74,11 +76,12 @@ def _margin(res: BucketResult) -> str:
 
 def answer_attention_kind(a: "Answer") -> str:
     """The attention kind of an answer's rows ("mha", or an MLA form: docs/mla.md)."""
-    return R.config(a.result.example).get("attention_kind") or "mha"
+    cfg = a.result.example.config
+    return cfg.kind_of_attention if cfg is not None else "mha"
 
 
-def sglang_flag(c: Candidate, kind: str, attention_kind: str = "mha") -> str:
-    s = sglang_setting(c.backend, c.variant, attention_kind)
+def sglang_flag(c: Candidate, kind: str, attention_kind: str = "mha", facts: EngineFacts = TABLE_ONLY) -> str:
+    s = facts.sglang_setting(c.backend, c.variant, attention_kind)
     if s is None:
         return "no SGLang backend"
     flag = {"decode": "--decode-attention-backend", "prefill": "--prefill-attention-backend",
@@ -86,14 +89,14 @@ def sglang_flag(c: Candidate, kind: str, attention_kind: str = "mha") -> str:
     return f"{flag} {s['attention_backend']}" + ("" if s["exact"] else " (nearest)")
 
 
-def vllm_flag(c: Candidate) -> str:
-    s = vllm_setting(c)
+def vllm_flag(c: Candidate, facts: EngineFacts = TABLE_ONLY) -> str:
+    s = vllm_setting(c, facts)
     if s is None:
         return "no vLLM setting"
     return vllm_flags(s) + ("" if s["exact"] else " (nearest)")
 
 
-def answer_records(ans: list[Answer]) -> list[dict[str, Any]]:
+def answer_records(ans: list[Answer], facts: EngineFacts = TABLE_ONLY) -> list[dict[str, Any]]:
     """One table row per model shape and workload kind that has a timed passing candidate."""
     out = []
     for a in ans:
@@ -102,35 +105,35 @@ def answer_records(ans: list[Answer]) -> list[dict[str, Any]]:
             continue
         win = f"tie: {w.name} ~ {', '.join(a.result.tied_with)}" if a.result.tie else w.name
         out.append({"model shape": a.model, "workload": a.kind, "winner": win, "margin [interval]": _margin(a.result),
-                    "vLLM": vllm_flag(w), "SGLang": sglang_flag(w, a.kind, answer_attention_kind(a))})
+                    "vLLM": vllm_flag(w, facts), "SGLang": sglang_flag(w, a.kind, answer_attention_kind(a), facts)})
     return out
 
 
 # ---------------------------------------------------------------- one setting per engine
 
 
-def _engine_times(rows: Sequence[ResultRow], engine: str) -> tuple[dict[str, dict[str, float]], dict[str, str]]:
+def _engine_times(rows: Sequence[ResultRow], engine: str, facts: EngineFacts) -> tuple[dict[str, dict[str, float]], dict[str, str]]:
     """case id -> {engine setting: fastest median of the harness candidates it runs}, and each
     case's kind. Only candidates the engine runs exactly count."""
     batches = case_batches(rows)
     times: dict[str, dict[str, float]] = defaultdict(dict)
     kinds: dict[str, str] = {}
     for r in rows:
-        t = R.timing(r) if R.status(r) == RAN_OK else None
-        b = R.batch(r) or batches.get(R.case_id(r))
-        if t is None or not b:
+        t = r.interval_us if r.status == RAN_OK else None
+        b = batch_of(r, batches)
+        if t is None or b is None:
             continue
-        variant = R.variant(r)
+        variant = r.variant
         if engine == "vllm":
-            s = vllm_setting(Candidate(r.backend, variant, r.variant_label, {}))
+            s = vllm_setting(Candidate(r.backend, variant, r.variant_label, {}), facts)
             key = s["cli"] if s and s["exact"] else None
         else:
-            s = sglang_setting(r.backend, variant, R.config(r).get("attention_kind") or "mha")
+            s = facts.sglang_setting(r.backend, variant, r.config.kind_of_attention if r.config is not None else "mha")
             key = s["attention_backend"] if s and s["exact"] else None
         if key is None:
             continue
-        cid = R.case_id(r)
-        kinds[cid] = batch_kind(b)
+        cid = r.case_id
+        kinds[cid] = b.kind
         times[cid][key] = min(t[0], times[cid].get(key, math.inf))
     return times, kinds
 
@@ -178,18 +181,18 @@ def engine_setting(cases: list[str], times: dict[str, dict[str, float]], kinds: 
         if (dec and d is None) or (pre and p is None):
             return None
         flags = sglang_flags(p, d)
-        pick = {**{c: d for c in dec}, **{c: p for c in pre}}
+        pick = {**{c: d for c in dec if d is not None}, **{c: p for c in pre if p is not None}}
     cost = _cost(pick, times, weights)
     return {"flags": flags, "cases": len(cases), "geomean_cost_pct": None if cost is None else cost[0] * 100,
             "worst_cost_pct": None if cost is None else cost[1] * 100}
 
 
-def engine_settings(rows: Sequence[ResultRow], engine: str) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+def engine_settings(rows: Sequence[ResultRow], engine: str, facts: EngineFacts = TABLE_ONLY) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     """One setting per model shape, and the single setting over all of them."""
-    times, kinds = _engine_times(rows, engine)
+    times, kinds = _engine_times(rows, engine, facts)
     per_model: dict[str, list[str]] = defaultdict(list)
     for r in rows:
-        cid = R.case_id(r)
+        cid = r.case_id
         if cid in times and cid not in per_model[model_of(r)]:
             per_model[model_of(r)].append(cid)
     out = []
@@ -222,16 +225,16 @@ def layer_weight(row: ResultRow) -> int | None:
     return None
 
 
-def model_settings(rows: Sequence[ResultRow], engine: str) -> list[dict[str, Any]]:
+def model_settings(rows: Sequence[ResultRow], engine: str, facts: EngineFacts = TABLE_ONLY) -> list[dict[str, Any]]:
     """One setting per model and TP degree (what a deployment takes), its layer kinds weighted
     by how many layers each has (gemma-2-9b: 21 local, 21 global), beside the per-kind settings
     of ``engine_settings``. Rows without a model are left out."""
-    times, kinds = _engine_times(rows, engine)
+    times, kinds = _engine_times(rows, engine, facts)
     cases: dict[str, list[str]] = defaultdict(list)
     weights: dict[str, float] = {}
     layers: dict[str, dict[str, int | None]] = defaultdict(dict)
     for r in rows:
-        p, cid = r.case_params or {}, R.case_id(r)
+        p, cid = r.case_params or {}, r.case_id
         if not p.get("model_id") or cid not in times:
             continue
         key = f"{p['model_id']}/tp{p.get('tp', 1)}"
@@ -251,14 +254,18 @@ def model_settings(rows: Sequence[ResultRow], engine: str) -> list[dict[str, Any
     return out
 
 
-def measured_with(headers: Sequence[dict[str, Any]]) -> str:
+def measured_with(headers: Sequence[RunHeader]) -> str:
     """GPU, driver and library versions of the runs, from their run.json headers."""
     parts = []
     for h in headers:
-        d = h.get("device") or {}
-        libs = ", ".join(f"{k} {v}" for k, v in sorted((h.get("backends") or {}).items()) if isinstance(v, str))
-        parts.append(f"{d.get('name', 'unknown device')}, driver {d.get('driver') or '?'}, CUDA runtime "
-                     f"{d.get('cuda_runtime') or '?'}, torch {h.get('torch') or '?'}" + (f", {libs}" if libs else ""))
+        d = h.device
+        # Each backend's libraries and their versions (``available``/``reason`` aside; torch is said once).
+        found = {lib: v for info in h.backends.values() for lib, v in info.items()
+                 if lib not in ("available", "reason", "torch") and isinstance(v, str)}
+        libs = ", ".join(f"{k} {v}" for k, v in sorted(found.items()))
+        name = d.name if d.name is not None else "unknown device"
+        parts.append(f"{name}, driver {d.driver or '?'}, CUDA runtime "
+                     f"{d.cuda_runtime or '?'}, torch {h.torch or '?'}" + (f", {libs}" if libs else ""))
     return "; ".join(dict.fromkeys(parts)) or "no run.json header"
 
 
@@ -276,19 +283,21 @@ def _md(records: list[dict[str, Any]], empty: str = "(none)") -> str:
 def engine_json(paths: Sequence[str | Path], engine: str, tie: float, call_form: str = "vllm") -> dict[str, Any]:
     """The same as ``engine_markdown``, machine-readable (``recommend --engine E --out DIR``)."""
     inputs = load_inputs(paths, call_form)
-    per, single = engine_settings(inputs.rows, engine)
-    weighted = model_settings(inputs.rows, engine)
-    return {"engine": engine, "call_form": call_form, "measured_with": measured_with([read_header(p) for p in paths]),
+    facts = inputs.facts
+    per, single = engine_settings(inputs.rows, engine, facts)
+    weighted = model_settings(inputs.rows, engine, facts)
+    return {"engine": engine, "call_form": call_form, "measured_with": measured_with(inputs.headers),
             "per_model_weighted": weighted, "per_model": per, "single": single,
             "notes": _engine_notes(inputs.rows, engine, [*per, *weighted, single or {}]),
-            "answers": answer_records(answers(inputs.rows, tie))}
+            "answers": answer_records(answers(inputs.rows, tie), facts)}
 
 
 def _engine_notes(rows: Sequence[ResultRow], engine: str, settings: list[dict[str, Any]]) -> list[str]:
     """What the engine changes under these settings that the rows did not measure."""
     if engine != "sglang":
         return []
-    note = sglang_page_note([str(s.get("flags", "")) for s in settings], [R.config(r).get("block_size") for r in rows])
+    note = sglang_page_note([str(s.get("flags", "")) for s in settings],
+                            [r.config.block_size if r.config is not None else None for r in rows])
     return [note] if note else []
 
 
@@ -309,17 +318,18 @@ def engine_markdown(paths: Sequence[str | Path], engine: str, tie: float, call_f
     """``recommend --engine``: per model shape, the engine's setting and what it costs against
     the per-case best; the single setting over all shapes; the answer table; the environment."""
     inputs = load_inputs(paths, call_form)
-    settings, single = engine_settings(inputs.rows, engine)
+    known = inputs.facts
+    settings, single = engine_settings(inputs.rows, engine, known)
     recs = [{"model shape": s["model shape"], "setting": s["flags"], "cases": s.get("cases", ""),
              "cost geomean": _pct(s.get("geomean_cost_pct")), "cost worst": _pct(s.get("worst_cost_pct"))}
             for s in settings]
     name = {"vllm": "vLLM", "sglang": "SGLang"}[engine]
-    weighted = model_settings(inputs.rows, engine)
+    weighted = model_settings(inputs.rows, engine, known)
     per_model = [{"model": s["model"], "layers": s["layers"], "setting": s["flags"], "cases": s.get("cases", ""),
                   "cost geomean (layer-weighted)": _pct(s.get("geomean_cost_pct")),
                   "cost worst": _pct(s.get("worst_cost_pct"))} for s in weighted]
     out = [f"# {name} settings per model shape", "",
-           f"Measured with: {measured_with([read_header(p) for p in paths])}", "",
+           f"Measured with: {measured_with(inputs.headers)}", "",
            "Cost: slowdown of that one setting against the fastest setting of each case (geometric mean, worst case).",
            "", *inputs.notes[-1:], "",
            f"## One {name} setting per model", "",
@@ -335,5 +345,5 @@ def engine_markdown(paths: Sequence[str | Path], engine: str, tie: float, call_f
     facts = VLLM_FACTS if engine == "vllm" else SGLANG_FACTS
     out += [f"## {name}'s flags, with the release each is read from", "", *[f"- {f}" for f in facts], ""]
     out += ["## Winner per model shape and workload kind", "",
-            _md(answer_records(answers(inputs.rows, tie)), "No timed passing rows."), ""]
+            _md(answer_records(answers(inputs.rows, tie), known), "No timed passing rows."), ""]
     return "\n".join(out)

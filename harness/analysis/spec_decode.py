@@ -9,7 +9,7 @@ import math
 from collections import defaultdict
 from typing import Any, Iterable
 
-from harness.analysis.engines import engine_name, sglang_setting
+from harness.analysis.engines import TABLE_ONLY, EngineFacts
 from harness.records.graph_modes import VLLM_RELEASE
 from harness.records.results import ResultRow
 
@@ -100,23 +100,24 @@ def crossovers(rows: Iterable[ResultRow], along: str = "q") -> list[dict[str, An
     return out
 
 
-def flags(rec: dict[str, Any]) -> dict[str, str]:
-    """vLLM and SGLang flags for an answer record (empty where the engine has no such backend)."""
+def flags(rec: dict[str, Any], facts: EngineFacts = TABLE_ONLY) -> dict[str, str]:
+    """vLLM and SGLang flags for an answer record (empty where the engine has no such backend),
+    from the runs' backend facts."""
     k = rec["q"] - 1
     out: dict[str, str] = {}
-    vname = engine_name(rec["backend"], "vllm")
+    vname = facts.engine_name(rec["backend"], "vllm")
     mode = "FULL_AND_PIECEWISE"
     if vname is not None:
         spec = (SPEC_CONFIG % k + " ") if k else ""
         out["vllm"] = f"{spec}--attention-backend {vname.name} {CUDAGRAPH % mode} ({VLLM_RELEASE})"
-    s = sglang_setting(rec["backend"], rec["variant"], rec["attention_kind"])
+    s = facts.sglang_setting(rec["backend"], rec["variant"], rec["attention_kind"])
     if s is not None:
         spec = (SGLANG_SPEC % (k, rec["q"]) + " ") if k else ""
         out["sglang"] = f"{spec}--attention-backend {s['attention_backend']}"
     return out
 
 
-def spec_markdown(rows: Iterable[ResultRow]) -> str:
+def spec_markdown(rows: Iterable[ResultRow], facts: EngineFacts = TABLE_ONLY) -> str:
     """The recommend section; empty without graph-modes rows."""
     rows = list(rows)
     recs = answer(rows)
@@ -131,7 +132,7 @@ def spec_markdown(rows: Iterable[ResultRow]) -> str:
     for r in recs:
         up = f"{r['runner_up']} (+{100 * r['margin']:.1f}%)" if r["runner_up"] else "-"
         cost = f"x{r['cost_vs_q1']:.2f}" if r["cost_vs_q1"] else "-"
-        fl = "; ".join(f"{e}: `{f}`" for e, f in flags(r).items()) or "-"
+        fl = "; ".join(f"{e}: `{f}`" for e, f in flags(r, facts).items()) or "-"
         lines.append(f"| {r['model']} | {r['q']} ({r['q'] - 1}) | {r['best']} | {'/'.join(r['engine_modes'])} | "
                      f"{r['declared']} | {r['effective_us']:.1f} | {up} | {cost} | {fl} |")
     flips = crossovers(rows) + crossovers(rows, "context")

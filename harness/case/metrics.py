@@ -21,7 +21,7 @@ reads per-head K (192) and V (128) in the model dtype (the up-projected latent).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from harness.records.payloads import Work
 
 from harness.case.layout import INDEX_BYTES, CaseLayout
 from harness.spec.dtypes import dtype_bytes, kv_element_bytes
@@ -74,36 +74,6 @@ def visible_keys(q_len: int, s_len: int, causal: bool, window: int | None) -> in
     return hi - lo
 
 
-@dataclass(frozen=True)
-class Work:
-    flops: float
-    bytes: float
-    bytes_q: float
-    bytes_kv: float
-    bytes_o: float
-    bytes_meta: float
-    pairs: int = 0
-    kv_tokens: int = 0
-
-    @property
-    def intensity(self) -> float:
-        """Arithmetic intensity, FLOP per byte."""
-        return self.flops / self.bytes if self.bytes else 0.0
-
-    def as_dict(self) -> dict:
-        return {
-            "flops": self.flops,
-            "bytes": self.bytes,
-            "bytes_q": self.bytes_q,
-            "bytes_kv": self.bytes_kv,
-            "bytes_o": self.bytes_o,
-            "bytes_meta": self.bytes_meta,
-            "visible_pairs": self.pairs,
-            "kv_tokens_read": self.kv_tokens,
-            "intensity": self.intensity,
-        }
-
-
 def attention_work(
     query_lens: list[int],
     seq_lens: list[int],
@@ -153,8 +123,8 @@ def attention_work(
         bytes_kv=bytes_kv,
         bytes_o=bytes_o,
         bytes_meta=bytes_meta,
-        pairs=pairs,
-        kv_tokens=keys,
+        visible_pairs=pairs,
+        kv_tokens_read=keys,
     )
 
 

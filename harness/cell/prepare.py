@@ -7,7 +7,7 @@ context-parallel cell prepare their own calls from here."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -25,9 +25,8 @@ from harness.cell.cascade import decide as decide_cascade
 from harness.case.layout import CaseLayout, case_layout
 from harness.plan.cells import Cell, RunOptions, reproducer
 from harness.case.reference import reference_attention
-from harness.records.graph_modes import GraphModes
-from harness.records.results import (UNCHECKED_REASON, BatchSummary, Call, Check, Host, Metrics, ResultRow, RowConfig,
-                             RowLayout, Status, Timing, VariantAxes, variant_label)
+from harness.records.results import (UNCHECKED_REASON, ResultRow, RowConfig,
+                             Status, VariantAxes, variant_label)
 from harness.spec import CaseSpec, Suite
 from harness.timing import GraphDecision, graph_decision
 from harness.case.workload import Batch, generate
@@ -79,34 +78,21 @@ class CellUnsupported(Exception):
 
 
 # ---------------------------------------------------------------- the row being built
-@dataclass
-class RowDraft:
-    """A result row while its cell runs: identity first, then each payload, typed, as the stage
-    that measures it finishes. ``finish`` validates the whole row once (status invariants)."""
+class RowDraft(ResultRow):
+    """A result row while its cell runs: the row itself (every ``ResultRow`` field, none copied
+    here), built unvalidated by ``RowDraft.of`` with the cell's identity and filled with each
+    typed payload as the stage that measures it finishes. ``finish`` validates it once as a
+    ``ResultRow`` (status invariants)."""
 
-    suite: str
-    case: str
-    backend: str
-    variant: dict[str, Any]
-    variant_label: str
-    device: str
-    config: RowConfig
-    case_group: str
-    case_params: dict[str, Any]
-    reproducer: str
-    variant_axes: VariantAxes | None = None
-    batch: BatchSummary = field(default_factory=BatchSummary)
-    layout: RowLayout | None = None
-    status: Status = Status.PASS
-    reason: str = ""
-    check: Check | None = None
-    timing: Timing | None = None
-    metrics: Metrics | None = None
-    host: Host | None = None
-    call: Call | None = None
-    timing_skipped: str | None = None
-    traceback: str | None = None
-    graph_modes: GraphModes | None = None
+    @classmethod
+    def of(cls, **identity: Any) -> "RowDraft":
+        """A draft with the cell's identity; a pass with no reason until a stage says otherwise."""
+        return cls.model_construct(**{"status": Status.PASS, "reason": "", **identity})
+
+    def as_row(self, checked: bool | None = None) -> ResultRow:
+        """The validated row (``checked``: require a check on a row that ran)."""
+        values = {name: getattr(self, name) for name in ResultRow.model_fields}
+        return ResultRow.model_validate(values, context=None if checked is None else {"checked": checked})
 
     def mark(self, status: Status, reason: str) -> None:
         self.status, self.reason = status, reason
@@ -127,8 +113,7 @@ class RowDraft:
         Without it (--no-check) a row that ran is ``unchecked``, never a pass no check made."""
         if not checked and self.status == Status.PASS and self.check is None:
             self.mark(Status.UNCHECKED, UNCHECKED_REASON)
-        return ResultRow.model_validate({f.name: getattr(self, f.name) for f in fields(self)},
-                                        context={"checked": checked})
+        return self.as_row(checked)
 
 
 def row_config_fields(cfg: AttentionConfig) -> dict[str, Any]:
@@ -143,7 +128,7 @@ def row_config_fields(cfg: AttentionConfig) -> dict[str, Any]:
 def base_row(cell: Cell, suite: Suite, opts: RunOptions) -> RowDraft:
     """A cell's identity: what every row of it carries, whatever happens next."""
     cfg = cell.case.attention_config()
-    return RowDraft(
+    return RowDraft.of(
         suite=suite.suite, case=cell.case.name, backend=cell.backend.name, variant=cell.variant,
         variant_label=variant_label(cell.variant), device=str(opts.device),
         config=RowConfig.model_validate({**row_config_fields(cfg), "seed": cell.case.seed, "tags": list(cell.case.tags)}),
@@ -156,7 +141,7 @@ def status_row(cell: Cell, suite: Suite, opts: RunOptions, status: Status, reaso
     """A row for a cell that did not run (or whose worker died): no measurements."""
     draft = base_row(cell, suite, opts)
     draft.mark(status, reason)
-    return ResultRow.model_validate({f.name: getattr(draft, f.name) for f in fields(draft)})
+    return draft.as_row()
 
 
 def short_error(e: BaseException) -> str:

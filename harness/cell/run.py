@@ -118,7 +118,7 @@ def time_cell(prepared: PreparedCell, case_data: CaseContext, opts: RunOptions, 
     t = timing.median_us * 1e-6
     ceilings, why_not = get_ceilings(device) if opts.roofline else (None, "disabled")
     draft.metrics = Metrics.model_validate(
-        {**work.as_dict(), **roofline_metrics(work.flops, work.bytes, t, ceilings, why_not)})
+        {**work.model_dump(), **roofline_metrics(work.flops, work.bytes, t, ceilings, why_not)})
     draft.timing = timing
     sw.lap("metrics")
 

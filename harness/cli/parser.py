@@ -22,8 +22,8 @@ COMMANDS = (
     "harness.crosscheck.run",
     "harness.tools.matrix.matrix",
     "harness.tools.matrix.bisect",
-    "harness.records.export",
-    "harness.records.schema",
+    "harness.cli.commands.export",
+    "harness.cli.commands.schema",
     "harness.analysis.gate",
     "harness.tools.diag",
 )

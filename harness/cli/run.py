@@ -30,6 +30,7 @@ from harness.cli.run_flags import RunFlags, add_arguments
 
 if TYPE_CHECKING:
     from harness.execute.api import Executor
+    from harness.records.header import RunHeader
     from harness.records.results import ResultRow
     from harness.plan.options import RunPlan
 
@@ -182,19 +183,19 @@ def run_cells(args: argparse.Namespace, plan: RunPlan, executor: Executor, t_sta
         progress.update(task, description="done")
     t_rows = time.perf_counter()
     this_run = rows
-    if executor.backend_versions and not header.get("backends") and not header.get("resumed"):
-        header["backends"] = {b.name: executor.backend_versions.get(b.name, {}) for b in backends}
-    header.update(executor.header_fields())
-    header["_marks"] = {"start": t_start, "planned": t_planned, "rows": t_rows,
-                        "all_ready": summary.to_perf(executor.t_all_ready)}
-    if header.get("resumed"):
+    if executor.backend_versions and not header.backends and not header.resumed:
+        header = header.updated(backends={b.name: executor.backend_versions.get(b.name, {}) for b in backends})
+    header = header.with_fields(**executor.header_fields())
+    marks = {"start": t_start, "planned": t_planned, "rows": t_rows,
+             "all_ready": summary.to_perf(executor.t_all_ready)}
+    if header.resumed:
         rows = read_rows(out_dir)  # the summary covers the whole run, earlier rows included
-    return summary.finish(rows, this_run, out_dir, header, t_start, PROCESS_T0, plan.report, plan.strict)
+    return summary.finish(rows, this_run, out_dir, header, marks, t_start, PROCESS_T0, plan.report, plan.strict)
 
 
 def prepare_out_dir(plan: RunPlan, argv: list[str], cells: list, extra: dict | None = None,
                     probe_versions: bool = True,
-                    started: Callable[[Path], None] = lambda out_dir: None) -> tuple[Path, list, dict]:
+                    started: Callable[[Path], None] = lambda out_dir: None) -> tuple[Path, list, RunHeader]:
     """A fresh results folder with its header, or (--resume) the old one with only the
     missing cells left to run and this run added to the header's ``resumed`` list.
     ``probe_versions=False``: the workers report the backends' versions (they import the

@@ -10,6 +10,7 @@ from attn_contract.status import FAILED, NOT_RUN  # no torch, no pydantic
 from harness.cli.common import console, err_console, terminal, write_header
 
 if TYPE_CHECKING:
+    from harness.records.header import RunHeader
     from harness.records.results import ResultRow
 
 
@@ -49,14 +50,17 @@ def wall_breakdown(marks: dict[str, Any], process_t0: float, now: float) -> dict
     return {k: round(max(0.0, v), 3) for k, v in out.items()}
 
 
-def record_wall_time(out_dir: Path, header: dict, rows: list[ResultRow], run_s: float, process_t0: float,
-                     report_s: float | None = None) -> None:
+def record_wall_time(out_dir: Path, header: RunHeader, rows: list[ResultRow], run_s: float, process_t0: float,
+                     report_s: float | None = None, marks: dict[str, Any] | None = None) -> RunHeader:
     """run.json gets this invocation's wall time (``wall_s``: process start to the last row,
     imports and worker start-up included; ``run_s``: from the command's start) and where the
-    rows' time went, summed over rows (``time_breakdown_s``; case-level stages once per case)."""
+    rows' time went, summed over rows (``time_breakdown_s``; case-level stages once per case).
+    ``marks``: the run's perf_counter marks (start, planned, rows, all_ready) for the wall
+    time's breakdown. Returns the header as written."""
     from harness.cell.accounting import sum_breakdown
+    from harness.records.header import ResumeRecord
 
-    marks = header.pop("_marks", None)
+    timing: dict[str, Any]
     if report_s is None:
         now = time.perf_counter()
         tb = sum_breakdown(rows)
@@ -66,22 +70,24 @@ def record_wall_time(out_dir: Path, header: dict, rows: list[ResultRow], run_s: 
         if marks is not None:
             wb = wall_breakdown(marks, process_t0, now)
             timing["wall_breakdown_s"] = wb
-            workers = header.get("workers") or []
+            workers = header.workers or []
             # Outside the rows (worker-seconds beside the rows' own stages): the parent's start,
             # the workers' library imports at start, their idle time (waiting, IPC, the tail).
             tb["startup"] = wb["startup"]
             tb["expand"] = wb["expand"]
-            tb["import"] = round(tb.get("import", 0.0) + sum(w.get("import_s") or 0.0 for w in workers), 3)
+            tb["import"] = round(tb.get("import", 0.0) + sum(w.import_s or 0.0 for w in workers), 3)
             if workers:
-                tb["workers_ready"] = max((w.get("ready_s") or 0.0) for w in workers)
-                tb["idle"] = round(sum(w.get("idle_s") or 0.0 for w in workers), 3)
+                tb["workers_ready"] = max((w.ready_s or 0.0) for w in workers)
+                tb["idle"] = round(sum(w.idle_s or 0.0 for w in workers), 3)
     else:
         timing = {"report_s": report_s, "wall_with_report_s": time.perf_counter() - process_t0}
-    if header.get("resumed"):
-        header["resumed"][-1].update(timing)  # the original run's wall time stays as it was
+    if header.resumed:  # the original run's wall time stays as it was
+        last = ResumeRecord.model_validate({**header.resumed[-1].model_dump(exclude_unset=True), **timing})
+        header = header.updated(resumed=[*header.resumed[:-1], last])
     else:
-        header.update(timing)
+        header = header.with_fields(**timing)
     write_header(out_dir, header)
+    return header
 
 
 def nothing_ran_hint(rows: list[ResultRow]) -> str:
@@ -108,10 +114,10 @@ def nothing_ran_hint(rows: list[ResultRow]) -> str:
     return f"nothing ran: all {len(rows)} cell(s) were skipped or unsupported on {dev} (reasons above).{more}{cpu}"
 
 
-def finish(rows: list[ResultRow], this_run: list[ResultRow], out_dir: Path, header: dict, t_start: float,
-           process_t0: float, report: bool, strict: bool) -> int:
+def finish(rows: list[ResultRow], this_run: list[ResultRow], out_dir: Path, header: RunHeader, marks: dict[str, Any],
+           t_start: float, process_t0: float, report: bool, strict: bool) -> int:
     """Record the wall time, print the summary (and write report.html); the exit code."""
-    record_wall_time(out_dir, header, this_run, time.perf_counter() - t_start, process_t0)
+    header = record_wall_time(out_dir, header, this_run, time.perf_counter() - t_start, process_t0, marks=marks)
     print_summary(rows, out_dir)
     if rows and all(r.status in NOT_RUN for r in rows):
         err_console().print(nothing_ran_hint(rows), highlight=False, soft_wrap=True)

@@ -19,15 +19,23 @@ class EngineNameRecord(BaseModel):
     """One ``EngineName`` as JSON. ``version_names`` keys are kernel versions: integers, since the
     readers compare them with a variant's value cast to int."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
     name: str = ""
+    """The engine's name for the backend (vLLM's ``FLASH_ATTN``, SGLang's ``fa3``)."""
     version_axis: str | None = None
+    """The variant axis that picks the kernel version (``fa_version``), if any."""
     version_names: dict[int, str] = {}
+    """Kernel version -> the engine's name for it (SGLang: 3 -> fa3, 4 -> fa4)."""
     runs: dict[str, Any] = {}
+    """The variant values the engine runs (axis -> value)."""
     caveat: str = ""
+    """What the engine's setting does differently, in words."""
     aliases: list[str] = []
+    """Other names the engine accepts for it."""
     version_tag: str = ""
-    attention_kinds: list[str] | None = None  # sorted; None: every kind the backend declares
+    """The prefix a kernel version is written with (``fa`` of fa3)."""
+    attention_kinds: list[str] | None = None
+    """The attention kinds the name serves, sorted; None: every kind the backend declares."""
 
     @classmethod
     def of(cls, decl: EngineName) -> "EngineNameRecord":
@@ -47,9 +55,11 @@ class EngineNameRecord(BaseModel):
 class BackendFacts(BaseModel):
     """What the readers ask about one backend."""
 
-    model_config = ConfigDict(extra="forbid")
-    engine_names: dict[str, EngineNameRecord] = {}  # engine ("vllm", "sglang") -> its name for the backend
-    plain_counterpart: str | None = None  # a cascade backend's plain backend (Capabilities.plain_counterpart)
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    engine_names: dict[str, EngineNameRecord] = {}
+    """Engine (``vllm``, ``sglang``) -> its name for the backend."""
+    plain_counterpart: str | None = None
+    """A cascade backend's plain backend (``Capabilities.plain_counterpart``)."""
 
 
 def backend_facts(cls: Any) -> BackendFacts:

@@ -8,9 +8,13 @@ import platform
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:
+    import torch
+
+    from harness.records.header import RunHeader
+
 
 
 def git_sha() -> str:
@@ -47,6 +51,8 @@ def _driver_version(idx: int) -> str | None:
 
 @functools.lru_cache(maxsize=None)  # nvidia-smi is slow; the answer does not change within a run
 def device_info(device: torch.device) -> dict[str, Any]:
+    import torch  # here: records/ is read without torch (the readers never need it)
+
     if device.type == "cuda":
         idx = device.index if device.index is not None else torch.cuda.current_device()
         p = torch.cuda.get_device_properties(idx)
@@ -73,10 +79,14 @@ def device_info(device: torch.device) -> dict[str, Any]:
 
 
 def run_header(device: torch.device, backend_versions: dict[str, dict[str, str]], argv: list[str],
-               extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    from harness.records.formats import RUN_SCHEMA_VERSION
+               extra: dict[str, Any] | None = None) -> RunHeader:
+    """run.json as a run starts: the environment, plus ``extra`` (what is run), typed."""
+    import torch
 
-    return {
+    from harness.records.formats import RUN_SCHEMA_VERSION
+    from harness.records.header import RunHeader
+
+    return RunHeader.model_validate({
         "tool": "attn-harness",
         "schema_version": RUN_SCHEMA_VERSION,
         "time_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -88,4 +98,4 @@ def run_header(device: torch.device, backend_versions: dict[str, dict[str, str]]
         "device": dict(device_info(device)),
         "backends": backend_versions,
         **(extra or {}),
-    }
+    })

@@ -4,7 +4,6 @@ every remaining mapping flattened with dots too; in files, list values are JSON 
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
@@ -82,23 +81,3 @@ def export(paths: list[str | Path], csv: str | Path | None = None, parquet: str 
         else:
             df.to_parquet(tmp, index=False)
     return out
-
-
-def add_parser(sub: Any) -> None:
-    ex = sub.add_parser("export", help="results as one flat table, one row per cell: CSV or parquet")
-    ex.add_argument("results", nargs="+", help="results folders or results.jsonl files")
-    g = ex.add_mutually_exclusive_group(required=True)
-    g.add_argument("--csv", metavar="FILE", help="write CSV")
-    g.add_argument("--parquet", metavar="FILE", help="write parquet (needs pyarrow)")
-    ex.set_defaults(func=run)
-
-
-def run(args: argparse.Namespace) -> int:
-    from harness.cli import UsageError
-
-    try:
-        out = export(args.results, csv=args.csv, parquet=args.parquet)
-    except ExportError as e:
-        raise UsageError(str(e)) from None
-    print(f"wrote {out}")
-    return 0

@@ -4,22 +4,17 @@
 
 - rows: 1 = rows written before the field existed (the key is absent; reports/ holds them),
   2 = rows that carry it. A version-1 row writes back without the key, as it was.
-- run.json: 1 = absent, 2 = carries it.
+- run.json: 1 = absent, 2 = carries it, 3 = every key declared (harness/records/header.py; the
+  files are the same: versions 1 and 2 read as they are).
 
-Readers accept every version up to theirs and refuse a newer one with a message saying so
-(``check_version``), instead of misreading fields they do not know. Their JSON Schemas:
+Readers accept every version a build wrote, migrating it on read, and refuse a newer one (or one
+no build wrote, such as 0) with a message saying so, instead of misreading fields they do not
+know (harness/records/migrate.py). Any change to a model's fields bumps its version here and
+records the schema's fingerprint (tests/records/schema_fingerprints.json). Their JSON Schemas:
 harness/records/schema.py."""
 
 from __future__ import annotations
 
-from typing import Any
+ROW_SCHEMA_VERSION = 3
+RUN_SCHEMA_VERSION = 3
 
-ROW_SCHEMA_VERSION = 2
-RUN_SCHEMA_VERSION = 2
-
-
-def check_version(found: Any, known: int, where: str, what: str) -> None:
-    """Refuse a file written by a newer harness (``found`` > ``known``)."""
-    if isinstance(found, int) and not isinstance(found, bool) and found > known:
-        raise ValueError(f"{where}: {what} schema_version {found} is newer than this harness reads (up to {known}); "
-                         "upgrade attn-harness to read it")

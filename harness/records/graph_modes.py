@@ -106,13 +106,19 @@ def vllm_graph_mode(declared: str, query_lens: Sequence[int], *, num_spec_tokens
 class GraphReplay(BaseModel):
     """The check of graph replays with metadata rebuilt and copied in place between them."""
 
-    model_config = ConfigDict(strict=True, extra="forbid")
-    stand_in: str  # "cuda_graph" (captured once, replayed) or "eager" (the CPU: the call itself)
-    steps: int  # replays checked
-    passed: bool | None  # None: not run (``note`` says why)
+    model_config = ConfigDict(strict=True, extra="forbid", use_attribute_docstrings=True)
+    stand_in: str
+    """"cuda_graph" (captured once, replayed) or "eager" (the CPU: the call itself stands for the replay)."""
+    steps: int
+    """Replays checked."""
+    passed: bool | None
+    """Every replay matched the reference; None: not run (``note`` says why)."""
     message: str = ""
-    note: str = ""  # what was changed between replays, or why it did not run
+    """The failing step's check message."""
+    note: str = ""
+    """What was changed between replays, or why they did not run."""
     per_step: list[dict[str, float | int | str | bool | None]] = []
+    """Per replay: its context lengths and its check's figures."""
 
 
 class GraphModes(BaseModel):
@@ -120,17 +126,30 @@ class GraphModes(BaseModel):
     the mode vLLM would run the batch in, the call timed both ways in the same cell, and the
     effective time of the engine's choice."""
 
-    model_config = ConfigDict(strict=True, extra="forbid")
+    model_config = ConfigDict(strict=True, extra="forbid", use_attribute_docstrings=True)
     declared: str
+    """The CUDA-graph level the backend declares (vLLM's AttentionCGSupport name)."""
     declared_source: str = ""
+    """Where the declared level comes from (a vLLM release's builder, or why it is the harness's own)."""
     required: str = ""
+    """The level this batch needs for a full graph (uniform single-token decode, uniform batch, any)."""
     engine: EngineMode
+    """The mode vLLM would run this step's attention in: full graph, piecewise (eager attention) or none."""
     engine_reason: str
+    """Why the engine picks that mode."""
     cudagraph_mode: str = "FULL_AND_PIECEWISE"
-    full_us: float | None = None  # per call, replayed from a CUDA graph of ``calls`` calls
-    eager_us: float | None = None  # per call, launched back to back (launch gaps included)
+    """vLLM's cudagraph_mode the decision assumes."""
+    full_us: float | None = None
+    """Per call, replayed from a CUDA graph of ``calls`` calls, us."""
+    eager_us: float | None = None
+    """Per call, launched eagerly back to back (launch gaps included), us."""
     calls: int | None = None
-    piecewise_overhead_us: float | None = None  # eager_us - full_us
-    effective_us: float | None = None  # the engine's mode: full_us, else eager_us
-    full_reason: str = ""  # why there is no full_us
+    """Calls per graph replay and per eager sample."""
+    piecewise_overhead_us: float | None = None
+    """eager_us - full_us: what running attention eagerly between graphed pieces adds, us."""
+    effective_us: float | None = None
+    """The time in the engine's mode: full_us under a full graph, else eager_us, us."""
+    full_reason: str = ""
+    """Why there is no full_us."""
     replay: GraphReplay | None = None
+    """The in-place replay check (metadata updated between replays)."""

@@ -13,24 +13,25 @@ import math
 import os
 import zlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Literal
+from typing import TYPE_CHECKING, Any, Iterable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_serializer, model_validator
 
 from attn_contract.status import FAILED, NOT_RUN, RAN, TIMED_OK, Status
-from harness.records.engine_facts import BackendFacts
 from harness.records.fileio import atomic_write_text
 from harness.records.graph_modes import GraphModes
-from harness.records.parts import (BatchSummary, ClockStats, Clocks, ColdCheck, CudaGraphInfo, Energy, InvariantResult,
-                                   KindCheck, Launch, Recheck, RequestCheck, Roofline, RowConfig, RowEnvironment,
-                                   RowLayout, Scalar, SmClock, TimeContents, TimingOptionsRecord, VariantAxes)
-from harness.records.formats import ROW_SCHEMA_VERSION, RUN_SCHEMA_VERSION, check_version
+from harness.records.header import RunHeader
+from harness.records.parts import (BatchSummary, InvariantResult, KindCheck, Recheck, RequestCheck, Roofline, RowConfig, RowEnvironment, RowLayout, Scalar, VariantAxes)
+from harness.records.timing_parts import (ClockStats, Clocks, ColdCheck, CudaGraphInfo, Energy, Launch, SmClock, TimeContents, TimingOptionsRecord)
+from harness.records.formats import ROW_SCHEMA_VERSION
+from harness.records.migrate import Migration, migrate_header, migrate_row
+from harness.records.payloads import Call, Check, Host, Metrics, Timing, Worker
 
 if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = ["Status", "RAN", "FAILED", "NOT_RUN", "TIMED_OK", "UNCHECKED_REASON", "Check", "Timing", "Metrics", "Host", "Call",
-           "Worker", "ResultRow", "Environment", "RunHeader", "rows_frame", "read_rows", "read_header",
+           "Worker", "ResultRow", "RunHeader", "rows_frame", "read_rows", "read_header",
            "read_run_header", "write_header", "ResultWriter", "variant_label",
            # the nested parts (harness/records/parts.py)
            "BatchSummary", "ClockStats", "Clocks", "ColdCheck", "CudaGraphInfo", "Energy", "InvariantResult",
@@ -41,190 +42,6 @@ __all__ = ["Status", "RAN", "FAILED", "NOT_RUN", "TIMED_OK", "UNCHECKED_REASON",
 RESULTS_FILE = "results.jsonl"
 HEADER_FILE = "run.json"
 UNCHECKED_REASON = "not checked against the reference (--no-check)"
-
-
-# ---------------------------------------------------------------- payloads
-class Payload(BaseModel):
-    """A typed part of a row. Strict: a bool is not an int, a string is not a number.
-
-    ``_omit_if_none`` names optional fields that did not exist in older files; they are left out
-    of the JSON while unset, so rows written now have the same keys as rows written before."""
-
-    # extra="forbid": a new measurement field must be declared here (optional, so old rows load),
-    # never slipped in unnoticed; tests/test_results_rows.py loads every committed file.
-    model_config = ConfigDict(strict=True, extra="forbid")
-    _omit_if_none: ClassVar[frozenset[str]] = frozenset()
-
-    @model_serializer(mode="wrap")
-    def _drop_unset_extensions(self, handler: Any) -> dict[str, Any]:
-        d = handler(self)
-        for k in self._omit_if_none:
-            if d.get(k, 0) is None:
-                del d[k]
-        return d
-
-
-class Check(Payload):
-    """The output (and LSE) against the reference (what harness.cell.check.check_output returns). Error figures are
-    None where they were not finite (a NaN/Inf output): JSON has no infinity."""
-
-    passed: bool
-    message: str
-    max_abs_err: float | None
-    max_rel_err: float | None
-    rel_l2_err: float | None
-    mismatch_fraction: float
-    num_nan: int
-    num_inf: int
-    num_unwritten: int
-    lse_checked: bool
-    lse_max_abs_err: float | None
-    atol: float
-    rtol: float
-    lse_atol: float
-    max_mismatch_fraction: float
-    # Per request (its index, errors, verdict), for localising a mismatch; newer rows only.
-    num_requests: int | None = None
-    num_failed_requests: int | None = None
-    per_request: list[RequestCheck] | None = None
-    worst_request: RequestCheck | None = None
-    per_kind: dict[str, KindCheck] | None = None  # summary per segment kind (decode, prefill, ...)
-    rechecks: list[Recheck] | None = None  # the output after timing / of a repeated call
-    inputs_modified: str | None = None  # the inputs the backend wrote into (a mismatch)
-    invariants: list[InvariantResult] | None = None  # --invariants: harness/cell/invariants.py, each with a status
-    diagnosis: str | None = None  # a known library bug the backend says this mismatch matches
-
-    _omit_if_none = frozenset({"num_requests", "num_failed_requests", "per_request", "worst_request", "per_kind",
-                               "rechecks", "inputs_modified", "invariants", "diagnosis"})
-
-
-class Timing(Payload):
-    """Per-call time in microseconds and how it was measured (harness.timing.time_callable)."""
-
-    median_us: float
-    min_us: float
-    max_us: float
-    mean_us: float
-    stdev_us: float
-    q1_us: float
-    q3_us: float
-    iqr_us: float
-    ci_low_us: float
-    ci_high_us: float
-    ci_coverage: float
-    rel_ci_half_width: float
-    samples: int
-    stop_criterion: str | None = None  # the stopping rule's name (harness.timing.stopping); newer rows
-    stop_reason: str
-    stop: str
-    target_rel_noise: float
-    sampling_s: float
-    method: str  # wall_clock (CPU) | cuda_event
-    mode: str  # hot | cold
-    l2: str
-    cuda_graph: CudaGraphInfo
-    calls_per_sample: int
-    sm_clock_mhz: SmClock | None  # GPU clocks around the sampling; None on the CPU
-    options: TimingOptionsRecord
-    launch: Launch | None = None  # GPU: launch hiding
-    raw_us: list[float] | None = None  # every sample, with TimingOptions.keep_raw
-    cold_check: ColdCheck | None = None  # cold mode: how L2 flushing was verified
-    cold_l2: str | None = None
-    # Extensions: time per phase (e.g. {"plan": .., "kernel": ..}, microseconds) and energy.
-    breakdown: dict[str, float] | None = None
-    energy: Energy | None = None
-    contains: TimeContents | None = None  # what the time holds beside the kernels (harness.timing.loop)
-    # GPU: the clock regime the row was sampled in (burst | sustained; part of its identity:
-    # compare refuses rows of two regimes), the clocks over its samples, and whether its
-    # candidates were sampled in interleaved rounds or one after another. Absent on CPU rows
-    # and on rows written before them (those were burst, unrecorded). Any other word is refused on load.
-    clock_regime: Literal["burst", "sustained"] | None = None
-    clocks: Clocks | None = None
-    sampling: str | None = None  # interleaved | sequential
-    # Untimed calls right before every timed sample (GPU hot: a copy of the sample's work; cold: one
-    # call before the flush; CPU: 0) and, interleaved, the case's complete rounds (= samples).
-    warm_calls: int | None = None
-    rounds: int | None = None
-    # Sustained: the median SM clock of the call's own continuous loop just before sampling.
-    settled_sm_clock_mhz: float | None = None
-
-    _omit_if_none = frozenset({"stop_criterion", "launch", "raw_us", "cold_check", "cold_l2", "breakdown", "energy",
-                               "contains", "clock_regime", "clocks", "sampling", "warm_calls", "rounds",
-                               "settled_sm_clock_mhz"})
-
-
-class Metrics(Payload):
-    """Work of the call (harness.case.metrics) and what the measured time achieves (harness.case.roofline).
-
-    Further fields are allowed but must be numbers (or null): a new quantity added to
-    ``harness.case.metrics.Work`` lands here without touching this model."""
-
-    model_config = ConfigDict(strict=True, extra="allow")
-    __pydantic_extra__: dict[str, int | float | None] = Field(init=False)
-
-    flops: float
-    bytes: float
-    bytes_q: float
-    bytes_kv: float
-    bytes_o: float
-    bytes_meta: float
-    visible_pairs: int
-    kv_tokens_read: int
-    intensity: float | None
-    tflops: float | None
-    tbps: float | None
-    roofline: Roofline
-
-
-class Host(Payload):
-    """Host-side costs, milliseconds unless named otherwise. The cell's own stages are in
-    ``breakdown_ms``; ``case_ms`` holds the case-level stages (generate, reference) it shared
-    with ``case_cells`` cells. build/first_call are None on an error row that stopped earlier."""
-
-    build_ms: float | None = None
-    first_call_ms: float | None = None  # includes JIT compilation
-    enqueue_us: float | None = None  # GPU: launching one call
-    breakdown_ms: dict[str, float] | None = None
-    cell_ms: float | None = None
-    case_ms: dict[str, float] | None = None
-    case_cells: int | None = None
-
-    _omit_if_none = frozenset({"build_ms", "first_call_ms", "enqueue_us", "breakdown_ms", "cell_ms", "case_ms",
-                               "case_cells"})
-
-
-class Call(Payload):
-    """What the backend says it called (``describe_call``) plus what the harness adds beside it.
-
-    The backend's facts are its own keys (kernel names, split counts, plan times, ...): the harness
-    cannot know them and a backend must not need a harness change to record a new one, so they
-    stay a mapping, ``facts`` (pydantic's extra fields, written at the top level of ``call`` as
-    always). The keys the harness writes or reads itself are typed fields."""
-
-    model_config = ConfigDict(strict=True, extra="allow")
-    __pydantic_extra__: dict[str, Any] = Field(init=False)
-
-    compare_with: str | None = None  # cascade backends: the plain backend to compare against
-    # vLLM's cascade decision rule for the batch (harness/cell/cascade.py), on cascade backends' rows.
-    rule_says_cascade: bool | None = None
-    rule_reason: str | None = None
-    rule_costs: dict[str, bool | int | float] | None = None
-    # Context-parallel cells (harness/cell/context_parallel/): degree, combine, sharding, shard sizes.
-    context_parallel: dict[str, Any] | None = None
-
-    _omit_if_none = frozenset({"compare_with", "rule_says_cascade", "rule_reason", "rule_costs", "context_parallel"})
-
-    @property
-    def facts(self) -> dict[str, Any]:
-        """The backend's own ``describe_call`` keys (everything but the typed fields above)."""
-        return dict(self.__pydantic_extra__ or {})
-
-
-class Worker(Payload):
-    """The worker process that produced the row (isolated runs only)."""
-
-    pid: int | None
-    device: str
 
 
 # What each status may carry (derived from harness.cell.case and harness.execute.local):
@@ -242,44 +59,68 @@ class ResultRow(BaseModel):
     Validate with ``context={"checked": True}`` (the runner does) to also require a check on
     every row that ran; files do not record --no-check, so reading them cannot."""
 
-    model_config = ConfigDict(strict=True, extra="forbid")
+    model_config = ConfigDict(strict=True, extra="forbid", use_attribute_docstrings=True)
 
     # The format's version (harness/records/schema.py); rows read without the key are version 1.
     schema_version: int = ROW_SCHEMA_VERSION
+    """The format's version (harness/records/formats.py); rows read without the key are version 1."""
     suite: str
+    """The suite's name."""
     case: str
+    """The case's name, with its swept values (llama3-8b[count=8])."""
     backend: str
+    """The backend's registered name."""
     variant: dict[str, Scalar] = {}  # the backend's variant axes and their values
+    """The backend's variant axes and their values."""
     variant_label: str = ""
+    """The variant as axis=value pairs, sorted, comma-separated ('' for none)."""
     status: Status = Field(strict=False)  # the JSON string ("pass") is the enum's value
+    """pass | mismatch | unchecked | error | timeout | unsupported | skipped."""
     reason: str = ""
+    """Why the status (needed for every status but pass)."""
     device: str = ""
-    config: RowConfig | None = None  # written as {} while unset (a row built without a case)
-    case_group: str = ""  # the suite case this one was expanded from (rows before it: "")
+    """The device the cell ran on."""
+    config: RowConfig | None = None
+    """The layer the cell ran; written as {} while unset (a row built without a case)."""
+    case_group: str = ""
+    """The suite case this one was expanded from (rows before it: '')."""
     # Its swept values, e.g. {"block_size": 16, "count": 1}: keys are the suite's swept fields.
     case_params: dict[str, Scalar | None] = {}
-    layout: RowLayout | None = None  # CaseLayout.as_dict(): block_size, blocks, KV bytes
-    batch: BatchSummary = BatchSummary()  # {} on a row that did not get to generate its batch
+    """Its swept values, e.g. {block_size: 16, count: 1}: keys are the suite's swept fields."""
+    layout: RowLayout | None = None
+    """The case's layout: block size, blocks, KV bytes."""
+    batch: BatchSummary = BatchSummary()
+    """The generated batch in numbers; {} on a row that did not get to generate it."""
     check: Check | None = None
+    """The output against the reference."""
     timing: Timing | None = None
+    """The time per call and how it was measured."""
     metrics: Metrics | None = None
+    """The work of the call and what the time achieves."""
     host: Host | None = None
+    """Host-side costs."""
     call: Call | None = None
+    """What the backend says it called, and what the harness adds beside it."""
     reproducer: str = ""
+    """A command that runs this cell alone."""
     worker: Worker | None = None
+    """The worker process that produced the row (isolated runs only)."""
     traceback: str | None = None
+    """An error row's traceback."""
     # Variant axes that applied to the batch, and the variants this row stands for where the
     # others could not change the result (runner.collapse_variants); absent: nothing collapsed.
     variant_axes: VariantAxes | None = None
+    """Variant axes that applied to the batch, and the variants this row stands for where the others could not change the result; absent: nothing collapsed."""
     # Why a cell that ran carries no timing although the run timed (e.g. "reference, not timed
     # on cuda by default"); absent on rows that were timed and on older rows.
     timing_skipped: str | None = None
+    """Why a cell that ran carries no timing although the run timed; absent on timed and older rows."""
     # The isolated environment a `harness matrix` / `harness bisect` row ran in: its name and the
     # exact versions of its requirements and torch; absent on rows of a plain run.
     environment: RowEnvironment | None = None
-    # Suites with ``graph_modes: true``: the CUDA-graph level, vLLM's mode for this batch, the call
-    # timed under graph replay and eagerly, and the in-place replay check (harness/records/graph_modes.py).
+    """The isolated environment a `harness matrix` / `harness bisect` row ran in; absent on a plain run's rows."""
     graph_modes: GraphModes | None = None
+    """Suites with ``graph_modes: true``: the CUDA-graph level, vLLM's mode for this batch, the call timed under graph replay and eagerly, and the in-place replay check (harness/records/graph_modes.py)."""
 
     @field_validator("config", mode="before")
     @classmethod
@@ -342,46 +183,42 @@ class ResultRow(BaseModel):
         return (self.suite, self.case, self.backend, self.variant_label)
 
     @property
+    def label(self) -> str:
+        """``backend [variant]``: the candidate's name in every table and plot."""
+        return f"{self.backend} [{self.variant_label}]" if self.variant_label else self.backend
+
+    @property
+    def case_id(self) -> str:
+        """``suite/case``: the case across backends (and across runs of one suite)."""
+        return f"{self.suite}/{self.case}"
+
+    @property
+    def model(self) -> str | None:
+        """The model shape a case came from (``model:`` / ``--model``), or None."""
+        m = self.case_params.get("model")
+        return str(m) if m else None
+
+    @property
+    def interval_us(self) -> tuple[float, float, float] | None:
+        """(median, CI low, CI high) in microseconds, the CI clipped to contain the median; None
+        when the row has no timing or no positive median."""
+        t = self.timing
+        if t is None or not t.median_us > 0:
+            return None
+        med = t.median_us
+        lo = t.ci_low_us if t.ci_low_us > 0 else med
+        return float(med), float(min(lo, med)), float(max(t.ci_high_us, med))
+
+    @property
+    def rule_costs(self) -> dict[str, bool | int | float]:
+        """The inputs of vLLM's cascade rule on this row's batch ({} where not recorded)."""
+        return dict(self.call.rule_costs or {}) if self.call is not None else {}
+
+    @property
     def group(self) -> str:
         """The case group the verdicts are given per: ``case_group``, or for rows written before
         it the case name up to its swept values (``llama3-8b[count=8]`` -> ``llama3-8b``)."""
         return self.case_group or self.case.split("[", 1)[0]
-
-
-# ---------------------------------------------------------------- run header
-class Environment(BaseModel):
-    """Where a run happened: the fingerprint harness.records.env writes into run.json."""
-
-    model_config = ConfigDict(extra="allow")  # device probes add keys per device type
-    tool: str = "attn-harness"
-    schema_version: int = 1  # absent: written before run.json carried it (harness/records/schema.py)
-    time_utc: str = ""
-    command: str = ""
-    git_sha: str = ""
-    python: str = ""
-    platform: str = ""
-    torch: str = ""
-    device: dict[str, Any] = {}
-    backends: dict[str, dict[str, Any]] = {}
-
-
-class RunHeader(Environment):
-    """run.json: the environment plus what was run. Every field optional: old headers load."""
-
-    suite: str | None = None
-    suite_file: str | None = None
-    cells: int | None = None
-    seed: int | None = None
-    devices: list[str] | None = None
-    resumed: list[dict[str, Any]] | None = None
-    clock_regime: str | None = None  # GPU runs: the regime its rows were timed in (harness/timing/clocks.py)
-    # What the readers need of each backend of the run (engine names, plain counterpart);
-    # absent in headers written before it: readers then use harness/analysis/engine_table.json.
-    backend_facts: dict[str, BackendFacts] | None = None
-
-    @property
-    def device_name(self) -> str | None:
-        return self.device.get("name")
 
 
 # ---------------------------------------------------------------- frames
@@ -416,7 +253,7 @@ def rows_frame(rows: Iterable[ResultRow]) -> pd.DataFrame:
                 rec[k] = v
         cid = ids.setdefault((r.suite, r.case), f"c{len(ids) + 1}")
         rec["case_id"] = cid
-        rec["label"] = f"{r.backend} [{r.variant_label}]" if r.variant_label else r.backend
+        rec["label"] = r.label
         recs.append(rec)
     base = ["suite", "case", "case_id", "backend", "variant_label", "label", "status", "reason", "device"]
     df = pd.DataFrame.from_records(recs) if recs else pd.DataFrame(columns=base)
@@ -471,9 +308,9 @@ class ResultWriter:
         self.close()
 
 
-def write_header(out_dir: Path, header: dict[str, Any]) -> None:
-    """Write ``run.json`` atomically (temp file + rename): never half-written."""
-    atomic_write_text(Path(out_dir) / HEADER_FILE, json.dumps(_clean(header), indent=2, allow_nan=False) + "\n")
+def write_header(out_dir: Path, header: RunHeader) -> None:
+    """Write ``run.json`` from its typed header, atomically (temp file + rename): never half-written."""
+    atomic_write_text(Path(out_dir) / HEADER_FILE, json.dumps(_clean(header.as_json()), indent=2, allow_nan=False) + "\n")
 
 
 def results_file(path: str | Path) -> Path:
@@ -500,10 +337,13 @@ def _gz_text(p: Path) -> bytes:
         raise ValueError(f"{p}: not a readable gzip file ({e}); copy or download it again") from None
 
 
-def read_rows(path: str | Path) -> list[ResultRow]:
+def read_rows(path: str | Path, migration: Migration | None = None) -> list[ResultRow]:
     """Rows from a results folder or a .jsonl file; a torn last line (a killed run) is ignored.
-    A line that is JSON but not a valid row raises ValueError naming the file, line and field; a
-    missing file or a folder without rows raises FileNotFoundError saying which."""
+    Rows of any version a build wrote are read (harness/records/migrate.py; what reading dropped
+    is counted into ``migration``). A line that is JSON but not a valid row raises ValueError
+    naming the file, line and field; a missing file or a folder without rows raises
+    FileNotFoundError saying which."""
+    record = migration if migration is not None else Migration()
     if not Path(path).exists():
         raise FileNotFoundError(f"{path}: no such results folder or file")
     p = results_file(path)
@@ -528,7 +368,7 @@ def read_rows(path: str | Path) -> list[ResultRow]:
                 break  # interrupted mid-write
             raise ValueError(f"{p}: line {n + 1} is not JSON") from None
         if isinstance(data, dict):
-            check_version(data.get("schema_version"), ROW_SCHEMA_VERSION, f"{p}: line {n + 1}", "result row")
+            data = migrate_row(data, f"{p}: line {n + 1}", record)
             data.setdefault("schema_version", 1)  # written before rows carried it
         try:
             rows.append(ResultRow.model_validate(data))
@@ -579,8 +419,9 @@ def repair_torn_tail(path: str | Path) -> int:
         return size - keep
 
 
-def read_header(path: str | Path) -> dict[str, Any]:
-    """run.json as a plain dict ({} when there is none)."""
+def read_header(path: str | Path, migration: Migration | None = None) -> dict[str, Any]:
+    """run.json as a plain dict ({} when there is none), brought to the current version
+    (harness/records/migrate.py)."""
     p = Path(path)
     if p.is_file():
         p = p.parent
@@ -589,8 +430,8 @@ def read_header(path: str | Path) -> dict[str, Any]:
         header = json.loads(f.read_text(encoding="utf-8")) if f.exists() else {}
     except (json.JSONDecodeError, UnicodeDecodeError) as e:  # a hand-edited or truncated run.json
         raise ValueError(f"{f}: not valid JSON ({e}); restore it or remove it") from None
-    if isinstance(header, dict):
-        check_version(header.get("schema_version"), RUN_SCHEMA_VERSION, str(f), "run.json")
+    if isinstance(header, dict) and header:
+        header = migrate_header(header, str(f), migration if migration is not None else Migration())
     return header
 
 

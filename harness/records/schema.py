@@ -8,12 +8,10 @@ also be a non-empty list (a sweep axis), ``sweep: product|zip``; usable as
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 from typing import Any
 
-from harness.records.fileio import atomic_write_text
 from harness.records.formats import ROW_SCHEMA_VERSION, RUN_SCHEMA_VERSION
 
 def row_schema() -> dict[str, Any]:
@@ -30,6 +28,26 @@ def run_schema() -> dict[str, Any]:
     s = RunHeader.model_json_schema(mode="serialization")
     s["$comment"] = f"attn-harness run.json, schema_version {RUN_SCHEMA_VERSION}"
     return s
+
+
+_WORDS = frozenset({"description", "title", "$comment"})
+
+
+def _shape(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {k: _shape(v) for k, v in node.items() if k not in _WORDS or not isinstance(v, str)}
+    if isinstance(node, list):
+        return [_shape(v) for v in node]
+    return node
+
+
+def fingerprint(schema: dict[str, Any]) -> str:
+    """A short hash of a JSON Schema's shape (fields, types, defaults, required), its words left
+    out: a docstring may change freely, a field may not without a schema_version bump
+    (harness/records/migrate.py; tests/records/schema_fingerprints.json keeps one per version)."""
+    import hashlib
+
+    return hashlib.sha256(json.dumps(_shape(schema), sort_keys=True).encode()).hexdigest()[:16]
 
 
 _LIST_KEYS = ("batch", "values", "tags", "sizes")  # lists by type, not sweep axes (harness/spec/expand.py)
@@ -107,19 +125,3 @@ def suite_schema() -> dict[str, Any]:
 
 
 SCHEMAS = {"row": row_schema, "suite": suite_schema, "run": run_schema}
-
-
-def add_parser(sub: Any) -> None:
-    sc = sub.add_parser("schema", help="print the JSON Schema of a result row, a suite file or run.json")
-    sc.add_argument("what", choices=sorted(SCHEMAS), help="row (results.jsonl lines), suite (YAML files), run (run.json)")
-    sc.add_argument("-o", "--output", metavar="FILE", help="write it to FILE instead of stdout")
-    sc.set_defaults(func=run)
-
-
-def run(args: argparse.Namespace) -> int:
-    text = json.dumps(SCHEMAS[args.what](), indent=1) + "\n"
-    if args.output:
-        atomic_write_text(args.output, text)  # a bad path: one line, exit 2 (harness/records/fileio.py)
-    else:
-        print(text, end="")
-    return 0

@@ -217,8 +217,8 @@ def render_html(loaded: Loaded, title: str | None = None, built: list[Rendered] 
 
     env = Environment(loader=PackageLoader("harness", "templates"), autoescape=select_autoescape(["html", "j2"]))
     env.filters["breakable"] = breakable
-    suites = sorted({str(getattr(r, "suite", "")) for r in loaded.rows})
-    statuses = [str(getattr(r, "status", "")) for r in loaded.rows]
+    suites = sorted({r.suite for r in loaded.rows})
+    statuses = [str(r.status) for r in loaded.rows]
     counts = {s.value: statuses.count(s.value) for s in Status}
     return env.get_template("report.html.j2").render(
         title=title or f"Attention harness report: {', '.join(suites) or 'no rows'}",

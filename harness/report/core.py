@@ -18,7 +18,9 @@ from typing import Any, Callable, Iterable
 import pandas as pd
 
 from attn_contract.status import FAILED, Status
-from harness.records.results import read_header, read_rows, rows_frame
+from harness.records.header import RunHeader
+from harness.records.load import Run, load_run
+from harness.records.results import ResultRow, rows_frame
 
 # ---------------------------------------------------------------- what a section returns
 
@@ -122,37 +124,45 @@ def registered() -> list[SectionSpec]:
 
 @dataclass
 class Loaded:
-    rows: list[Any]
-    headers: list[dict[str, Any]]
-    sources: list[str]
+    runs: list[Run]  # every source as loaded (harness/records/load.py), rows de-duplicated
+    rows: list[ResultRow]
     run_of_row: list[int] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # shown at the top of the page and by `harness report`
 
+    @property
+    def sources(self) -> list[str]:
+        return [str(run.source) for run in self.runs]
+
+    @classmethod
+    def of_rows(cls, rows: Iterable[ResultRow], source: str = "run") -> "Loaded":
+        """Rows not read from a folder (a run's own, a test's) as one run without a run.json."""
+        rows = list(rows)
+        return cls([Run(Path(source), RunHeader(), rows, has_header=False)], rows, [0] * len(rows))
+
 
 def load(paths: Iterable[str | Path]) -> Loaded:
-    """Rows and headers of every results folder or .jsonl file, in order. The headers' backend
-    facts go to harness.analysis.engines, which the engine sections read (records, not classes)."""
-    from harness.analysis.engines import use_headers
+    """Rows and headers of every results folder or .jsonl file, in order; their backend facts
+    travel with them (``Loaded.runs``) to the engine sections (records, not classes)."""
+    import dataclasses
 
-    rows: list[Any] = []
-    headers: list[dict[str, Any]] = []
-    sources: list[str] = []
+    runs: list[Run] = []
+    rows: list[ResultRow] = []
     run_of_row: list[int] = []
     warnings: list[str] = []
     for i, p in enumerate(paths):
         p = Path(p)
-        got = read_rows(p)  # FileNotFoundError names a missing path or an empty folder
+        run = load_run(p)  # FileNotFoundError names a missing path or an empty folder
+        got = run.rows
         last = {r.key: r for r in got}  # a row key twice (a file appended to twice): the last, as compare does
         if len(last) < len(got):
             warnings.append(f"{p}: {len(got) - len(last)} duplicate row(s) (same suite/case/backend/variant); "
                             "the last of each is used, so no count is doubled")
-            got = list(last.values())
-        rows.extend(got)
-        run_of_row.extend([i] * len(got))
-        headers.append(read_header(p))
-        sources.append(str(p))
-    use_headers((f"{s} (run.json)", h) for s, h in zip(sources, headers))
-    return Loaded(rows, headers, sources, run_of_row, warnings)
+            run = dataclasses.replace(run, rows=list(last.values()))
+        warnings.extend(f"{p}: {note}" for note in run.migration.notes())
+        runs.append(run)
+        rows.extend(run.rows)
+        run_of_row.extend([i] * len(run.rows))
+    return Loaded(runs, rows, run_of_row, warnings)
 
 
 DERIVED = {
@@ -174,10 +184,6 @@ DERIVED = {
 }
 """Columns the frame adds to the flattened row fields (sections may rely on them)."""
 
-_FEATURES = (("config.kv_layout", "NHD", "{}"), ("config.sliding_window", None, "window {:.0f}"),
-             ("config.softcap", 0.0, "softcap {:g}"), ("config.alibi", False, "alibi"),
-             ("config.sinks", False, "sinks"), ("config.causal", True, "non-causal"))
-_DTYPE_SHORT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
 
 def col(df: pd.DataFrame, name: str, default: Any = None) -> pd.Series:
@@ -225,37 +231,6 @@ def fmt_tokens(x: Any) -> str:
     if v >= 1000:
         return f"{v / 1000:.1f}k" if v < 100_000 else f"{v / 1000:.0f}k"
     return f"{v:.0f}"
-
-
-def _shape(r: dict[str, Any]) -> str:
-    if not _present(r.get("config.num_heads")):
-        return "unknown shape"
-    dt = str(r.get("config.dtype") or "")
-    s = (f"H{int(r['config.num_heads'])}/KV{int(r['config.num_kv_heads'])} D{int(r['config.head_size'])} "
-         f"{_DTYPE_SHORT.get(dt, dt)}")
-    kv = r.get("config.kv_cache_dtype")
-    if _present(kv) and kv != "auto":
-        s += f" kv {kv}"
-    if _present(r.get("config.block_size")):
-        s += f" · page {int(r['config.block_size'])}"
-    feats = []
-    for key, default, text in _FEATURES:
-        v = r.get(key)
-        if _present(v) and v != default:
-            feats.append(text.format(v))
-    return s + (" · " + ", ".join(feats) if feats else "")
-
-
-def _kind(r: dict[str, Any]) -> str:
-    d, e, p = (r.get(f"batch.num_{k}") for k in ("decode", "extend", "prefill"))
-    if not any(_present(x) for x in (d, e, p)):
-        return "workload unknown"
-    parts = [name for name, n in (("decode", d), ("extend", e), ("prefill", p)) if _present(n) and n > 0]
-    s = " + ".join(parts) or "empty"
-    g = r.get("batch.prefix_groups")
-    if _present(g) and g > 0:
-        s += f", shared prefix ({int(g)} group{'s' if g > 1 else ''})"
-    return s
 
 
 def abbreviations(keys: list[str]) -> dict[str, str]:
@@ -364,9 +339,8 @@ class SharedDict(dict):
 
 def frame(loaded: Loaded) -> pd.DataFrame:
     """One row per result: every JSON field flattened with dots, plus the ``DERIVED`` columns.
-    Run headers and sources go in ``attrs`` (``runs``: list of (source, header, row count))."""
-    runs = _Runs((s, h, sum(1 for r in loaded.run_of_row if r == i))
-                 for i, (s, h) in enumerate(zip(loaded.sources, loaded.headers)))
+    The loaded runs go in ``attrs["runs"]`` (harness/records/load.py ``Run``, rows de-duplicated)."""
+    runs = _Runs(loaded.runs)
     if not loaded.rows:
         df = pd.DataFrame({c: pd.Series([], dtype=object) for c in
                            ["suite", "case", "backend", "status", "variant_label", "reason", "reproducer", *DERIVED]})
@@ -380,7 +354,8 @@ def frame(loaded: Loaded) -> pd.DataFrame:
             df[c] = ""
     df["variant_label"] = df["variant_label"].fillna("")
     df["run"] = loaded.run_of_row if loaded.run_of_row else [0] * len(df)
-    df["label"] = [b + (f" [{v}]" if v else "") for b, v in zip(df["backend"], df["variant_label"])]
+    rows = loaded.rows  # df's rows, in order: the derived columns are the typed rows' properties
+    df["label"] = [r.label for r in rows]
     df["short"], abbreviated = _short_labels(df)
     df.attrs["abbreviations"] = SharedDict(abbreviated)
     df["passed"] = df["status"] == Status.PASS.value
@@ -389,13 +364,11 @@ def frame(loaded: Loaded) -> pd.DataFrame:
     df["n_req"], df["ctx_mean"], df["ctx_max"], df["q_tokens"] = (
         num(df, f"batch.{k}") for k in ("num_reqs", "mean_seq_len", "max_seq_len", "num_tokens"))
     df["block_size"] = num(df, "config.block_size")
-    recs2 = df.to_dict("records")
-    df["shape"] = [_shape(r) for r in recs2]
-    df["kind"] = [_kind(r) for r in recs2]
-    # The row's case_group (the suite case it was expanded from); rows written before that field
-    # existed show the case name up to its sweep labels, for display only.
-    given = text(col(df, "case_group"))
-    df["case_group"] = [g if g else str(c).split("[", 1)[0] for g, c in zip(given, df["case"])]
+    df["shape"] = [r.config.shape if r.config is not None else "unknown shape" for r in rows]
+    df["kind"] = [r.batch.workload for r in rows]
+    # The suite case a row was expanded from (rows written before case_group: the case name up to
+    # its sweep labels).
+    df["case_group"] = [r.group for r in rows]
     # Rows of a case that never got a batch (not run) borrow its shape and kind from a row that did.
     known = {c: k for c, k in zip(df["case"], df["kind"]) if k != "workload unknown"}
     df["kind"] = [known.get(c, k) for c, k in zip(df["case"], df["kind"])]

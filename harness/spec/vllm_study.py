@@ -39,7 +39,7 @@ def _suite_name(source: str) -> str:
 
 
 def _backends(names: Any, source: str, notes: list[str]) -> list[str] | None:
-    from harness.analysis.engines import from_vllm_name
+    from harness.analysis.engines import TABLE_ONLY
 
     if names is None:
         return None
@@ -56,7 +56,7 @@ def _backends(names: Any, source: str, notes: list[str]) -> list[str] | None:
     mapped: list[str] = []
     missing = []
     for n in names:
-        ours = from_vllm_name(n)
+        ours = TABLE_ONLY.from_vllm_name(n)  # the committed table: no runs read here
         if ours is None:
             missing.append(n)
         elif ours not in mapped:

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from harness.records.parts import BatchSummary, RowConfig
+
 BATCH_BINS: tuple[tuple[int, int | None, str], ...] = (
     (1, 1, "1"), (2, 8, "2-8"), (9, 32, "9-32"), (33, 128, "33-128"), (129, 512, "129-512"), (513, None, "513+"),
 )
@@ -22,31 +24,6 @@ def _bin(x: float, bins: tuple[tuple[int, int | None, str], ...], inclusive_low:
         if above and (hi is None or x <= hi):
             return label, lo, hi
     return bins[0][2], bins[0][0], bins[0][1]
-
-
-def batch_kind(batch: dict[str, Any]) -> str:
-    kinds = [k for k, n in (("decode", "num_decode"), ("prefill", "num_prefill"), ("extend", "num_extend"))
-             if (batch.get(n) or 0) > 0]
-    return kinds[0] if len(kinds) == 1 else ("mixed" if kinds else "?")
-
-
-def features(cfg: dict[str, Any], batch: dict[str, Any]) -> str:
-    f = []
-    if (cfg.get("attention_kind") or "mha") != "mha":  # MLA's absorbed / expanded form
-        f.append(str(cfg["attention_kind"]))
-    if cfg.get("sliding_window"):
-        f.append(f"window={cfg['sliding_window']}")
-    if cfg.get("softcap"):
-        f.append(f"softcap={cfg['softcap']:g}")
-    if cfg.get("alibi"):
-        f.append("alibi")
-    if cfg.get("sinks"):
-        f.append("sinks")
-    if cfg.get("causal") is False:
-        f.append("non-causal")
-    if (batch.get("prefix_groups") or 0) > 0:
-        f.append("shared-prefix")
-    return ",".join(f) or "-"
 
 
 @dataclass(frozen=True, order=True)
@@ -83,13 +60,14 @@ class Bucket:
         }
 
 
-def bucket_of(cfg: dict[str, Any], batch: dict[str, Any]) -> Bucket | None:
-    if not cfg or not batch or batch.get("num_reqs") is None:
+def bucket_of(cfg: RowConfig | None, batch: BatchSummary | None) -> Bucket | None:
+    """The bucket of a layer and a batch (the shape, its features, the batch's kind, size and
+    context range); None without a layer or a batch size."""
+    if cfg is None or batch is None or batch.num_reqs is None:
         return None
-    ctx = batch.get("mean_seq_len") or 0.0
-    return Bucket(int(cfg["num_heads"]), int(cfg["num_kv_heads"]), int(cfg["head_size"]), str(cfg.get("dtype")),
-                  str(cfg.get("kv_cache_dtype", "auto")), int(cfg.get("block_size", 0)), str(cfg.get("kv_layout", "NHD")),
-                  features(cfg, batch), batch_kind(batch), _bin(int(batch["num_reqs"]), BATCH_BINS, True)[0],
+    ctx = batch.mean_seq_len or 0.0
+    return Bucket(cfg.num_heads, cfg.num_kv_heads, cfg.head_size, cfg.dtype, cfg.kv_cache_dtype, cfg.block_size,
+                  cfg.kv_layout, cfg.features(batch), batch.kind, _bin(batch.num_reqs, BATCH_BINS, True)[0],
                   _bin(float(ctx), CONTEXT_BINS, False)[0])
 
 

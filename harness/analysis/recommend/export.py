@@ -29,7 +29,7 @@ def policy(rec: Recommendation) -> dict[str, Any]:
     variant to use, the margin and whether it is a tie (then any of ``tied_with`` is as good)."""
     rules = []
     for res in rec.measured:
-        w, ru = res.winner, res.runner_up
+        w, ru = res.top, res.runner_up
         rules.append({
             "bucket": res.bucket.label,
             "when": res.bucket.predicate(),
@@ -62,19 +62,19 @@ def vllm_export(rec: Recommendation) -> dict[str, Any]:
     default_of = {d.bucket: d for d in rec.defaults}
     out = []
     for res in rec.measured:
-        w = res.winner
+        w = res.top
         pool = [w] + [c for c in res.ranked if c.name in res.tied_with]
         d = default_of.get(res.bucket)
         choice = None
         if d is not None and d.pick is not None and d.status in ("winner", "tied"):
             choice = d.pick  # the default is as good: no flag needed
         if choice is None:
-            choice = next((c for c in pool if (vllm_setting(c) or {}).get("exact")), None)
+            choice = next((c for c in pool if (vllm_setting(c, rec.inputs.facts) or {}).get("exact")), None)
         fallback = choice is None
         if fallback:  # nothing vLLM can select ties with the winner: its fastest exact setting, at a cost
-            choice = next((c for c in res.ranked if (vllm_setting(c) or {}).get("exact")), None)
-        s = vllm_setting(choice) if choice else None
-        if s is not None and choice.name_override:
+            choice = next((c for c in res.ranked if (vllm_setting(c, rec.inputs.facts) or {}).get("exact")), None)
+        s = vllm_setting(choice, rec.inputs.facts) if choice else None
+        if s is not None and choice is not None and choice.name_override:
             s = {**s, "note": "with vLLM's own per-batch cascade rule, which since vLLM PR #36318 (2026-03-07) "
                       "applies only with `--no-disable-cascade-attn`"}
         entry = {"bucket": res.bucket.label, "measured_winner": w.name,

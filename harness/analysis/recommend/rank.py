@@ -10,9 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 from attn_contract.status import FAILED, NOT_RUN, Status
-from harness.analysis.recommend import rows as R
 from harness.analysis.recommend.buckets import Bucket, bucket_of, candidate_name
-from harness.records.results import ResultRow
+from harness.records.results import BatchSummary, ResultRow
 
 DEFAULT_TIE = 0.03
 RAN_OK = Status.PASS
@@ -94,6 +93,13 @@ class BucketResult:
         return self.ranked[0] if self.ranked else None
 
     @property
+    def top(self) -> Candidate:
+        """The winner of a measured bucket (one with ranked candidates: ``Recommendation.measured``)."""
+        if not self.ranked:
+            raise ValueError(f"bucket {self.bucket}: no ranked candidate")
+        return self.ranked[0]
+
+    @property
     def runner_up(self) -> Candidate | None:
         return self.ranked[1] if len(self.ranked) > 1 else None
 
@@ -103,19 +109,24 @@ def merge_timed(ts: list[tuple[float, float, float]]) -> Timed:
     return Timed(med, min(t[1] for t in ts), max(t[2] for t in ts), len(ts))
 
 
-def case_batches(rows: Iterable[ResultRow]) -> dict[str, dict[str, Any]]:
+def case_batches(rows: Iterable[ResultRow]) -> dict[str, BatchSummary]:
     """Batch statistics per case, from whichever row of the case has them (unsupported rows
     carry none; the same case run by another backend does)."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, BatchSummary] = {}
     for r in rows:
-        if R.batch(r) and R.case_id(r) not in out:
-            out[R.case_id(r)] = R.batch(r)
+        if r.batch.given and r.case_id not in out:
+            out[r.case_id] = r.batch
     return out
 
 
-def row_bucket(row: ResultRow, batches: dict[str, dict[str, Any]]) -> Bucket | None:
+def batch_of(row: ResultRow, batches: dict[str, BatchSummary]) -> BatchSummary | None:
+    """The row's batch, borrowed from another row of the case when it has none; None: no row has one."""
+    return row.batch if row.batch.given else batches.get(row.case_id)
+
+
+def row_bucket(row: ResultRow, batches: dict[str, BatchSummary]) -> Bucket | None:
     """The row's bucket; its batch borrowed from another row of the case when it has none."""
-    return bucket_of(R.config(row), R.batch(row) or batches.get(R.case_id(row)) or {})
+    return bucket_of(row.config, batch_of(row, batches))
 
 
 def rank(rows: Sequence[ResultRow], tie: float = DEFAULT_TIE) -> tuple[list[BucketResult], list[str]]:
@@ -127,7 +138,7 @@ def rank(rows: Sequence[ResultRow], tie: float = DEFAULT_TIE) -> tuple[list[Buck
     for r in rows:
         b = row_bucket(r, batches)
         if b is None:
-            unbucketed.add(R.case_id(r))
+            unbucketed.add(r.case_id)
         else:
             per_bucket[b].append(r)
     return [rank_bucket(b, rs, tie) for b, rs in sorted(per_bucket.items())], sorted(unbucketed)
@@ -143,17 +154,18 @@ def rank_rows(rows: Sequence[ResultRow], tie: float = DEFAULT_TIE) -> BucketResu
 
 def _candidate(backend: str, vl: str, rs: list[ResultRow]) -> Candidate:
     per_case: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
-    failed = [r for r in rs if R.status(r) in FAILED]
-    not_run = [r for r in rs if R.status(r) not in FAILED and R.status(r) != RAN_OK]
+    failed = [r for r in rs if r.status in FAILED]
+    not_run = [r for r in rs if r.status not in FAILED and r.status != RAN_OK]
     for r in rs:
-        if R.status(r) == RAN_OK and (t := R.timing(r)) is not None:
-            per_case[R.case_id(r)].append(t)
-    c = Candidate(backend, R.variant(rs[0]), vl, {k: merge_timed(v) for k, v in per_case.items()},
-                  rule_says_cascade={R.case_id(r): R.rule_says_cascade(r) for r in rs if R.has_rule_verdict(r)})
+        if r.status == RAN_OK and (t := r.interval_us) is not None:
+            per_case[r.case_id].append(t)
+    c = Candidate(backend, rs[0].variant, vl, {k: merge_timed(v) for k, v in per_case.items()},
+                  rule_says_cascade={r.case_id: bool(r.call.rule_says_cascade) for r in rs
+                                     if r.call is not None and r.call.rule_says_cascade is not None})
     if failed:
-        c.excluded = f"failed the check ({failed[0].status}) on {len({R.case_id(r) for r in failed})} case(s)"
+        c.excluded = f"failed the check ({failed[0].status}) on {len({r.case_id for r in failed})} case(s)"
     elif not_run:
-        c.excluded = f"{not_run[0].status} on {len({R.case_id(r) for r in not_run})} case(s): {not_run[0].reason}"
+        c.excluded = f"{not_run[0].status} on {len({r.case_id for r in not_run})} case(s): {not_run[0].reason}"
     elif not c.times:
         c.excluded = "not timed"
     return c
@@ -164,10 +176,10 @@ def rank_bucket(bucket: Bucket, rows: list[ResultRow], tie: float) -> BucketResu
     ``skipped`` or ``unsupported``: too large for this machine, no library anywhere, a shape no
     backend here takes) says nothing about any of them and leaves the bucket first; a candidate
     that did not run where another one ran is still excluded, and a case where one failed stays."""
-    ran = {R.case_id(r) for r in rows if R.status(r) not in NOT_RUN}
+    ran = {r.case_id for r in rows if r.status not in NOT_RUN}
     by_cand: dict[tuple[str, str], list[ResultRow]] = defaultdict(list)
     for r in rows:
-        if R.case_id(r) in ran:
+        if r.case_id in ran:
             by_cand[(r.backend, r.variant_label)].append(r)
     cands = [_candidate(backend, vl, rs) for (backend, vl), rs in sorted(by_cand.items())]
     ok = [c for c in cands if not c.excluded]
@@ -194,12 +206,12 @@ def rank_bucket(bucket: Bucket, rows: list[ResultRow], tie: float) -> BucketResu
     if ranked:
         w = ranked[0]
         for c in ranked[1:]:
-            r = ratio(c, w)
-            if r is not None:
-                ratios[c.name] = r
-                if tie_kind(r, tie):
+            cw = ratio(c, w)
+            if cw is not None:
+                ratios[c.name] = cw
+                if tie_kind(cw, tie):
                     tied.append(c.name)
         if len(ranked) > 1 and ranked[1].name in ratios:
             kind = tie_kind(ratios[ranked[1].name], tie)
-    example = next((r for r in rows if R.batch(r)), rows[0])
+    example = next((r for r in rows if r.batch.given), rows[0])
     return BucketResult(bucket, ranked, [c for c in cands if c.excluded], cases, ratios, kind, tied, example)

@@ -44,5 +44,6 @@ def recommend_rows(inputs: Inputs, tie: float = DEFAULT_TIE) -> Recommendation:
     if not 0 <= tie < 1:
         raise RecommendError(f"--tie {tie}: expected a fraction in [0, 1), e.g. 3%")
     buckets, unbucketed = rank(inputs.rows, tie)
-    return Recommendation(inputs, tie, buckets, unbucketed, default_costs(buckets, inputs.capability, tie),
-                          single_setting(buckets), fit_cascade(inputs.rows))
+    facts = inputs.facts
+    return Recommendation(inputs, tie, buckets, unbucketed, default_costs(buckets, inputs.capability, tie, facts=facts),
+                          single_setting(buckets, facts), fit_cascade(inputs.rows, facts))

@@ -40,7 +40,7 @@ def _md(records: list[dict[str, Any]]) -> str:
 def winners_records(rec: Recommendation) -> list[dict[str, Any]]:
     out = []
     for res in rec.measured:
-        w, ru = res.winner, res.runner_up
+        w, ru = res.top, res.runner_up
         r = res.ratios.get(ru.name) if ru else None
         verdict = ("tie (noise)" if res.tie == "noise" else f"tie (< {rec.tie * 100:g}%)" if res.tie == "band"
                    else "clear" if ru else "only candidate")
@@ -91,7 +91,7 @@ def defaults_table(rec: Recommendation) -> str:
 
 
 def defaults_records(rec: Recommendation) -> list[dict[str, Any]]:
-    winners = {r.bucket: r.winner.name for r in rec.measured}
+    winners = {r.bucket: r.top.name for r in rec.measured}
     out = []
     for d in rec.defaults:
         cost = ratio_text(d.cost) if d.status in ("slower", "tied") else ("0" if d.status == "winner" else "")

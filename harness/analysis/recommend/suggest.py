@@ -5,8 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from harness.analysis.engines import known_backends
-from harness.analysis.recommend import rows as R
 from harness.analysis.recommend.export import atomic_write
 from harness.analysis.recommend.load import RecommendError
 from harness.analysis.recommend.rank import BucketResult
@@ -16,35 +14,39 @@ from harness.analysis.recommend.recommendation import Recommendation
 def _suggest_case(i: int, res: BucketResult) -> dict[str, Any] | None:
     """A case of the bucket's shape, rebuilt from one of its rows' config and batch statistics
     (same heads, dtypes, page, features, batch kind and size; lengths in the context range)."""
-    cfg, b = R.config(res.example), R.batch(res.example)
-    if not cfg or not b:
+    cfg, b = res.example.config, res.example.batch
+    if cfg is None or not b.given:
         return None
-    n_dec, n_pre, n_ext = (int(b.get(k) or 0) for k in ("num_decode", "num_prefill", "num_extend"))
-    mean = max(1, int(round(b.get("mean_seq_len") or 1)))
-    mx = max(mean, int(b.get("max_seq_len") or mean))
+    n_dec, n_pre, n_ext = (int(n or 0) for n in (b.num_decode, b.num_prefill, b.num_extend))
+    mean = max(1, int(round(b.mean_seq_len or 1)))
+    mx = max(mean, int(b.max_seq_len or mean))
     prefix = 0
     case: dict[str, Any] = {
         "name": f"fill-{i:03d}",
-        "num_heads": int(cfg["num_heads"]), "num_kv_heads": int(cfg["num_kv_heads"]), "head_size": int(cfg["head_size"]),
-        "dtype": cfg.get("dtype", "bfloat16"), "kv_cache_dtype": cfg.get("kv_cache_dtype", "auto"),
-        "block_size": int(cfg.get("block_size", 16)), "kv_layout": cfg.get("kv_layout", "NHD"),
-        "causal": cfg.get("causal", True) is not False,
+        "num_heads": cfg.num_heads, "num_kv_heads": cfg.num_kv_heads, "head_size": cfg.head_size,
+        "dtype": cfg.dtype, "kv_cache_dtype": cfg.kv_cache_dtype,
+        "block_size": cfg.block_size, "kv_layout": cfg.kv_layout,
+        "causal": cfg.causal is not False,
     }
-    for k in ("sliding_window", "alibi", "sinks"):
-        if cfg.get(k):
-            case[k] = cfg[k]
-    if cfg.get("softcap"):
-        case["softcap"] = float(cfg["softcap"])
-    if (b.get("prefix_groups") or 0) > 0:
-        lens = R.prefix_lens(res.example) or [R.rule_costs(res.example).get("min_prefix_len")]
+    if cfg.sliding_window:
+        case["sliding_window"] = cfg.sliding_window
+    if cfg.alibi:
+        case["alibi"] = cfg.alibi
+    if cfg.sinks:
+        case["sinks"] = cfg.sinks
+    if cfg.softcap:
+        case["softcap"] = float(cfg.softcap)
+    if b.prefix_groups is not None and b.prefix_groups > 0:
+        call_facts = res.example.call.facts if res.example.call is not None else {}
+        lens = list(call_facts.get("prefix_lens") or []) or [res.example.rule_costs.get("min_prefix_len")]
         prefix = int(min(x for x in lens if x)) if any(lens) else 0
         prefix -= prefix % case["block_size"]
         if prefix > 0:
-            case["shared_prefix"] = {"length": prefix, "groups": int(b["prefix_groups"])}
+            case["shared_prefix"] = {"length": prefix, "groups": b.prefix_groups}
     own_mean, own_max = max(1, mean - prefix), max(1, mx - prefix)
     low = max(1, min(own_mean, 2 * own_mean - own_max))
     ctx = {"dist": "uniform", "low": max(0, low - 1), "high": max(0, own_max - 1)}
-    q_tokens = int(b.get("num_tokens") or 0) - n_dec
+    q_tokens = int(b.num_tokens or 0) - n_dec
     per_q = max(1, q_tokens // max(1, n_pre + n_ext))
     batch = []
     if n_dec:
@@ -69,7 +71,7 @@ def suggest_suite(rec: Recommendation, *, include_single: bool = True) -> dict[s
     cases = [c for i, res in enumerate(todo) if (c := _suggest_case(i, res)) is not None]
     if not cases:
         return None
-    known = set(known_backends())
+    known = set(rec.inputs.facts.known_backends())
     backends = sorted({r.backend for r in rec.inputs.rows if r.backend in known})
     return {
         "suite": "recommend-fill",

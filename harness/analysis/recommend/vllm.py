@@ -9,8 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from attn_contract.status import Status, reason_kind
-from harness.analysis.engines import cascade_of, engine_name, harness_candidates, plain_counterpart
-from harness.analysis.recommend import rows as R
+from harness.analysis.engines import TABLE_ONLY, EngineFacts
 from harness.analysis.recommend.buckets import Bucket
 from harness.analysis.recommend.rank import BucketResult, Candidate, Ratio, ratio, tie_kind
 from harness.analysis.selection_rules import VllmChoice, vllm_default
@@ -50,19 +49,19 @@ VLLM_NOT_EXPRESSIBLE = [
 ]
 
 
-def vllm_setting(c: Candidate) -> dict[str, Any] | None:
+def vllm_setting(c: Candidate, facts: EngineFacts = TABLE_ONLY) -> dict[str, Any] | None:
     """The vLLM settings that run candidate ``c``, with what they cannot express; None when
-    vLLM has no setting for it."""
-    base = plain_counterpart(c.backend)
+    vLLM has no setting for it. ``facts``: the runs' backend facts (default: the committed table)."""
+    base = facts.plain_counterpart(c.backend)
     if base is not None:  # a cascade backend: vLLM runs its plain counterpart, cascading by its own rule
-        decl = engine_name(base, "vllm")
+        decl = facts.engine_name(base, "vllm")
         plain = Candidate(base, {**(decl.runs if decl else {}), **c.variant}, c.variant_label, c.times)
-        s = vllm_setting(plain)
+        s = vllm_setting(plain, facts)
         if s is None:
             return None
         return {**s, "exact": False,
                 "caveat": "cascade cannot be forced in vLLM: " + CASCADE_FACT}
-    decl = engine_name(c.backend, "vllm")
+    decl = facts.engine_name(c.backend, "vllm")
     if decl is None:
         return None
     vllm_name, version_axis, fixed = decl.name, decl.version_axis, decl.runs
@@ -99,31 +98,31 @@ def same_times(a: Candidate, b: Candidate, cases: list[str]) -> bool:
     return set(a.times) == set(cases) and all(a.times[k] is b.times.get(k) for k in cases)
 
 
-def _cascade_for(res: BucketResult, backend: str, want: dict[str, Any]) -> Candidate | None:
+def _cascade_for(res: BucketResult, backend: str, want: dict[str, Any], facts: EngineFacts) -> Candidate | None:
     """The bucket's candidate of a cascade backend paired with ``backend``, on the same kernel version."""
-    decl = engine_name(backend, "vllm")
+    decl = facts.engine_name(backend, "vllm")
     axis = decl.version_axis if decl else None
     names = dict.fromkeys(c.backend for c in res.ranked + res.excluded)
-    for name in cascade_of(backend, names):
+    for name in facts.cascade_of(backend, names):
         found = _find(res, name, {k: v for k, v in want.items() if k == axis})
         if found is not None:
             return found
     return None
 
 
-def _vllm_pick(choice: VllmChoice, res: BucketResult, cascade_opt_in: bool = False) -> Candidate | None:
+def _vllm_pick(choice: VllmChoice, res: BucketResult, facts: EngineFacts, cascade_opt_in: bool = False) -> Candidate | None:
     """The candidate that runs what vLLM would run: the plain backend (cascade attention is off
     by default since vLLM PR #36318, 2026-03-07). With ``cascade_opt_in``
     (``--no-disable-cascade-attn``) vLLM applies its cascade
     rule per batch on shared prefixes: then the pick is, case by case, the cascade row where
     that rule says cascade and the plain row elsewhere."""
-    for backend, want in harness_candidates(choice):
+    for backend, want in facts.harness_candidates(choice):
         plain = _find(res, backend, want)
         if plain is None:
             continue
         if not cascade_opt_in:
             return plain
-        casc = _cascade_for(res, backend, want)
+        casc = _cascade_for(res, backend, want, facts)
         if casc is None or casc.excluded or plain.excluded or not casc.rule_says_cascade:
             return plain
         shared = set(plain.times) & set(casc.times)
@@ -166,7 +165,7 @@ class DefaultCost:
 
 
 def default_costs(results: list[BucketResult], capability: str | None, tie: float,
-                  cascade_opt_in: bool = False) -> list[DefaultCost]:
+                  cascade_opt_in: bool = False, facts: EngineFacts = TABLE_ONLY) -> list[DefaultCost]:
     out: list[DefaultCost] = []
     if not capability:
         return out
@@ -174,27 +173,28 @@ def default_costs(results: list[BucketResult], capability: str | None, tie: floa
         if not res.ranked:
             continue
         b = res.bucket
-        cfg = R.config(res.example)
+        cfg = res.example.config
+        if cfg is None:  # a bucket is made of rows with a layer: its example has one
+            continue
         choice = vllm_default(capability, num_heads=b.num_heads, num_kv_heads=b.num_kv_heads, head_size=b.head_size,
                               dtype=b.dtype, kv_cache_dtype=b.kv_cache_dtype, block_size=b.block_size,
-                              alibi=bool(cfg.get("alibi")), sinks=bool(cfg.get("sinks")),
-                              causal=cfg.get("causal") is not False,
-                              attention_kind=cfg.get("attention_kind") or "mha")
-        pick = _vllm_pick(choice, res, cascade_opt_in)
+                              alibi=cfg.alibi, sinks=cfg.sinks, causal=cfg.causal is not False,
+                              attention_kind=cfg.kind_of_attention)
+        pick = _vllm_pick(choice, res, facts, cascade_opt_in)
         if pick is None:
             out.append(DefaultCost(b, choice, None, "not measured", None))
         elif pick.excluded:
             out.append(DefaultCost(b, choice, pick.name, excluded_status(pick.excluded), None))
-        elif pick is res.winner or same_times(pick, res.winner, res.cases):
+        elif pick is res.top or same_times(pick, res.top, res.cases):
             out.append(DefaultCost(b, choice, pick.name, "winner", Ratio(1.0, 1.0, 1.0, len(res.cases)), pick))
         else:
-            r = ratio(pick, res.winner)
+            r = ratio(pick, res.top)
             status = "tied" if r is not None and tie_kind(r, tie) else "slower"
             out.append(DefaultCost(b, choice, pick.name, status, r, pick))
     return out
 
 
-def single_setting(results: list[BucketResult]) -> list[dict[str, Any]]:
+def single_setting(results: list[BucketResult], facts: EngineFacts = TABLE_ONLY) -> list[dict[str, Any]]:
     """For each vLLM setting, its cost against the per-bucket winner over the buckets where it
     was measured: what one deployment-wide setting gives up. Best first."""
     acc: dict[str, dict[str, Any]] = {}
@@ -202,11 +202,11 @@ def single_setting(results: list[BucketResult]) -> list[dict[str, Any]]:
         if not res.ranked:
             continue
         for c in res.ranked:
-            s = vllm_setting(c)
+            s = vllm_setting(c, facts)
             if s is None or not s["exact"]:
                 continue
             key = s["cli"]
-            r = ratio(c, res.winner) if c is not res.winner else Ratio(1.0, 1.0, 1.0, len(res.cases))
+            r = ratio(c, res.top) if c is not res.top else Ratio(1.0, 1.0, 1.0, len(res.cases))
             if r is None:
                 continue
             a = acc.setdefault(key, {"setting": s, "logs": [], "worst": (0.0, ""), "wins": 0})

@@ -33,11 +33,12 @@ def run(args: argparse.Namespace) -> int:
         from harness.analysis.callform_gap import gap_markdown
         from harness.analysis.recommend import load_inputs
 
-        gap = gap_markdown(load_inputs(args.results, "any").rows, tie)  # both forms, whatever --call-form ranks
+        both_forms = load_inputs(args.results, "any")  # both call forms, whatever --call-form ranks
+        gap = gap_markdown(both_forms.rows, tie)
         md += ("\n" + gap) if gap else ""
         from harness.analysis.spec_decode import spec_markdown  # graph-modes rows only (docs/spec_decode.md)
 
-        spec = spec_markdown(load_inputs(args.results, "any").rows)
+        spec = spec_markdown(both_forms.rows, both_forms.facts)
         md += ("\n" + spec) if spec else ""
         if args.engine:  # the per-model engine settings lead (harness/analysis/per_model.py)
             from harness.analysis.per_model import engine_markdown, write_engine_outputs

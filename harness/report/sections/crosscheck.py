@@ -54,7 +54,8 @@ def _clock(r: dict) -> str:
          looked_for=f"{JSON_FILE} next to the results (written by `harness crosscheck RESULTS`)")
 def crosscheck(df: pd.DataFrame) -> list[Block]:
     out: list[Block] = []
-    for src, _h, _n in df.attrs.get("runs", []):
+    for run in df.attrs.get("runs", []):
+        src = str(run.source)
         got = _found(src)
         if got is None:
             continue

@@ -21,12 +21,14 @@ def answer_per_model(df: pd.DataFrame) -> list[Block]:
         return []
     # Imported here, as in recommend.py: only pages with timed rows need the analysis.
     from harness.analysis.callform_gap import DEFAULT_CALL_FORM, form_note, only_call_form
+    from harness.analysis.engines import EngineFacts
     from harness.analysis.per_model import answer_records, answers, engine_settings, model_settings
     from harness.analysis.recommend import DEFAULT_TIE
-    from harness.analysis.recommend import rows as R
 
-    rows = [r for r in result_rows(df) if R.batch(r)]
-    if not any(R.model(r) for r in rows):
+    facts = EngineFacts.of(df.attrs.get("runs", []))  # the runs' backend facts, over the table
+
+    rows = [r for r in result_rows(df) if r.batch.given]
+    if not any(r.model for r in rows):
         # Without model-shaped cases the layer shapes already lead the page (the answer section):
         # a second, longer table of them would only push that answer off the first screen.
         return [Text("No case of these results was made from a model (`model:` in a suite, or "
@@ -35,7 +37,7 @@ def answer_per_model(df: pd.DataFrame) -> list[Block]:
     note = form_note(DEFAULT_CALL_FORM, rows)
     rows = only_call_form(rows, DEFAULT_CALL_FORM)  # a serving answer: the form vLLM calls
     ans = answers(rows, DEFAULT_TIE)
-    recs = answer_records(ans)
+    recs = answer_records(ans, facts)
     if not recs:
         return []
     untimed = len(ans) - len(recs)
@@ -48,10 +50,10 @@ def answer_per_model(df: pd.DataFrame) -> list[Block]:
                 " runs, or every backend unsupported)." if untimed else "") + " " + note, cls="lead"),
         Table(pd.DataFrame(recs), title="Winner per model shape and workload", wrap=("winner", "margin [interval]", "vLLM", "SGLang"))]
     for engine, name in (("vllm", "vLLM"), ("sglang", "SGLang")):
-        per, single = engine_settings(rows, engine)
+        per, single = engine_settings(rows, engine, facts)
         if not per:
             continue
-        whole = model_settings(rows, engine)
+        whole = model_settings(rows, engine, facts)
         if whole:
             out.append(Table(pd.DataFrame([{"model": s["model"], "layers": s["layers"], "setting": s["flags"],
                                             "cost geomean (layer-weighted)": _pct(s.get("geomean_cost_pct")),

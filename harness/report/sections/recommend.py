@@ -5,18 +5,19 @@ from __future__ import annotations
 
 import pandas as pd
 
+from harness.records.header import RunHeader
 from harness.report.core import Block, Table, Text, result_rows, section
 
 
-def _no_default_why(headers: list[dict], gpu: str) -> str:
+def _no_default_why(headers: list[RunHeader], gpu: str) -> str:
     """Why vLLM's default is not evaluated (vLLM picks it per GPU compute capability), from the run headers."""
-    devices = [h.get("device") or {} for h in headers]
-    cpus = [d for d in devices if d.get("type") == "cpu"]
+    devices = [h.device for h in headers]
+    cpus = [d for d in devices if d.type == "cpu"]
     if cpus:
-        name = cpus[0].get("name") or "cpu"
+        name = cpus[0].name or "cpu"
         return (f"The run was on a CPU ({name}; run.json device type cpu), not a GPU: vLLM picks its default per GPU "
                 "compute capability, so it is not evaluated here.")
-    if not any(devices):
+    if not any(d.model_dump(exclude_none=True) for d in devices):
         return "GPU unknown (no run.json device next to these results): vLLM's default is not evaluated."
     return f"GPU capability unknown (run.json names {gpu} without one): vLLM's default is not evaluated."
 
@@ -33,9 +34,9 @@ def recommend(df: pd.DataFrame) -> list[Block]:
         RecommendError, cascade_records, defaults_records, defaults_summary, inputs_of, recommend_rows, winners_records,
     )
 
-    headers = [(str(src), h or {}) for src, h, _n in df.attrs.get("runs", [])]
+    runs = list(df.attrs.get("runs", []))
     try:
-        rec = recommend_rows(inputs_of(result_rows(df), headers))
+        rec = recommend_rows(inputs_of(result_rows(df), runs))
     except RecommendError as e:  # e.g. runs of two GPUs: the rest of the report still renders
         return [Text(f"No recommendation: {e}", cls="warn")]
     win, casc = winners_records(rec), cascade_records(rec)
@@ -59,7 +60,7 @@ def recommend(df: pd.DataFrame) -> list[Block]:
                               f"{sm.get('tied', 0)}, slower in {sm.get('slower', 0)}, not measured in "
                               f"{sm.get('not measured', 0)}.{cost}", wrap=("bucket",)))
     elif win:
-        out.append(Text(_no_default_why([h for _, h in headers], rec.inputs.gpu), cls="note"))
+        out.append(Text(_no_default_why([run.header for run in runs], rec.inputs.gpu), cls="note"))
     if casc:
         out.append(Table(pd.DataFrame(casc), title="Cascade decision rule: vLLM's and the one fitted to these cells",
                          note="Agreement: the rule picks the measured faster path. Leave-one-out: each cell predicted "

@@ -13,16 +13,9 @@ from typing import Any
 
 import pandas as pd
 
+from harness.records.header import RunHeader
 from harness.report.core import Block, Figure, Table, Text, num, section, timed
 from harness.report.plots import colors_of, legend_right, plt
-
-
-def _get(d: Any, *path: str) -> Any:
-    for p in path:
-        if not isinstance(d, dict):
-            return None
-        d = d.get(p)
-    return d
 
 
 def _f(x: Any) -> float | None:
@@ -33,14 +26,14 @@ def _f(x: Any) -> float | None:
     return v if math.isfinite(v) and v > 0 else None
 
 
-def ceilings(headers: list[dict[str, Any]], rows: pd.DataFrame) -> tuple[float | None, float | None, str]:
-    """(peak TFLOP/s, peak TB/s, where from): run header ``ceilings`` / ``device.ceilings``
-    (``peak_tflops``/``peak_tbps`` or ``tflops``/``tbps``), ``device.peak_tflops``/``peak_tbps``,
+def ceilings(headers: list[RunHeader], rows: pd.DataFrame) -> tuple[float | None, float | None, str]:
+    """(peak TFLOP/s, peak TB/s, where from): a device probe's ``device.ceilings``
+    (``peak_tflops``/``peak_tbps`` or ``tflops``/``tbps``) or ``device.peak_tflops``/``peak_tbps``,
     else the ceilings harness.case.roofline measured into rows (``metrics.roofline.ceiling_*``)."""
     for h in headers:
-        for where, d, generic in (("run header: ceilings", h.get("ceilings"), True),
-                                  ("run header: device.ceilings", _get(h, "device", "ceilings"), True),
-                                  ("run header: device", h.get("device"), False)):
+        probe = h.device.model_extra or {}
+        for where, d, generic in (("run header: device.ceilings", probe.get("ceilings"), True),
+                                  ("run header: device", probe, False)):
             if not isinstance(d, dict):
                 continue
             f = _f(d.get("peak_tflops", d.get("tflops") if generic else None))
@@ -53,8 +46,8 @@ def ceilings(headers: list[dict[str, Any]], rows: pd.DataFrame) -> tuple[float |
     return f, b, ("measured device ceilings (metrics.roofline)" if (f or b) else "")
 
 
-def _l2_bytes(headers: list[dict[str, Any]]) -> float | None:
-    vals = [_f(_get(h, "device", "l2_bytes")) for h in headers]
+def _l2_bytes(headers: list[RunHeader]) -> float | None:
+    vals = [_f(h.device.l2_bytes) for h in headers]
     vals = [v for v in vals if v]
     return min(vals) if vals else None
 
@@ -70,7 +63,7 @@ def roofline(df: pd.DataFrame) -> list[Block]:
     t = t[t["_flops"].notna() & t["_bytes"].notna() & (t["_flops"] > 0) & (t["_bytes"] > 0)]
     if t.empty:
         return []
-    headers = [h for _, h, _ in df.attrs.get("runs", [])]
+    headers = [run.header for run in df.attrs.get("runs", [])]
     peak_f, peak_b, src = ceilings(headers, df)
     l2 = _l2_bytes(headers)
     shared = num(t, "batch.prefix_groups").fillna(0) > 0

@@ -261,7 +261,7 @@ def print_trace_costs(rows: list[ResultRow], console: Console) -> None:
     from harness.report.core import Loaded, frame
     from harness.report.sections.trace import trace_costs
 
-    costs = trace_costs(frame(Loaded(list(rows), [{}], ["run"], [0] * len(rows))))
+    costs = trace_costs(frame(Loaded.of_rows(rows)))
     if costs.empty or not costs["total_us"].notna().any():
         return
 

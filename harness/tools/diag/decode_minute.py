@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.records.results import ResultRow, Status, read_header, read_rows
+from harness.records.results import ResultRow, Status, read_rows, read_run_header
 
 ROOT = Path(__file__).resolve().parents[3]  # the checkout: suites/ and the results it reads
 
@@ -49,9 +49,9 @@ def _run(cmd: list[str], timeout: float) -> tuple[int, float, str]:
 
 def run_figures(folder: Path) -> dict[str, Any]:
     """One run: wall time, its breakdowns, per-backend cell time and timing, stop reasons."""
-    header = read_header(folder)
+    header = read_run_header(folder)
     rows = read_rows(folder)
-    wb = header.get("wall_breakdown_s") or {}
+    wb = header.wall_breakdown_s or {}
     cell_s: dict[str, float] = collections.defaultdict(float)
     variant_s: dict[str, float] = collections.defaultdict(float)  # what the verdicts rank
     timing_s: dict[str, float] = collections.defaultdict(float)
@@ -67,9 +67,10 @@ def run_figures(folder: Path) -> dict[str, Any]:
             graph[r.backend]["graph" if _graph_timed(r) else "eager"] += 1
     total = sum(cell_s.values()) or 1.0
     return {
-        "folder": str(folder), "wall_s": header.get("wall_s"), "rows": len(rows),
+        "folder": str(folder), "wall_s": header.wall_s, "rows": len(rows),
         "first_case_s": round(sum(wb.get(k, 0.0) for k in ("startup", "expand", "wait_workers")), 3) if wb else None,
-        "wall_breakdown_s": wb, "time_breakdown_s": header.get("time_breakdown_s"), "workers": header.get("workers"),
+        "wall_breakdown_s": wb, "time_breakdown_s": header.time_breakdown_s,
+        "workers": None if header.workers is None else [w.model_dump() for w in header.workers],
         "cell_s_by_backend": {b: round(v, 3) for b, v in sorted(cell_s.items())},
         "cell_share_by_backend": {b: round(v / total, 4) for b, v in sorted(cell_s.items())},
         "cell_share_by_variant": {b: round(v / total, 4) for b, v in sorted(variant_s.items())},

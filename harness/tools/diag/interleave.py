@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.records.results import read_header, read_rows
+from harness.records.results import read_rows, read_run_header
 
 ROOT = Path(__file__).resolve().parents[3]  # the checkout: suites/ and the results it reads
 
@@ -190,8 +190,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         rotations += 1
     t = table(runs, args.tolerance)
     first = args.out / mode_name(*MODES[0]) / "run-0"
-    dev = read_header(first).get("device") or {}
-    device = (dev.get("name") or dev.get("type") or "?") if isinstance(dev, dict) else str(dev)
+    dev = read_run_header(first).device
+    device = dev.name or dev.type or "?"
     header = (f"# Interleaved vs sequential sampling, hot and cold L2\n\n`harness run {args.suite} "
               f"{' '.join(repr(c) for c in cases)} --backends {args.backends}` {' '.join(extra)}; device: {device}; "
               f"{rotations} fresh-process run(s) per mode, modes in rotation"

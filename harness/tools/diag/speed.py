@@ -17,34 +17,34 @@ import sys
 from pathlib import Path
 
 
-from harness.records.results import read_header, read_rows
+from harness.records.results import read_rows, read_run_header
 
 
 def summarize(folder: Path) -> dict:
-    header, rows = read_header(folder), read_rows(folder)
-    if "wall_s" not in header:
+    header, rows = read_run_header(folder), read_rows(folder)
+    if header.wall_s is None:
         raise ValueError(f"{folder}: run.json has no wall_s (a run from before the wall time was recorded?)")
     other = [r.host.breakdown_ms for r in rows if r.host and r.host.breakdown_ms is not None]
     # Harness overhead of a cell: everything but the first call, the check and the timing.
     overhead_ms = [sum(v for k, v in b.items() if k not in ("first_call", "check", "timing")) for b in other]
     untimed = [r.host.cell_ms for r in rows if r.host and r.host.cell_ms is not None and not r.timing]
-    energy = [r.timing.energy.model_dump() if r.timing.energy else {} for r in rows if r.timing]
+    energy = [r.timing.energy for r in rows if r.timing]
     return {
-        "folder": str(folder), "wall_s": header["wall_s"], "run_s": header.get("run_s"),
-        "rows": len(rows), "statuses": {str(getattr(s, "value", s)): sum(r.status == s for r in rows) for s in sorted({r.status for r in rows})},
-        "time_breakdown_s": header.get("time_breakdown_s", {}),
+        "folder": str(folder), "wall_s": header.wall_s, "run_s": header.run_s,
+        "rows": len(rows), "statuses": {s.value: sum(r.status == s for r in rows) for s in sorted({r.status for r in rows})},
+        "time_breakdown_s": header.time_breakdown_s or {},
         "median_cell_overhead_ms": statistics.median(overhead_ms) if overhead_ms else None,
         "median_untimed_cell_ms": statistics.median(untimed) if untimed else None,
-        "energy_rows": sum(bool(e.get("available")) for e in energy), "timed_rows": len(energy),
-        "energy_reasons": sorted({e.get("reason", "") for e in energy if not e.get("available")})[:3],
-        "devices_plan": header.get("devices_plan"),
+        "energy_rows": sum(bool(e and e.available) for e in energy), "timed_rows": len(energy),
+        "energy_reasons": sorted({(e.reason or "") if e else "" for e in energy if not (e and e.available)})[:3],
+        "devices_plan": None if header.devices_plan is None else [d.model_dump() for d in header.devices_plan],
         # Newer runs: the wall time in order (summing to wall_s) and each worker's start/import/busy/idle.
-        "wall_breakdown_s": header.get("wall_breakdown_s"),
-        "workers": header.get("workers"),
-        "energy_methods": dict(sorted(collections.Counter(e.get("method", "window") for e in energy
-                                                          if e.get("available")).items())),
-        "timing_skipped_rows": sum(bool(getattr(r, "timing_skipped", None)) for r in rows),
-        "verdicts": {"|".join(r.key): str(getattr(r.status, "value", r.status)) for r in rows},
+        "wall_breakdown_s": header.wall_breakdown_s,
+        "workers": None if header.workers is None else [w.model_dump() for w in header.workers],
+        "energy_methods": dict(sorted(collections.Counter(e.method or "window" for e in energy
+                                                          if e and e.available).items())),
+        "timing_skipped_rows": sum(bool(r.timing_skipped) for r in rows),
+        "verdicts": {"|".join(r.key): r.status.value for r in rows},
     }
 
 

@@ -19,7 +19,8 @@ from typing import Any, Callable, TypeVar
 from harness.records.fileio import atomic_write_text
 from harness.tools.matrix.envs import (DEFAULT_CACHE, BuiltEnv, EnvError, EnvSpec, build_env, parse_env_arg, torch_mismatch,
                                  torch_request_mismatch)
-from harness.records.results import (HEADER_FILE, RESULTS_FILE, ResultRow, RowEnvironment, read_header, read_rows, row_json,
+from harness.records.header import MatrixEnvironment
+from harness.records.results import (HEADER_FILE, RESULTS_FILE, ResultRow, RowEnvironment, read_rows, read_run_header, row_json,
                              write_header)
 
 T = TypeVar("T")
@@ -134,8 +135,7 @@ def build_all(specs: list[EnvSpec], args: argparse.Namespace) -> list[BuiltEnv]:
 def tag_results(out_dir: Path, env: BuiltEnv) -> None:
     """Record the env in run.json and in every row (rewritten atomically)."""
     record = env.record()
-    header = read_header(out_dir)
-    header["environment"] = record
+    header = read_run_header(out_dir).updated(environment=MatrixEnvironment.model_validate(record))
     write_header(out_dir, header)
     row_env = RowEnvironment(name=record["name"], versions=record["versions"])
     rows = read_rows(out_dir)
@@ -169,8 +169,7 @@ def _cell(row: ResultRow | None) -> str:
     if row is None:
         return "-"
     t = row.timing
-    med = getattr(t, "median_us", None) if t is not None else None
-    return str(row.status) + (f", {med:.2f} us" if isinstance(med, (int, float)) else "")
+    return str(row.status) + (f", {t.median_us:.2f} us" if t is not None else "")
 
 
 def side_by_side(envs: list[BuiltEnv], rows: list[list[ResultRow]], comps: list[Any]) -> str:

@@ -1,0 +1,130 @@
+"""Readable forever: every results folder ever committed under reports/ loads with the current
+code, a retired field is dropped on read with a record of it, a schema change without a version
+bump fails here, and a version no build wrote is refused with one clear line.
+
+This is the one test that reads reports/ (tests/test_repo_hygiene.py allows exactly this file):
+walking all of it, not a sample, is the point. It takes about 3 s on the 2-core box."""
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from harness.records.formats import ROW_SCHEMA_VERSION, RUN_SCHEMA_VERSION
+from harness.records.migrate import ROW_RETIRED, Migration
+from harness.records.load import load_run
+from harness.records.results import read_header, read_rows
+from harness.records.schema import fingerprint, row_schema, run_schema
+
+ROOT = Path(__file__).resolve().parents[2]
+COMMITTED = ROOT / "reports"
+FINGERPRINTS = Path(__file__).with_name("schema_fingerprints.json")
+# Written by a build that had timing.sm_clock_mhz.during_median (schema_version 2, later reverted).
+RETIRED_FIELD_RUN = COMMITTED / "h200" / "2026-12-02" / "s5" / "s5-mla-decode"
+
+
+def committed_folders() -> list[Path]:
+    files = sorted(COMMITTED.rglob("results.jsonl")) + sorted(COMMITTED.rglob("results.jsonl.gz"))
+    return sorted({f.parent for f in files})
+
+
+def test_every_committed_results_folder_loads():
+    folders = committed_folders()
+    assert len(folders) >= 80, f"only {len(folders)} results folders under reports/"
+    failed, rows, record = [], 0, Migration()
+    for d in folders:
+        try:
+            run = load_run(d)  # typed to the leaves: every row and every run.json key
+        except (ValueError, FileNotFoundError) as e:
+            failed.append(f"{d.relative_to(ROOT)}: {e}")
+            continue
+        rows += len(run.rows)
+        record.absorb(run.migration)
+    assert failed == [], "committed results the current code cannot read:\n" + "\n".join(failed)
+    assert rows > 10000
+    assert set(record.versions) <= set(range(1, max(ROW_SCHEMA_VERSION, RUN_SCHEMA_VERSION) + 1))
+
+
+def test_a_retired_field_is_dropped_on_read_and_recorded():
+    record = Migration()
+    rows = read_rows(RETIRED_FIELD_RUN, record)
+    assert rows and record.dropped["timing.sm_clock_mhz.during_median"] > 0
+    assert record.notes() and "during_median" in record.notes()[0]
+    # Every retired field still appears in some committed file: the registry holds no guesses.
+    assert all(r.path for rs in ROW_RETIRED.values() for r in rs)
+
+
+def test_a_field_nobody_retired_is_still_refused(tmp_path):
+    # Migration drops what the registry names, at its path; any other unknown key stays an error.
+    line = gzip.decompress((RETIRED_FIELD_RUN / "results.jsonl.gz").read_bytes()).decode().splitlines()[1]
+    row = json.loads(line)
+    assert "during_median" in row["timing"]["sm_clock_mhz"]
+    row["timing"]["during_median"] = row["timing"]["sm_clock_mhz"]["during_median"]
+    (tmp_path / "results.jsonl").write_text(json.dumps(row) + "\n")
+    with pytest.raises(ValueError, match="line 1 is not a valid result row: timing.during_median"):
+        read_rows(tmp_path)
+
+
+@pytest.mark.parametrize("version,says", [(0, "not a version any attn-harness wrote"), (-1, "not a version"),
+                                          ("2", "not a version"), (True, "not a version"),
+                                          ("newer", "newer than this harness reads")])
+def test_a_version_no_build_wrote_is_refused(tmp_path, version, says):
+    newer = version == "newer"
+    row = {"schema_version": ROW_SCHEMA_VERSION + 1 if newer else version, "suite": "s", "case": "c", "backend": "b", "status": "skipped", "reason": "r"}
+    (tmp_path / "results.jsonl").write_text(json.dumps(row) + "\n")
+    with pytest.raises(ValueError, match=says) as e:
+        read_rows(tmp_path)
+    assert "results.jsonl: line 1" in str(e.value)
+    (tmp_path / "run.json").write_text(json.dumps({"schema_version": RUN_SCHEMA_VERSION + 1 if newer else version}))
+    with pytest.raises(ValueError, match=says):
+        read_header(tmp_path)
+
+
+def test_a_schema_change_bumps_the_version():
+    recorded = json.loads(FINGERPRINTS.read_text())
+    for what, schema, version in (("row", row_schema(), ROW_SCHEMA_VERSION), ("run", run_schema(), RUN_SCHEMA_VERSION)):
+        now = fingerprint(schema)
+        was = recorded[what].get(str(version))
+        assert was == now, (
+            f"the {what} schema changed (fingerprint {now}, recorded {was} for version {version}): bump "
+            f"harness/records/formats.py's version, add a reader for the old one if its files no longer validate "
+            f"(harness/records/migrate.py), and record the new fingerprint in {FINGERPRINTS.name}")
+        # An earlier version's fingerprint never changes: its files are out there.
+        assert list(recorded[what]) == sorted(recorded[what], key=int)
+
+
+def test_a_fingerprint_ignores_words_but_not_fields():
+    s = row_schema()
+    worded = json.loads(json.dumps(s))
+    worded["description"] = "anything"
+    assert fingerprint(worded) == fingerprint(s)
+    changed = json.loads(json.dumps(s))
+    changed["properties"]["extra"] = {"type": "integer"}
+    assert fingerprint(changed) != fingerprint(s)
+
+
+def test_report_and_export_read_a_run_with_a_retired_field(tmp_path, capsys):
+    assert main(["export", str(RETIRED_FIELD_RUN), "--csv", str(tmp_path / "rows.csv")]) == 0
+    assert len((tmp_path / "rows.csv").read_text().splitlines()) > 10
+    assert main(["report", str(RETIRED_FIELD_RUN), "-o", str(tmp_path / "report.md")]) == 0
+    assert "flashinfer-mla" in (tmp_path / "report.md").read_text()
+
+
+@pytest.mark.parametrize("what", ["row", "run"])
+def test_the_schema_explains_every_field(what):
+    """``harness schema row|run``: every property of every model has a description (the field's docstring)."""
+    schema = {"row": row_schema, "run": run_schema}[what]()
+    missing = [f"{name}.{prop}" for name, d in [("(top)", schema), *schema.get("$defs", {}).items()]
+               for prop, p in d.get("properties", {}).items() if not p.get("description")]
+    assert missing == []
+
+
+def test_the_run_schema_lists_every_key_a_run_writes():
+    """Every top-level key of every committed run.json is a declared RunHeader field."""
+    declared = set(run_schema()["properties"])
+    seen: set[str] = set()
+    for f in COMMITTED.rglob("run.json"):
+        seen |= set(json.loads(f.read_text()))
+    assert seen and seen <= declared, sorted(seen - declared)
