@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -19,12 +18,14 @@ from rich.console import Console
 
 from harness.cli import entry, main
 from harness.records.results import ResultRow, ResultWriter, write_header
+from conftest import subprocess_env
+from harness.records.header import RunHeader
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "ci" / "smoke.yaml"
 BASELINE = ROOT / "ci" / "baselines" / "cpu-smoke"  # 24 --no-time CPU rows
 ONE = ["--case", "decode-gqa[block_size=16,count=1]", "--backends", "torch-math"]
-ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+ENV = subprocess_env()  # keeps the caller's PYTHONPATH (the GPU kit's libraries come from it)
 BATCH = {"num_reqs": 1, "num_tokens": 1, "num_decode": 1, "num_prefill": 0, "num_extend": 0,
          "max_query_len": 1, "max_seq_len": 64, "mean_seq_len": 64.0, "prefix_groups": 0}
 
@@ -47,7 +48,7 @@ def _timed_run(folder: Path) -> Path:
     with ResultWriter(folder) as w:
         w.write(ResultRow(suite="s", case="c", backend="sdpa", status="pass", device="cuda:0", config=CFG, batch=BATCH,
                           check=check(True), host=host(), timing=timing(10.0, 9.0, 11.0, clock_regime="burst")))
-    write_header(folder, {"device": {"type": "cuda", "name": "NVIDIA H200", "capability": "9.0"}})
+    write_header(folder, RunHeader.model_validate({"device": {"type": "cuda", "name": "NVIDIA H200", "capability": "9.0"}}))
     return folder
 
 

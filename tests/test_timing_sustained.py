@@ -116,7 +116,7 @@ def test_gpu_sustained_group_samples_in_the_settled_state():
     x, y = got["x"], got["y"]
     for t in (x, y):
         assert isinstance(t, dict)
-        Timing.model_validate(t)
+        Timing.model_validate({k: v for k, v in t.items() if k != "host_enqueue_us"})  # the cell keeps it in the row's host trace
         assert t["sampling"] == "sequential" and t["clocks"]["discarded"] >= 1
         if t["clocks"]["source"] is None:
             continue  # no NVML here

@@ -78,6 +78,10 @@ GPU_MARGIN_BYTES = 512 * MiB
 PEAK_MARGIN = 0.10  # the caching allocator's fragments, on top of the estimated peak
 REFERENCE_CHUNK_ELEMS = 1 << 26  # harness.case.reference._CHUNK_ELEMS
 CHECK_FP64_COPIES = 5  # out, ref, diff, where(), |ref| as float64 in check_output
+# cuBLAS's workspace, which torch allocates through its caching allocator on the first matmul of a
+# stream (":4096:8", 32 MiB, on sm90): a small torch-math decode cell on an H100 peaked at 56 MiB
+# against an estimate of 23 MiB without it (reports/h100/2026-12-06, second loan, gpu-pytest).
+CUBLAS_WORKSPACE_BYTES = 34 * MiB
 
 
 @dataclass(frozen=True)
@@ -181,6 +185,8 @@ def estimate(case: CaseSpec, backend: Any | None = None, variant: dict[str, Any]
         cell += kv_cache + DEFAULT_WORKSPACE_BYTES
     if check:
         cell += CHECK_FP64_COPIES * T * hq * d * 8
+    if device_type == "cuda":
+        cell += CUBLAS_WORKSPACE_BYTES
     return MemoryEstimate(kv_cache, logical, qkv, ref, metadata, generate, reference, cell)
 
 

@@ -215,8 +215,10 @@ def print_verdict(rows: list[ResultRow], ids: dict[tuple[str, str], str], consol
 
     print_model_answers(rows, ids, console)  # the answer per model shape first, when cases name one
     if rows and not any(r.timing is not None for r in rows):  # --no-time (a correctness-only gate): one line
-        console.print("Verdict per case group: none, no row was timed (--no-time checks correctness only)",
-                      highlight=False)
+        unchecked = sum(r.status == Status.UNCHECKED for r in rows)
+        why = (f"no row was timed and {unchecked} row(s) were not checked either (--no-check)" if unchecked
+               else "no row was timed (--no-time checks correctness only)")
+        console.print(f"Verdict per case group: none, {why}", highlight=False)
         return
     lines = verdict_lines(rows, ids)
     if not lines:
