@@ -38,7 +38,14 @@ class Retired:
 ROW_RETIRED: dict[int, tuple[Retired, ...]] = {
     2: (Retired(("timing", "sm_clock_mhz", "during_median"),
                 "the SM clock a spin kernel measured before each sample; reverted (84a9201): on the H200 it "
-                "read 820-1270 MHz where NVML read 1980 MHz and the times matched, so it was not a clock"),),
+                "read 820-1270 MHz where NVML read 1980 MHz and the times matched, so it was not a clock"),
+        # The first hot-L2 fix (one eager warm call) wrote these on the H100's first loan of
+        # 2026-12-06 (reports/h100/2026-12-06/loan1); the warm-up became a copy of the sample.
+        Retired(("timing", "hot_warm_calls"), "untimed eager calls before each hot sample, renamed when "
+                "the warm-up became a copy of the sample's work (cold: a call before the flush)",
+                moved_to=("timing", "warm_calls")),
+        Retired(("timing", "options", "hot_warm_calls"), "the option behind timing.hot_warm_calls, renamed "
+                "with it", moved_to=("timing", "options", "warm_samples"))),
 }
 RUN_RETIRED: dict[int, tuple[Retired, ...]] = {}
 
