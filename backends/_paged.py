@@ -209,7 +209,7 @@ def scatter_rows(out: torch.Tensor, o: torch.Tensor, pc: PaddedChunk, md: HostLo
 # ---------------------------------------------------------------- standalone reproducer source
 # The torch backends' library calls for `harness repro` / `harness crosscheck` (names:
 # AttentionBackend.standalone_call), kept as plain Python in backends/templates/, each the call
-# its adapter makes (crosscheck times them against the adapter: tests/test_crosscheck.py):
+# its adapter makes (crosscheck times them against the adapter: tests/crosscheck/test_crosscheck.py):
 # padded_chunks: plan_chunks / padded_chunk below, inline; torch_math_call: padded fp32
 # softmax(QK^T)V per chunk; sdpa_call: one batched SDPA call per chunk with the builder's mask.
 def _call_template(name: str) -> str:

@@ -3,7 +3,7 @@
 # resolution: the GPU libraries are already there, often from PYTHONPATH), then every test of
 # `python3 -m pytest -q`'s collection with pytest-xdist: $WORKERS processes (default 8, at most
 # cores/2), whole test files per worker ($DIST, default loadfile: a file's module fixtures run
-# once, and tests/test_ray_executor.py keeps its one Ray cluster), then the GPU-timing files
+# once, and tests/execute/test_ray_executor.py keeps its one Ray cluster), then the GPU-timing files
 # alone (other processes on the same GPU would disturb their timing assertions).
 # pytest-xdist and execnet come from wheels in .whl/ at the repository root when present (the
 # GPU machine has no package index): installed with --no-index into .whl/site, put on PYTHONPATH.
@@ -46,7 +46,7 @@ threads=$(( cores / workers > 0 ? cores / workers : 1 ))
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$threads} MKL_NUM_THREADS=${MKL_NUM_THREADS:-$threads}
 # These assert on GPU timings (graph vs eager, cold L2 slower than hot, a real 1.5x slowdown,
 # flagged by compare, the clock regimes and interleaved rounds): they run after the parallel part, alone.
-serial=(tests/test_timing.py tests/test_gate_noise.py tests/test_timing_clocks.py)
+serial=(tests/timing/test_timing.py tests/analysis/test_gate_noise.py tests/timing/test_timing_clocks.py)
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=(tests)
 parallel_targets=() serial_targets=()

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Headless browser for tests/test_report_browser.py: Debian's Chromium and ChromeDriver, and
+# Headless browser for tests/report/test_report_browser.py: Debian's Chromium and ChromeDriver, and
 # selenium to drive them (given the driver's path, selenium downloads nothing).
 set -euo pipefail
 if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then

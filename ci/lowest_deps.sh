@@ -40,6 +40,6 @@ OUT=$(mktemp -d)
 "$H" validate ci/smoke.yaml
 "$H" run ci/smoke.yaml --device cpu --no-time --out "$OUT/run" > /dev/null
 "$H" report "$OUT/run" -o "$OUT/report.html" > /dev/null
-"$PY" -m pytest -q -n 2 -p no:cacheprovider tests/test_results_rows.py tests/test_spec.py
+"$PY" -m pytest -q -n 2 -p no:cacheprovider tests/records/test_results_rows.py tests/spec/test_spec.py
 rm -rf "$OUT"
 echo "lowest versions: OK"

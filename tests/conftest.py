@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # One torch thread, here and (through the environment) in every worker and subprocess the tests
 # start. The tests' tensors are small: a second intra-op thread saves little on an idle 2-core
 # machine, and on a busy one its spin-waits cost up to 10x the CPU time (measured on the
-# conformance fixture of tests/test_mutants.py). No test asserts on a thread count.
+# conformance fixture of tests/cell/test_mutants.py). No test asserts on a thread count.
 os.environ["OMP_NUM_THREADS"] = "1"
 torch.set_num_threads(1)
 

@@ -3,7 +3,7 @@
 Every part is strict (a bool is not an int, a string is not a number) and forbids unknown keys:
 a new field must be declared here (optional, so older rows still load). Optional fields that
 were not given are left out of the JSON, so a row read from an old file writes back with
-exactly the keys it had (tests/test_results_rows.py checks every committed file).
+exactly the keys it had (tests/records/test_results_rows.py checks every committed file).
 
 Where a payload is defined by a backend rather than by the harness (``describe_call`` facts,
 variant axes and their values), the row keeps a typed wrapper around a documented mapping

@@ -19,7 +19,7 @@ class Payload(BaseModel):
     of the JSON while unset, so rows written now have the same keys as rows written before."""
 
     # extra="forbid": a new measurement field must be declared here (optional, so old rows load),
-    # never slipped in unnoticed; tests/test_results_rows.py loads every committed file.
+    # never slipped in unnoticed; tests/records/test_results_rows.py loads every committed file.
     model_config = ConfigDict(strict=True, extra="forbid", use_attribute_docstrings=True)
     _omit_if_none: ClassVar[frozenset[str]] = frozenset()
 

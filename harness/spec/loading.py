@@ -78,6 +78,6 @@ def load_suite(path: str | Path, override: dict[str, Any] | None = None) -> Suit
     except SpecError:
         raise
     except (TypeError, ValueError, KeyError, AttributeError, IndexError, RecursionError) as e:
-        # Last line of defence so a user never sees a traceback; tests/test_fuzz_suites.py
+        # Last line of defence so a user never sees a traceback; tests/spec/test_fuzz_suites.py
         # fails on this message, so every input that reaches it gets a proper check.
         raise SpecError(f"{path}: invalid suite (unexpected {type(e).__name__}: {str(e)[:200]})") from None

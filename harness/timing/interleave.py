@@ -3,7 +3,7 @@ power or temperature over the sampling falls on all of them alike, and ranked fr
 
 Sampled one after another, two identical candidates differ by whatever the GPU's state did
 between their turns: a clock falling under load makes the later one look slower (a false
-margin; tests/test_timing_interleave.py shows it on a drifting stand-in). In rounds, every
+margin; tests/timing/test_timing_interleave.py shows it on a drifting stand-in). In rounds, every
 candidate sees the same drift; each candidate's per-round ratio to the others is free of it.
 
 Each candidate is a ``Candidate``: its ``take`` (one timed sample in seconds, or None for a

@@ -1,6 +1,6 @@
 """Writes harness/analysis/engine_table.json: the built-in backends' engine names and plain
 counterparts, as their classes declare them. The readers use it for results whose run.json
-predates ``backend_facts``; tests/test_engine_table.py checks it equals the declarations.
+predates ``backend_facts``; tests/tools/test_engine_table.py checks it equals the declarations.
 
     python -m harness.tools.engine_table   # after changing a backend's engine_names
 """

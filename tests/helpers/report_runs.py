@@ -1,4 +1,4 @@
-"""The small CPU run the report tests render (tests/test_report.py, tests/test_report_layout.py):
+"""The small CPU run the report tests render (tests/report/test_report.py, tests/report/test_report_layout.py):
 its suite, a module fixture that runs it once per test module, and row-file helpers."""
 
 from __future__ import annotations

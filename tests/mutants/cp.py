@@ -1,5 +1,5 @@
 """Broken context-parallel combines, one bug each, registered under their own names in
-``harness.cell.context_parallel.combine.COMBINES`` (the mutation test of tests/test_context_parallel.py
+``harness.cell.context_parallel.combine.COMBINES`` (the mutation test of tests/cell/test_context_parallel.py
 runs suites/context_parallel.yaml cells with them and requires each to be flagged)."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Deliberately broken CPU backends: torch-math with exactly one bug each, loaded through the
 public plugin API (``--backends mutants.cpu:TopLeftCausal`` with tests/ on PYTHONPATH).
 
-The mutation test (tests/test_mutants.py) runs suites/conformance-cpu.yaml on every class in
+The mutation test (tests/cell/test_mutants.py) runs suites/conformance-cpu.yaml on every class in
 ``MUTANTS`` and requires each to be flagged ``mismatch`` on at least one cell, while the real
 CPU backends pass everything: a conformance suite that lets one of these through has a blind
 spot. Each bug is one a real kernel or adapter has had (or could plausibly have).
@@ -300,7 +300,7 @@ def _alibi_key_index(name: str, convention: AlibiLse, doc: str) -> type[TorchMat
     return cls
 
 
-# Not in MUTANTS (conformance-cpu has no ALiBi case): tests/test_alibi_lse.py runs them.
+# Not in MUTANTS (conformance-cpu has no ALiBi case): tests/case/test_alibi_lse.py runs them.
 AlibiKeyIndexDeclared = _alibi_key_index(
     "AlibiKeyIndexDeclared", AlibiLse.KEY_INDEX_CAUSAL,
     "FA2-style causal ALiBi (+slope*j) that declares it: a correct backend, must pass")
@@ -348,7 +348,7 @@ def _split_kv(name: str, impl: type[MathImpl], doc: str) -> type[TorchMathBacken
     return cls
 
 
-# The split-KV invariant's CPU subjects (tests/test_invariants.py): a correct split merge and a broken one.
+# The split-KV invariant's CPU subjects (tests/cell/test_invariants.py): a correct split merge and a broken one.
 SplitKVMath = _split_kv("SplitKVMath", _SplitKVImpl, "torch-math with split-KV merged by LSE (correct)")
 SplitKVBadMerge = _split_kv("SplitKVBadMerge", _SplitKVBadMergeImpl, "split-KV partials averaged, LSEs ignored")
 
@@ -360,7 +360,7 @@ class _CascadeDropsPrefixImpl(TorchCascadeImpl):
             query, key, value, kv_cache, metadata.suffix, out, lse_out)
 
 
-# The cascade-vs-plain invariant's CPU subject (tests/test_invariants.py).
+# The cascade-vs-plain invariant's CPU subject (tests/cell/test_invariants.py).
 CascadeDropsPrefix = type("CascadeDropsPrefix", (TorchCascadeBackend,), {
     "name": "mutant-CascadeDropsPrefix", "description": _CascadeDropsPrefixImpl.__doc__, "__module__": __name__,
     "get_impl_cls": classmethod(lambda cls: _CascadeDropsPrefixImpl),

@@ -1,5 +1,5 @@
 """Deliberately broken FlexAttention backends (one bug each), for the mutation test in
-tests/test_flex_attention.py: conformance-cpu.yaml must flag each `mismatch`."""
+tests/backends/test_flex_attention.py: conformance-cpu.yaml must flag each `mismatch`."""
 
 from __future__ import annotations
 

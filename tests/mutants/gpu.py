@@ -7,7 +7,7 @@ default variant), named e.g. ``mutants.gpu:FlashAttn_TopLeftCausal``.
 On the H200, ``harness run suites/conformance-gpu-mutants.yaml --backends "$(python3 tests/mutants/gpu.py)"``
 runs all of them (``SPECS``)
 and ``python tests/mutants/verdict.py RESULTS`` requires each to be flagged ``mismatch`` on at
-least one cell it ran. On the CPU, tests/test_mutants.py wraps torch-math with the same code.
+least one cell it ran. On the CPU, tests/cell/test_mutants.py wraps torch-math with the same code.
 """
 
 from __future__ import annotations
@@ -303,7 +303,7 @@ from backends.torch_math import TorchMathBackend  # noqa: E402
 # FA2 runs softcap/ALiBi, FA3 fp8 e4m3: between them every bug has cells to show in.
 FA_MUTANTS = make_mutants(FlashAttentionBackend, "FlashAttn", [{"fa_version": 2}, {"fa_version": 3}])
 FI_MUTANTS = make_mutants(FlashInferBackend, "FlashInfer", [{"decode_tensor_cores": True, "prefill_backend": "auto"}])
-# The same wrappers around torch-math: what tests/test_mutants.py runs on the CPU.
+# The same wrappers around torch-math: what tests/cell/test_mutants.py runs on the CPU.
 MATH_MUTANTS = make_mutants(TorchMathBackend, "Math")
 SPECS = _register(FA_MUTANTS) + _register(FI_MUTANTS)
 MATH_SPECS = _register(MATH_MUTANTS)

@@ -1,5 +1,5 @@
 """Deliberately broken MLA backends: torch-math with exactly one MLA bug each (the ones the
-issue lists, each one a real adapter could make). tests/test_mla.py runs the CPU cells of
+issue lists, each one a real adapter could make). tests/cell/test_mla.py runs the CPU cells of
 suites/mla.yaml on every class in ``MLA_MUTANTS`` and requires each to be flagged ``mismatch``
 on at least one cell while torch-math and sdpa pass them all; on a GPU they load as plugins
 (``--backends mutants.mla:MscaleDropped`` with tests/ on PYTHONPATH)."""

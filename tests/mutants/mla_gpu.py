@@ -13,7 +13,7 @@ On a GPU, with tests/ on PYTHONPATH:
 
 (``pages[block_size=64]`` is the cell FlashMLA takes: page 64, one query length.)
 
-On the CPU, tests/test_mla_backends.py wraps torch-math with the same bugs (``MATH_MLA_MUTANTS``).
+On the CPU, tests/backends/test_mla_backends.py wraps torch-math with the same bugs (``MATH_MLA_MUTANTS``).
 """
 
 from __future__ import annotations

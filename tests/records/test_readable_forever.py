@@ -2,7 +2,7 @@
 code, a retired field is dropped on read with a record of it, a schema change without a version
 bump fails here, and a version no build wrote is refused with one clear line.
 
-This is the one test that reads reports/ (tests/test_repo_hygiene.py allows exactly this file):
+This is the one test that reads reports/ (tests/project/test_repo_hygiene.py allows exactly this file):
 walking all of it, not a sample, is the point. It takes about 3 s on the 2-core box."""
 
 import gzip

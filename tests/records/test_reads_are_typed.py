@@ -1,7 +1,7 @@
 """Readers read records typed: no module outside harness/records/ reads a result row or run.json
 as a dict (the dict reader ``read_header``, ``json.loads`` next to the results file names, a
 dump of a row indexed by key) or through ``getattr``/``hasattr`` on a field name. An AST scan,
-as tests/test_layering.py does for imports; the second test shows each pattern is caught."""
+as tests/project/test_layering.py does for imports; the second test shows each pattern is caught."""
 
 from __future__ import annotations
 
