@@ -183,13 +183,17 @@ class FlashAttnMLAImpl(AttentionImpl[FlashAttnMLAMetadata]):
 
 class FlashAttnMLABackend(AttentionBackend):
     name = "flash-attn-mla"
+    attention_kinds = MLA_KINDS
     description = ("FlashAttention MLA: FA3 through qv on a contiguous (gathered) latent cache (absorbed) and FA3 "
                    "varlen at 192/128 (expanded); build axis fa3-fwd / fa3 / fa4")
     tested_versions = {"fa3-fwd": "==0.0.3"}
     library_modules = ("fa3_fwd_interface",)
     variant_axes = {"fa_build": FA_BUILDS}
     engine_names = {
-        "vllm": EngineName("FLASH_ATTN_MLA", attention_kinds=MLA_KINDS, runs={"fa_build": "fa3-fwd"},
+        # vLLM's FLASH_ATTN_MLA is the decode backend; its MLA prefill FLASH_ATTN (FA3 varlen at
+        # 192/128) is chosen apart (vLLM PR #32623), the same call as this backend's expanded form.
+        "vllm": EngineName("FLASH_ATTN_MLA", attention_kinds=frozenset({MLA_ABSORBED}), mla_prefill="FLASH_ATTN",
+                           runs={"fa_build": "fa3-fwd"},
                            caveat="vLLM calls its own FA3 build on the paged latent cache (block_table); this row "
                                   "gathers the latent into a contiguous cache first, and its time includes that copy"),
         "sglang": EngineName("fa3", attention_kinds=MLA_KINDS, runs={"fa_build": "fa3-fwd"},
@@ -231,7 +235,7 @@ class FlashAttnMLABackend(AttentionBackend):
             # fa3-fwd is built with FLASHATTENTION_DISABLE_FP16
             dtypes=frozenset({"bfloat16"} if build == "fa3-fwd" else {"float16", "bfloat16"}),
             kv_cache_dtypes=frozenset({"auto", "fp8_e4m3"}),  # fp8: expanded form only (check_support)
-            head_sizes=MLA_HEAD_SIZES, v_head_sizes=MLA_V_HEAD_SIZES, attention_kinds=MLA_KINDS,
+            head_sizes=MLA_HEAD_SIZES, v_head_sizes=MLA_V_HEAD_SIZES, attention_kinds=cls.attention_kinds,
             mla_latent_dims=LATENT_DIMS, block_sizes=(MultipleOf(1),), kv_layouts=frozenset({"NHD", "HND"}),
             causal=True, non_causal=True, gqa=True, returns_lse=True, lse_base="e", devices=frozenset({"cuda"}),
             cudagraph=CudaGraphSupport.UNIFORM_BATCH,

@@ -195,6 +195,7 @@ class FlashInferMLABackend(AttentionBackend):
     tested_versions = {"flashinfer-python": ">=0.6.18,<0.7"}
     library_modules = ("flashinfer",)
     variant_axes = {"mla_backend": MLA_BACKENDS}
+    attention_kinds = MLA_KINDS
     engine_names = {
         "sglang": EngineName("flashinfer", attention_kinds=MLA_KINDS, runs={"mla_backend": "fa3"},
                              caveat="SGLang plans the MLA wrapper with backend='auto' (fa3 on sm90) on a page-1 "
@@ -221,7 +222,7 @@ class FlashInferMLABackend(AttentionBackend):
         return Capabilities(
             dtypes=frozenset({"float16", "bfloat16"}),
             kv_cache_dtypes=frozenset({"auto", "fp8_e4m3"}),  # fp8: absorbed form, bf16 query (check_support)
-            head_sizes=MLA_HEAD_SIZES, v_head_sizes=MLA_V_HEAD_SIZES, attention_kinds=MLA_KINDS,
+            head_sizes=MLA_HEAD_SIZES, v_head_sizes=MLA_V_HEAD_SIZES, attention_kinds=cls.attention_kinds,
             mla_latent_dims=LATENT_DIMS, block_sizes=(MultipleOf(1),), kv_layouts=frozenset({"NHD", "HND"}),
             causal=True, non_causal=True, gqa=True, returns_lse=True, lse_base=2, devices=frozenset({"cuda"}),
             cudagraph=CudaGraphSupport.UNIFORM_SINGLE_TOKEN_DECODE,

@@ -120,6 +120,7 @@ class FlashMLAImpl(AttentionImpl[FlashMLAMetadata]):
 
 class FlashMLABackend(AttentionBackend):
     name = "flashmla"
+    attention_kinds = frozenset({MLA_ABSORBED})
     description = "FlashMLA dense decode (tokenspeed-flashmla wheel) on the paged latent cache, page 64, bf16"
     tested_versions = {"tokenspeed-flashmla": ">=1.0.0"}
     # Not imported on the worker's background thread: its binary is built for another torch and
@@ -152,7 +153,7 @@ class FlashMLABackend(AttentionBackend):
         return Capabilities(
             dtypes=frozenset({"bfloat16"}), kv_cache_dtypes=frozenset({"auto"}),
             head_sizes=HeadSizes(values=(576,)), v_head_sizes=HeadSizes(values=(512,)),
-            attention_kinds=frozenset({MLA_ABSORBED}), mla_latent_dims=LATENT_DIMS, block_sizes=(PAGE,),
+            attention_kinds=cls.attention_kinds, mla_latent_dims=LATENT_DIMS, block_sizes=(PAGE,),
             kv_layouts=frozenset({"NHD", "HND"}), causal=True, non_causal=True, gqa=True, returns_lse=True,
             lse_base="e", devices=frozenset({"cuda"}), cudagraph=CudaGraphSupport.UNIFORM_BATCH,
             notes=("absorbed form only (the expanded 192/128 prefill is another library's)",

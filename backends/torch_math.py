@@ -14,6 +14,7 @@ from backends._paged import (
     HostLoopMetadata,
     HostLoopMetadataBuilder,
     MLA_CAPABILITIES,
+    MLA_TORCH_KINDS,
     chunk_dims,
     gather_kv,
     padded_chunk,
@@ -109,6 +110,7 @@ class MathImpl(AttentionImpl[MathMetadata]):
 
 class TorchMathBackend(TorchBackend):
     name = "torch-math"
+    attention_kinds = MLA_TORCH_KINDS
     description = "padded, batched softmax(QK^T)V in fp32 over the gathered paged KV (all features, LSE)"
     untimed_on = frozenset({"cuda"})  # the correctness reference (see capabilities)
 

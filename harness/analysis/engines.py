@@ -117,7 +117,7 @@ def harness_candidates(choice: VllmChoice) -> list[tuple[str, dict[str, Any]]]:
     """The harness backend+variant that runs what vLLM would run, best match first."""
     out = []
     for name, decl in engine_backends("vllm"):
-        if decl.name != choice.backend:
+        if (decl.mla_prefill if choice.mla_prefill else decl.name) != choice.backend:
             continue
         axis, fixed = decl.version_axis, decl.runs
         want = {**fixed, **({axis: choice.fa_version} if axis else {})}

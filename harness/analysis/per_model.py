@@ -122,7 +122,8 @@ def _engine_times(rows: Sequence[ResultRow], engine: str) -> tuple[dict[str, dic
             continue
         variant = R.variant(r)
         if engine == "vllm":
-            s = vllm_setting(Candidate(r.backend, variant, r.variant_label, {}))
+            s = vllm_setting(Candidate(r.backend, variant, r.variant_label, {},
+                                       attention_kind=R.config(r).get("attention_kind") or "mha"))
             key = s["cli"] if s and s["exact"] else None
         else:
             s = sglang_setting(r.backend, variant, R.config(r).get("attention_kind") or "mha")

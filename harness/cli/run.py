@@ -112,8 +112,11 @@ def _pick_backends(suite: Any, names: str | None, variant_filters: dict[str, dic
     for note in suite.notes:  # a vLLM study file: what it could not map, and why
         err_console().print(f"ignored: {escape(note)}", highlight=False, soft_wrap=True)
     check_suite_backends(suite)
-    from harness.plan.filters import FilterError, backend_names  # imports the registry
+    from harness.plan.filters import FilterError, backend_names, family_backends  # imports the registry
 
+    if not names and suite.backends_for:
+        for note in family_backends(suite)[1]:
+            err_console().print(f"note: {escape(note)}", highlight=False, soft_wrap=True)
     try:
         backends = registry.resolve_many(backend_names(names, suite))
     except (registry.BackendLookupError, FilterError) as e:

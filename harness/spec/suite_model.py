@@ -448,6 +448,11 @@ class Suite(_Strict):
     suite: str
     description: str = ""
     backends: list[str] | None = None
+    # Backends per attention family of the cases ("mha", "mla": a case's ``attention:``), used
+    # when --backends is not given: a list of names, or "auto" (every registered backend whose
+    # class declares a kind of that family, ``AttentionBackend.attention_kinds``). A backend
+    # picked here runs only the cases of its family; one under ``backends:`` runs every case.
+    backends_for: dict[Literal["mha", "mla"], list[str] | Literal["auto"]] = {}
     variants: dict[str, dict[str, list[Any]]] = {}
     cases: list[CaseSpec]
     source: str = ""
@@ -474,4 +479,16 @@ class Suite(_Strict):
                                  " (module:Class specs go on the command line, --backends)")
         return v
 
+    @field_validator("backends_for")
+    @classmethod
+    def _registered_family_names(cls, v: dict[str, Any]) -> dict[str, Any]:
+        for family, names in v.items():
+            for name in [] if names == "auto" else names:
+                if not NAME_RE.fullmatch(name):
+                    raise ValueError(f"{family}: {name[:60]!r} is not a registered backend name"
+                                     " (module:Class specs go on the command line, --backends)")
+        return v
 
+    def families(self) -> list[str]:
+        """The attention families of its cases ("mha", "mla"), in case order."""
+        return list(dict.fromkeys(c.attention for c in self.cases))

@@ -36,6 +36,9 @@ class Candidate:
     rule_says_cascade: dict[str, bool] = field(default_factory=dict)  # case id -> vLLM's cascade rule (cascade rows)
 
     name_override: str = ""
+    # The rows' attention kind ("mha", "mla_absorbed", "mla_expanded"): an engine may pick the
+    # kernel of each MLA form apart (vLLM's MLA prefill), so the setting depends on it.
+    attention_kind: str = "mha"
 
     @property
     def name(self) -> str:
@@ -149,7 +152,8 @@ def _candidate(backend: str, vl: str, rs: list[ResultRow]) -> Candidate:
         if R.status(r) == RAN_OK and (t := R.timing(r)) is not None:
             per_case[R.case_id(r)].append(t)
     c = Candidate(backend, R.variant(rs[0]), vl, {k: merge_timed(v) for k, v in per_case.items()},
-                  rule_says_cascade={R.case_id(r): R.rule_says_cascade(r) for r in rs if R.has_rule_verdict(r)})
+                  rule_says_cascade={R.case_id(r): R.rule_says_cascade(r) for r in rs if R.has_rule_verdict(r)},
+                  attention_kind=R.config(rs[0]).get("attention_kind") or "mha")
     if failed:
         c.excluded = f"failed the check ({failed[0].status}) on {len({R.case_id(r) for r in failed})} case(s)"
     elif not_run:
