@@ -134,6 +134,10 @@ def run_cells(args: argparse.Namespace, plan: RunPlan, executor: Executor, t_sta
     if not cells:
         raise UsageError("nothing to run: no case/backend/variant matches the filters")
     cells, extra = apply_shard(plan.shard, suite, cells, opts)
+    from harness.spec.models.cases import model_origins
+
+    if origins := model_origins(suite.cases):  # where each model's config came from
+        extra = {**extra, "models": origins}
     if opts.timing is not None and opts.device.type == "cuda" and opts.time:
         extra = {**extra, "clock_regime": opts.timing.clock_regime}  # the regime every GPU row was timed in
     # Workers that report the versions spare the parent importing any GPU library to plan.

@@ -367,6 +367,9 @@ class RunHeader(Environment):
     # What the readers need of each backend of the run (engine names, plain counterpart);
     # absent in headers written before it: readers then use harness/analysis/engine_table.json.
     backend_facts: dict[str, BackendFacts] | None = None
+    # Runs of cases made from ``model:``: model ID -> where its config came from ("file PATH
+    # sha256 H", "hf REPO revision R sha256 H", "built-in ID (REPO) sha256 H").
+    models: dict[str, str] | None = None
 
     @property
     def device_name(self) -> str | None:

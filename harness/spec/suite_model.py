@@ -436,12 +436,14 @@ class CaseSpec(_Strict):
             s = prefix + dist_bounds(g.context_dist)[1] + q
             flops += g.count * 2.0 * q * s * self.num_heads * (self.head_size + self.v_head_size)
             tokens += g.count * s
+        return flops, tokens * self.kv_bytes_per_token()
+
+    def kv_bytes_per_token(self) -> float:
+        """KV-cache bytes one token takes: MLA absorbed, one latent vector shared by all heads
+        (its values are the first L entries); else per KV head a key and a value."""
         if self.attention == "mla" and self.mla_form == "absorbed":
-            # One latent vector per token, shared by all heads (values are its first L entries).
-            kv_bytes = tokens * self.head_size * self.kv_element_bytes
-        else:
-            kv_bytes = tokens * self.num_kv_heads * (self.head_size + self.v_head_size) * self.kv_element_bytes
-        return flops, kv_bytes
+            return self.head_size * self.kv_element_bytes
+        return self.num_kv_heads * (self.head_size + self.v_head_size) * self.kv_element_bytes
 
 
 class Suite(_Strict):
