@@ -115,7 +115,9 @@ def _mla_defaults(model: dict[str, Any], source: str, defaults: dict[str, Any], 
     give, from the built-in model its ``name`` names, else 1.0 with a note."""
     for key in _MLA_FIELDS:
         v = model.get(key)
-        if v is not None:
+        if v is None:
+            notes.append(f"model.{key} absent: the MLA default (DeepSeek-V3's), docs/mla.md")
+        else:
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise SpecError(f"{source}: field model.{key}: a positive integer, got {str(repr(v))[:40]}")
             defaults[key] = v
@@ -154,7 +156,12 @@ def from_study(data: dict[str, Any], source: str) -> tuple[dict[str, Any], list[
     model = data.get("model") or {}
     if not isinstance(model, dict):
         raise SpecError(f"{source}: field model: a mapping (num_q_heads, num_kv_heads, head_dim, block_size)")
-    mla = any(k in model for k in _MLA_FIELDS)
+    names = data.get("backends", data.get("backend"))
+    # MLA by its geometry fields, or by its backends (an MLA backend on a plain head-576 layer
+    # would silently time an MHA cell): the absent fields then take DeepSeek-V3's values, noted.
+    mla = any(k in model for k in _MLA_FIELDS) or any(
+        "MLA" in n.upper() for n in ([names] if isinstance(names, str) else names if isinstance(names, list) else [])
+        if isinstance(n, str))
     if mla:
         _mla_defaults(model, source, defaults, notes)
     for key, value in model.items():
