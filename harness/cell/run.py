@@ -18,7 +18,7 @@ from attn_contract import (
     lse_to_natural,
 )
 from harness.cell.accounting import Stopwatch, sync, breakdown
-from harness.cell.check import check_output, tolerance_for
+from harness.cell.check import check_output, kernel_kv_dtype, tolerance_for
 from harness.cell.context_parallel.cell import run_cp_cell
 from harness.cell.invariants import check_invariants
 from harness.case.metrics import layout_work
@@ -58,7 +58,7 @@ def make_judge(prepared: PreparedCell, case_data: CaseContext) -> Judge:
     ref_lse = reference_lse_for(batch, case_data.ref_lse, prepared.caps.alibi_lse)
     if prepared.token_index is not None:
         ref_out, ref_lse = ref_out[prepared.token_index], ref_lse[prepared.token_index]
-    tol = tolerance_for(cfg.dtype, cfg.kv_cache_dtype)
+    tol = tolerance_for(cfg.dtype, kernel_kv_dtype(cfg))
 
     def judge(o: torch.Tensor, l: torch.Tensor | None, unwritten: torch.Tensor | None = None) -> Check:
         # Each request (and segment kind) judged on its own; see harness/cell/check.py. The

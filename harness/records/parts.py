@@ -52,6 +52,7 @@ class RequestCheck(Part):
     mismatch_fraction: float | None
     lse_max_abs_err: float | None
     problems: str
+    last_row_rel_l2_err: float | None = None  # the request's last query row alone (newer rows only)
 
 
 class KindCheck(Part):
