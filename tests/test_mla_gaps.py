@@ -48,3 +48,11 @@ def test_final_key_dropped_is_caught_by_the_last_row_gate_alone_and_with_the_mod
             # The fp8 allowance (what an fp8 latent's expanded cells had) would have passed it.
             assert all(p.last_row_rel_l2_err < rel_l2_limit("bfloat16", "fp8_e4m3", p.seq_len) for p in bad)
             assert r.check.max_abs_err < 6e-2 and r.check.lse_max_abs_err < 1e-1
+
+
+def test_expanded_rows_say_the_up_projection_is_not_timed(rows):
+    """vLLM up-projects the context every chunked-prefill step; no backend's timed call here does."""
+    for r in rows:
+        if r.status in ("pass", "mismatch"):
+            note = r.call.untimed_work if r.call else None
+            assert (note is not None and "up-projection" in note) == (r.config.attention_kind == "mla_expanded"), r.case

@@ -15,6 +15,7 @@ from typing import Any, Callable
 import torch
 
 from attn_contract import (
+    MLA_EXPANDED,
     lse_to_natural,
 )
 from harness.cell.accounting import Stopwatch, sync, breakdown
@@ -39,6 +40,11 @@ from harness.cell.prepare import (
 Judge = Callable[..., Check]
 
 
+# The expanded (prefill) form gets its context K/V already up-projected, for every backend alike.
+MLA_UPPROJECTION_NOTE = ("the context's up-projection (kv_b_proj over each request's cached latent, which vLLM runs "
+                         "every chunked-prefill step) is not timed, for any backend: K/V arrive up-projected")
+
+
 def first_call(prepared: PreparedCell, draft: RowDraft, trace: CellTrace) -> None:
     """The first forward (JIT included) and what the backend says it called."""
     trace.stage = CellStage.FORWARD
@@ -47,6 +53,8 @@ def first_call(prepared: PreparedCell, draft: RowDraft, trace: CellTrace) -> Non
     facts = dict(prepared.impl.describe_call(prepared.metadata) or {})
     if prepared.cascade_rule is not None:
         facts.update(prepared.cascade_rule.call_fields())
+    if prepared.config.attention_kind == MLA_EXPANDED:
+        facts["untimed_work"] = MLA_UPPROJECTION_NOTE
     draft.call = Call.model_validate(facts)
 
 

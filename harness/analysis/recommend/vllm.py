@@ -59,6 +59,9 @@ VLLM_NOT_EXPRESSIBLE = [
     "prefill selection, so an expanded-form winner is not a decode-backend setting. With no backend named, vLLM "
     "forces 64-token pages on Hopper (FlashMLA's page) and walks FLASH_ATTN_MLA, FLASHMLA, FLASHINFER_MLA, "
     "TRITON_MLA (docs/mla.md).",
+    "MLA prefill rows time the 192/128 attention call alone: the context's up-projection (kv_b_proj over the "
+    "cached latent), which vLLM runs every chunked-prefill step, is left out for every backend alike (the rows "
+    "say so in call.untimed_work), so they rank the attention kernels, not the whole prefill step.",
 ]
 
 
