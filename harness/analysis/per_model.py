@@ -109,17 +109,27 @@ def answer_records(ans: list[Answer]) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------- one setting per engine
 
 
+# The one notion of cost in these tables, as in recommend's winner and default tables: a
+# setting's time over the fastest passing row of the case, whatever backend gave it (an engine
+# that cannot run the winner pays for it). ``BEST`` holds that fastest time in each case's dict.
+BEST = "__fastest_measured__"
+MLA_PREFILL = "mla prefill"  # a case's kind in the engine tables: MLA's expanded form
+
+
 def _engine_times(rows: Sequence[ResultRow], engine: str) -> tuple[dict[str, dict[str, float]], dict[str, str]]:
-    """case id -> {engine setting: fastest median of the harness candidates it runs}, and each
-    case's kind. Only candidates the engine runs exactly count."""
+    """case id -> {engine setting: fastest median of the harness candidates it runs, and
+    ``BEST``: the case's fastest passing row of any backend}, and each case's kind. Only
+    candidates the engine runs exactly count as settings."""
     batches = case_batches(rows)
     times: dict[str, dict[str, float]] = defaultdict(dict)
     kinds: dict[str, str] = {}
+    best: dict[str, float] = {}
     for r in rows:
         t = R.timing(r) if R.status(r) == RAN_OK else None
         b = R.batch(r) or batches.get(R.case_id(r))
         if t is None or not b:
             continue
+        best[R.case_id(r)] = min(t[0], best.get(R.case_id(r), math.inf))
         variant = R.variant(r)
         if engine == "vllm":
             s = vllm_setting(Candidate(r.backend, variant, r.variant_label, {},
@@ -131,21 +141,25 @@ def _engine_times(rows: Sequence[ResultRow], engine: str) -> tuple[dict[str, dic
         if key is None:
             continue
         cid = R.case_id(r)
-        kinds[cid] = batch_kind(b)
+        # An MLA prefill (expanded form) is set apart from the decode in vLLM too (mla_prefill_backend).
+        kinds[cid] = MLA_PREFILL if R.config(r).get("attention_kind") == "mla_expanded" else batch_kind(b)
         times[cid][key] = min(t[0], times[cid].get(key, math.inf))
+    for cid in times:
+        times[cid][BEST] = best[cid]
     return times, kinds
 
 
 def _cost(pick: dict[str, str], times: dict[str, dict[str, float]],
           weights: dict[str, float] | None = None) -> tuple[float, float] | None:
-    """(geomean, worst) slowdown of the per-case settings ``pick`` against each case's fastest,
-    the geomean weighted by ``weights`` (a case's share of the model's layers) when given."""
+    """(geomean, worst) slowdown of the per-case settings ``pick`` against each case's fastest
+    passing row of any backend (``BEST``), the geomean weighted by ``weights`` (a case's share of
+    the model's layers) when given."""
     logs, total = [], 0.0
     for cid, key in pick.items():
         if key not in times[cid]:
             return None
         w = (weights or {}).get(cid, 1.0)
-        logs.append((w, math.log(times[cid][key] / min(times[cid].values()))))
+        logs.append((w, math.log(times[cid][key] / times[cid][BEST])))
         total += w
     if not logs or total <= 0:
         return None
@@ -154,7 +168,7 @@ def _cost(pick: dict[str, str], times: dict[str, dict[str, float]],
 
 def _best(cases: list[str], times: dict[str, dict[str, float]], weights: dict[str, float] | None = None) -> str | None:
     """The setting every case ran with the least (weighted) sum of log times."""
-    keys = set.intersection(*(set(times[c]) for c in cases)) if cases else set()
+    keys = set.intersection(*(set(times[c]) - {BEST} for c in cases)) if cases else set()
     w = weights or {}
     scored = [(sum(w.get(c, 1.0) * math.log(times[c][k]) for c in cases), k) for k in keys]
     return min(scored)[1] if scored else None
@@ -167,11 +181,14 @@ def engine_setting(cases: list[str], times: dict[str, dict[str, float]], kinds: 
     case's weight (its layer kind's layer count) in the choice and the geomean cost."""
     if not cases:
         return None
-    if engine == "vllm":
-        k = _best(cases, times, weights)
-        if k is None:
+    if engine == "vllm":  # one backend; an MLA model's prefill kernel is a setting of its own
+        pre = [c for c in cases if kinds[c] == MLA_PREFILL]
+        rest = [c for c in cases if kinds[c] != MLA_PREFILL]
+        k, kp = _best(rest, times, weights), _best(pre, times, weights)
+        if (rest and k is None) or (pre and kp is None):
             return None
-        flags, pick = k, {c: k for c in cases}
+        flags = " ".join(x for x in (k, kp) if x)
+        pick = {**{c: k for c in rest}, **{c: kp for c in pre}}
     else:
         dec = [c for c in cases if kinds[c] == "decode"]
         pre = [c for c in cases if kinds[c] != "decode"]
@@ -309,7 +326,8 @@ def engine_markdown(paths: Sequence[str | Path], engine: str, tie: float, call_f
                   "cost worst": _pct(s.get("worst_cost_pct"))} for s in model_settings(inputs.rows, engine)]
     out = [f"# {name} settings per model shape", "",
            f"Measured with: {measured_with([read_header(p) for p in paths])}", "",
-           "Cost: slowdown of that one setting against the fastest setting of each case (geometric mean, worst case).",
+           "Cost: slowdown of that one setting against the fastest passing backend of each case, whichever it is "
+           "(the winner of recommend's tables; geometric mean, worst case).",
            "", *inputs.notes[-1:], "",
            f"## One {name} setting per model", "",
            "What a deployment takes: one setting for all of a model's layers, chosen over its cases with each kind "
