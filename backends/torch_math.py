@@ -21,7 +21,7 @@ from backends._paged import (
     plan_chunks,
     scatter_rows,
 )
-from backends._mla_prefill import chunked_prefill
+from backends.mla.prefill import chunked_prefill
 from backends._torch import TorchBackend, torch_capabilities
 from attn_contract import MLA_EXPANDED, AttentionImpl, Capabilities, CudaGraphSupport
 
@@ -131,7 +131,7 @@ class TorchMathBackend(TorchBackend):
             untimed_on=cls.untimed_on,
             notes=("fp32 math with padding; requests chunked so each padded score matrix stays under 2**26 elements",
                    "MLA prefill (expanded form) as vLLM's MLACommonImpl: causal over the new tokens, then the cached "
-                   "context in chunks, merged by LSE (backends/_mla_prefill.py)"),
+                   "context in chunks, merged by LSE (backends/mla/prefill.py)"),
         )
 
     @classmethod

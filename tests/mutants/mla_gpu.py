@@ -75,9 +75,9 @@ def make_mla_mutants(base: type[AttentionBackend], prefix: str,
     return out
 
 
-from backends.flash_attn_mla import FlashAttnMLABackend  # noqa: E402  (imports no GPU library)
-from backends.flashinfer_mla import FlashInferMLABackend  # noqa: E402
-from backends.flashmla import FlashMLABackend  # noqa: E402
+from backends.mla.flash_attn import FlashAttnMLABackend  # noqa: E402  (imports no GPU library)
+from backends.mla.flashinfer import FlashInferMLABackend  # noqa: E402
+from backends.mla.flashmla import FlashMLABackend  # noqa: E402
 from backends.torch_math import TorchMathBackend  # noqa: E402
 
 GPU_MLA_MUTANTS = (make_mla_mutants(FlashInferMLABackend, "FlashInferMLA", [{"mla_backend": "fa3"}])
