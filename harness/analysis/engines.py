@@ -42,6 +42,12 @@ SGLANG_FACTS = (
     "(and extend) and decode may differ",
 )
 
+# SGLang's automatic MLA backend per GPU (server_args' auto-selection; SGLang issue #5064, 2025-04).
+SGLANG_MLA_FACT = ("MLA models (DeepSeek, Kimi-K2): with no `--attention-backend`, SGLang picks `fa3` on Hopper and "
+                   "`flashinfer` on Blackwell, else `triton` (server_args auto-selection, SGLang issue #5064, 2025-04); "
+                   "`flashmla`, `cutlass_mla` (SGLang PR #5390) and `trtllm_mla` are opt-in; prefill and decode may "
+                   "differ with `--prefill-attention-backend` / `--decode-attention-backend`")
+
 # Results written before run.json recorded ``backend_facts``: the built-in backends' declarations
 # as committed with this package (harness/tools/engine_table.py writes it, a test checks it).
 TABLE = Path(__file__).resolve().with_name("engine_table.json")

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from harness.report import markdown
-from harness.analysis.engines import SGLANG_FACTS, sglang_flags, sglang_setting, vllm_flags
+from harness.analysis.engines import SGLANG_FACTS, SGLANG_MLA_FACT, sglang_flags, sglang_setting, vllm_flags
 from harness.analysis.recommend import rows as R
 from harness.analysis.recommend.buckets import batch_kind
 from harness.analysis.recommend.load import load_inputs
@@ -338,7 +338,7 @@ def engine_markdown(paths: Sequence[str | Path], engine: str, tie: float, call_f
     if single:
         out += [f"Single setting over all shapes: `{single['flags']}` over {single['cases']} cases, cost "
                 f"{_pct(single['geomean_cost_pct'])} geomean, {_pct(single['worst_cost_pct'])} worst.", ""]
-    facts = VLLM_FACTS if engine == "vllm" else SGLANG_FACTS
+    facts = VLLM_FACTS if engine == "vllm" else (*SGLANG_FACTS, SGLANG_MLA_FACT)
     out += [f"## {name}'s flags, with the release each is read from", "", *[f"- {f}" for f in facts], ""]
     out += ["## Winner per model shape and workload kind", "",
             _md(answer_records(answers(inputs.rows, tie)), "No timed passing rows."), ""]
