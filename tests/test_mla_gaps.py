@@ -56,3 +56,18 @@ def test_expanded_rows_say_the_up_projection_is_not_timed(rows):
         if r.status in ("pass", "mismatch"):
             note = r.call.untimed_work if r.call else None
             assert (note is not None and "up-projection" in note) == (r.config.attention_kind == "mla_expanded"), r.case
+
+
+def test_last_row_gate_flags_an_error_the_request_figure_averages_away():
+    from harness.cell.check import check_output, tolerance_for
+
+    torch.manual_seed(0)
+    ref = 0.05 * torch.randn(64, 4, 32, dtype=torch.float64)  # output-sized values: the atol gate stays quiet
+    out = ref.clone()
+    out[63] *= 1.03  # 3% on the last of 64 rows: 0.4% over the request, under the 1.17% limit
+    c = check_output(out, ref, tolerance_for("bfloat16", False), query_start_loc=[0, 64], kinds=["prefill"],
+                     seq_lens=[64])
+    (p,) = c.per_request
+    assert not c.passed and p.problems.startswith("last query row rel L2") and p.rel_l2_err < p.rel_l2_limit
+    out[63] = ref[63]
+    assert check_output(out, ref, tolerance_for("bfloat16", False), query_start_loc=[0, 64], seq_lens=[64]).passed

@@ -164,7 +164,9 @@ def check_output(
     req_err2 = _seg_sum(tok_err2, seg, n)
     req_ref2 = _seg_sum(tok_ref2, seg, n)
     # Each request's last query row (the sampled one; the only one seeing the final key).
-    last = torch.tensor([max(qsl[i + 1] - 1, qsl[i]) for i in range(n)], device=dev, dtype=torch.long)
+    # (a request with no query row points anywhere in range; its figure is not used)
+    last = torch.tensor([min(max(qsl[i + 1] - 1, qsl[i]), max(T - 1, 0)) for i in range(n)], device=dev,
+                        dtype=torch.long)
     last_err2 = tok_err2[last] if T else tok_err2.new_zeros(n)
     last_ref2 = tok_ref2[last] if T else tok_ref2.new_zeros(n)
     fdiff_tok = torch.where(finite, diff, torch.zeros_like(diff)).flatten(1).amax(1) if T else diff.new_zeros(0)
