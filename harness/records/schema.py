@@ -97,6 +97,7 @@ def suite_schema() -> dict[str, Any]:
             "suite": top["suite"],
             "description": top.get("description", {"type": "string"}),
             "backends": top["backends"],
+            "backends_for": top["backends_for"],
             "variants": top["variants"],
             "defaults": defaults,
             "cases": {"type": "array", "minItems": 1, "items": case},
