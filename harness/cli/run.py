@@ -113,8 +113,11 @@ def _pick_backends(suite: Any, names: str | None, variant_filters: dict[str, dic
     for note in suite.notes:  # a vLLM study file: what it could not map, and why
         err_console().print(f"ignored: {escape(note)}", highlight=False, soft_wrap=True)
     check_suite_backends(suite)
-    from harness.plan.filters import FilterError, backend_names  # imports the registry
+    from harness.plan.filters import FilterError, backend_names, family_backends  # imports the registry
 
+    if not names and suite.backends_for:
+        for note in family_backends(suite)[1]:
+            err_console().print(f"note: {escape(note)}", highlight=False, soft_wrap=True)
     try:
         backends = registry.resolve_many(backend_names(names, suite))
     except (registry.BackendLookupError, FilterError) as e:
@@ -143,6 +146,10 @@ def run_cells(args: argparse.Namespace, plan: RunPlan, executor: Executor, t_sta
     if not cells:
         raise UsageError("nothing to run: no case/backend/variant matches the filters")
     cells, extra = apply_shard(plan.shard, suite, cells, opts)
+    from harness.spec.models.cases import model_origins
+
+    if origins := model_origins(suite.cases):  # where each model's config came from
+        extra = {**extra, "models": origins}
     if opts.timing is not None and opts.device.type == "cuda" and opts.time:
         extra = {**extra, "clock_regime": opts.timing.clock_regime}  # the regime every GPU row was timed in
     for note in clock_regime_notes(getattr(args, "argv", sys.argv[1:]), getattr(args, "clock_regime", None),

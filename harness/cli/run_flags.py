@@ -330,6 +330,10 @@ class RunFlags(BaseModel):
         execute = self.exec_options(pick_device(self.device))
         device = torch.device(execute.devices[0])  # rows and the header name the first worker's device
         run = self.run_options(device, suite_path, suite.clock_regime, filters, **timing_extra)
+        if not self.backends:  # the suite's choice: backends_for: picks per attention family
+            from harness.plan.filters import backend_families
+
+            run.backend_families = backend_families(suite, backends)
         return RunPlan(suite_path=suite_path, suite=suite, backends=backends, run=run, execute=execute,
                        variant_filters=filters, seed=self.seed, out=self.out, resume=self.resume,
                        shard=self.shard, ray=self.ray, report=self.report, strict=self.strict, quiet=self.quiet)
