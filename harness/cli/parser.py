@@ -10,7 +10,7 @@ import importlib
 from harness.cli.flags import add_global_flags
 
 COMMANDS = (
-    "harness.cli.run",
+    "harness.cli.commands.run",
     "harness.cli.commands.report",
     "harness.cli.commands.merge",
     "harness.cli.commands.compare",
