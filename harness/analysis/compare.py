@@ -30,7 +30,7 @@ together by far more than that noise: the median log ratio exceeds the threshold
 times the rows' typical CI half-width and the noise band (when a spread is known), and at least
 SHIFT_AGREE of the rows moved the same way. Such a shift cannot come from the per-row noise the
 class was dominated by; one moved row leaves the median, and so the class, where they were.
-``harness gate`` (harness/analysis/gate.py) also re-measures the rows it finds slower and
+``harness gate`` (harness.cli.commands.gate.py) also re-measures the rows it finds slower and
 keeps only the slowdowns every re-measurement confirms.
 
 The GPU's clock (harness/analysis/compare_clock.py). Rows timed in two clock regimes (burst, sustained)

@@ -1,7 +1,7 @@
 """The ``harness`` command line (``main``), as a package:
 
 - ``parser``: the parser, built from a registry of command modules (``add_parser`` + ``run``);
-- ``commands/``: one module a command (``harness run``: commands/run.py, its flags
+- ``commands/``: one module a command, its parser and ``run`` (``harness run``: commands/run.py, its flags
   harness/cli/run_flags.py, the run itself harness/execute/runner.py's ``Runner``);
 - ``reporter``: what ``harness run`` shows of a run (the ``Reporter`` on the consoles);
 - ``summary``: the closing tables on the consoles;

@@ -18,14 +18,14 @@ COMMANDS = (
     "harness.cli.commands.repro",
     "harness.cli.commands.validate",
     "harness.cli.commands.listing",
-    "harness.tools.evidence_plan",
-    "harness.crosscheck.run",
-    "harness.tools.matrix.matrix",
-    "harness.tools.matrix.bisect",
+    "harness.cli.commands.plan",
+    "harness.cli.commands.crosscheck",
+    "harness.cli.commands.matrix",
+    "harness.cli.commands.bisect",
     "harness.records.export",
     "harness.records.schema",
-    "harness.analysis.gate",
-    "harness.tools.diag",
+    "harness.cli.commands.gate",
+    "harness.cli.commands.diag",
 )
 
 
