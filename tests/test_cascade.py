@@ -342,6 +342,7 @@ def test_every_cascade_backend_is_a_cascade_backend_of_its_family():
         assert issubclass(cls, CascadeBackend)
         caps = cls.capabilities(cls.variants()[0])
         assert caps.cascade and caps.returns_lse and caps.plain_counterpart == cls.plain_counterpart
+        assert cls.get_impl_cls().plain_counterpart == cls.plain_counterpart  # the row's call.compare_with
         assert not caps.sliding_window and not caps.alibi
         plain = registry.resolve(cls.plain_counterpart)
         if "cuda" not in caps.devices or "cpu" in caps.devices:

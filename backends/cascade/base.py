@@ -5,7 +5,7 @@ from two class attributes; ``shifted_block_table`` is the suffix pass's block ta
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import torch
 
@@ -49,6 +49,24 @@ GPU_CASCADE_CAPABILITIES: dict[str, Any] = dict(
 GPU_BATCH_NOTE = "needs a shared prefix of whole blocks, groups contiguous in batch order; other batches are unsupported"
 
 
+M = TypeVar("M")
+
+
+class CascadeImpl(AttentionImpl[M]):
+    """A cascade backend's kernel side: ``describe_call`` is what ``describe_passes`` says of the
+    passes plus ``compare_with``, the plain backend the row is compared against (the report's
+    cascade-vs-plain section reads it): its backend class's ``plain_counterpart``, which
+    ``CascadeBackend`` hands to its ``impl_cls``, so the name is written once."""
+
+    plain_counterpart: ClassVar[str]
+
+    def describe_passes(self, metadata: M) -> dict[str, Any]:
+        return {}
+
+    def describe_call(self, metadata: M) -> dict[str, Any]:
+        return {**self.describe_passes(metadata), "compare_with": self.plain_counterpart}
+
+
 class CascadeBackend(AttentionBackend):
     """A cascade backend: ``plain_counterpart`` (the plain backend the cascade-vs-plain
     invariant runs on the same batch), ``builder_cls`` / ``impl_cls``, whether its passes need
@@ -57,13 +75,16 @@ class CascadeBackend(AttentionBackend):
 
     plain_counterpart: ClassVar[str]
     builder_cls: ClassVar[type[AttentionMetadataBuilder]]
-    impl_cls: ClassVar[type[AttentionImpl]]
+    impl_cls: ClassVar[type[CascadeImpl]]
     contiguous_groups: ClassVar[bool] = True
 
     def __init_subclass__(cls, library_of: type[AttentionBackend] | None = None, **kwargs: Any) -> None:
         """``library_of``: the plain backend whose library this one calls; its tested versions
         and library modules are this one's too (``class X(CascadeBackend, library_of=Plain)``)."""
         super().__init_subclass__(**kwargs)
+        impl = cls.__dict__.get("impl_cls")
+        if impl is not None and issubclass(impl, CascadeImpl):
+            impl.plain_counterpart = cls.plain_counterpart
         if library_of is not None:
             cls.tested_versions = library_of.tested_versions
             cls.library_modules = library_of.library_modules
@@ -85,7 +106,7 @@ class CascadeBackend(AttentionBackend):
         return cls.builder_cls
 
     @classmethod
-    def get_impl_cls(cls) -> type[AttentionImpl]:
+    def get_impl_cls(cls) -> type[CascadeImpl]:
         return cls.impl_cls
 
 

@@ -21,7 +21,6 @@ from typing import Any, Callable
 import torch
 
 from attn_contract import (
-    AttentionImpl,
     AttentionMetadataBuilder,
     Availability,
     Capabilities,
@@ -30,7 +29,7 @@ from attn_contract import (
     group_layout,
     merge_attn_states,
 )
-from backends.cascade.base import GPU_BATCH_NOTE, CascadeBackend, shifted_block_table
+from backends.cascade.base import GPU_BATCH_NOTE, CascadeBackend, CascadeImpl, shifted_block_table
 from backends.flash_attn.backend import FlashAttentionBackend
 from backends.flash_attn import GENERATIONS, availability_from, cuda_capability, detect_features
 
@@ -121,7 +120,7 @@ def _fa4_pass(fns: dict[str, Callable[..., Any]]) -> Callable[..., tuple[torch.T
 PASSES = {3: (_fa3_pass, "flash_attn_with_kvcache"), 4: (_fa4_pass, "flash_attn.cute.flash_attn_varlen_func")}
 
 
-class FACascadeImpl(AttentionImpl[FACascadeMetadata]):
+class FACascadeImpl(CascadeImpl[FACascadeMetadata]):
     def __init__(self, config, variant, device, layer):
         super().__init__(config, variant, device, layer)
         self.fa_version = int((variant or {}).get("fa_version", DEFAULT_VERSION))
@@ -141,14 +140,13 @@ class FACascadeImpl(AttentionImpl[FACascadeMetadata]):
         merge_attn_states(p_out, p_lse.t(), s_out, s_lse.t(), out=out, out_lse=lse_out)
         return out
 
-    def describe_call(self, metadata: FACascadeMetadata) -> dict[str, Any]:
+    def describe_passes(self, metadata: FACascadeMetadata) -> dict[str, Any]:
         return {
             "path": f"FA{self.fa_version} {self.api}: paged prefix pass (non-causal, one sequence per group) "
                     "+ paged suffix pass (causal) + torch LSE merge",
             "fa_version": self.fa_version,
             "num_groups": metadata.num_groups,
             "prefix_lens": metadata.prefix_len_values,
-            "compare_with": "flash-attn",
         }
 
 

@@ -25,7 +25,6 @@ import torch
 
 from attn_contract import (
     AttentionConfig,
-    AttentionImpl,
     AttentionMetadataBuilder,
     Availability,
     Capabilities,
@@ -33,7 +32,7 @@ from attn_contract import (
     HeadSizes,
     group_layout,
 )
-from backends.cascade.base import GPU_BATCH_NOTE, CascadeBackend
+from backends.cascade.base import GPU_BATCH_NOTE, CascadeBackend, CascadeImpl
 from backends.flashinfer import FlashInferBackend, plan_growing_workspace, workspace_size
 
 LN2 = math.log(2.0)  # FlashInfer LSEs are base 2: lse_e = lse_2 * ln 2
@@ -170,7 +169,7 @@ class FICascadeMetadataBuilder(AttentionMetadataBuilder[FICascadeMetadata]):
         )
 
 
-class FICascadeImpl(AttentionImpl[FICascadeMetadata]):
+class FICascadeImpl(CascadeImpl[FICascadeMetadata]):
     def _cache(self, kv_cache: torch.Tensor) -> torch.Tensor:
         # Logical (blocks, 2, page, Hk, D); HND memory is (blocks, 2, Hk, page, D), the shape
         # FlashInfer's HND layout expects, so the permute is a view of contiguous memory.
@@ -202,7 +201,7 @@ class FICascadeImpl(AttentionImpl[FICascadeMetadata]):
     def graph_safe(self, metadata: FICascadeMetadata) -> str | None:
         return "the cascade wrapper is planned without use_cuda_graph (batch-specific host plan)"
 
-    def describe_call(self, metadata: FICascadeMetadata) -> dict[str, Any]:
+    def describe_passes(self, metadata: FICascadeMetadata) -> dict[str, Any]:
         md = metadata
         return {
             "path": "flashinfer MultiLevelCascadeAttentionWrapper: level 0 shared prefix per group (non-causal), "
@@ -215,7 +214,6 @@ class FICascadeImpl(AttentionImpl[FICascadeMetadata]):
             "jit_warmup_ms": round(md.jit_warmup_ms, 1),
             "workspace_mib": md.workspace_bytes // (1 << 20),
             "workspace_grows": md.workspace_grows,
-            "compare_with": "flashinfer",
         }
 
 

@@ -15,14 +15,13 @@ import torch
 from backends._paged import dequantize
 from backends._torch import TORCH_CAPABILITIES, TorchBackend
 from attn_contract import (
-    AttentionImpl,
     AttentionMetadataBuilder,
     Capabilities,
     CommonAttentionMetadata,
     group_layout,
     merge_attn_states,
 )
-from backends.cascade.base import CascadeBackend, shifted_block_table
+from backends.cascade.base import CascadeBackend, CascadeImpl, shifted_block_table
 from backends.torch_math import MathImpl, MathMetadata
 
 _MAX_SCORE_ELEMS = 1 << 26  # scores per chunk of the prefix pass (256 MB in fp32)
@@ -88,7 +87,7 @@ def prefix_attention(
     return o, lse.view(hk, g, n).permute(2, 0, 1).reshape(n, hq)
 
 
-class TorchCascadeImpl(AttentionImpl[TorchCascadeMetadata]):
+class TorchCascadeImpl(CascadeImpl[TorchCascadeMetadata]):
     def forward(self, query, key, value, kv_cache, metadata, out, lse_out=None):
         cfg, md = self.config, metadata
         t, hq = query.shape[0], cfg.num_heads
@@ -116,12 +115,11 @@ class TorchCascadeImpl(AttentionImpl[TorchCascadeMetadata]):
     def graph_safe(self, metadata: TorchCascadeMetadata) -> str | None:
         return "host loops over groups and requests (torch-math suffix pass)"
 
-    def describe_call(self, metadata: TorchCascadeMetadata) -> dict[str, Any]:
+    def describe_passes(self, metadata: TorchCascadeMetadata) -> dict[str, Any]:
         return {
             "path": "torch: prefix pass per group (non-causal) + torch-math suffix pass (causal) + LSE merge",
             "num_groups": len(metadata.groups),
             "prefix_lens": sorted({g.prefix_len for g in metadata.groups}),
-            "compare_with": "torch-math",
         }
 
 
