@@ -110,6 +110,9 @@ class Capabilities:
     lse_base: str | int = "e"
     devices: frozenset[str] = frozenset({"cuda"})
     cudagraph: CudaGraphSupport = CudaGraphSupport.NEVER
+    # Where the level is read from (the serving engine's declaration and its release), recorded
+    # with the graph-mode axis (harness/records/graph_modes.py) so a reader can check it.
+    cudagraph_source: str = ""
     # Largest query length a request may have and still count as decode for this backend's
     # batch reordering (vLLM's reorder_batch_threshold); None means "do not reorder".
     reorder_batch_threshold: int | None = None
@@ -173,6 +176,7 @@ class Capabilities:
             "lse_base": str(self.lse_base),
             "devices": sorted(self.devices),
             "cudagraph": self.cudagraph.name,
+            "cudagraph_source": self.cudagraph_source,
             "reorder_batch_threshold": self.reorder_batch_threshold,
             "role": self.role,
             "untimed_on": sorted(self.untimed_on),

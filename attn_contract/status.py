@@ -48,3 +48,22 @@ def reason_kind(reason: str | None) -> str:
     if KERNEL_LIMIT in text:
         return "kernel"
     return ""
+
+
+# Resource errors: a cell that ran out of memory or out of time says nothing about the kernel's
+# numbers. Readers (compare, gate) keep them apart from correctness failures; the runner retries
+# them once in a fresh worker. Recognised from the row's status and reason text, so rows written
+# before this rule are read the same way: an error row's reason starts with the stage and the
+# exception's type name (``forward: OutOfMemoryError: CUDA out of memory. ...``).
+OUT_OF_MEMORY_MARKERS = ("OutOfMemoryError", "out of memory", "MemoryError:", "CUBLAS_STATUS_ALLOC_FAILED")
+
+
+def resource_kind(status: "Status | str", reason: str | None) -> str:
+    """'memory' (an out-of-memory error), 'time' (the cell's worker was killed at
+    --cell-timeout), or '' (any other outcome: a real error stays an error)."""
+    st = Status(status)
+    if st == Status.TIMEOUT:
+        return "time"
+    if st == Status.ERROR and any(m.lower() in (reason or "").lower() for m in OUT_OF_MEMORY_MARKERS):
+        return "memory"
+    return ""

@@ -235,6 +235,7 @@ class FlashAttnMLABackend(AttentionBackend):
             mla_latent_dims=LATENT_DIMS, block_sizes=(MultipleOf(1),), kv_layouts=frozenset({"NHD", "HND"}),
             causal=True, non_causal=True, gqa=True, returns_lse=True, lse_base="e", devices=frozenset({"cuda"}),
             cudagraph=CudaGraphSupport.UNIFORM_BATCH,
+            cudagraph_source='vLLM v0.25.1 FlashAttnMLAMetadataBuilder._cudagraph_support: UNIFORM_BATCH',
             notes=("absorbed: the paged latent is gathered into a contiguous varlen cache in forward (timed); "
                    "flash_attn_varlen_func(q=q_pe, k=kpe, v=ckv, qv=q_nope), num_splits=0",
                    "expanded: flash_attn_varlen_func at 192/128 over the packed key/value",

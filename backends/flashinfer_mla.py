@@ -225,6 +225,7 @@ class FlashInferMLABackend(AttentionBackend):
             mla_latent_dims=LATENT_DIMS, block_sizes=(MultipleOf(1),), kv_layouts=frozenset({"NHD", "HND"}),
             causal=True, non_causal=True, gqa=True, returns_lse=True, lse_base=2, devices=frozenset({"cuda"}),
             cudagraph=CudaGraphSupport.UNIFORM_SINGLE_TOKEN_DECODE,
+            cudagraph_source="SGLang's flashinfer MLA wrapper call, planned per batch (vLLM's FLASHINFER_MLA is the trtllm-gen kernel, UNIFORM_BATCH)",
             notes=(f"mla_backend={backend}: absorbed form on BatchMLAPagedAttentionWrapper, any page size; expanded "
                    "form on the ragged prefill wrapper (192/128)",
                    "fp8 latent: " + FP8_CALL,

@@ -155,6 +155,7 @@ class FlashMLABackend(AttentionBackend):
             attention_kinds=frozenset({MLA_ABSORBED}), mla_latent_dims=LATENT_DIMS, block_sizes=(PAGE,),
             kv_layouts=frozenset({"NHD", "HND"}), causal=True, non_causal=True, gqa=True, returns_lse=True,
             lse_base="e", devices=frozenset({"cuda"}), cudagraph=CudaGraphSupport.UNIFORM_BATCH,
+            cudagraph_source='vLLM v0.25.1 FlashMLAMetadataBuilder._cudagraph_support: UNIFORM_BATCH',
             notes=("absorbed form only (the expanded 192/128 prefill is another library's)",
                    f"page {PAGE}; one query length per batch (q is [batch, s_q, heads, 576])",
                    "fp8: " + FP8_REASON),

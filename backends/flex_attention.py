@@ -380,6 +380,7 @@ class FlexAttentionBackend(TorchBackend):
             returns_lse=True,
             # The compiled call re-enters dynamo's guards on the host every call; not captured.
             cudagraph=CudaGraphSupport.NEVER,
+            cudagraph_source="this harness: host-built BlockMask per batch; no vLLM backend (vLLM's FLEX_ATTENTION declares NEVER)",
             # On the CPU it is torch's unfused reference path (dense scores): checked, but timing it
             # took 18-96 s a decode cell here; --time-references times it.
             untimed_on=frozenset({"cpu"}),

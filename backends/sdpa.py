@@ -225,6 +225,7 @@ class SDPABackend(TorchBackend):
             # builder's, and no op in it reads device data on the host (the scatter uses
             # precomputed row indices), so any batch can be replayed from a CUDA graph.
             cudagraph=CudaGraphSupport.ALWAYS,
+            cudagraph_source='this harness: device-side gather and mask, no host state per batch (tests/test_sdpa_graph_safe.py); no vLLM backend',
             # MLA: the absorbed decode is plain MQA with q/k head 576 and v = latent[:512]; the
             # expanded prefill passes a 128-wide value with 192-wide q/k (SDPA takes Ev != E).
             **MLA_CAPABILITIES,

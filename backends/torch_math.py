@@ -121,6 +121,7 @@ class TorchMathBackend(TorchBackend):
             sinks=True,
             returns_lse=True,
             cudagraph=CudaGraphSupport.NEVER,
+            cudagraph_source='the reference: not captured',
             # The correctness reference: on a GPU it is 100-1000x slower than the kernels and
             # timing it took a third of the decode suite's time (docs/measurement.md §12); the timed torch
             # baseline is `sdpa` (batched). On CPU it stays timed.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""The CI regression gate of this repository: `harness gate` (harness.cli.commands.gate.py) with this
+"""The CI regression gate of this repository: `harness gate` (harness/cli/commands/gate.py) with this
 checkout's ci/smoke.yaml and ci/baselines/cpu-smoke as defaults, runnable from any folder.
 
     python ci/gate.py --correctness-only      # the same as `harness gate --correctness-only` at the root

@@ -112,3 +112,21 @@ def test_report_shows_the_gap_section_and_the_answer_names_the_form(tmp_path):
     # These rows come from no model (the per-model answer says so); the recommendation names the form.
     assert "made from a model" in secs["answer-per-model"]
     assert "call_form=vllm" in secs["recommend"] and "call_form=fastest" not in secs["recommend"]
+
+
+def test_report_names_the_argument_behind_the_gap_from_the_diagnostic_beside_the_rows(tmp_path):
+    d = _write(tmp_path / "r", ROWS)
+    diag = {"results": [{"shape": "orient-mqa-b128-2k-p16", "lib": "fa4", "vllm_args": {"responsible": {
+        "argument": "query layout (varlen q + cu_seqlens_q, max_seqlen_q)",
+        "why": "with query layout as in the plain call the vllm form loses 91% of its +11.4% over the plain call"}}},
+        {"shape": "orient-gqa-b16-32k-p64", "lib": "fa4", "vllm_args": {"responsible": {
+            "argument": None, "why": "the vllm form is +0.4% from the plain call, within the noise"}}}]}
+    (d / "callform-diag.json").write_text(json.dumps(diag))
+    secs = dict(re.findall(r'<section id="([\w-]+)"[^>]*>(.*?)</section>', render_html(load([d])), flags=re.S))
+    gap = secs["callform-gap"]
+    assert "query layout (varlen q + cu_seqlens_q, max_seqlen_q)" in gap and "loses 91%" in gap
+    assert "none named" in gap and "within the noise" in gap
+    (d / "callform-diag.json").write_text("{not json")
+    gap = dict(re.findall(r'<section id="([\w-]+)"[^>]*>(.*?)</section>', render_html(load([d])), flags=re.S))[
+        "callform-gap"]
+    assert "not readable JSON" in gap

@@ -188,7 +188,7 @@ def test_the_gate_runs_in_the_baselines_regime(tmp_path):
 
 
 def test_remeasuring_a_clock_shifted_row():
-    from harness.analysis.compare import confirm_slowdowns
+    from harness.analysis.compare_confirm import confirm_slowdowns
 
     base, new = runs(gpu_row("fa3", 292.7, mhz=1800.0), gpu_row("fa3", 267.2, mhz=1980.0))
     # re-measured at the baseline's clock and as fast: it stays clock-shifted, the re-run named
@@ -204,7 +204,7 @@ def test_remeasuring_a_clock_shifted_row():
 
 
 def test_a_slowdown_is_not_confirmed_by_a_remeasurement_the_clock_explains():
-    from harness.analysis.compare import confirm_slowdowns
+    from harness.analysis.compare_confirm import confirm_slowdowns
 
     base, new = runs(gpu_row("fa3", 292.7, mhz=1980.0), gpu_row("fa3", 267.2, mhz=1980.0))
     comp = compare_rows(base, new)

@@ -1,65 +1,134 @@
-"""harness crosscheck in the row's clock regime (harness/crosscheck/regime.py), on synthesized rows."""
+"""harness crosscheck in the row's clock regime (harness/crosscheck/regime.py), on synthesized rows:
+how the outside timers are prepared, the "states differ" rule, and the waits sized to a deadline."""
 
 from __future__ import annotations
 
-from harness.crosscheck.regime import BURST_IDLE_S, SUSTAIN_WARM_S, prepare, regime_plan, unmatched
+import pytest
+
+from harness.crosscheck.regime import (BURST_IDLE_MAX_S, BURST_IDLE_MIN_S, BURST_IDLE_S, BURST_REPEAT_MS, MIN_SCALE,
+                                       SUSTAIN_REWARM_S, SUSTAIN_WARM_S, WARM_CHUNK, fit_scale, keep_busy, prepare,
+                                       regime_plan, split_states, timer_state, waits_of)
+from harness.crosscheck.run import judge
 from harness.crosscheck.table import to_markdown
 from test_compare_clock import gpu_row
 from helpers.typed_rows import ran_row
 
 
-def _burst_row():
-    row = gpu_row("fa3", 256.0)
+def _burst_row(idle: float | None = None, mhz: float = 1980.0):
+    row = gpu_row("fa3", 256.0, mhz=mhz)
     t = row.timing.model_dump()
-    t["clocks"].update(throttle_threshold=0.75, recovery_s=0.05)
+    t["clocks"].update(throttle_threshold=0.75, recovery_s=0.05, idle_before_s=idle)
     t["sampling_s"] = 0.04
     return type(row).model_validate({**row.model_dump(), "timing": t})
 
 
-def test_burst_rows_get_idle_and_a_loop_as_short_as_their_sampling():
+def test_burst_rows_get_the_rows_idle_and_loops_short_enough_to_stay_at_boost():
     plan = regime_plan(_burst_row())
     assert plan["regime"] == "burst" and plan["idle_s"] == BURST_IDLE_S and plan["warm_s"] == 0
-    assert plan["repeat_ms"] == 40.0 and "burst" in plan["how"]
+    assert plan["repeat_ms"] == BURST_REPEAT_MS == 5.0 and plan["dry_run_ms"] == 1.0
+    assert plan["row_mhz"] == 1980.0 and "burst" in plan["how"]
+    assert regime_plan(_burst_row(idle=0.3))["idle_s"] == 0.3  # the same idle as the row
+    assert regime_plan(_burst_row(idle=0.001))["idle_s"] == BURST_IDLE_MIN_S
+    assert regime_plan(_burst_row(idle=40.0))["idle_s"] == BURST_IDLE_MAX_S
 
 
-def test_sustained_rows_get_the_outside_loops_as_they_are_after_a_warm_up():
-    plan = regime_plan(gpu_row("fa3", 276.0, regime="sustained"))
-    assert plan["regime"] == "sustained" and plan["repeat_ms"] == 100.0 and plan["warm_s"] == SUSTAIN_WARM_S
+def test_sustained_rows_get_long_loops_after_the_call_back_to_back():
+    plan = regime_plan(gpu_row("fa3", 276.0, mhz=1350.0, regime="sustained"))
+    assert plan["regime"] == "sustained" and plan["repeat_ms"] == 100.0 and plan["idle_s"] == 0
+    assert plan["warm_s"] == SUSTAIN_WARM_S and plan["rewarm_s"] == SUSTAIN_REWARM_S and plan["row_mhz"] == 1350.0
 
 
 def test_cpu_rows_have_no_regime():
     plan = regime_plan(ran_row(10.0, device="cpu"))
-    assert plan["regime"] is None and plan["idle_s"] == 0 and plan["warm_s"] == 0
+    assert plan["regime"] is None and plan["idle_s"] == 0 and plan["warm_s"] == 0 and plan["row_mhz"] is None
 
 
-def test_prepare_idles_or_keeps_the_call_running():
-    t = {"now": 0.0, "slept": 0.0, "calls": 0}
+class _Queue:
+    """A stand-in queue: calls take 1 ms of simulated time; a wait returns once its mark is done."""
 
-    def fn():
-        t["calls"] += 1
-        t["now"] += 0.001
+    def __init__(self) -> None:
+        self.now, self.calls, self.slept, self.waits, self.max_ahead = 0.0, 0, 0.0, 0, 0
 
-    prepare(regime_plan(_burst_row()), fn, lambda: None, sleep=lambda s: t.__setitem__("slept", t["slept"] + s),
-            clock=lambda: t["now"])
-    assert t["slept"] == BURST_IDLE_S and t["calls"] == 0
-    prepare(regime_plan(gpu_row("x", 1.0, regime="sustained")), fn, lambda: None, clock=lambda: t["now"])
-    assert t["calls"] >= SUSTAIN_WARM_S / 0.001
+    def fn(self) -> None:
+        self.calls += 1
+        self.now += 0.001
 
+    def mark(self):
+        at = self.calls
+        self.max_ahead = max(self.max_ahead, at - self.waits * WARM_CHUNK)
 
-def test_a_burst_row_against_a_throttled_outside_loop_cannot_be_matched():
-    plan = regime_plan(_burst_row())
-    why = unmatched(plan, {"median_us": 290.0, "sm_clock_mhz": {"before": 1980.0, "after": 1300.0}})
-    assert why.startswith("cannot be matched") and "1300" in why and "1485" in why
-    assert unmatched(plan, {"median_us": 257.0, "sm_clock_mhz": {"before": 1980.0, "after": 1965.0}}) == ""
-    sustained = regime_plan(gpu_row("x", 1.0, regime="sustained"))
-    assert unmatched(sustained, {"sm_clock_mhz": {"after": 1100.0}}) == ""
+        def wait() -> None:
+            self.waits += 1
+        return wait
 
 
-def test_the_table_says_the_regime():
+def test_prepare_idles_or_keeps_the_call_running_without_a_gap():
+    q = _Queue()
+    prepare(regime_plan(_burst_row()), q.fn, lambda: None, sleep=lambda s: setattr(q, "slept", q.slept + s),
+            clock=lambda: q.now)
+    assert q.slept == BURST_IDLE_S and q.calls == 0
+    plan = regime_plan(gpu_row("x", 1.0, regime="sustained"))
+    prepare(plan, q.fn, lambda: None, mark=q.mark, clock=lambda: q.now)
+    assert q.calls >= SUSTAIN_WARM_S / 0.001
+    # one chunk stays queued behind the one waited on: never more than two chunks ahead
+    assert q.max_ahead <= 2 * WARM_CHUNK and q.waits == q.calls // WARM_CHUNK
+    q2 = _Queue()
+    prepare(plan, q2.fn, lambda: None, first=False, scale=0.5, mark=q2.mark, clock=lambda: q2.now)
+    assert SUSTAIN_REWARM_S * 0.5 / 0.001 <= q2.calls < SUSTAIN_REWARM_S * 0.5 / 0.001 + 2 * WARM_CHUNK
+    assert keep_busy(q2.fn, 0.0, q2.mark, clock=lambda: q2.now) == 0
+
+
+def _timer(us: float, during: float | None, after: float | None = None) -> dict:
+    return {"median_us": us, "sm_clock_mhz": {"before": 1980.0, "during": during, "after": after, "reads": 5}}
+
+
+def test_a_timer_more_than_3_percent_off_the_rows_clock_is_states_differ():
+    assert timer_state(1980.0, 1965.0) == ""  # 0.8%
+    why = timer_state(1980.0, 1455.0)
+    assert why.startswith("states differ") and "1980" in why and "1455" in why
+    assert timer_state(1350.0, 1390.0) == ""  # +3.0%: the same state
+    assert timer_state(1350.0, 1395.0).startswith("states differ")  # +3.3%
+    assert timer_state(None, 1455.0) == "" and timer_state(1980.0, None) == ""  # nothing to judge by
+    same, differ = split_states(1980.0, {"a": _timer(500.0, 1455.0), "b": _timer(440.0, 1975.0),
+                                         "c": _timer(441.0, None, after=1970.0)})
+    assert set(same) == {"b", "c"} and set(differ) == {"a"}
+
+
+def test_states_differ_is_never_agrees_nor_off():
+    # both timers throttled far below the row's boost clock: 500 us against the row's 440
+    out = judge(440.0, {"a": _timer(500.0, 1455.0), "b": _timer(502.0, 1500.0)}, 0.03, True, 1980.0)
+    assert out["state"] == "states differ" and not out["flagged"] and not out["noisy"]
+    assert "1980" in out["reason"] and "1455" in out["reason"] and "1500" in out["reason"]
+    # ... nor when they happen to read the same time
+    same_time = judge(440.0, {"a": _timer(441.0, 1455.0)}, 0.03, True, 1980.0)
+    assert same_time["state"] == "states differ" and not same_time["flagged"]
+    # one timer in the row's state: the verdict is over it alone, the other is listed
+    mixed = judge(440.0, {"a": _timer(500.0, 1455.0), "b": _timer(441.0, 1975.0)}, 0.03, True, 1980.0)
+    assert mixed["state"] == "matched" and not mixed["flagged"] and mixed["ref_us"] == 441.0
+    assert set(mixed["states_differ"]) == {"a"}
+    off = judge(440.0, {"b": _timer(480.0, 1975.0)}, 0.03, True, 1980.0)
+    assert off["state"] == "matched" and off["flagged"]
+
+
+def test_the_table_says_states_differ_with_both_clocks():
     rec = {"row": 0, "case": "c", "backend": "flash-attn", "variant": "fa_version=3", "device": "cuda:0",
-           "mode": "hot", "graph": True, "clock": "cuda_event", "harness_us": 256.0, "ref_us": 257.0,
-           "ratio": 0.996, "outside": {"t": {"median_us": 257.0}}, "flagged": False, "reason": "",
-           "clock_regime": "burst", "regime_how": regime_plan(_burst_row())["how"]}
+           "mode": "hot", "graph": True, "clock": "cuda_event", "harness_us": 440.0,
+           "outside": {"t": _timer(500.0, 1455.0)}, "clock_regime": "burst", "regime_how": regime_plan(_burst_row())["how"]}
+    rec.update(judge(440.0, rec["outside"], 0.03, True, 1980.0))
     md = to_markdown({"timers": ["t"], "rows": [rec], "not_retimed": [], "checked": 1, "flagged": 0,
-                      "tolerance": 0.03}, "src")
+                      "states_differ": 1, "tolerance": 0.03}, "src")
     assert "graph, hot, burst" in md and "Clock regime of the comparisons: burst" in md
+    assert "states differ: t: states differ: the row ran at 1980 MHz, this timer at 1455 MHz" in md
+    assert "1 in states that differ" in md and "FLAGGED" not in md
+
+
+def test_waits_shrink_to_fit_the_deadline():
+    plan = regime_plan(gpu_row("x", 1.0, regime="sustained"))
+    waits = waits_of(plan, 2)
+    assert waits == pytest.approx(SUSTAIN_WARM_S + SUSTAIN_REWARM_S)
+    assert waits_of(regime_plan(_burst_row()), 2) == pytest.approx(2 * BURST_IDLE_S)
+    assert fit_scale(waits, 2.0, None, 50) == 1.0  # no deadline
+    assert fit_scale(waits, 2.0, 400.0, 50) == 1.0  # 8 s a row: fits
+    s = fit_scale(waits, 2.0, 150.0, 50)  # 3 s a row: 1 s for the waits
+    assert 2.0 + s * waits == pytest.approx(3.0)
+    assert fit_scale(waits, 2.0, 50.0, 50) == MIN_SCALE  # cannot fit: the floor, the deadline stops the rest

@@ -26,12 +26,12 @@ def test_fa4_has_no_environment_form_and_fa3_has():
     fa4 = vllm_flags(vllm_setting(_fa(4)))
     assert "VLLM_FLASH_ATTN_VERSION" not in fa4 and '"flash_attn_version": 4' in fa4
     fa3 = vllm_flags(vllm_setting(_fa(3)))
-    assert "VLLM_FLASH_ATTN_VERSION=3" in fa3 and "vLLM < 0.14" in fa3
+    assert "VLLM_FLASH_ATTN_VERSION=3" in fa3 and "vLLM before PR #26315" in fa3
 
 
 def test_cascade_advice_says_off_by_default_and_how_to_opt_in():
     text = " ".join(VLLM_NOT_EXPRESSIBLE)
-    assert "--no-disable-cascade-attn" in text and "#36318" in text and "0.33.0" in text
+    assert "--no-disable-cascade-attn" in text and "#36318" in text and "0.33" not in text  # no source says vLLM removed cascade
     assert "on by default)" not in text
     casc = vllm_setting(Candidate("flash-attn-cascade", {"fa_version": 3}, "fa_version=3", {}))
     assert casc is not None and "--no-disable-cascade-attn" in casc["caveat"] and not casc["exact"]
@@ -82,3 +82,19 @@ def test_recommend_engine_on_committed_model_rows_has_neither_wrong_line(capsys)
     out = capsys.readouterr().out
     assert "VLLM_FLASH_ATTN_VERSION=4" not in out and "(on by default" not in out
     assert "excluded: unsupported" not in out and "not measured here" in out
+
+
+def test_vllm_release_claims_carry_their_source():
+    """No unsourced "vLLM 0.33.0 removed cascade"; the flag/variable boundary names its PRs
+    (vLLM PR #26315 added the flags and deprecated the variables, #30564 the docs, #32812 removal)."""
+    from pathlib import Path
+
+    from harness.analysis.recommend.vllm import BACKEND_FLAG_FACT, VLLM_FACTS
+
+    root = Path(__file__).resolve().parents[1]
+    texts = {p: p.read_text(encoding="utf-8") for p in [*root.glob("docs/*.md"), root / "README.md",
+                                                         *root.glob("harness/analysis/**/*.py")]}
+    assert not [str(p) for p, t in texts.items() if "vLLM 0.33" in t or "0.33.0" in t]
+    assert not [str(p) for p, t in texts.items() if ">= 0.14" in t or "< 0.14" in t]
+    assert all(pr in BACKEND_FLAG_FACT for pr in ("#26315", "#30564", "#32812")) and "0.14.x" in BACKEND_FLAG_FACT
+    assert not any("0.33" in f for f in VLLM_FACTS)

@@ -18,8 +18,9 @@ import pytest
 import torch
 
 from harness.cli import main
-from harness.analysis.compare import (NoiseModel, classify_speed, compare_paths, compare_rows, confirm_slowdowns,
+from harness.analysis.compare import (NoiseModel, classify_speed, compare_paths, compare_rows,
                              estimate_noise, robust_sigma, to_markdown)
+from harness.analysis.compare_confirm import confirm_slowdowns
 from harness.records.results import read_rows
 from harness.records.parts import CudaGraphInfo
 from helpers.sampled_rows import sampled_run, write_run

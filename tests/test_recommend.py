@@ -248,7 +248,7 @@ def test_default_on_shared_prefix_batches_is_plain_unless_cascade_is_opted_in():
     casc.call = Call(rule_says_cascade=True, compare_with="flash-attn")
     rows = [row("flash-attn", 200.0, variant=FA3, batch=prefix), casc, row("flashinfer", 150.0, variant=FI, batch=prefix)]
     rec = rec_of(rows)
-    # vLLM's default has cascade off (PR #36318, 2026-03-07; removed in 0.33.0): plain FA3, 4x slower.
+    # vLLM's default has cascade off (PR #36318, 2026-03-07): plain FA3, 4x slower.
     (d,) = rec.defaults
     assert d.status == "slower" and d.cost.pct == pytest.approx(300.0)
     # --no-disable-cascade-attn: vLLM's rule picks the cascade row where it says cascade.

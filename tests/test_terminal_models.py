@@ -72,11 +72,11 @@ def test_model_lines_and_flags_come_before_the_verdict_per_case_group():
     assert len(logical) == 9, logical  # 3 model shape / workload pairs, each with a vLLM and an SGLang line
     dec, dec_v, dec_s, pre, pre_v, pre_s, tie, tie_v, tie_s = logical
     assert dec.startswith(f"  {LLAMA} decode: B flashinfer, +50.0% [") and dec.endswith("over A flash-attn")
-    assert dec_v.startswith("    vLLM: --attention-backend FLASHINFER (vLLM < 0.14: VLLM_ATTENTION_BACKEND=")
+    assert dec_v.startswith("    vLLM: --attention-backend FLASHINFER (vLLM before PR #26315: VLLM_ATTENTION_BACKEND=")
     assert dec_s == "    SGLang: --decode-attention-backend flashinfer"
     assert pre.startswith(f"  {LLAMA} prefill: A flash-attn, +30.0% [")  # 130 / 100
     assert pre_v == ("    vLLM: --attention-backend FLASH_ATTN --attention-config '{\"flash_attn_version\": 3}' "
-                     "(vLLM < 0.14: VLLM_ATTENTION_BACKEND=FLASH_ATTN VLLM_FLASH_ATTN_VERSION=3)")
+                     "(vLLM before PR #26315: VLLM_ATTENTION_BACKEND=FLASH_ATTN VLLM_FLASH_ATTN_VERSION=3)")
     assert pre_s == "    SGLang: --prefill-attention-backend fa3"
     assert tie.startswith(f"  {GEMMA} decode: tie (interval reaches 0): A flash-attn ~ B flashinfer, +1.0% [")
     assert tie_s == "    SGLang: --decode-attention-backend fa3"

@@ -254,6 +254,9 @@ def test_options_validation():
     o = TimingOptions.for_device(CPU, min_samples=40)  # above the CPU default cap: the cap follows
     assert (o.min_samples, o.max_samples) == (40, 40)
     assert TimingOptions.for_device(torch.device("cuda")).target_rel_noise == 0.01
+    assert TimingOptions().warm_samples == 1
+    with pytest.raises(ValueError, match="warm-up samples -1"):
+        TimingOptions.for_device(CPU, warm_samples=-1)
 
 
 # ---------------------------------------------------------------- the CPU timing path
@@ -418,5 +421,89 @@ def test_capture_failure_falls_back_to_eager_and_says_why():
         x.add_(1)
         x.sum().item()  # a host sync: not capturable
 
+    stream = torch.cuda.current_stream(dev)
     t = time_callable(fn, dev, TimingOptions.for_device(dev, max_samples=20), graph=GraphDecision(True, ""))
     assert not t["cuda_graph"]["used"] and t["cuda_graph"]["reason"].startswith("capture failed")
+    # and the failed capture left nothing behind: before, the generator stayed in capture mode
+    # and the next GPU test's torch.randn raised (issue 44)
+    assert torch.cuda.current_stream(dev) == stream and not torch.cuda.is_current_stream_capturing()
+    torch.randn(16, device=dev)
+
+
+@cuda
+@pytest.mark.parametrize("how", ["captured", "host_sync", "random_then_host_sync", "raises"])
+def test_a_graph_capture_leaves_no_global_state_behind(how):
+    """After capture_graph, successful or failing mid-capture: the current stream is the one
+    before, no capture is in progress, the default generator draws outside a capture, and a
+    graph captured before still replays (its replay advances the same generator state)."""
+    from harness.timing.graphs import capture_graph
+
+    dev = torch.device("cuda")
+    x = torch.ones(1024, device=dev)
+    earlier = capture_graph(lambda: x.add_(1), 1, dev)
+    stream = torch.cuda.current_stream(dev)
+
+    def fn():
+        x.add_(1)
+        if not torch.cuda.is_current_stream_capturing():
+            return  # the side-stream warm-up runs eagerly: only the capture fails
+        if how == "random_then_host_sync":
+            torch.randn(4, device=dev)  # the generator is used inside the capture
+        if how in ("host_sync", "random_then_host_sync"):
+            x.sum().item()  # a host sync: not capturable, the capture is invalidated
+        if how == "raises":
+            raise ValueError("the backend's own error, mid-capture")
+
+    if how == "captured":
+        capture_graph(fn, 2, dev).replay()
+    else:
+        with pytest.raises((RuntimeError, ValueError)):  # CUDA errors are RuntimeErrors (AcceleratorError)
+            capture_graph(fn, 2, dev)
+    assert torch.cuda.current_stream(dev) == stream
+    assert not torch.cuda.is_current_stream_capturing()
+    assert torch.randn(16, device=dev).isfinite().all()
+    earlier.replay()
+    torch.cuda.synchronize(dev)
+
+
+@cuda
+def test_a_hot_sample_reads_its_own_data_from_l2_in_interleaved_rounds():
+    """Hot mode in rounds: a candidate that writes twice the L2 evicts the reader's data before
+    each of the reader's samples. Without the warm-up call the reader's interleaved time moves
+    toward its cold time; with it (the default) it stays at its time alone. One call per sample,
+    so the first call is the whole sample. Self-calibrated against the cold time of the same read."""
+    from harness.timing import GraphDecision, l2_bytes
+    from harness.timing.loop import time_interleaved
+
+    dev = torch.device("cuda")
+    small = torch.ones(l2_bytes(dev) // 4 // 4, device=dev)  # a quarter of the L2
+    big = torch.empty(2 * l2_bytes(dev) // 4, device=dev)  # twice the L2
+    sink = torch.zeros((), device=dev)
+
+    def read():
+        torch.sum(small, dim=0, out=sink)
+
+    def evict():
+        big.fill_(1.0)
+
+    def opts(**kw):
+        return TimingOptions.for_device(dev, min_sample_us=1.0, max_time_s=0.5, **kw)
+
+    graph = GraphDecision(True, "")
+    alone = time_callable(read, dev, opts(), graph=graph)
+    cold = time_callable(read, dev, opts(mode="cold"), graph=graph)
+    assert alone["calls_per_sample"] == 1 and alone["warm_calls"] == 1 and cold["warm_calls"] == 1
+    gap = cold["median_us"] - alone["median_us"]
+    assert gap > 0.05 * alone["median_us"], (alone["median_us"], cold["median_us"])  # the read is L2-sensitive
+
+    def rounds(warm: int) -> dict:
+        got = time_interleaved({"read": (read, graph, None), "evict": (evict, graph, None)}, dev,
+                               opts(warm_samples=warm))
+        assert got["read"]["rounds"] == got["read"]["samples"] == got["evict"]["samples"]
+        return got["read"]
+
+    warmed, unwarmed = rounds(1), rounds(0)
+    assert warmed["warm_calls"] == 1 and unwarmed["warm_calls"] == 0
+    times = (alone["median_us"], warmed["median_us"], unwarmed["median_us"], cold["median_us"])
+    assert unwarmed["median_us"] - alone["median_us"] > 0.5 * gap, times  # company evicted it
+    assert abs(warmed["median_us"] - alone["median_us"]) < 0.25 * gap, times  # the warm call restored it

@@ -1,6 +1,11 @@
 """Interleaved rounds against a drifting stand-in (harness/timing/interleave.py): a "kernel" whose
 duration grows with a global step counter (a clock falling as the GPU heats). Sampled one after
-the other, two identical candidates show a false margin; in rounds they tie."""
+the other, two identical candidates show a false margin; in rounds they tie.
+
+And the rounds' own rules: complete rounds (every candidate one sample per round, whatever
+stopping rule fires when), one stop per case bounded by its overtime budget, the hot warm-up
+call right before every timed sample (a log of real callables), no hang on a candidate that
+never samples."""
 
 from __future__ import annotations
 
@@ -9,7 +14,9 @@ import statistics
 import pytest
 
 from harness.timing import TimingOptions
-from harness.timing.interleave import rank_from_rounds, round_ratios, sample_rounds
+from harness.timing.interleave import (CASE_ALL_MET, CASE_DROPPED, CASE_OVERTIME, MAX_DROPPED_ROUNDS,
+                                       MAX_REJECTS_PER_ROUND, Candidate, rank_from_rounds, round_ratios,
+                                       sample_rounds, stop_sentence)
 from harness.timing.loop import _loop
 
 DRIFT = 0.001  # +0.1% per sample taken anywhere: 40 + 40 samples drift by 8%
@@ -71,15 +78,117 @@ def test_rejected_samples_are_retaken_within_the_round():
     assert len(r.samples["A"]) == len(r.samples["B"]) == 40
 
 
-def test_a_candidate_leaves_the_rounds_when_its_rule_is_met():
-    # The steady ones stop together at min_samples, sharing every round; the noisy one goes on
-    # alone (sampling every candidate until the last stops would cost the others' samples too).
+def test_rounds_are_complete_when_the_rules_fire_at_different_times():
+    # Stopping rules met after 10, 10, ~21 and 60 samples: every candidate stays in the rounds
+    # until the last rule is met, so each has one sample per round and none was sampled alone.
     opts = TimingOptions.checked(min_samples=10, max_samples=60, target_rel_noise=0.001, max_time_s=100.0)
     noisy = iter([1.0, 1.2] * 100)
-    r = sample_rounds({"steady": lambda: 1e-4, "also": lambda: 2e-4, "noisy": lambda: next(noisy) * 1e-4}, opts)
-    assert len(r.samples["steady"]) == len(r.samples["also"]) == 10
-    assert len(r.samples["noisy"]) == 60 and r.rounds == 60
-    assert r.reasons == {"steady": "noise_target", "also": "noise_target", "noisy": "max_samples"}
+    settles = iter([1.0, 1.3] * 5 + [1.0] * 200)  # noisy for 10 samples, then steady
+    r = sample_rounds({"steady": lambda: 1e-4, "also": lambda: 2e-4, "settles": lambda: next(settles) * 1e-4,
+                       "noisy": lambda: next(noisy) * 1e-4}, opts)
+    assert r.rounds == 60 and {len(v) for v in r.samples.values()} == {60}
+    assert r.met_after["steady"] == r.met_after["also"] == 10
+    assert 10 < r.met_after["settles"] < 60 and r.met_after["noisy"] == 60
+    assert r.reasons == {"steady": "noise_target", "also": "noise_target", "settles": "noise_target",
+                         "noisy": "max_samples"}
+    assert r.stop == CASE_ALL_MET and r.dropped == 0
+
+
+class SimClock:
+    """Seconds on a stand-in's clock: a take advances it by its own duration."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def now(self) -> float:
+        return self.t
+
+    def kernel(self, seconds: float, values=None):
+        def take() -> float:
+            self.t += seconds
+            return seconds * (next(values) if values is not None else 1.0)
+        return take
+
+
+def test_the_overtime_budget_stops_a_case_a_noisy_fast_row_would_keep_going():
+    # The slow row (1/16 s a sample) meets its rule after 10 samples; the noisy fast one never
+    # would before its 500-sample cap. The slow row's samples after its rule are the case's
+    # overtime: once they cost max_time_s (1 s: 16 more rounds) the case stops, together.
+    clock = SimClock()
+    opts = TimingOptions.checked(min_samples=10, max_samples=500, target_rel_noise=0.001, max_time_s=1.0,
+                                 long_call_ms=None)
+    noisy = iter([1.0, 1.2] * 500)
+    r = sample_rounds({"slow": clock.kernel(0.0625), "fast": clock.kernel(2.0 ** -10, noisy)}, opts, clock=clock.now)
+    assert r.rounds == 26 and len(r.samples["slow"]) == len(r.samples["fast"]) == 26
+    assert r.met_after == {"slow": 10} and r.stop == CASE_OVERTIME and r.overtime_s == 1.0
+    assert r.reasons == {"slow": "noise_target", "fast": "time_budget"}
+    assert r.elapsed["slow"] == 26 * 0.0625  # its own seconds, overtime included
+
+
+class CallLog:
+    """Real callables that append what ran, in order."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str]] = []
+
+    def candidate(self, name: str, reject_every: int = 0) -> Candidate:
+        n = {"takes": 0}
+
+        def warm() -> None:
+            self.events.append(("warm", name))
+
+        def take() -> float | None:
+            self.events.append(("take", name))
+            n["takes"] += 1
+            return None if reject_every and n["takes"] % reject_every == 0 else 1e-4
+
+        return Candidate(take, None, warm)
+
+    def assert_warm_before_every_take(self) -> None:
+        takes = [i for i, e in enumerate(self.events) if e[0] == "take"]
+        assert takes and all(i > 0 and self.events[i - 1] == ("warm", self.events[i][1]) for i in takes)
+        assert sum(e[0] == "warm" for e in self.events) == len(takes)
+
+
+def test_the_warm_call_precedes_every_timed_sample_in_rounds_and_alone():
+    log = CallLog()
+    r = sample_rounds({"A": log.candidate("A"), "B": log.candidate("B", reject_every=3), "C": log.candidate("C")},
+                      OPTS)
+    log.assert_warm_before_every_take()  # retakes of a rejected sample included
+    assert [e[1] for e in log.events[:6:2]] == ["A", "B", "C"]  # one round: A B C
+    assert r.rounds == 40 and {len(v) for v in r.samples.values()} == {40}
+    alone = CallLog()
+    c = alone.candidate("A", reject_every=4)
+    samples, _, _ = _loop(c.take, OPTS, None, c.warm)
+    alone.assert_warm_before_every_take()
+    assert len(samples) == 40
+
+
+def test_a_round_a_candidate_could_not_sample_is_dropped_for_all():
+    n = {"k": 0}
+
+    def gives_up_once():  # rejects MAX_REJECTS_PER_ROUND samples in a row in its third round
+        n["k"] += 1
+        return None if 3 <= n["k"] < 3 + MAX_REJECTS_PER_ROUND else 1e-4
+
+    r = sample_rounds({"A": lambda: 1e-4, "flaky": gives_up_once}, OPTS)
+    assert r.dropped == 1 and r.rounds == 40 and len(r.samples["A"]) == len(r.samples["flaky"]) == 40
+
+
+def test_a_case_whose_rounds_never_complete_ends_with_an_error_not_a_hang():
+    r = sample_rounds({"A": lambda: 1e-4, "never": lambda: None}, OPTS)
+    assert r.stop == CASE_DROPPED and r.dropped == MAX_DROPPED_ROUNDS and r.rounds == 0
+    assert set(r.errors) == {"A", "never"} and "no complete round" in str(r.errors["A"])
+
+
+def test_the_stop_sentence_says_what_set_the_sample_count():
+    opts = TimingOptions.checked(min_samples=10, max_time_s=2.0)
+    summary = {"samples": 24, "rel_ci_half_width": 0.004}
+    assert stop_sentence("noise_target", 24, 24, CASE_ALL_MET, summary, opts) is None  # its own rule, last round
+    early = stop_sentence("noise_target", 10, 24, CASE_ALL_MET, summary, opts)
+    assert early and "met after 10 samples" in early and "24 complete rounds" in early
+    cut = stop_sentence("time_budget", None, 24, CASE_OVERTIME, summary, opts)
+    assert cut and "overtime budget 2 s" in cut and "24 samples" in cut
 
 
 def test_a_candidate_that_raises_is_dropped_the_others_go_on():
@@ -109,7 +218,8 @@ def test_time_interleaved_on_the_cpu_says_so_in_every_record():
     got = time_interleaved({"a": (lambda: sum(range(200)), None, None), "b": (lambda: sum(range(400)), None, None),
                             "c": (fails, None, None)}, torch.device("cpu"), opts)
     assert got["a"]["sampling"] == got["b"]["sampling"] == "interleaved"
-    assert got["a"]["samples"] == got["b"]["samples"] == 5
+    assert got["a"]["samples"] == got["b"]["samples"] == got["a"]["rounds"] == 5
+    assert got["a"]["warm_calls"] == 0  # no warm-up on the CPU
     assert isinstance(got["c"], ValueError)  # its warm-up raised: only its record is the error
 
 
@@ -128,6 +238,12 @@ def test_the_cell_engine_samples_a_cases_candidates_as_asked(tmp_path, sampling)
     timed = [r for r in rows if r.timing is not None]
     assert len({r.backend for r in timed}) >= 2  # at least two candidates per case
     assert {r.timing.sampling for r in timed} == {sampling}
+    by_case: dict[str, set[int]] = {}
+    for r in timed:  # interleaved: a case's rows share their complete rounds; sequential: no rounds
+        assert r.timing.rounds == (r.timing.samples if sampling == "interleaved" else None)
+        by_case.setdefault(r.case, set()).add(r.timing.samples)
+    if sampling == "interleaved":
+        assert all(len(counts) == 1 for counts in by_case.values()), by_case
     for r in timed:  # a cell's time is its own stages and its share of the rounds, not the others' wait
         assert r.host.breakdown_ms["timing"] > 0 and r.host.cell_ms >= r.host.breakdown_ms["timing"]
         assert r.check is not None and r.check.passed and len(r.check.rechecks) == 2  # re-checked after timing
@@ -160,3 +276,28 @@ def test_cells_that_do_not_fit_together_are_sampled_one_after_another():
     assert together_reason([est, est, est], 4000 * MiB, dev) is None  # 3 x 1200
     why = together_reason([est, est, est, est], 4000 * MiB, dev)
     assert why and "4 cells together" in why and "4,800 MiB" in why
+
+
+def test_the_interleave_diagnostic_rotates_modes_and_judges_every_row():
+    from harness.tools.diag.interleave import MODES, rotation, table
+
+    assert [rotation(i)[0] for i in range(4)] == MODES and all(sorted(rotation(i)) == sorted(MODES) for i in range(9))
+
+    def runs(hot_ratio: float, cold_ratio: float, n: int = 3) -> dict:
+        base = {"r1": 10.0, "r2": 20.0}
+        scale = {"interleaved-hot": hot_ratio, "sequential-hot": 1.0, "interleaved-cold": 1.5 * cold_ratio,
+                 "sequential-cold": 1.5}
+        return {mode: [{k: {"median_us": v * f * (1 + 0.001 * i)} for k, v in base.items()} for i in range(n)]
+                for mode, f in scale.items()}
+
+    ok = table(runs(1.004, 0.997), 0.01)
+    assert ok["ok"] and ok["verdict"].startswith("every row within 1%")
+    r1 = next(r for r in ok["rows"] if r["row"] == "r1")
+    assert r1["ratio_hot"] == pytest.approx(1.004) and r1["sequential-hot"]["runs"] == 3
+    assert r1["sequential-hot"]["spread"] == pytest.approx(0.002, rel=0.01)
+    bad = table(runs(1.06, 1.0), 0.01)  # the company effect issue 44 measured: +6% hot, cold agreeing
+    assert not bad["ok"] and len(bad["outside"]) == 2 and "NOT every row" in bad["verdict"]
+    assert all("(hot: 1.060)" in o for o in bad["outside"])
+    gone = runs(1.0, 1.0)
+    gone["sequential-cold"] = []  # a mode without runs is not a pass
+    assert not table(gone, 0.01)["ok"] and not table({}, 0.01)["ok"]

@@ -58,7 +58,11 @@ class FA2(FAGeneration):
             alibi=feats.alibi, alibi_lse=AlibiLse.KEY_INDEX_CAUSAL, sinks=False, returns_lse=True,
             # with_kvcache (the decode path) takes num_splits: 1 = no split-KV, 8 = forced.
             split_kv=SplitKV("num_splits", 1, 8),
-            cudagraph=CudaGraphSupport.UNIFORM_BATCH, reorder_batch_threshold=1, notes=tuple(notes),
+            cudagraph=CudaGraphSupport.UNIFORM_BATCH,
+            cudagraph_source=(
+                'vLLM v0.25.1 FlashAttentionMetadataBuilder._cudagraph_support: '
+                'UNIFORM_BATCH unless FA3'),
+            reorder_batch_threshold=1, notes=tuple(notes),
         )
 
     @classmethod

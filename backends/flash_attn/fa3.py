@@ -101,7 +101,11 @@ class FA3(FAGeneration):
             dtypes=frozenset(dtypes), kv_cache_dtypes=frozenset(kv),
             head_sizes=heads, block_sizes=(MultipleOf(1),), kv_layouts=layouts,
             sliding_window=feats.sliding_window, softcap=feats.softcap, alibi=False, sinks=feats.sinks,
-            returns_lse=True, cudagraph=cg, reorder_batch_threshold=1, notes=tuple(notes),
+            returns_lse=True, cudagraph=cg,
+            cudagraph_source=(
+                'vLLM v0.25.1 FlashAttentionMetadataBuilder._cudagraph_support: '
+                'ALWAYS with FA3 (AOT scheduler metadata)'),
+            reorder_batch_threshold=1, notes=tuple(notes),
             # FA3's kernel has softcap and local (window) attention; a build may compile them out.
             build_lacks=frozenset(f for f, has in (("softcap", feats.softcap), ("sliding_window", feats.sliding_window))
                                   if not has),

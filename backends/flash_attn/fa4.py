@@ -74,7 +74,11 @@ class FA4(FAGeneration):
             dtypes=frozenset({"float16", "bfloat16"}), kv_cache_dtypes=frozenset({"auto"}),
             head_sizes=heads, block_sizes=(MultipleOf(1),), kv_layouts=layouts,
             sliding_window=feats.sliding_window, softcap=feats.softcap, alibi=False, sinks=feats.sinks,
-            returns_lse=True, cudagraph=CudaGraphSupport.UNIFORM_BATCH, reorder_batch_threshold=1,
+            returns_lse=True, cudagraph=CudaGraphSupport.UNIFORM_BATCH,
+            cudagraph_source=(
+                'vLLM v0.25.1 FlashAttentionMetadataBuilder._cudagraph_support: '
+                'UNIFORM_BATCH unless FA3'),
+            reorder_batch_threshold=1,
             notes=tuple(notes),
         )
 

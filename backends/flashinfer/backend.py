@@ -139,6 +139,7 @@ class FlashInferBackend(AttentionBackend):
             lse_base=2,  # the library's own: decode run() has no natural-log option
             devices=frozenset({"cuda"}),
             cudagraph=CudaGraphSupport.UNIFORM_SINGLE_TOKEN_DECODE,
+            cudagraph_source='vLLM v0.25.1 FlashInferMetadataBuilder.get_cudagraph_support: UNIFORM_SINGLE_TOKEN_DECODE without trtllm-gen (Hopper), UNIFORM_BATCH with it (Blackwell)',
             reorder_batch_threshold=1,
             # fixed_split_size is honoured by the tensor-core decode only (FlashInfer's plan doc).
             split_kv=SplitKV("split_kv_pages", 0, 1) if wrapper and v["decode_tensor_cores"] else None,

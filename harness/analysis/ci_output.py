@@ -65,8 +65,8 @@ def junit_xml(comp: Any) -> str:
         if d.problem and not slow:
             ET.SubElement(tc, "failure", message=d.problem, type="correctness")
             counts["correctness"][1] += 1
-        elif d.allowed:
-            ET.SubElement(tc, "skipped", message=d.allowed)
+        elif d.allowed or d.resource:  # accepted, or a resource error: not comparable
+            ET.SubElement(tc, "skipped", message=d.allowed or d.resource)
             counts["correctness"][2] += 1
         tc = _case(speed, d)
         counts["speed"][0] += 1

@@ -3,8 +3,10 @@
 Rows are matched by (suite, case, backend, variant_label); a variant axis only one run has (added
 between the runs) is left out of the match where that merges no rows. What fails the gate:
 
-- correctness: pass -> mismatch/error/timeout; a row that disappeared; a row that stopped
-  running (became skipped/unsupported), unless allowed by --allow-missing / --allow-skip;
+- correctness: pass -> mismatch/error; a row that disappeared; a row that stopped
+  running (became skipped/unsupported), unless allowed by --allow-missing / --allow-skip. A
+  resource error (out of memory, a cell timeout: attn_contract.status.resource_kind) is no
+  correctness regression: such rows are listed apart as "resource: not comparable";
 - speed, only where timings are not noise-dominated: a row is *slower* when its median moved
   by more than the threshold AND beyond its device class's run-to-run noise band AND the 95%
   confidence intervals of the two medians do not overlap AND the move is consistent (the
@@ -30,8 +32,9 @@ together by far more than that noise: the median log ratio exceeds the threshold
 times the rows' typical CI half-width and the noise band (when a spread is known), and at least
 SHIFT_AGREE of the rows moved the same way. Such a shift cannot come from the per-row noise the
 class was dominated by; one moved row leaves the median, and so the class, where they were.
-``harness gate`` (harness.cli.commands.gate.py) also re-measures the rows it finds slower and
-keeps only the slowdowns every re-measurement confirms.
+``harness gate`` and ``harness compare --confirm N`` re-measure the rows found slower before
+failing them (harness/analysis/compare_confirm.py). A baseline of several runs judges each row
+against its own spread over them (harness/analysis/compare_runs.py).
 
 The GPU's clock (harness/analysis/compare_clock.py). Rows timed in two clock regimes (burst, sustained)
 are not compared: two runs each in one regime are refused (exit 2 from the commands), a row
@@ -48,13 +51,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
+from attn_contract.status import resource_kind
 from harness.analysis.compare_clock import clock_explains, clock_note, refuse_mixed_runs
+from harness.analysis.compare_runs import Key, RowSpread, as_backend, read_baseline, row_spread
 from harness.records.clocks import regime_of
 from harness.report import markdown as md
 from harness.records.results import (FAILED, NOT_RUN, RAN, TIMED_OK, ResultRow, read_rows, read_run_header,
                                      variant_label)
 
-Speed = Literal["faster", "slower", "same", "ambiguous", "noisy", "not timed", "clock-shifted", "other regime"]
+Speed = Literal["faster", "slower", "same", "ambiguous", "noisy", "not timed", "clock-shifted", "other regime",
+                "not reproduced"]
 ATTEMPTED = RAN | FAILED  # the cell was tried: it ran, or it failed trying
 NOISE_K = 3.0  # the noise band's half-width in robust standard deviations
 MIN_ROWS_FOR_SPREAD = 5  # fewer matched timed rows in a class: no spread estimate (CIs only)
@@ -83,6 +89,7 @@ class RowDiff:
     allowed: str = ""  # non-empty: would be a regression, accepted by an --allow-* pattern
     info: str = ""  # a change worth reporting that is not a regression (fixed, new row, ...)
     noise_class: str = ""  # the device class whose noise model judged the timing
+    resource: str = ""  # non-empty: the new row hit a resource limit (memory, time): not comparable
 
     @property
     def name(self) -> str:
@@ -117,6 +124,8 @@ class Comparison:
     noise: dict[str, NoiseModel] = field(default_factory=dict)
     unmatched_base: list[RowDiff] = field(default_factory=list)  # set when the suites differ
     unmatched_new: list[RowDiff] = field(default_factory=list)
+    baseline_runs: int = 1  # runs the baseline holds (harness/analysis/compare_runs.py)
+    match_backend: dict[str, str] = field(default_factory=dict)  # NEW's backend name -> the baseline's
 
     @property
     def regressions(self) -> list[RowDiff]:
@@ -323,7 +332,10 @@ def compare_rows(
     correctness_only: bool = False,
     allow_missing: list[str] | None = None,
     allow_skip: list[str] | None = None,
+    base_runs: dict[Key, list[ResultRow]] | None = None,
 ) -> Comparison:
+    """``base_runs``: every baseline run's row of each (raw) key, for a baseline of several runs
+    (harness/analysis/compare_runs.py); ``base_rows`` then holds one representative row per key."""
     warnings: list[str] = []
     drop = _one_sided_axes(base_rows, new_rows, warnings)
     base = _index(base_rows, "baseline", warnings, drop)
@@ -348,6 +360,11 @@ def compare_rows(
             why = f"stopped running: {b.status} -> {n.status} ({n.reason})"
             pat = _matches(key, allow_skip)
             d.allowed, d.problem = (f"{why} (allowed by --allow-skip {pat})", "") if pat else ("", why)
+            continue
+        kind = resource_kind(n.status, n.reason) if n.status in FAILED else ""
+        if kind and b.status != n.status:  # ran out of memory / time: says nothing of the numbers
+            d.resource = (f"resource ({'out of memory' if kind == 'memory' else 'cell timeout'}): not comparable; "
+                          f"{b.status} -> {n.status}" + (f" ({n.reason})" if n.reason else ""))
             continue
         if b.status in TIMED_OK and n.status in FAILED:  # unchecked (--no-check) -> a failure counts too
             d.problem = f"correctness: {b.status} -> {n.status}" + (f" ({n.reason})" if n.reason else "")
@@ -377,7 +394,11 @@ def compare_rows(
     for d in timed:
         assert d.base is not None and d.new is not None
         model = comp.noise.get(d.noise_class)
-        d.speed, d.ratio = classify_speed(d.base, d.new, threshold, model)
+        spread = row_spread((base_runs or {}).get(d.base.key, []))
+        if spread is not None:  # a baseline of several runs: the row's own spread (compare_runs.py)
+            _classify_over_runs(d, spread, threshold, model)
+        else:
+            d.speed, d.ratio = classify_speed(d.base, d.new, threshold, model)
         if d.speed in ("slower", "faster") and d.ratio is not None:
             why = clock_explains(d.base, d.new, d.ratio, model.band if model else 0.0)
             if why:  # the GPU's state moved, not the code (harness/analysis/compare_clock.py): reported, never failed
@@ -406,6 +427,27 @@ def compare_rows(
     return comp
 
 
+def _classify_over_runs(d: RowDiff, spread: RowSpread, threshold: float, noise: NoiseModel | None) -> None:
+    """A row with several timed baseline runs: *same* inside their range widened by the class's
+    band, else judged against the nearest edge run (harness/analysis/compare_runs.py)."""
+    assert d.new is not None and d.new.timing is not None
+    n = d.new.timing.median_us
+    band = noise.band if noise is not None else 0.0
+    d.base = spread.mid
+    if noise is not None and noise.dominated:
+        d.speed, d.ratio = classify_speed(spread.mid, d.new, threshold, noise)
+        return
+    if spread.covers(n, band):
+        moved, d.ratio = classify_speed(spread.mid, d.new, threshold, noise)
+        d.speed = "same"
+        note = f"within the spread of the {spread.describe(band)}" if moved in ("slower", "faster") else ""
+    else:
+        d.base = spread.edge(n)
+        d.speed, d.ratio = classify_speed(d.base, d.new, threshold, noise)
+        note = f"against the {'slowest' if d.base is spread.hi else 'fastest'} of {spread.describe(band)}"
+    d.info = "; ".join(x for x in (d.info, note) if x)
+
+
 def _check_suites(comp: Comparison, base_rows: list[ResultRow], new_rows: list[ResultRow]) -> None:
     """Different suites on the two sides: say so, and keep the rows that cannot be matched."""
     sb, sn = {r.suite for r in base_rows}, {r.suite for r in new_rows}
@@ -419,55 +461,20 @@ def _check_suites(comp: Comparison, base_rows: list[ResultRow], new_rows: list[R
         f"{len(comp.unmatched_new)} new row(s) cannot be matched (listed under \"Rows that cannot be matched\")")
 
 
-def _judged(comp: Comparison, d: RowDiff, r: ResultRow | None) -> tuple[Speed, float | None]:
-    """One re-measurement of ``d``'s row against its baseline: the speed verdict with the clock
-    rule applied (a slowdown its SM clock explains is clock-shifted, not slower)."""
-    if r is None or r.status not in TIMED_OK or d.base is None:
-        return "not timed", None
-    model = comp.noise.get(d.noise_class)
-    speed, ratio = classify_speed(d.base, r, comp.threshold, model)
-    if speed == "slower" and ratio is not None and clock_explains(d.base, r, ratio, model.band if model else 0.0):
-        speed = "clock-shifted"
-    return speed, ratio
-
-
-def confirm_slowdowns(comp: Comparison, remeasured: list[list[ResultRow]]) -> None:
-    """Keep a *slower* verdict only if every re-measurement (runs of the same cells on the same
-    machine, after the first) finds the row slower too, judged with the same noise model and
-    clock rule; otherwise the row becomes *ambiguous* and its slowdown is reported as
-    unconfirmed. A *clock-shifted* row that every re-measurement finds slower at a clock that
-    does not explain it becomes a regression; otherwise it stays clock-shifted, with the
-    re-measurements named."""
-    if not remeasured:
-        return
-    runs = [{r.key: r for r in rows} for rows in remeasured]
-    for d in comp.diffs:
-        if d.speed not in ("slower", "clock-shifted") or d.base is None:
-            continue
-        verdicts = [_judged(comp, d, run.get(d.key)) for run in runs]
-        moves = ", ".join(_pct(v[1]) or "no timing" for v in verdicts)
-        confirmed = all(v[0] == "slower" for v in verdicts)
-        if d.speed == "clock-shifted":
-            if confirmed:
-                d.speed, d.problem = "slower", (f"slower: {_pct(d.ratio)} with a clock shift at first, then slower at "
-                                                f"a clock that does not explain it on every re-measurement ({moves})")
-            else:
-                d.info += f"; re-measured: {moves}"
-        elif confirmed:
-            d.problem += f"; confirmed by {len(verdicts)} re-measurement(s): {moves}"
-        else:
-            d.speed, d.problem = "ambiguous", ""
-            d.info = f"slower by {_pct(d.ratio)} at first, not confirmed on re-measurement ({moves})"
-
-
-def compare_paths(baseline: str | Path, new: str | Path, **kw: Any) -> Comparison:
-    """Compare two results folders or .jsonl files (see ``compare_rows`` for the options)."""
-    base_rows, new_rows = read_rows(baseline), read_rows(new)  # FileNotFoundError names the path
-    refused = None if kw.get("correctness_only") else refuse_mixed_runs(base_rows, new_rows)
+def compare_paths(baseline: str | Path | Sequence[str | Path], new: str | Path, **kw: Any) -> Comparison:
+    """Compare results folders or .jsonl files (see ``compare_rows`` for the options). The
+    baseline may be several runs: a folder of results folders, or several paths
+    (harness/analysis/compare_runs.py: each row is then judged against its spread over them)."""
+    base = read_baseline(baseline)  # FileNotFoundError names the path
+    renames = dict(kw.pop("match_backend", None) or {})
+    base_rows, new_rows = base.rows, [as_backend(r, renames) for r in read_rows(new)]
+    all_base = [r for rows in base.runs.values() for r in rows] or base_rows
+    refused = None if kw.get("correctness_only") else refuse_mixed_runs(all_base, new_rows)
     if refused:
         raise ValueError(refused)  # the commands: one line, exit 2
-    comp = compare_rows(base_rows, new_rows, **kw)
-    db, dn = read_run_header(baseline).device_name, read_run_header(new).device_name
+    comp = compare_rows(base_rows, new_rows, base_runs=base.runs, **kw)
+    comp.baseline_runs, comp.match_backend = base.count, renames
+    db, dn = read_run_header(base.folders[0]).device_name, read_run_header(new).device_name
     if db and dn and db != dn and not kw.get("correctness_only"):
         comp.warnings.append(f"baseline device {db!r} differs from new device {dn!r}")
     return comp
@@ -489,6 +496,8 @@ def to_markdown(comp: Comparison, baseline: str = "baseline", new: str = "new", 
     mode = ("correctness only" if comp.correctness_only else
             f"speed: threshold {comp.threshold * 100:g}%, beyond the run-to-run noise band, non-overlapping 95% CIs "
             "and a consistent shift; noise-dominated timings are not gated")
+    if comp.baseline_runs > 1 and not comp.correctness_only:
+        mode += f"; each row against its spread over the baseline's {comp.baseline_runs} runs"
     lines = [f"## Comparison: `{new}` against `{baseline}`", "", f"{verdict} ({mode}).", ""]
     for w in comp.warnings:
         lines.append(f"> warning: {w}")
@@ -499,9 +508,12 @@ def to_markdown(comp: Comparison, baseline: str = "baseline", new: str = "new", 
               ("missing", sum(1 for d in comp.diffs if d.new is None)),
               ("new", sum(1 for d in comp.diffs if d.base is None)),
               ("allowed", sum(1 for d in comp.diffs if d.allowed))]
+    if any(d.resource for d in comp.diffs):
+        counts.append(("resource", sum(1 for d in comp.diffs if d.resource)))
     if not comp.correctness_only:
         counts += [(s, len(comp.of(s))) for s in ("slower", "faster", "ambiguous", "same", "noisy")]  # type: ignore[arg-type]
-        counts += [(s, len(comp.of(s))) for s in ("clock-shifted", "other regime") if comp.of(s)]  # type: ignore[arg-type]
+        counts += [(s, len(comp.of(s))) for s in ("clock-shifted", "other regime", "not reproduced")  # type: ignore[arg-type]
+                   if comp.of(s)]  # type: ignore[arg-type]
     lines += md.table([k for k, _ in counts], [[str(v) for _, v in counts]]) + [""]
     if comp.noise:
         lines += ["### Noise model (per device class)", ""]
@@ -539,8 +551,12 @@ def to_markdown(comp: Comparison, baseline: str = "baseline", new: str = "new", 
     table("Regressions", regs, "problem")
     if not comp.correctness_only:
         table("Ambiguous (change above the threshold, within the noise)", comp.of("ambiguous"), "speed")
+        table("Not reproduced (slower at first, not in a majority of fresh re-runs: passed)", comp.of("not reproduced"),
+              "info")
         table("Faster", comp.of("faster"), "speed")
         table("Clock-shifted (the time moved with the SM clock: reported, not failed)", comp.of("clock-shifted"), "info")
+    table("Resource errors: not comparable (out of memory or cell timeout; retried once by the run, "
+          "not failed)", [d for d in comp.diffs if d.resource], "resource")
     table("Accepted by --allow-missing / --allow-skip", [d for d in comp.diffs if d.allowed], "allowed")
     if comp.unmatched_base or comp.unmatched_new:
         lines.extend(["### Rows that cannot be matched (different suites)", ""])
@@ -550,7 +566,8 @@ def to_markdown(comp: Comparison, baseline: str = "baseline", new: str = "new", 
                 more = f" and {len(items) - max_rows} more" if len(items) > max_rows else ""
                 lines.append(f"- {side} ({len(items)}): {md.escape(names)}{more}")
         lines.append("")
-    table("Other changes", [d for d in comp.diffs if d.info and not d.problem and d.speed != "clock-shifted"], "info")
+    table("Other changes", [d for d in comp.diffs if d.info and not d.problem
+                            and d.speed not in ("clock-shifted", "not reproduced")], "info")
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -4,13 +4,15 @@ run.json's ``backend_facts``, else as engine_table.json has them: turn a measure
 flags to paste. Records only: no backend class is looked up, and the core spells no backend's name.
 
 vLLM (one attention backend per process):
-    ``--attention-backend FLASH_ATTN|FLASHINFER|FLEX_ATTENTION`` (vLLM >= 0.14); older releases
-    read ``VLLM_ATTENTION_BACKEND``. FlashAttention's version: ``--attention-config
-    '{"flash_attn_version": N}'`` (vLLM >= 0.14), else the ``VLLM_FLASH_ATTN_VERSION`` variable,
+    ``--attention-backend FLASH_ATTN|FLASHINFER|FLEX_ATTENTION`` (from vLLM PR #26315, 2025-10,
+    which deprecated the variables; up to 0.14.x they are still read, with a warning); older
+    releases read ``VLLM_ATTENTION_BACKEND``. FlashAttention's version: ``--attention-config
+    '{"flash_attn_version": N}'`` (same PR), else the ``VLLM_FLASH_ATTN_VERSION`` variable,
     which takes 2 or 3 only (so FA4 has no environment form).
 SGLang (prefill and decode may differ):
-    ``--attention-backend fa3|fa4|flashinfer|flex_attention|torch_native`` for both, or
-    ``--prefill-attention-backend X --decode-attention-backend Y``; for MLA models
+    ``--attention-backend fa3|flashinfer|flex_attention|torch_native`` for both, or
+    ``--prefill-attention-backend X --decode-attention-backend Y`` (``fa4``: prefill only, see
+    ``SGLANG_PREFILL_ONLY``); for MLA models
     ``fa3|flashinfer|flashmla|triton|cutlass_mla|trtllm_mla`` (declared by the MLA backends).
 vLLM's MLA backends: ``--attention-backend FLASH_ATTN_MLA|FLASHMLA|FLASHINFER_MLA|TRITON_MLA|CUTLASS_MLA``.
 
@@ -40,7 +42,18 @@ SGLANG_FACTS = (
     "2025-09, FA4 for MHA prefill)",
     "`--prefill-attention-backend X --decode-attention-backend Y` (SGLang PR #6338, 2025-05): prefill "
     "(and extend) and decode may differ",
+    "`fa4` for prefill: SGLang's server_args from PR #10937 refuses `--attention-backend fa4` and "
+    "`--decode-attention-backend fa4` (\"FA4 backend is only supported for prefill\"), and FA4 decode on sm90 "
+    "came only with PR #18442 (2026-02), so the settings here name fa4 with `--prefill-attention-backend`",
 )
+
+# SGLang backend names its releases take for prefill only (the flag to name them with) and what
+# SGLang then changes that the harness's rows did not: server_args' choices, each with its PR.
+SGLANG_PREFILL_ONLY = {"fa4": "PR #10937"}
+# ``--prefill-attention-backend fa4`` moves the whole KV cache to page 128 for non-MLA models:
+# unconditionally in PR #10937's server_args, non-MLA only from PR #12801 (2025-11), and on sm100
+# only from PR #18442 (2026-02, which gave sm90 paged FA4).
+SGLANG_FA4_PAGE = 128
 
 # Results written before run.json recorded ``backend_facts``: the built-in backends' declarations
 # as committed with this package (harness/tools/engine_table.py writes it, a test checks it).
@@ -166,14 +179,34 @@ def sglang_setting(backend: str, variant: dict[str, Any], attention_kind: str = 
 
 
 def sglang_flags(prefill: str | None, decode: str | None) -> str:
-    """The flags for a prefill and a decode backend (one flag when they agree)."""
+    """The flags for a prefill and a decode backend (one flag when they agree and SGLang takes
+    that name for decode too; a prefill-only name, ``SGLANG_PREFILL_ONLY``, gets its own flag)."""
+    if prefill in SGLANG_PREFILL_ONLY and decode in (None, prefill):
+        return f"--prefill-attention-backend {prefill}" + (f" --decode-attention-backend {decode}" if decode else "")
     if prefill and decode and prefill != decode:
         return f"--prefill-attention-backend {prefill} --decode-attention-backend {decode}"
     one = prefill or decode
     return f"--attention-backend {one}" if one else ""
 
 
+def sglang_page_note(flags: Iterable[str], pages: Iterable[int]) -> str | None:
+    """What SGLang changes under these settings that the rows (measured at ``pages``) did not
+    have: a ``--prefill-attention-backend fa4`` setting moves a non-MLA model's KV cache to page
+    128. None when no setting names it or every row was measured at page 128."""
+    if not any("--prefill-attention-backend fa4" in f for f in flags):
+        return None
+    measured = sorted({p for p in pages if p})
+    if measured == [SGLANG_FA4_PAGE]:
+        return None
+    at = ", ".join(map(str, measured)) or "an unrecorded size"
+    return (f"`--prefill-attention-backend fa4`: SGLang then runs the whole KV cache (prefill and decode) at page "
+            f"{SGLANG_FA4_PAGE} for non-MLA models (server_args: on every GPU from PR #10937, non-MLA only from PR "
+            f"#12801, on sm100 only from PR #18442), whatever `--page-size` says; these rows were measured at page "
+            f"{at}, so page {SGLANG_FA4_PAGE} is not what they timed: measure it (`block_size: {SGLANG_FA4_PAGE}`) "
+            "before taking the setting on such a release.")
+
+
 def vllm_flags(setting: dict[str, Any]) -> str:
     """CLI flags, then the environment variables for releases without them."""
     env = " ".join(f"{k}={v}" for k, v in setting.get("env", {}).items())
-    return f"{setting['cli']} (vLLM < 0.14: {env})" if env else setting["cli"]
+    return f"{setting['cli']} (vLLM before PR #26315: {env})" if env else setting["cli"]

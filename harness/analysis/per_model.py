@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from harness.report import markdown
-from harness.analysis.engines import SGLANG_FACTS, sglang_flags, sglang_setting, vllm_flags
+from harness.analysis.engines import SGLANG_FACTS, sglang_flags, sglang_page_note, sglang_setting, vllm_flags
 from harness.analysis.recommend import rows as R
 from harness.analysis.recommend.buckets import batch_kind
 from harness.analysis.recommend.load import load_inputs
@@ -277,8 +277,19 @@ def engine_json(paths: Sequence[str | Path], engine: str, tie: float, call_form:
     """The same as ``engine_markdown``, machine-readable (``recommend --engine E --out DIR``)."""
     inputs = load_inputs(paths, call_form)
     per, single = engine_settings(inputs.rows, engine)
+    weighted = model_settings(inputs.rows, engine)
     return {"engine": engine, "call_form": call_form, "measured_with": measured_with([read_header(p) for p in paths]),
-            "per_model_weighted": model_settings(inputs.rows, engine), "per_model": per, "single": single, "answers": answer_records(answers(inputs.rows, tie))}
+            "per_model_weighted": weighted, "per_model": per, "single": single,
+            "notes": _engine_notes(inputs.rows, engine, [*per, *weighted, single or {}]),
+            "answers": answer_records(answers(inputs.rows, tie))}
+
+
+def _engine_notes(rows: Sequence[ResultRow], engine: str, settings: list[dict[str, Any]]) -> list[str]:
+    """What the engine changes under these settings that the rows did not measure."""
+    if engine != "sglang":
+        return []
+    note = sglang_page_note([str(s.get("flags", "")) for s in settings], [R.config(r).get("block_size") for r in rows])
+    return [note] if note else []
 
 
 def write_engine_outputs(paths: Sequence[str | Path], engine: str, tie: float, out_dir: str | Path,
@@ -303,9 +314,10 @@ def engine_markdown(paths: Sequence[str | Path], engine: str, tie: float, call_f
              "cost geomean": _pct(s.get("geomean_cost_pct")), "cost worst": _pct(s.get("worst_cost_pct"))}
             for s in settings]
     name = {"vllm": "vLLM", "sglang": "SGLang"}[engine]
+    weighted = model_settings(inputs.rows, engine)
     per_model = [{"model": s["model"], "layers": s["layers"], "setting": s["flags"], "cases": s.get("cases", ""),
                   "cost geomean (layer-weighted)": _pct(s.get("geomean_cost_pct")),
-                  "cost worst": _pct(s.get("worst_cost_pct"))} for s in model_settings(inputs.rows, engine)]
+                  "cost worst": _pct(s.get("worst_cost_pct"))} for s in weighted]
     out = [f"# {name} settings per model shape", "",
            f"Measured with: {measured_with([read_header(p) for p in paths])}", "",
            "Cost: slowdown of that one setting against the fastest setting of each case (geometric mean, worst case).",
@@ -319,6 +331,7 @@ def engine_markdown(paths: Sequence[str | Path], engine: str, tie: float, call_f
     if single:
         out += [f"Single setting over all shapes: `{single['flags']}` over {single['cases']} cases, cost "
                 f"{_pct(single['geomean_cost_pct'])} geomean, {_pct(single['worst_cost_pct'])} worst.", ""]
+    out += [f"Note: {n}\n" for n in _engine_notes(inputs.rows, engine, [*settings, *weighted, single or {}])]
     facts = VLLM_FACTS if engine == "vllm" else SGLANG_FACTS
     out += [f"## {name}'s flags, with the release each is read from", "", *[f"- {f}" for f in facts], ""]
     out += ["## Winner per model shape and workload kind", "",

@@ -19,7 +19,7 @@ from harness.plan.cells import IMPORTED, Cell, RunOptions, precheck, timing_skip
 from harness.records.results import ResultRow, Status
 from harness.spec import Suite
 from harness.timing import TimingOptions
-from harness.timing.loop import time_interleaved
+from harness.timing.loop import time_interleaved, time_sustained_group
 
 
 def iterate_case(
@@ -108,7 +108,11 @@ def _interleaved(cells: list[Cell], case_data: CaseContext, suite: Suite, opts: 
     re-check and row. A crash while sampling is attributed to the last cell started (the
     supervisor's view)."""
     started: list[CellInProgress] = []
-    for cell in cells:
+    # Cells that will not be timed (references) first: they finish and free their memory before
+    # the timed ones are prepared and held, so their peak never adds to the held cells'
+    # (harness/plan/memory.py; a torch-math reference behind four held cells ran out of memory).
+    held = [not timing_skip_reason(c.backend.capabilities(c.variant), opts.device.type, opts) for c in cells]
+    for cell in [c for c, h in zip(cells, held) if not h] + [c for c, h in zip(cells, held) if h]:
         if on_event:
             on_event("cell", cell)
         got = start_cell(cell, case_data, suite, opts)
@@ -122,8 +126,11 @@ def _interleaved(cells: list[Cell], case_data: CaseContext, suite: Suite, opts: 
     share_ms = 0.0
     if len(started) > 1:
         t0 = time.perf_counter()
-        records = time_interleaved({i: timing_call(p.prepared, opts) for i, p in enumerate(started)}, opts.device,
-                                   opts.timing or TimingOptions.for_device(opts.device))
+        timing = opts.timing or TimingOptions.for_device(opts.device)
+        # Sustained: one after another on a queue kept full (each call's own settled state).
+        together = time_sustained_group if timing.clock_regime == "sustained" and opts.device.type == "cuda" \
+            else time_interleaved
+        records = together({i: timing_call(p.prepared, opts) for i, p in enumerate(started)}, opts.device, timing)
         share_ms = (time.perf_counter() - t0) * 1e3 / len(started)
         measured = {id(started[i]): r for i, r in records.items()}
     for p in started:

@@ -25,6 +25,7 @@ from harness.cell.cascade import decide as decide_cascade
 from harness.case.layout import CaseLayout, case_layout
 from harness.plan.cells import Cell, RunOptions, reproducer
 from harness.case.reference import reference_attention
+from harness.records.graph_modes import GraphModes
 from harness.records.results import (UNCHECKED_REASON, BatchSummary, Call, Check, Host, Metrics, ResultRow, RowConfig,
                              RowLayout, Status, Timing, VariantAxes, variant_label)
 from harness.spec import CaseSpec, Suite
@@ -105,6 +106,7 @@ class RowDraft:
     call: Call | None = None
     timing_skipped: str | None = None
     traceback: str | None = None
+    graph_modes: GraphModes | None = None
 
     def mark(self, status: Status, reason: str) -> None:
         self.status, self.reason = status, reason
@@ -185,6 +187,7 @@ class PreparedCell:
     lse: torch.Tensor | None
     cascade_rule: Any = None  # vLLM's cascade rule for this batch (cascade backends only)
     order: list[int] | None = None  # view request -> batch request, when reordered
+    builder: Any = None  # the metadata builder, kept for rebuilding metadata between graph replays
 
     def forward(self, out: torch.Tensor | None = None, lse: torch.Tensor | None = None) -> None:
         """One forward call into ``out`` (default: the cell's output buffer)."""
@@ -250,7 +253,7 @@ def prepare_cell(backend: type[AttentionBackend], variant: dict[str, Any], batch
     metadata = builder.build(common)
     trace.host["build_ms"] = sw.lap("build")
     return PreparedCell(backend, variant, cfg, caps, device, view, token_index, kv_cache, common, impl, metadata,
-                        out, lse, rule, order)
+                        out, lse, rule, order, builder)
 
 
 def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -20,6 +20,7 @@ from attn_contract import (
 from harness.cell.accounting import Stopwatch, sync, breakdown
 from harness.cell.check import check_output, tolerance_for
 from harness.cell.context_parallel.cell import run_cp_cell
+from harness.cell.graph_replay import graph_mode_stage
 from harness.cell.invariants import check_invariants
 from harness.case.metrics import layout_work
 from harness.plan.cells import Cell, RunOptions, timing_skip_reason
@@ -181,6 +182,7 @@ class CellInProgress:
     judge: Judge | None
     timed: bool
     paused_at: float = 0.0  # perf_counter when it stopped: the wait for the others is not its time
+    graph_modes: bool = False  # the suite asks for the graph-mode axis (harness/cell/graph_replay.py)
 
 
 def _error(draft: RowDraft, trace: CellTrace, e: BaseException) -> None:
@@ -224,7 +226,8 @@ def start_cell(cell: Cell, case_data: CaseContext, suite: Suite, opts: RunOption
     except Exception as e:  # a backend that rejects or crashes costs only its own cell
         _error(draft, trace, e)
         return _done(draft, trace, case_data, opts)
-    return CellInProgress(cell, draft, trace, prepared, judge, timed, time.perf_counter())
+    return CellInProgress(cell, draft, trace, prepared, judge, timed, time.perf_counter(),
+                          graph_modes=suite.graph_modes)
 
 
 def end_cell(p: CellInProgress, case_data: CaseContext, opts: RunOptions,
@@ -240,6 +243,10 @@ def end_cell(p: CellInProgress, case_data: CaseContext, opts: RunOptions,
             time_cell(prepared, case_data, opts, draft, trace, measured, timing_ms)
         if p.judge is not None:
             recheck(prepared, p.cell, case_data.batch, p.judge, p.timed, opts, draft, trace)
+        if p.graph_modes and p.judge is not None:
+            trace.stage = CellStage.CHECK
+            draft.graph_modes = graph_mode_stage(prepared, draft, time_it=p.timed)
+            trace.stopwatch.lap("check")
         diagnose(prepared, p.cell, draft)
     except Exception as e:  # a backend that rejects or crashes costs only its own cell
         _error(draft, trace, e)

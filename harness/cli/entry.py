@@ -4,6 +4,7 @@ into the command that resumes the run (exit 130 / 143)."""
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shlex
 import signal
@@ -40,9 +41,19 @@ def resume_command(argv: list[str], out_dir: Path) -> str:
     return shlex.join(["harness", *kept, "--resume", str(out_dir)])
 
 
+def _resume_arg(argv: list[str]) -> str | None:
+    """``--resume DIR`` read off the raw arguments (an interrupt before they were parsed)."""
+    for i, a in enumerate(argv):
+        if a == "--resume" and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--resume="):
+            return a.split("=", 1)[1]
+    return None
+
+
 def _interrupted(args: argparse.Namespace | None, argv: list[str], terminated: bool = False) -> int:
     out_dir = getattr(args, "started_out_dir", None)
-    resumed = getattr(args, "resume", None)
+    resumed = getattr(args, "resume", None) if args is not None else _resume_arg(argv)
     if out_dir is None and resumed and (Path(resumed) / RESULTS_FILE).is_file():
         out_dir = Path(resumed)  # stopped before the resume started: the folder's rows are still there
     what = "terminated (SIGTERM)" if terminated else "interrupted"
@@ -70,6 +81,18 @@ def print_error(e: Exception) -> int:
     """``error: MESSAGE`` on stderr; the exit code of bad input."""
     err_console().print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
     return EXIT_USAGE
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's last flush does not fail again on the
+    closed pipe (Python's documented recipe for SIGPIPE)."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # a captured stdout (tests, an embedding program)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 _NEGATIVE = re.compile(r"-\d+(\.\d*)?%?|-\.\d+%?")
@@ -104,7 +127,16 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(join_negative_values(argv))
         args.argv = argv
         configure_logging(args)
-        return args.func(args)
+        rc = args.func(args)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+        return rc
+    except BrokenPipeError:  # `harness ... | head`: the reader has all it wanted; not a failure
+        _drop_stdout()
+        return 0
+    except SystemExit as e:  # rich's console on a closed pipe: stdout already on /dev/null, then exit 1
+        if isinstance(e.__context__, BrokenPipeError):
+            return 0
+        raise
     except Exception as e:  # a SpecError, UsageError or unwritable output path; the suite models load only if something was raised
         if not is_bad_input(e):
             raise

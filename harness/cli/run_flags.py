@@ -117,7 +117,8 @@ class RunFlags(BaseModel):
         problem="a positive number (MiB)", bench=True)] = 128.0
 
     timing_mode: Annotated[Literal["hot", "cold"], Flag(
-        "--timing-mode", "hot (default): L2 as the previous call left it; cold: L2 flushed before every sample",
+        "--timing-mode", "hot (default): L2 holds the call's own data (an untimed copy of the sample's work before every sample); "
+                        "cold: L2 flushed before every sample",
         group=TIMING, bench="--bench-mode")] = "hot"
     no_cuda_graph: Annotated[bool, Flag(
         "--no-cuda-graph", "time eagerly even where the backend allows CUDA-graph replay", group=TIMING,
@@ -196,8 +197,9 @@ class RunFlags(BaseModel):
 
     @model_validator(mode="after")
     def _flags_that_go_together(self) -> "RunFlags":
-        for name in ("model", "batch_spec"):  # "a,,b" or "--model ''": a typo, not a wish to run fewer
-            given = getattr(self, name) or []
+        for name in ("model", "batch_spec", "backends", "devices"):  # "a,,b" or "--model ''": a typo, not a wish to run fewer
+            value = getattr(self, name)
+            given = [value] if isinstance(value, str) else value or []
             if any(not item.strip() for v in given for item in v.split(",")):
                 shown = ",".join(given) if len(given) == 1 else " ".join(given)
                 raise ValueError(f"--{name.replace('_', '-')} {shown!r}: an empty item; separate names by single "

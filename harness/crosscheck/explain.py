@@ -11,7 +11,8 @@ Per re-timed row, none of it part of the outside median:
 - ``kernel``: on a GPU, the eager kernel time of one call from ``torch.profiler`` (the CUDA
   kernels' and copies' self time summed over a few calls, per call). Kernel vs the outside
   median compares the kernels alone with a graph replay / event loop around them.
-- ``clocks``: on a GPU, the SM clock (NVML) before and after each timer.
+- ``clocks``: on a GPU, the SM clock (NVML) before and after each timer and the median of the
+  reads taken while it ran (``during``).
 
 On a CPU the GPU-only figures say ``n/a on cpu``.
 """
@@ -103,15 +104,42 @@ def clock_now(device: torch.device) -> float | None:
     return mhz
 
 
+POLL_S = 0.002  # NVML reads while a timer runs
+
+
 def with_clocks(device: torch.device, on_gpu: bool, run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-    """``run()``'s record with the SM clock before and after it (``n/a on cpu`` off a GPU)."""
+    """``run()``'s record with the SM clock before and after it and ``during``: the median of
+    NVML's reads every POLL_S on a thread while it ran (the timer waits on the GPU without the
+    GIL), the clock it timed at (``n/a on cpu`` off a GPU)."""
     if not on_gpu:
         rec = run()
         rec["sm_clock_mhz"] = NA_CPU
         return rec
+    import statistics
+    import threading
+
+    from harness.timing.clocks import nvml_reader
+
+    reader, _why = nvml_reader(device)
+    reads: list[float] = []
+    stop = threading.Event()
+
+    def poll() -> None:
+        while not stop.wait(POLL_S):
+            mhz = reader.read().sm_mhz if reader is not None else None
+            if mhz is not None:
+                reads.append(mhz)
+
     before = clock_now(device)
-    rec = run()
-    rec["sm_clock_mhz"] = {"before": before, "after": clock_now(device)}
+    poller = threading.Thread(target=poll, daemon=True)
+    poller.start()
+    try:
+        rec = run()
+    finally:
+        stop.set()
+        poller.join()
+    rec["sm_clock_mhz"] = {"before": before, "after": clock_now(device),
+                           "during": statistics.median(reads) if reads else None, "reads": len(reads)}
     return rec
 
 
@@ -146,9 +174,14 @@ def explain(harness_us: float, ref_us: float, here: dict[str, Any] | None, kerne
                f"the row's own call timed by the harness here gives {a:.4g} us: the row's conditions")
         if here is not None:
             h = here["median_us"]
-            _ratio(comps, because, "adapter_vs_standalone", a, h, tol,
+            # CPU wall clocks on a shared machine move by tens of percent between two timings of
+            # one call: there the ratio says nothing about which source was timed.
+            cpu = NA_CPU in (here.get("sm_clock_mhz"), adapter.get("sm_clock_mhz"))
+            why = (f"CPU wall-clock noise ({a:.4g} against {h:.4g} us); CPU rows cannot tell the standalone source "
+                   "from the adapter's call" if cpu else
                    f"the standalone source is not the adapter's call ({a:.4g} against {h:.4g} us, one timer, "
                    "one process)")
+            _ratio(comps, because, "adapter_vs_standalone", a, h, tol, why)
     if here is not None:
         h = here["median_us"]
         _ratio(comps, because, "row_vs_here", harness_us, h, tol,
@@ -159,7 +192,8 @@ def explain(harness_us: float, ref_us: float, here: dict[str, Any] | None, kerne
     # rows read slower outside (docs/measurement.md §12).
     def mhz(rec: dict[str, Any] | None) -> list[float]:
         c = (rec or {}).get("sm_clock_mhz")
-        return [x for x in c.values() if isinstance(x, (int, float))] if isinstance(c, dict) else []  # CPU: a note
+        return ([c[k] for k in ("before", "during", "after") if isinstance(c.get(k), (int, float))]
+                if isinstance(c, dict) else [])  # CPU: a note
 
     here_mhz = mhz(here)
     out_mhz = [x for o in (outside or {}).values() for x in mhz(o)]

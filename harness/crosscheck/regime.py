@@ -1,14 +1,20 @@
 """``harness crosscheck`` in the row's clock regime (harness/timing/clocks.py), so "within 3%"
-compares like with like.
+compares like with like, and the rule that says when it does not.
 
-- ``sustained`` rows: the outside timers as they are (continuous loops of 100+ ms: the state
-  they measure in), each after SUSTAIN_WARM_S of the same call back to back, as the row's
-  sampling came after its warm-up to a steady clock and power.
-- ``burst`` rows: each outside timer after BURST_IDLE_S idle (the GPU back at its boost clock)
-  and with its loop shortened to the row's own sampling time (10-100 ms), as the row was
-  sampled in a short burst after its cell's warm-up. Where the outside timer's clock still falls
-  below the row's throttle threshold, the pair cannot be matched: the record says so and why.
+- ``burst`` rows: each outside timer after the row's own idle (``clocks.idle_before_s``, kept
+  within [BURST_IDLE_MIN_S, BURST_IDLE_MAX_S]; BURST_IDLE_S when the row does not say) and
+  with loops short enough to stay at the boost clock: ``bench_gpu_time(dry_run_time_ms=1,
+  repeat_time_ms=5)``, ``do_bench_cudagraph(rep=5)``. Their 100 ms loops throttle where the
+  row's few ms of samples do not (H200 2026-12-02: 1455-1560 MHz against the row's 1980).
+- ``sustained`` rows: each outside timer's long loop (100 ms) after the call back to back with
+  no gap (``keep_busy``): SUSTAIN_WARM_S before the first timer of a row, SUSTAIN_REWARM_S
+  before the next (the previous timer's loop kept the GPU hot), as the row was sampled in its
+  call's settled continuous loop.
 - CPU rows and rows of no regime: as before.
+
+Whatever the preparation, a timer's clock is what decides whether it timed the row's state: its
+median NVML SM clock while it ran against the row's median clock. More than STATE_TOL (3%)
+apart, the pair is "states differ" with both clocks, never "agrees" or "off" (``timer_state``).
 """
 
 from __future__ import annotations
@@ -20,63 +26,140 @@ if TYPE_CHECKING:
     from harness.records.results import ResultRow
 
 BURST_IDLE_S = 1.0
-BURST_MIN_MS, BURST_MAX_MS = 10.0, 100.0
+BURST_IDLE_MIN_S, BURST_IDLE_MAX_S = 0.1, 1.0
+BURST_REPEAT_MS = 5.0
+BURST_DRY_RUN_MS = 1.0
 SUSTAIN_WARM_S = 1.0
+SUSTAIN_REWARM_S = 0.3
+SUSTAIN_REPEAT_MS = 100.0
 DRY_RUN_MS = 25.0
-BURST_DRY_RUN_MS = 5.0
+STATE_TOL = 0.03
+WARM_CHUNK = 20  # calls enqueued between two waits while keeping the GPU busy
+MIN_SCALE = 0.2  # waits are shortened to fit a deadline, never below this share
+
+
+def row_clock(row: "ResultRow") -> float | None:
+    """The row's median SM clock over its samples (NVML), or None."""
+    from harness.records.clocks import sm_clock
+
+    return sm_clock(row)
 
 
 def regime_plan(row: "ResultRow") -> dict[str, Any]:
     """How the outside timers are run for this row: regime, idle or warm seconds before each,
-    their loop's length, and a sentence for the table."""
+    their loop's length, the row's clock, and a sentence for the table."""
     from harness.records.clocks import regime_of
 
     regime = regime_of(row)
     t = row.timing
+    base = {"regime": regime, "idle_s": 0.0, "warm_s": 0.0, "rewarm_s": 0.0, "repeat_ms": SUSTAIN_REPEAT_MS,
+            "dry_run_ms": DRY_RUN_MS, "row_mhz": row_clock(row) if regime else None}
     if regime == "burst" and t is not None:
-        repeat = min(BURST_MAX_MS, max(BURST_MIN_MS, t.sampling_s * 1e3))
         c = t.clocks
-        return {"regime": regime, "idle_s": BURST_IDLE_S, "warm_s": 0.0, "repeat_ms": repeat,
-                "dry_run_ms": BURST_DRY_RUN_MS,
-                "threshold": c.throttle_threshold if c is not None and c.throttle_threshold else None,
-                "max_sm_mhz": c.max_sm_mhz if c is not None else None,
-                "how": f"burst: each outside timer after {BURST_IDLE_S:g} s idle, its loop {repeat:.0f} ms "
-                       "(the row's sampling time)"}
+        idle = c.idle_before_s if c is not None and c.idle_before_s is not None else BURST_IDLE_S
+        idle = min(BURST_IDLE_MAX_S, max(BURST_IDLE_MIN_S, idle))
+        return {**base, "idle_s": idle, "repeat_ms": BURST_REPEAT_MS, "dry_run_ms": BURST_DRY_RUN_MS,
+                "how": f"burst: each outside timer after the row's idle ({BURST_IDLE_MIN_S:g}-{BURST_IDLE_MAX_S:g} s), "
+                       f"its loop {BURST_REPEAT_MS:g} ms after a {BURST_DRY_RUN_MS:g} ms dry run"}
     if regime == "sustained":
-        return {"regime": regime, "idle_s": 0.0, "warm_s": SUSTAIN_WARM_S, "repeat_ms": 100.0,
-                "dry_run_ms": DRY_RUN_MS, "threshold": None, "max_sm_mhz": None,
-                "how": f"sustained: each outside timer's continuous loop (100 ms) after {SUSTAIN_WARM_S:g} s of the "
-                       "call back to back"}
-    return {"regime": regime, "idle_s": 0.0, "warm_s": 0.0, "repeat_ms": 100.0, "dry_run_ms": DRY_RUN_MS,
-            "threshold": None, "max_sm_mhz": None, "how": "as the outside timers run (no clock regime)"}
+        return {**base, "warm_s": SUSTAIN_WARM_S, "rewarm_s": SUSTAIN_REWARM_S,
+                "how": f"sustained: each outside timer's continuous loop ({SUSTAIN_REPEAT_MS:g} ms) after the call back "
+                       f"to back without a gap ({SUSTAIN_WARM_S:g} s before the first, {SUSTAIN_REWARM_S:g} s before "
+                       "the next)"}
+    return {**base, "repeat_ms": 100.0, "how": "as the outside timers run (no clock regime)"}
 
 
-def prepare(plan: dict[str, Any], fn: Callable[[], None], sync: Callable[[], None],
+def keep_busy(fn: Callable[[], None], seconds: float, mark: Callable[[], Callable[[], None]],
+              clock: Callable[[], float] = time.perf_counter) -> int:
+    """Enqueue ``fn`` back to back for ``seconds``, one chunk of WARM_CHUNK calls always queued
+    behind the one waited on (``mark()`` records a point in the queue and returns its wait), so
+    the GPU never idles; the last chunk is waited on. Returns the calls made."""
+    t0 = clock()
+    prev: Callable[[], None] | None = None
+    calls = 0
+    while clock() - t0 < seconds:
+        for _ in range(WARM_CHUNK):
+            fn()
+        calls += WARM_CHUNK
+        wait = mark()
+        if prev is not None:
+            prev()
+        prev = wait
+    if prev is not None:
+        prev()
+    return calls
+
+
+def prepare(plan: dict[str, Any], fn: Callable[[], None], sync: Callable[[], None], *, first: bool = True,
+            scale: float = 1.0, mark: Callable[[], Callable[[], None]] | None = None,
             sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.perf_counter) -> None:
-    """Before one outside timer: idle (burst) or the call back to back (sustained)."""
+    """Before one outside timer: idle (burst) or the call back to back (sustained; ``first``: the
+    row's first timer). ``scale`` (<= 1) shortens the wait to fit a deadline."""
     if plan["idle_s"] > 0:
         sync()
-        sleep(plan["idle_s"])
-    if plan["warm_s"] > 0:
-        t0 = clock()
-        while clock() - t0 < plan["warm_s"]:
-            for _ in range(20):
-                fn()
-            sync()
+        sleep(plan["idle_s"] * scale)
+    warm = (plan["warm_s"] if first else plan["rewarm_s"]) * scale
+    if warm > 0:
+        keep_busy(fn, warm, mark or (lambda: sync), clock)
 
 
-def unmatched(plan: dict[str, Any], outside: dict[str, Any]) -> str:
-    """Why an outside timer's figure is not in the row's regime ("" when it is): a burst row's
-    outside loop whose SM clock fell below the row's throttle threshold."""
-    if plan["regime"] != "burst" or not plan["threshold"] or not plan["max_sm_mhz"]:
+def timer_clock(outside: dict[str, Any]) -> float | None:
+    """The SM clock an outside timer ran at: the median of NVML's reads while it ran, else the
+    read after it."""
+    c = outside.get("sm_clock_mhz")
+    if not isinstance(c, dict):
+        return None
+    for key in ("during", "after"):
+        if isinstance(c.get(key), (int, float)):
+            return float(c[key])
+    return None
+
+
+def timer_state(row_mhz: float | None, timer_mhz: float | None, tol: float = STATE_TOL) -> str:
+    """"" when the timer ran in the row's state (clocks within ``tol``, or either unknown), else
+    "states differ" with both clocks."""
+    if not row_mhz or not timer_mhz:
         return ""
-    clk = outside.get("sm_clock_mhz")
-    after = clk.get("after") if isinstance(clk, dict) else None
-    floor = plan["threshold"] * plan["max_sm_mhz"]
-    if after is not None and after < floor:
-        return (f"cannot be matched: the outside timer's loop ended at {after:.0f} MHz, below the burst row's "
-                f"throttle threshold ({floor:.0f} MHz)")
+    if abs(timer_mhz / row_mhz - 1) > tol:
+        return (f"states differ: the row ran at {row_mhz:.0f} MHz, this timer at {timer_mhz:.0f} MHz "
+                f"({timer_mhz / row_mhz - 1:+.1%}, more than {tol:.0%})")
     return ""
 
 
-__all__ = ["BURST_IDLE_S", "SUSTAIN_WARM_S", "prepare", "regime_plan", "unmatched"]
+def split_states(row_mhz: float | None, outside: dict[str, dict[str, Any]],
+                 tol: float = STATE_TOL) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """(the timers that ran in the row's state, {timer: why the states differ})."""
+    same: dict[str, dict[str, Any]] = {}
+    differ: dict[str, str] = {}
+    for name, rec in outside.items():
+        why = timer_state(row_mhz, timer_clock(rec), tol)
+        if why:
+            differ[name] = why
+        else:
+            same[name] = rec
+    return same, differ
+
+
+def fit_scale(waits_s: float, fixed_s: float, left_s: float | None, rows_left: int) -> float:
+    """The share of a row's idle/warm waits (``waits_s`` at full length; ``fixed_s`` the rest of
+    a row's cost, measured on the rows so far) that lets the ``rows_left`` rows fit in the
+    ``left_s`` seconds before the deadline: 1 when they fit or there is no deadline, never below
+    MIN_SCALE (then the deadline may still stop the last rows)."""
+    if left_s is None or rows_left <= 0 or waits_s <= 0:
+        return 1.0
+    per_row = left_s / rows_left
+    if fixed_s + waits_s <= per_row:
+        return 1.0
+    return max(MIN_SCALE, (per_row - fixed_s) / waits_s)
+
+
+def waits_of(plan: dict[str, Any], timers: int) -> float:
+    """Seconds of idle/warm waits a row's ``timers`` outside timers take at full length."""
+    if timers <= 0:
+        return 0.0
+    return timers * plan["idle_s"] + plan["warm_s"] + (timers - 1) * plan["rewarm_s"]
+
+
+__all__ = ["BURST_IDLE_S", "BURST_REPEAT_MS", "STATE_TOL", "SUSTAIN_REWARM_S", "SUSTAIN_WARM_S", "fit_scale",
+           "keep_busy", "prepare", "regime_plan", "row_clock", "split_states", "timer_clock", "timer_state",
+           "waits_of"]

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import ast
 import gc
-import inspect
 import json
 import statistics
 import time
@@ -37,6 +36,7 @@ from typing import Any, Callable
 from typing import TYPE_CHECKING
 
 from harness.crosscheck.table import cells_of, to_markdown
+from harness.crosscheck.timers import gpu_timers, time_cpu
 from harness.cli.lazy import LazyModule
 
 # Imported on first use: `harness --help` builds this command's parser without torch or pydantic.
@@ -87,77 +87,6 @@ def build_call_in(ns: dict[str, Any], call_source: str) -> Callable[[], None]:
     body = "\n".join("    " + ln if ln.strip() else "" for ln in call.splitlines())
     exec(compile(f"def _crosscheck_call():\n{body}\n    return None\n", "<crosscheck call>", "exec"), ns)
     return ns["_crosscheck_call"]
-
-
-# ------------------------------------------------------------------ outside timers
-def _spread(ms: list[float]) -> tuple[float, float, float]:
-    xs = sorted(ms)
-    if len(xs) < 4:
-        return statistics.median(xs), xs[0], xs[-1]
-    q = statistics.quantiles(xs, n=4)
-    return statistics.median(xs), q[0], q[2]
-
-
-def time_cpu(fn: Callable[[], None], clock: str, min_run_s: float = 0.2) -> dict[str, Any]:
-    from torch.utils.benchmark import Timer
-
-    timer = time.process_time if clock == "process" else time.perf_counter
-    m = Timer(stmt="fn()", globals={"fn": fn}, timer=timer, num_threads=torch.get_num_threads()).blocked_autorange(
-        min_run_time=min_run_s)
-    times = [t * 1e6 for t in m.times]
-    med, q1, q3 = _spread(times)
-    return {"median_us": m.median * 1e6, "q1_us": q1, "q3_us": q3, "n": len(times),
-            "settings": f"torch.utils.benchmark.Timer.blocked_autorange(min_run_time={min_run_s}), "
-                        f"{'process_time' if clock == 'process' else 'perf_counter'} clock"}
-
-
-def gpu_timers(graph: bool, cold: bool, repeat_ms: float = 100.0,
-               dry_run_ms: float = 25.0) -> dict[str, Callable[[Callable[[], None]], dict[str, Any]] | str]:
-    """Each outside GPU timer that matches the row's timing (graph or eager, hot or cold L2): a
-    function timing ``fn``, or the reason it does not apply here. ``repeat_ms``: the timers'
-    loop (shortened for a burst row, harness/crosscheck/regime.py)."""
-    rep = max(1, round(repeat_ms))
-    out: dict[str, Any] = {}
-    try:
-        from flashinfer.testing import bench_gpu_time
-    except Exception as e:  # not installed, or a build for another torch
-        out["flashinfer.bench_gpu_time"] = f"not available: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-    else:
-        params = inspect.signature(bench_gpu_time).parameters
-        want = {"use_cuda_graph": graph, "cold_l2_cache": cold, "enable_cupti": False,
-                "dry_run_time_ms": max(1, round(dry_run_ms)), "repeat_time_ms": rep}
-        if cold and "cold_l2_cache" not in params:
-            out["flashinfer.bench_gpu_time"] = "this version has no cold_l2_cache: cannot time a cold-L2 row"
-        elif graph and "use_cuda_graph" not in params:
-            out["flashinfer.bench_gpu_time"] = "this version has no use_cuda_graph: cannot time a graph-replayed row"
-        else:
-            kw = {k: v for k, v in want.items() if k in params}
-
-            def fi(fn: Callable[[], None], kw: dict[str, Any] = kw) -> dict[str, Any]:
-                ms = [float(x) for x in bench_gpu_time(fn, **kw)]
-                med, q1, q3 = _spread(ms)
-                return {"median_us": med * 1e3, "q1_us": q1 * 1e3, "q3_us": q3 * 1e3, "n": len(ms),
-                        "settings": "bench_gpu_time(" + ", ".join(f"{k}={v!r}" for k, v in kw.items()) + ")"}
-            out["flashinfer.bench_gpu_time"] = fi
-    try:
-        import triton.testing as tt
-    except Exception as e:
-        out["triton"] = f"not available: {type(e).__name__}"
-        return out
-    if graph and not cold:
-        def tr(fn: Callable[[], None]) -> dict[str, Any]:
-            ms = float(tt.do_bench_cudagraph(fn, rep=rep, return_mode="median"))
-            return {"median_us": ms * 1e3, "n": None, "settings": f'do_bench_cudagraph(rep={rep}, return_mode="median")'}
-        out["triton.do_bench_cudagraph"] = tr
-    elif cold and not graph:
-        def trc(fn: Callable[[], None]) -> dict[str, Any]:
-            ms = float(tt.do_bench(fn, rep=rep, return_mode="median"))
-            return {"median_us": ms * 1e3, "n": None, "settings": f'do_bench(rep={rep}, return_mode="median"), L2 flushed'}
-        out["triton.do_bench"] = trc
-    else:
-        out["triton"] = ("do_bench_cudagraph replays hot and do_bench flushes L2 eagerly: neither times a "
-                         f"{'cold graph-replayed' if graph else 'hot eager'} row")
-    return out
 
 
 # ------------------------------------------------------------------ the verdict
@@ -224,9 +153,27 @@ def _first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
 
 
+def judge(harness_us: float, outside: dict[str, dict[str, Any]], tol: float, gated_: bool,
+          row_mhz: float | None) -> dict[str, Any]:
+    """``verdict`` over the outside timers that ran in the row's state (their clock within 3% of
+    the row's: harness/crosscheck/regime.py); when none did, "states differ" with the clocks,
+    neither flagged nor agreeing (ref_us and ratios then only for reading)."""
+    from harness.crosscheck.regime import split_states
+
+    same, differ = split_states(row_mhz, outside)
+    if same:
+        out = verdict(harness_us, same, tol, gated_)
+    else:
+        out = verdict(harness_us, outside, tol, False)
+        out.update(flagged=False, noisy=False, reason="; ".join(f"{k}: {v}" for k, v in differ.items()))
+    return {**out, "state": "matched" if same else "states differ", "states_differ": differ, "row_mhz": row_mhz}
+
+
 def retime_row(row: ResultRow, tol: float, suite: str | None, min_run_s: float,
-               batches: BatchCache | None = None) -> dict[str, Any]:
-    """One row's cross-check record; raises CrosscheckError with the reason it cannot be re-timed."""
+               batches: BatchCache | None = None, scale: float = 1.0) -> dict[str, Any]:
+    """One row's cross-check record; raises CrosscheckError with the reason it cannot be re-timed.
+    ``scale`` (<= 1) shortens the idle/warm waits before the outside timers to fit a deadline;
+    ``cost_s`` in the record says where the row's time went."""
     from harness.crosscheck import explain as ex
     from harness.crosscheck import regime as cr
     from harness.crosscheck import repro
@@ -278,6 +225,7 @@ def retime_row(row: ResultRow, tol: float, suite: str | None, min_run_s: float,
         except Exception as e:
             raise CrosscheckError(f"the standalone call raised: {_first_line(e)}") from None
         setup_s = time.perf_counter() - t0  # batch, call setup, first call
+        cost = {"setup": setup_s}
         # The harness's own timer on the adapter's call and on this call, just before the outside
         # timers; the profiler last (its tracer stays out of every timed figure).
         try:
@@ -286,41 +234,57 @@ def retime_row(row: ResultRow, tol: float, suite: str | None, min_run_s: float,
             adapter_error = None
         except Exception as e:
             adapter, adapter_error = None, f"failed: {_first_line(e)}"
-        del batch
-        gc.collect()
+        cost["adapter"] = time.perf_counter() - t0 - setup_s
+        del batch  # collected after the next timer: a collection here would idle a sustained row's GPU
+        t1 = time.perf_counter()
         try:
             here: dict[str, Any] | None = ex.with_clocks(dev, on_gpu, lambda: ex.time_here(fn, dev, timing.options, graph))  # noqa: F821  (deleted later; the lambda runs before)
             here_error = None
         except Exception as e:
             here, here_error = None, f"failed: {_first_line(e)}"
+        cost["here"] = time.perf_counter() - t1
+        gc.collect()
         outside: dict[str, dict[str, Any]] = {}
         unused: dict[str, str] = {}
+        outside_graph = graph
         plan = cr.regime_plan(row)  # the outside timers in the row's clock regime
+        cost["waits"] = cost["timers"] = 0.0
         if on_gpu:
-            for name, t in gpu_timers(graph, cold, plan["repeat_ms"], plan["dry_run_ms"]).items():
-                if isinstance(t, str):
-                    unused[name] = t
-                    continue
-                try:
-                    cr.prepare(plan, fn, torch.cuda.synchronize)
-                    got = ex.with_clocks(dev, True, lambda t=t: t(fn))  # noqa: F821  (deleted later; the lambda runs before)
-                except Exception as e:
-                    unused[name] = f"failed: {_first_line(e)}"
-                    continue
-                why = cr.unmatched(plan, got)
-                if why:
-                    unused[name] = f"{why}; it measured {got['median_us']:.4g} us"
-                else:
-                    outside[name] = got
+            # An eager hot row's time is device time (its samples hide the host's enqueue behind a
+            # spin kernel); event-timed eager loops measure the host's enqueue when it outlasts the
+            # kernels (FA4's Python launcher: 210 us against a 65 us kernel). So its outside timers
+            # replay the call from a CUDA graph, the same kernels without the host between them,
+            # and time it eagerly only where it cannot be captured (docs/measurement.md §11).
+            for as_graph in ([graph] if graph or cold else [True, False]):
+                outside_graph = as_graph
+                for name, t in gpu_timers(as_graph, cold, plan["repeat_ms"], plan["dry_run_ms"]).items():
+                    if isinstance(t, str):
+                        unused[name] = t
+                        continue
+                    try:
+                        t2 = time.perf_counter()
+                        # the harness timer here just left the GPU in the row's state: a shorter warm-up
+                        cr.prepare(plan, fn, torch.cuda.synchronize, first=not outside and here is None,
+                                   scale=scale, mark=_gpu_mark)
+                        t3 = time.perf_counter()
+                        outside[name] = ex.with_clocks(dev, True, lambda t=t: t(fn))  # noqa: F821  (deleted later; the lambda runs before)
+                        cost["waits"] += t3 - t2
+                        cost["timers"] += time.perf_counter() - t3
+                    except Exception as e:
+                        unused[name] = f"failed{' as a graph' if as_graph and not graph else ''}: {_first_line(e)}"
+                if outside:
+                    break
         else:
             clock = "process" if timing.method == "process_time" else "wall"
             outside["torch.utils.benchmark.Timer"] = ex.with_clocks(dev, False, lambda: time_cpu(fn, clock, min_run_s))  # noqa: F821  (deleted later; the lambda runs before)
         kernel: dict[str, Any] | str = ex.NA_CPU
+        t4 = time.perf_counter()
         if on_gpu:
             try:
                 kernel = ex.kernel_time(fn)
             except Exception as e:
                 kernel = f"failed: {_first_line(e)}"
+        cost["kernel"] = time.perf_counter() - t4
     del fn
     gc.collect()
     if on_gpu:
@@ -333,8 +297,9 @@ def retime_row(row: ResultRow, tol: float, suite: str | None, min_run_s: float,
            "here": here if here is not None else here_error,
            "here_adapter": adapter if adapter is not None else adapter_error, "kernel": kernel,
            "outside": outside, "timers_not_used": unused, "clock_regime": plan["regime"],
-           "regime_how": plan["how"]}
-    rec.update(verdict(timing.median_us, outside, tol, gated=gated(row.device, timing.method)))
+           "regime_how": plan["how"], "wait_scale": scale, "cost_s": cost,
+           "outside_graph": outside_graph if on_gpu else None}
+    rec.update(judge(timing.median_us, outside, tol, gated(row.device, timing.method), plan["row_mhz"]))
     why = ex.explain(timing.median_us, rec["ref_us"], here, kernel, tol, adapter, outside=outside)
     rec.update(why)
     if rec["flagged"] or rec["noisy"]:
@@ -342,6 +307,13 @@ def retime_row(row: ResultRow, tol: float, suite: str | None, min_run_s: float,
                                  f"no single comparison (row vs here, here vs outside, kernel vs outside) is "
                                  f"more than {tol:.0%} off")
     return rec
+
+
+def _gpu_mark() -> Callable[[], None]:
+    """A point in the GPU's queue (an event recorded now) and the wait for it."""
+    e = torch.cuda.Event()
+    e.record()
+    return e.synchronize
 
 
 class _Null:
@@ -354,6 +326,7 @@ class _Null:
 
 # ------------------------------------------------------------------ the table
 DEADLINE_REASON = "not re-timed: deadline"
+FIXED_GUESS_S = 2.0  # a row's cost beside its waits, until the first row measured it
 PENDING_REASON = "not re-timed yet: the command stopped before this row"
 
 
@@ -401,12 +374,17 @@ def crosscheck(rows: list[ResultRow], tol: float, suite: str | None = None, min_
     checked: list[dict[str, Any]] = []
     not_retimed: list[dict[str, Any]] = []
     attempted = 0
+    # Rows still to re-time, and each re-timed row's cost beside its idle/warm waits: the waits
+    # are shortened (harness/crosscheck/regime.py fit_scale) so every row fits the deadline.
+    todo = {i for i in order if i not in kept and skip_reason(rows[i]) is None}
+    fixed_costs: list[float] = []
 
     def table(done: int, complete: bool) -> dict[str, Any]:
         pending = [{**_ident(i, rows[i]), "reason": PENDING_REASON} for i in order[done:]] if not complete else []
         timers = sorted({k for r in checked for k in r["outside"]})
         return {"tolerance": tol, "timers": timers, "rows": list(checked), "not_retimed": not_retimed + pending,
                 "flagged": sum(r["flagged"] for r in checked), "checked": len(checked), "complete": complete,
+                "states_differ": sum(r.get("state") == "states differ" for r in checked),
                 "selected": len(order), "of_rows": len(rows), "elapsed_s": time.perf_counter() - start,
                 "deadline_s": deadline_s, "torch": torch.__version__,
                 "clock_regimes": sorted({r["clock_regime"] for r in checked if r.get("clock_regime")}),
@@ -418,8 +396,8 @@ def crosscheck(rows: list[ResultRow], tol: float, suite: str | None = None, min_
         why = skip_reason(row)
         if why is None and i in kept:
             rec = dict(kept[i])
-            rec.update(verdict(rec["harness_us"], rec["outside"], tol,
-                               gated=gated(str(rec.get("device", "")), str(rec.get("clock", "")))))
+            rec.update(judge(rec["harness_us"], rec["outside"], tol,
+                             gated(str(rec.get("device", "")), str(rec.get("clock", ""))), rec.get("row_mhz")))
             # ... and its explanation from the recorded figures (what this version compares)
             from harness.crosscheck import explain as ex
 
@@ -435,21 +413,29 @@ def crosscheck(rows: list[ResultRow], tol: float, suite: str | None = None, min_
             not_retimed.append({**_ident(i, row), "reason": DEADLINE_REASON})
             log(f"{tag}: {DEADLINE_REASON} ({deadline_s:g} s passed)")
         elif why is None:
+            from harness.crosscheck import regime as cr
+
             attempted += 1
             t0 = time.perf_counter()
+            left = None if deadline_s is None else deadline_s - (t0 - start)
+            scale = cr.fit_scale(cr.waits_of(cr.regime_plan(row), 2),
+                                 statistics.median(fixed_costs) if fixed_costs else FIXED_GUESS_S, left,
+                                 sum(1 for j in order[n:] if j in todo))
             try:
-                rec = retime_row(row, tol, suite, min_run_s, batches)
+                rec = retime_row(row, tol, suite, min_run_s, batches, scale)
             except CrosscheckError as e:
                 not_retimed.append({**_ident(i, row), "reason": str(e)})
                 log(f"{tag}: not re-timed: {e}")
             else:
                 rec["retime_s"] = time.perf_counter() - t0
+                fixed_costs.append(rec["retime_s"] - rec["cost_s"]["waits"])
                 checked.append({"row": i, **rec})
                 ex = cells_of(rec)
                 log(f"{tag}: harness {rec['harness_us']:.4g} us, adapter here {ex['adapter here us']}, standalone here "
                     f"{ex['harness here us']}, kernel {ex['kernel us (profiler)']}, outside {rec['ref_us']:.4g} us, "
                     f"ratio {rec['ratio']:.3g} (setup {rec['setup_s']:.1f} s of {rec['retime_s']:.1f} s)"
-                    f"{'  FLAGGED' if rec['flagged'] else ''}")
+                    f"{'  FLAGGED' if rec['flagged'] else ''}{'  STATES DIFFER' if rec['state'] != 'matched' else ''}"
+                    f"{f' (waits x{scale:.2f} for the deadline)' if scale < 1 else ''}")
         else:
             not_retimed.append({**_ident(i, row), "reason": why})
         if on_progress is not None:

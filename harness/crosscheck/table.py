@@ -18,7 +18,8 @@ def cells_of(r: dict[str, Any]) -> dict[str, str]:
     if any(c == "n/a on cpu" for c in clocks) or not r.get("device", "").startswith("cuda"):
         clock = "n/a on cpu"
     else:
-        mhz = [v for c in clocks if isinstance(c, dict) for v in (c.get("before"), c.get("after")) if v is not None]
+        mhz = [v for c in clocks if isinstance(c, dict) for v in (c.get("before"), c.get("during"), c.get("after"))
+               if v is not None]
         clock = f"{min(mhz):.0f}-{max(mhz):.0f}" if mhz else "-"
     adapter = r.get("here_adapter")
     return {"harness here us": _us(here.get("median_us")) if isinstance(here, dict) else str(here or "-"),
@@ -27,13 +28,20 @@ def cells_of(r: dict[str, Any]) -> dict[str, str]:
             "SM MHz": clock}
 
 
+def _excluded(r: dict[str, Any]) -> str:
+    """Outside timers left out of a verdict because they ran at another clock than the row."""
+    differ = r.get("states_differ") or {}
+    return f" (left out, states differ: {'; '.join(f'{k}: {v}' for k, v in differ.items())})" if differ else ""
+
+
 def to_markdown(res: dict[str, Any], source: str) -> str:
     timers = res["timers"]
     state = "" if res.get("complete", True) else " (incomplete: the command is running or was stopped)"
     out = [f"# Outside-timer cross-check of {source}", "",
            f"{res['checked']} row(s) re-timed{state}, **{res['flagged']} flagged** (more than {res['tolerance']:.0%} "
            "from the outside timers' median and outside their spread); "
-           f"{len(res['not_retimed'])} not re-timed.", "",
+           f"{res.get('states_differ', 0)} in states that differ (no outside timer ran within 3% of the row's SM "
+           f"clock: no verdict); {len(res['not_retimed'])} not re-timed.", "",
            "`adapter here`, `harness here`, `kernel` and `SM MHz` explain a verdict and are not part of the outside "
            "median: the harness's own timer in this process on the adapter's call and on the standalone call the "
            "outside timers time, the profiler's eager kernel time per call, the SM clock range around the timers.", ""]
@@ -47,6 +55,8 @@ def to_markdown(res: dict[str, Any], source: str) -> str:
         out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for r in res["rows"]:
             mode = "graph" if r["graph"] else ("cpu " + r["clock"] if not r["device"].startswith("cuda") else "eager")
+            if r.get("outside_graph") and not r["graph"]:
+                mode += " (outside timers: graph replay)"  # the row hid its host enqueue; a graph does too
             ex = cells_of(r)
             regime = f", {r['clock_regime']}" if r.get("clock_regime") else ""
             cells = [str(r["row"]), r["case"], f"{r['backend']} [{r['variant']}]", f"{mode}, {r['mode']}{regime}",
@@ -54,7 +64,9 @@ def to_markdown(res: dict[str, Any], source: str) -> str:
                      *[f"{r['outside'][t]['median_us']:.4g}" if t in r["outside"] else "-" for t in timers],
                      f"{r['ref_us']:.4g}", f"{r['ratio']:.3f}", ex["SM MHz"],
                      "**FLAGGED**: " + r["reason"] if r["flagged"] else
-                     "noisy, not flagged (CPU wall clock): " + r["reason"] if r.get("noisy") else "ok"]
+                     "noisy, not flagged (CPU wall clock): " + r["reason"] if r.get("noisy") else
+                     "states differ: " + r["reason"] if r.get("state") == "states differ" else
+                     "ok" + _excluded(r)]
             out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
         out.append("")
     if res["not_retimed"]:

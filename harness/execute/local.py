@@ -15,6 +15,8 @@ one way, ``WorkerReady``, ``PreparingCase``, ``CellStarted``, ``RowDone``, ``Cas
   to the new one.
 - A cell (or a case's batch/reference generation) runs past ``cell_timeout``: the worker is
   killed, the cell gets ``timeout``, and the rest continues in a new worker.
+- A cell runs out of memory, or (isolated) past ``cell_timeout``: it is retried once after the
+  rest of its case, in a fresh worker (harness/execute/retry.py); the second attempt's row stands.
 - A cell errors on a GPU and the CUDA context no longer works (illegal memory access,
   device-side assert, ...): the worker reports it and exits after sending the row; it is
   replaced before the next cell.
@@ -53,6 +55,7 @@ from harness.plan.resume import cell_key
 from harness.execute.worker.messages import (CaseDone, CaseFailed, CasePartDeferred, CellStarted, LibrariesReady, PreparingCase,
                                      RestartMe, RowDone, RunCase, Setup, Shutdown, WorkerReady)
 from harness.execute.worker.process import worker_main
+from harness.execute.retry import RETRIED_IN_PROCESS, free_memory, second_attempt, wants_retry
 
 log = logging.getLogger(__name__)  # -v / -vv (harness/cli/flags.py): workers and rows
 
@@ -111,6 +114,7 @@ class _Slot:
     import_s: dict[str, float] = field(default_factory=dict)
     busy_s: float = 0.0
     cases_seen: set = field(default_factory=set)
+    retry: list[Cell] = field(default_factory=list)  # cells of the current case to retry in a fresh worker
 
 
 def _log_rows(rows: Iterator[ResultRow]) -> Iterator[ResultRow]:
@@ -152,7 +156,17 @@ class InProcessExecutor:
                                                                   self.exec_opts.memory_budget_mib))
         for case_cells in cases:
             interrupts.check()  # a Ctrl-C whose exception a library swallowed
-            yield from iterate_case(case_cells, self.suite, opts, on_start=on_start)
+            first: dict[tuple, ResultRow] = {}
+            for row in iterate_case(case_cells, self.suite, opts, on_start=on_start):
+                if wants_retry(row, set(first)):
+                    first[row.key] = row  # retried after the case, its memory freed
+                else:
+                    yield row
+            if first:
+                free_memory(device)
+                again = [c for c in case_cells if cell_key(self.suite, c) in first]
+                for row in iterate_case(again, self.suite, opts, on_start=on_start):
+                    yield second_attempt(row, first[row.key], RETRIED_IN_PROCESS)
 
     def placement(self) -> str:
         return f"{torch.device(self.exec_opts.devices[0])} (in-process)"
@@ -186,6 +200,7 @@ class LocalExecutor:
         self.t_done: float | None = None
         self.backend_versions: dict[str, dict[str, Any]] = {}  # from the first ready worker
         self.prestarted: list[Prestarted] = []  # adopt(): workers started before torch was imported
+        self.first_attempts: dict[tuple, ResultRow] = {}  # resource errors retried (harness/execute/retry.py)
 
     @property
     def reports_versions(self) -> bool:
@@ -344,18 +359,28 @@ class LocalExecutor:
         if slot.phase == SlotPhase.CELL:
             cell = self._cell_by_key(slot, slot.current)
             if cell is not None:
-                rows.append(self._row(slot, cell, status, why))
+                row = self._row(slot, cell, status, why)
                 slot.cells.remove(cell)
+                if wants_retry(row, set(self.first_attempts)):
+                    self.first_attempts[row.key] = row
+                    slot.retry.append(cell)
+                else:
+                    rows.append(self._finished(row))
         elif slot.phase in (SlotPhase.PREPARE, SlotPhase.SENT):
             # The batch/reference itself failed: every cell of the case shares that fate.
             where = "generating the batch/reference" if slot.phase == SlotPhase.PREPARE else "starting the case"
             rows += [self._row(slot, c, status, f"{why} (while {where})") for c in slot.cells]
             slot.cells = []
-        remaining = slot.cells
-        slot.cells, slot.phase, slot.current, slot.deadline = [], SlotPhase.IDLE, None, None
+        remaining = slot.cells + slot.retry
+        slot.cells, slot.retry, slot.phase, slot.current, slot.deadline = [], [], SlotPhase.IDLE, None, None
         if remaining:
             self.queue.appendleft(remaining, slot.index)
         return rows
+
+    def _finished(self, row: ResultRow) -> ResultRow:
+        """A row as it is written: a retried cell's second attempt names the first."""
+        first = self.first_attempts.get(row.key)
+        return row if first is None else second_attempt(row, first)
 
     def _restart(self, slot: _Slot, progressed: bool, why: str = "") -> None:
         self._kill(slot)
@@ -506,15 +531,22 @@ class LocalExecutor:
                     on_start(cell)
             elif isinstance(msg, RowDone):
                 row = msg.row
+                cell = self._cell_by_key(slot, row.key)
                 slot.cells = [c for c in slot.cells if cell_key(self.suite, c) != row.key]
                 slot.busy_s += row_busy_s(row, slot.cases_seen)
-                yield row
+                if cell is not None and wants_retry(row, set(self.first_attempts)):
+                    self.first_attempts[row.key] = row  # run again after the case, in a fresh worker
+                    slot.retry.append(cell)
+                else:
+                    yield self._finished(row)
             elif isinstance(msg, CaseDone):
                 slot.phase, slot.current, slot.deadline, slot.cells = SlotPhase.IDLE, None, None, []
+                self._retry_fresh(slot)
             elif isinstance(msg, CaseFailed):
                 for c in slot.cells:
                     yield self._row(slot, c, Status.ERROR, f"harness error in worker: {msg.error}")
                 slot.phase, slot.current, slot.deadline, slot.cells = SlotPhase.IDLE, None, None, []
+                self._retry_fresh(slot)
             elif isinstance(msg, RestartMe):
                 gone = f"worker restarted: {msg.reason}"
                 slot.phase = SlotPhase.RESTART
@@ -534,10 +566,18 @@ class LocalExecutor:
             yield from self._lost(slot, Status.ERROR, gone)
             self._restart(slot, progressed=True, why=gone)
 
+    def _retry_fresh(self, slot: _Slot) -> None:
+        """The case is done: its resource-error cells go back to the front of the queue, for a
+        fresh worker (this one is replaced: its allocator and whatever it holds go with it)."""
+        if slot.retry:
+            self.queue.appendleft(slot.retry, slot.index)
+            slot.retry = []
+            self._restart(slot, progressed=True)
+
     def _requeue(self, slot: _Slot) -> None:
-        if slot.cells:
-            self.queue.appendleft(slot.cells, slot.index)
-        slot.cells, slot.phase, slot.current, slot.deadline = [], SlotPhase.IDLE, None, None
+        if slot.cells or slot.retry:
+            self.queue.appendleft(slot.cells + slot.retry, slot.index)
+        slot.cells, slot.retry, slot.phase, slot.current, slot.deadline = [], [], SlotPhase.IDLE, None, None
 
 
 def _exit_reason(proc: Any) -> str:

@@ -103,6 +103,8 @@ def merge_dirs(dirs: list[Path]) -> MergeResult:
 
 def write_merged(result: MergeResult, out_dir: Path) -> Path:
     out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise MergeError(f"-o {out_dir}: is a file, not a folder; give the folder the merged results go into")
     if results_file(out_dir).exists():
         raise MergeError(f"-o {out_dir}: already holds {RESULTS_FILE}; choose another folder")
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -125,6 +125,23 @@ class ClockWarmup(Part):
     power_w_end: float | None = None
 
 
+class ClockSettle(Part):
+    """Sustained regime: the continuous work run until the state settled, before sampling
+    (harness/timing/sustained.py)."""
+
+    seconds: float | None = None  # this call's settle
+    busy_s: float | None = None  # the GPU busy without a gap when it ended (any call's work)
+    reason: str | None = None
+    previous_busy: bool | None = None  # the queue still held earlier work when it started
+    samples_before: int | None = None  # samples taken while settling (not sustained: discarded)
+    reads: int | None = None
+    queue_ahead_s: float | None = None
+    sm_mhz_start: float | None = None
+    sm_mhz_end: float | None = None
+    power_w_start: float | None = None
+    power_w_end: float | None = None
+
+
 class Clocks(Part):
     """The GPU's clock state over a cell's samples and the regime it was sampled in
     (harness/timing/clocks.py): NVML's SM clock and board power read after every sample."""
@@ -146,8 +163,9 @@ class Clocks(Part):
     idle_before_s: float | None = None  # since the previous timed cell on the device ended
     throttle_threshold: float | None = None  # burst: of max_sm_mhz
     recovery_s: float | None = None  # burst: idle after a discarded sample
-    warmup: ClockWarmup | None = None  # sustained
-    pad: float | None = None  # sustained: samples' worth of work queued before each sample
+    warmup: ClockWarmup | None = None  # sustained rows written before ``settle``
+    pad: float | None = None  # those rows: samples' worth of work queued before each sample
+    settle: ClockSettle | None = None  # sustained
 
 
 class Launch(Part):
@@ -234,6 +252,7 @@ class TimingOptionsRecord(Part):
     throttle_threshold: float | None = None
     throttle_recovery_s: float | None = None
     sampling: str | None = None
+    warm_samples: int | None = None
 
 
 # ---------------------------------------------------------------- metrics
@@ -332,6 +351,6 @@ class RowEnvironment(Part):
 
 
 __all__ = ["Part", "Scalar", "StatusValue", "RequestCheck", "KindCheck", "Recheck", "InvariantResult",
-           "CudaGraphInfo", "ClockStats", "ClockWarmup", "Clocks", "SmClock", "Launch", "ColdProbe", "ColdCheck", "Energy", "TimeContents",
+           "CudaGraphInfo", "ClockStats", "ClockSettle", "ClockWarmup", "Clocks", "SmClock", "Launch", "ColdProbe", "ColdCheck", "Energy", "TimeContents",
            "TimingOptionsRecord", "Roofline", "RowConfig", "BatchSummary", "RowLayout", "VariantAxes",
            "RowEnvironment"]

@@ -13,13 +13,14 @@ import math
 import os
 import zlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Iterable
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_serializer, model_validator
 
 from attn_contract.status import FAILED, NOT_RUN, RAN, TIMED_OK, Status
 from harness.records.engine_facts import BackendFacts
 from harness.records.fileio import atomic_write_text
+from harness.records.graph_modes import GraphModes
 from harness.records.parts import (BatchSummary, ClockStats, Clocks, ColdCheck, CudaGraphInfo, Energy, InvariantResult,
                                    KindCheck, Launch, Recheck, RequestCheck, Roofline, RowConfig, RowEnvironment,
                                    RowLayout, Scalar, SmClock, TimeContents, TimingOptionsRecord, VariantAxes)
@@ -136,13 +137,20 @@ class Timing(Payload):
     # GPU: the clock regime the row was sampled in (burst | sustained; part of its identity:
     # compare refuses rows of two regimes), the clocks over its samples, and whether its
     # candidates were sampled in interleaved rounds or one after another. Absent on CPU rows
-    # and on rows written before them (those were burst, unrecorded).
-    clock_regime: str | None = None
+    # and on rows written before them (those were burst, unrecorded). Any other word is refused on load.
+    clock_regime: Literal["burst", "sustained"] | None = None
     clocks: Clocks | None = None
     sampling: str | None = None  # interleaved | sequential
+    # Untimed calls right before every timed sample (GPU hot: a copy of the sample's work; cold: one
+    # call before the flush; CPU: 0) and, interleaved, the case's complete rounds (= samples).
+    warm_calls: int | None = None
+    rounds: int | None = None
+    # Sustained: the median SM clock of the call's own continuous loop just before sampling.
+    settled_sm_clock_mhz: float | None = None
 
     _omit_if_none = frozenset({"stop_criterion", "launch", "raw_us", "cold_check", "cold_l2", "breakdown", "energy",
-                               "contains", "clock_regime", "clocks", "sampling"})
+                               "contains", "clock_regime", "clocks", "sampling", "warm_calls", "rounds",
+                               "settled_sm_clock_mhz"})
 
 
 class Metrics(Payload):
@@ -269,6 +277,9 @@ class ResultRow(BaseModel):
     # The isolated environment a `harness matrix` / `harness bisect` row ran in: its name and the
     # exact versions of its requirements and torch; absent on rows of a plain run.
     environment: RowEnvironment | None = None
+    # Suites with ``graph_modes: true``: the CUDA-graph level, vLLM's mode for this batch, the call
+    # timed under graph replay and eagerly, and the in-place replay check (harness/records/graph_modes.py).
+    graph_modes: GraphModes | None = None
 
     @field_validator("config", mode="before")
     @classmethod
@@ -320,7 +331,7 @@ class ResultRow(BaseModel):
         # Fields rows gained later are written only when set, so an old row writes back as it was.
         for k, empty in (("schema_version", 1), ("worker", None), ("traceback", None), ("layout", None), ("case_group", ""),
                          ("case_params", {}), ("variant_axes", None),
-                         ("timing_skipped", None), ("environment", None)):
+                         ("timing_skipped", None), ("environment", None), ("graph_modes", None)):
             if k in d and d[k] == empty and (empty is not None or d[k] is None):
                 del d[k]
         return d

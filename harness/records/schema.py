@@ -98,6 +98,7 @@ def suite_schema() -> dict[str, Any]:
             "description": top.get("description", {"type": "string"}),
             "backends": top["backends"],
             "variants": top["variants"],
+            "graph_modes": top["graph_modes"],
             "defaults": defaults,
             "cases": {"type": "array", "minItems": 1, "items": case},
         },

@@ -118,24 +118,41 @@ def default_jobs(n_sections: int) -> int:
     return max(1, min(cores, n_sections, MAX_JOBS))
 
 
-def _run(spec: SectionSpec, df: pd.DataFrame) -> Rendered:
-    r = Rendered(spec.id, spec.title, spec.looked_for, spec.collapsed, answer=spec.order < 100)
+Piece = tuple[list[dict[str, Any]], str | None]  # one part of a section: its blocks' views, its error
+
+
+def _run_part(spec: SectionSpec, df: pd.DataFrame, part: int) -> Piece:
     try:
-        r.blocks = [_view(b) for b in spec.fn(df) or []]
+        blocks = spec.fn(df) if spec.parts == 1 else spec.fn(df, part=(part, spec.parts))
+        return [_view(b) for b in blocks or []], None
     except Exception as e:  # a broken section must not hide the others
-        r.error = f"{type(e).__name__}: {e}"
-        r.blocks = [{"kind": "text", "cls": "warn", "text": f"This section failed: {r.error}"},
-                    {"kind": "text", "cls": "error", "text": traceback.format_exc(limit=3)}]
+        error = f"{type(e).__name__}: {e}"
+        return [{"kind": "text", "cls": "warn", "text": f"This section failed: {error}"},
+                {"kind": "text", "cls": "error", "text": traceback.format_exc(limit=3)}], error
+
+
+def _joined(spec: SectionSpec, pieces: list[Piece]) -> Rendered:
+    """A section from its parts in order; a failed part shows its error instead of the section."""
+    r = Rendered(spec.id, spec.title, spec.looked_for, spec.collapsed, answer=spec.order < 100)
+    failed = next((p for p in pieces if p[1] is not None), None)
+    if failed is not None:
+        r.blocks, r.error = failed
+    else:
+        r.blocks = [b for blocks, _ in pieces for b in blocks]
     return r
+
+
+def _run(spec: SectionSpec, df: pd.DataFrame) -> Rendered:
+    return _joined(spec, [_run_part(spec, df, i) for i in range(spec.parts)])
 
 
 _FORKED: tuple[list[SectionSpec], pd.DataFrame] | None = None  # what the forked workers read (never pickled)
 
 
-def _run_forked(i: int) -> Rendered:
+def _run_forked(task: tuple[int, int]) -> Piece:
     assert _FORKED is not None
     specs, df = _FORKED
-    return _run(specs[i], df)
+    return _run_part(specs[task[0]], df, task[1])
 
 
 def _run_parallel(specs: list[SectionSpec], df: pd.DataFrame, jobs: int) -> list[Rendered]:
@@ -148,23 +165,25 @@ def _run_parallel(specs: list[SectionSpec], df: pd.DataFrame, jobs: int) -> list
 
     global _FORKED
     plots.plt()  # pyplot imported once here, not once per worker
-    order = sorted(range(len(specs)), key=lambda i: -specs[i].cost)
-    done: dict[int, Rendered] = {}
+    tasks = sorted(((i, k) for i, s in enumerate(specs) for k in range(s.parts)),
+                   key=lambda t: -specs[t[0]].cost / specs[t[0]].parts)
+    done: dict[tuple[int, int], Piece] = {}
     _FORKED = (specs, df)
     try:
         with warnings.catch_warnings():
             # Python 3.12 warns on fork when numpy's BLAS threads exist; they hold no lock the workers use.
             warnings.filterwarnings("ignore", message=".*fork.*", category=DeprecationWarning)
             with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
-                futures = {i: pool.submit(_run_forked, i) for i in order}
-                for i, f in futures.items():
+                futures = {t: pool.submit(_run_forked, t) for t in tasks}
+                for t, f in futures.items():
                     try:
-                        done[i] = f.result()
+                        done[t] = f.result()
                     except BrokenProcessPool:
                         break
     finally:
         _FORKED = None
-    return [done[i] if i in done else _run(specs[i], df) for i in range(len(specs))]
+    return [_joined(s, [done[(i, k)] if (i, k) in done else _run_part(s, df, k) for k in range(s.parts)])
+            for i, s in enumerate(specs)]
 
 
 def build_sections(loaded: Loaded, only: Iterable[str] | None = None, jobs: int | None = None) -> list[Rendered]:
@@ -177,7 +196,8 @@ def build_sections(loaded: Loaded, only: Iterable[str] | None = None, jobs: int 
     if wanted is not None and (unknown := wanted - {s.id for s in registered()}):
         raise KeyError(f"no report section {sorted(unknown)}")
     specs = [s for s in registered() if wanted is None or s.id in wanted]
-    jobs = default_jobs(len(specs)) if jobs is None else max(1, min(jobs, len(specs)))
+    pieces = sum(s.parts for s in specs)
+    jobs = default_jobs(pieces) if jobs is None else max(1, min(jobs, pieces))
     if jobs > 1:
         return _run_parallel(specs, df, jobs)
     return [_run(s, df) for s in specs]

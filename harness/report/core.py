@@ -80,25 +80,29 @@ class SectionSpec:
     order: int
     looked_for: str
     collapsed: bool
-    fn: Callable[[pd.DataFrame], list[Block]]
+    fn: Callable[..., list[Block]]
     cost: int = 1
+    parts: int = 1  # >1: fn(df, part=(i, parts)) gives the i-th share of the blocks (built apart, joined in order)
 
 
 REGISTRY: dict[str, SectionSpec] = {}
 
 
-def section(id: str, title: str, *, order: int, looked_for: str, collapsed: bool = False, cost: int = 1
-            ) -> Callable[[Callable[[pd.DataFrame], list[Block]]], Callable[[pd.DataFrame], list[Block]]]:
+def section(id: str, title: str, *, order: int, looked_for: str, collapsed: bool = False, cost: int = 1,
+            parts: int = 1) -> Callable[[Callable[..., list[Block]]], Callable[..., list[Block]]]:
     """Register a report section. ``order`` places it on the page (lower first; the answer
     sections use < 100, details 100..899, run headers 900+); ``looked_for`` is said on the page
     when the section finds nothing; ``collapsed`` renders it inside a closed <details>;
     ``cost``: a rough weight (1 = tables only, 5+ = several figures): the page builder starts
-    costly sections first so its worker processes finish together."""
+    costly sections first so its worker processes finish together. ``parts``: the section is
+    built in that many pieces, ``fn(df, part=(i, parts))`` each, which the workers build apart
+    (a section much longer than the others would otherwise set the page's time alone); the
+    page joins them in order, so it is the same for any number of workers."""
 
-    def deco(fn: Callable[[pd.DataFrame], list[Block]]) -> Callable[[pd.DataFrame], list[Block]]:
+    def deco(fn: Callable[..., list[Block]]) -> Callable[..., list[Block]]:
         if id in REGISTRY and REGISTRY[id].fn.__qualname__ != fn.__qualname__:
             raise ValueError(f"report section id {id!r} registered twice")
-        REGISTRY[id] = SectionSpec(id, title, order, looked_for, collapsed, fn, cost)
+        REGISTRY[id] = SectionSpec(id, title, order, looked_for, collapsed, fn, cost, parts)
         return fn
 
     return deco

@@ -234,6 +234,7 @@ def parse_suite(data: Any, source: str = "<suite>", override: dict[str, Any] | N
             backends=data.get("backends"),
             variants=data.get("variants") or {},
             clock_regime=data.get("clock_regime"),
+            graph_modes=data.get("graph_modes", False),
             cases=cases,
             source=source,
             notes=notes or [],

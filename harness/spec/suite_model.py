@@ -454,6 +454,9 @@ class Suite(_Strict):
     notes: list[str] = []  # what a converted file (a vLLM study) left out, and why
     # The GPU clock regime its cells are timed in (burst | sustained; --clock-regime overrides it).
     clock_regime: Literal["burst", "sustained"] | None = None
+    # On a GPU, time every cell under full-graph replay and eagerly (vLLM's piecewise) and check
+    # graph replays with metadata updated in place (harness/cell/graph_replay.py, docs/spec_decode.md).
+    graph_modes: bool = False
 
     @field_validator("suite")
     @classmethod

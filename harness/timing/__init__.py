@@ -8,6 +8,9 @@ enqueued everything, so host launch cost stays out of the kernel time (it is rep
 the events) and runs one call per sample; a probe checks once per device which flush method
 really evicts on this device, cold mode uses a verified one, and every cold row says which
 method ran and whether it was verified (``cold_l2``, ``cold_check``).
+Before every timed sample an untimed warm-up (``warm_calls``) puts the GPU in the state the
+row's own previous sample would leave: hot, a copy of the sample's work, so the sample reads its
+own data from L2 in any sampling order; cold, one call before the flush (code, not data).
 CPU: the same loop on the wall clock, no graphs, no flush.
 
 Sampling stops when the options' stopping criterion says so (``stopping``): by default the
@@ -23,8 +26,10 @@ One module a job:
     cold_l2   L2Flusher, the flush probe and the per-device flush choice
     loop      time_callable: warm-up, calls per sample, the sampling loop, the timing record;
               time_interleaved: several calls sampled in rounds
-    clocks    the clock regimes (burst, sustained): NVML reader, throttle rule, warm-up
-    interleave  sample_rounds: candidates sampled A B C A B C, ranked from those rounds
+    clocks    the clock regimes (burst, sustained): NVML reader, throttle rule
+    sustained the sustained regime's sampling: a queue kept full, samples once the state settled
+    interleave  sample_rounds: candidates sampled A B C A B C in complete rounds, one stop per
+              case; ranked from those rounds
 """
 
 from harness.timing.cold_l2 import COLD_PROBE_MIN_RATIO, L2Flusher, cold_l2_label, select_flush, verify_cold_l2

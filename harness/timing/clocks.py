@@ -1,6 +1,5 @@
 """The GPU's clock state while a row is timed: a clock reader (NVML's SM clock and board power),
-the clock regimes (``burst``, ``sustained``), the throttle rule of burst sampling and the
-warm-up of sustained sampling.
+the clock regimes (``burst``, ``sustained``) and the throttle rule of burst sampling.
 
 Reads happen between samples, after the sample's end event has completed, never inside the
 timed region; each read costs host time only (the GPU is idle or running queued work while
@@ -13,13 +12,12 @@ Regimes (docs/measurement.md, "Clock regimes"):
   its default threshold is 75% of the default clock) and the GPU left idle for
   ``throttle_recovery_s`` before the next. A cell that gets fewer clean samples than it needs
   keeps throttled ones and says so (``clocks.short_of_clean``).
-- ``sustained``: continuous work (the timed work itself, back to back) until the SM clock and
-  board power stop moving (``warm_to_steady``), then every sample is preceded by more of the
-  same work so the GPU stays under load while it is sampled: the state a serving GPU and the
-  libraries' own timers (100+ ms loops) measure in.
+- ``sustained``: the timed work on a queue that never runs dry, sampled once the GPU has settled
+  in the state a continuous loop of it settles in (harness/timing/sustained.py): the state a
+  serving GPU and the libraries' own timers (100+ ms loops) measure in.
 
-Everything here except ``nvml_reader`` is pure: a reader, a clock and a work function are
-passed in, so CPU tests drive it with synthetic traces.
+Everything here except ``nvml_reader`` is pure: a reader and a clock are passed in, so CPU
+tests drive it with synthetic traces.
 """
 
 from __future__ import annotations
@@ -36,18 +34,10 @@ DEFAULT_REGIME = "burst"  # the lead picks it from the H200 runs (docs/measureme
 # (1485 MHz) keeps a boost-clock burst sample and drops one taken deep in power throttling.
 DEFAULT_THROTTLE_THRESHOLD = 0.75
 DEFAULT_RECOVERY_S = 0.05  # nvbench's --throttle-recovery-delay default
-# Sustained warm-up: at least this long after an idle GPU (the board power NVML reports is an
-# average over about 1 s on Hopper), at most SUSTAIN_MAX_S; a cell that starts within
-# SUSTAIN_RECENT_S of the previous sustained cell's end needs only SUSTAIN_MIN_WARM_S.
-SUSTAIN_MIN_COLD_S = 1.0
-SUSTAIN_MIN_WARM_S = 0.1
-SUSTAIN_MAX_S = 3.0
-SUSTAIN_RECENT_S = 1.0
-SUSTAIN_CHUNK_S = 0.05  # continuous work between two reads of the warm-up
-SUSTAIN_WINDOW_S = 0.3  # steady: over this long, the clock moved < CLOCK_TOL and power < POWER_TOL
+# Sustained (harness/timing/sustained.py): steady when the clock moved less than CLOCK_TOL and the
+# power less than POWER_TOL over its window.
 CLOCK_TOL = 0.01
 POWER_TOL = 0.02
-SUSTAIN_PAD = 2.0  # sustained sampling: work queued before each sample, in samples' worth
 
 
 @dataclass(frozen=True)
@@ -171,56 +161,6 @@ def _moved(xs: Sequence[float]) -> float:
     return (hi - lo) / hi if hi > 0 else 0.0
 
 
-def warm_to_steady(run_chunk: Callable[[], None], reader: ClockReader | None, *, idle_s: float | None,
-                   clock: Callable[[], float] = time.perf_counter, min_cold_s: float = SUSTAIN_MIN_COLD_S,
-                   min_warm_s: float = SUSTAIN_MIN_WARM_S, max_s: float = SUSTAIN_MAX_S,
-                   recent_s: float = SUSTAIN_RECENT_S, window_s: float = SUSTAIN_WINDOW_S) -> dict[str, Any]:
-    """Run ``run_chunk`` (about SUSTAIN_CHUNK_S of continuous work, synchronised) until the SM clock
-    and board power stop moving, and return the record of it.
-
-    At least ``min_cold_s`` (``min_warm_s`` when the GPU was under sustained load ``idle_s`` ago,
-    within ``recent_s``: consecutive sustained cells keep it there), at most ``max_s``; steady
-    when, over the last ``window_s``, the clock moved less than CLOCK_TOL and the power less
-    than POWER_TOL. Without a reader: ``min_cold_s`` of work, no steadiness known."""
-    warm = idle_s is not None and idle_s <= recent_s
-    least = min(min_warm_s if warm else min_cold_s, max_s)
-    # A GPU kept busy by the previous cell needs only a short look to confirm it is steady.
-    window_s = min(window_s, max(least, 2 * SUSTAIN_CHUNK_S))
-    start = clock()
-    trace: list[tuple[float, ClockRead]] = []
-    first = reader.read() if reader is not None else None
-    reason = ""
-    chunks = 0
-    while True:
-        run_chunk()
-        chunks += 1
-        now = clock() - start
-        if reader is not None:
-            trace.append((now, reader.read()))
-        if now >= max_s:
-            reason = f"time cap {max_s:g} s (clock or power still moving)" if reader is not None else ""
-            break
-        if now < least:
-            continue
-        if reader is None:
-            reason = f"no clock reader: {least:g} s of work, steadiness unknown"
-            break
-        recent = [r for t, r in trace if t >= now - window_s]
-        if len(recent) < 2 or trace[0][0] > now - window_s:
-            continue  # the window is not covered yet
-        mhz = [r.sm_mhz for r in recent if r.sm_mhz is not None]
-        watts = [r.power_w for r in recent if r.power_w is not None]
-        if (not mhz or _moved(mhz) < CLOCK_TOL) and (not watts or _moved(watts) < POWER_TOL):
-            reason = (f"steady: over {window_s:g} s the SM clock moved < {CLOCK_TOL:.0%} and power < "
-                      f"{POWER_TOL:.0%}")
-            break
-    last = trace[-1][1] if trace else None
-    return {"seconds": clock() - start, "chunks": chunks, "reason": reason, "previous_busy": warm,
-            "idle_before_s": idle_s, "min_s": least,
-            "sm_mhz_start": first.sm_mhz if first else None, "sm_mhz_end": last.sm_mhz if last else None,
-            "power_w_start": first.power_w if first else None, "power_w_end": last.power_w if last else None}
-
-
 class BusyLog:
     """When each device last finished sampling a cell, per regime (perf_counter seconds), so the
     next cell knows how long the GPU has been idle. One per process (a worker owns its device)."""
@@ -242,8 +182,9 @@ BUSY = BusyLog()
 
 
 class RegimeSampler:
-    """One cell's clock handling under its regime: the sustained warm-up, a read after every
-    sample (outside the timed region), burst's throttle discards, and the row's ``clocks``."""
+    """One cell's clock handling under its regime: a read after every burst sample (outside the
+    timed region), burst's throttle discards, and the row's ``clocks`` (sustained: the common
+    fields, which harness/timing/sustained.py completes)."""
 
     def __init__(self, regime: str, reader: ClockReader | None, reason: str, *, threshold: float,
                  recovery_s: float, max_time_s: float, device_key: str, busy: BusyLog = BUSY,
@@ -256,19 +197,6 @@ class RegimeSampler:
         self.trace = ClockTrace()
         self.cost_us = read_cost_us(reader, 10, clock) if reader is not None else None
         self.idle_before_s = busy.idle_s(device_key)
-        self.warmup: dict[str, Any] | None = None
-
-    @property
-    def pads(self) -> bool:
-        """Whether work is queued before each sample (sustained: the GPU stays under load)."""
-        return self.regime == "sustained"
-
-    def warm(self, run_chunk: Callable[[], None]) -> None:
-        """Sustained: ``run_chunk`` (continuous work, synchronised) until steady; burst: nothing."""
-        if self.regime == "sustained":
-            self.warmup = warm_to_steady(run_chunk, self.reader, idle_s=self.busy.idle_s(self.device_key, "sustained"),
-                                         clock=self.clock)
-            self.busy.mark(self.device_key, "sustained")  # the next call's warm-up (interleaved) is short
 
     def after_sample(self, elapsed_s: float) -> bool:
         """Read the clock after a sample; False: the sample is throttled and discarded (burst),
@@ -305,13 +233,11 @@ class RegimeSampler:
                                "idle_before_s": self.idle_before_s}
         if self.regime == "burst":
             out.update(throttle_threshold=self.threshold, recovery_s=self.recovery_s)
-        else:
-            out.update(warmup=self.warmup, pad=SUSTAIN_PAD)
         if self.reader is None:
             out["reason"] = self.reason
         return out
 
 
 __all__ = ["BUSY", "CLOCK_TOL", "DEFAULT_RECOVERY_S", "DEFAULT_REGIME", "DEFAULT_THROTTLE_THRESHOLD", "POWER_TOL",
-           "REGIMES", "SUSTAIN_CHUNK_S", "SUSTAIN_PAD", "BusyLog", "RegimeSampler", "ClockRead", "ClockReader", "ClockTrace",
-           "nvml_reader", "read_cost_us", "throttled", "warm_to_steady"]
+           "REGIMES", "BusyLog", "RegimeSampler", "ClockRead", "ClockReader", "ClockTrace",
+           "nvml_reader", "read_cost_us", "throttled"]

@@ -70,12 +70,9 @@ class EventSampler:
         self.e1 = torch.cuda.Event(enable_timing=True)
         self.can_hold = hasattr(torch.cuda, "_sleep")
 
-    def sample(self, work: Callable[[], None], hold_cycles: int, flusher: Flusher | None = None,
-               pad: Callable[[], None] | None = None) -> tuple[float, bool | None, float | None, float]:
-        """(gpu seconds, launch hidden?, SM MHz during the hold, host enqueue seconds). ``pad``
-        (sustained regime) queues untimed work ahead of the sample, keeping the GPU under load."""
-        if pad is not None:  # before the flush: the pad's reads must not warm a cold sample's L2
-            pad()
+    def sample(self, work: Callable[[], None], hold_cycles: int,
+               flusher: Flusher | None = None) -> tuple[float, bool | None, float | None, float]:
+        """(gpu seconds, launch hidden?, SM MHz during the hold, host enqueue seconds)."""
         if flusher is not None:
             flusher.flush()
         hold = hold_cycles > 0 and self.can_hold

@@ -58,20 +58,63 @@ def graph_decision(
 
 
 def capture_graph(fn: Callable[[], object], calls: int, device: torch.device) -> torch.cuda.CUDAGraph:
-    # Warm up on a side stream first, as torch's graph docs require (lazy init, workspaces).
-    s = torch.cuda.Stream(device)
-    s.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(s):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream(device).wait_stream(s)
-    torch.cuda.synchronize(device)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(calls):
-            fn()
-    torch.cuda.synchronize(device)
-    return g
+    """A CUDA graph of ``calls`` back-to-back calls of ``fn``, warmed up on a side stream first
+    as torch's graph docs require (lazy init, workspaces). A capture that fails (a host sync
+    inside ``fn``, an op capture does not allow, an error of ``fn``) raises, and leaves the
+    process as it found it: see ``_recover``."""
+    with torch.cuda.device(device):
+        s = torch.cuda.Stream(device)
+        s.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(s):
+            for _ in range(2):
+                fn()
+        torch.cuda.current_stream(device).wait_stream(s)
+        torch.cuda.synchronize(device)
+        before = torch.cuda.current_stream(device)
+        g = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(g):
+                for _ in range(calls):
+                    fn()
+        except BaseException:
+            _recover(g, before, device)
+            raise
+        torch.cuda.synchronize(device)
+        return g
+
+
+def _recover(g: torch.cuda.CUDAGraph, before: torch.cuda.Stream, device: torch.device) -> None:
+    """Undo what a failed capture leaves behind in this process. When ``capture_end`` raises
+    (cudaStreamEndCapture on a capture the failure invalidated), ``torch.cuda.graph`` skips
+    the rest of its exit and torch skips the rest of ``capture_end``: the current stream stays
+    the graph's capture stream, and the default CUDA generator, registered with every capture
+    at its start, stays in capture mode. Every later random op outside a capture then raises
+    "Offset increment outside graph capture encountered unexpectedly" (the GPU tests after
+    test_capture_failure_falls_back_to_eager_and_says_why did, at their first torch.randn), and
+    so does every replay of a graph captured before the failure (its replay advances the same
+    generator state). Here: the stream is restored, a capture still open is ended, and a
+    trivial capture runs to its end so the generator's own state leaves capture mode (swapping
+    in a fresh generator state would leave the earlier graphs' state broken)."""
+    torch.cuda.set_stream(before)
+    capture_stream = torch.cuda.graph.default_capture_stream
+    if capture_stream is not None:
+        with torch.cuda.stream(capture_stream):
+            if torch.cuda.is_current_stream_capturing():  # fn raised before the capture was ended
+                try:
+                    g.capture_end()
+                except Exception:
+                    pass  # ended; an invalidated capture has nothing to keep
+    try:
+        x = torch.zeros(1, device=device)
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        heal = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(heal, stream=side):
+            x.add_(1)
+        torch.cuda.synchronize(device)
+    except Exception:
+        pass  # a context broken beyond this (a sticky error) fails the next call on its own
+    torch.cuda.set_stream(before)
 
 
 def replay_matches(g: torch.cuda.CUDAGraph, output: torch.Tensor, device: torch.device) -> str | None:

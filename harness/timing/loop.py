@@ -8,19 +8,22 @@ import contextlib
 import math
 import statistics
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Generator
 
 import torch
 
-from harness.timing.clocks import SUSTAIN_CHUNK_S, SUSTAIN_PAD, RegimeSampler, nvml_reader
+from harness.timing.clocks import RegimeSampler, nvml_reader
 from harness.timing.cold_l2 import L2Flusher, cold_l2_label, select_flush
 from harness.timing.device import cycles_per_us, EventSampler, short_reason, sm_clock_mhz
 from harness.timing.graphs import GraphDecision, capture_graph, replay_matches
-from harness.timing.interleave import SAMPLING_INTERLEAVED, SAMPLING_SEQUENTIAL, sample_rounds
+from harness.timing.interleave import (SAMPLING_INTERLEAVED, SAMPLING_SEQUENTIAL, Candidate, sample_rounds,
+                                       stop_sentence)
 from harness.timing.energy import energy_meter, loop_energy, measure_energy
 from harness.timing.options import TimingOptions
 from harness.timing.stats import summarize
 from harness.timing.stopping import STOP_TIME, ask, criterion_for
+from harness.timing.sustained import QUEUE_AHEAD_S, SustainedSampler
 
 
 def calls_per_sample(est_call_us: float, opts: TimingOptions) -> int:
@@ -80,18 +83,31 @@ def time_callable(
                                     output), opts)
 
 
+@dataclass(frozen=True)
+class Sampled:
+    """What the sampling loop hands back to a timing run: the samples (seconds), why they stopped
+    and the seconds they took; in rounds also the case's complete rounds, after how many samples
+    the candidate's own rule was met (None: the case stopped it first) and why the case stopped."""
+
+    samples: list[float]
+    reason: str
+    elapsed: float
+    rounds: int | None = None
+    met_after: int | None = None
+    case_stop: str = ""
+
+
 # A timing run as a generator: it sets up (warm-up, graph capture, the regime's warm-up), yields
-# its ``take`` and host-bound test, receives the sampling loop's (samples, reason, elapsed) and
-# returns the row's timing record. ``time_callable`` drives one alone (``_loop``);
-# ``time_interleaved`` drives several in rounds (harness/timing/interleave.py).
-Take = Callable[[], "float | None"]
-TimingRun = Generator[tuple[Take, "Callable[[], bool] | None"], tuple[list[float], str, float], dict[str, Any]]
+# its ``Candidate`` (timed take, host-bound test, hot warm-up), receives the sampling loop's
+# ``Sampled`` and returns the row's timing record. ``time_callable`` drives one alone
+# (``_loop``); ``time_interleaved`` drives several in rounds (harness/timing/interleave.py).
+TimingRun = Generator[Candidate, Sampled, dict[str, Any]]
 
 
 def _run_alone(run: TimingRun, opts: TimingOptions) -> dict[str, Any]:
-    take, host_bound = next(run)
+    c = next(run)
     try:
-        run.send(_loop(take, opts, host_bound))
+        run.send(Sampled(*_loop(c.take, opts, c.host_bound, c.warm)))
     except StopIteration as done:
         return done.value
     raise RuntimeError("a timing run did not finish")  # a harness bug: the generator yields once
@@ -100,14 +116,16 @@ def _run_alone(run: TimingRun, opts: TimingOptions) -> dict[str, Any]:
 def time_interleaved(calls: dict[str, tuple[Callable[[], object], GraphDecision | None, torch.Tensor | None]],
                      device: torch.device, opts: TimingOptions) -> dict[str, dict[str, Any] | BaseException]:
     """Time several calls of one case in interleaved rounds (A B C A B C ...): each is set up as
-    ``time_callable`` sets it up (warm-up, calls per sample, graph), then sampled once per round
-    until every one's stopping rule is met; each record says ``sampling: interleaved``. A call
-    whose setup or sampling raises gets its exception instead of a record; the others go on."""
+    ``time_callable`` sets it up (warm-up, calls per sample, graph), then sampled once per round,
+    its hot warm-up right before each of its samples, in complete rounds until every one's
+    stopping rule is met or the case's overtime budget is spent (``sample_rounds``); each record
+    says ``sampling: interleaved`` and the case's ``rounds``. A call whose setup or sampling
+    raises gets its exception instead of a record; the others go on."""
     opts.validate()
     ctx = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
     with ctx:
         runs: dict[str, TimingRun] = {}
-        takes: dict[str, tuple[Take, Callable[[], bool] | None]] = {}
+        takes: dict[str, Candidate] = {}
         out: dict[str, dict[str, Any] | BaseException] = {}
         for name, (fn, graph, output) in calls.items():
             run = (_cpu_run(fn, opts, SAMPLING_INTERLEAVED) if device.type != "cuda" else
@@ -125,7 +143,8 @@ def time_interleaved(calls: dict[str, tuple[Callable[[], object], GraphDecision 
                 out[name] = rounds.errors[name]
                 continue
             try:
-                run.send((rounds.samples[name], rounds.reasons[name], rounds.elapsed[name]))
+                run.send(Sampled(rounds.samples[name], rounds.reasons[name], rounds.elapsed[name], rounds.rounds,
+                                 rounds.met_after.get(name), rounds.stop))
             except StopIteration as done:
                 out[name] = done.value
             except Exception as e:
@@ -133,13 +152,49 @@ def time_interleaved(calls: dict[str, tuple[Callable[[], object], GraphDecision 
         return {name: out[name] for name in calls}
 
 
-def _loop(take: Callable[[], float | None], opts: TimingOptions,
-          host_bound: Callable[[], bool] | None = None) -> tuple[list[float], str, float]:
+def time_sustained_group(calls: dict[str, tuple[Callable[[], object], GraphDecision | None, torch.Tensor | None]],
+                         device: torch.device, opts: TimingOptions) -> dict[str, dict[str, Any] | BaseException]:
+    """The sustained regime's way to time a case's calls together (harness/timing/sustained.py):
+    each set up first, then each settled and sampled in turn on one queue that never runs dry,
+    so the GPU stays under load from one call to the next. Not rounds: each call's samples must
+    be taken in the state its own continuous loop settles in. Records say ``sampling: sequential``."""
+    opts.validate()
+    with torch.cuda.device(device):
+        runs: dict[str, TimingRun] = {}
+        takes: dict[str, Candidate] = {}
+        out: dict[str, dict[str, Any] | BaseException] = {}
+        for name, (fn, graph, output) in calls.items():
+            run = _cuda_run(fn, device, opts, graph or GraphDecision(False, "no graph decision given"), output,
+                            settle_now=False)
+            try:
+                takes[name] = next(run)
+                runs[name] = run
+            except Exception as e:  # this call's setup failed: its cell's error, not the others'
+                out[name] = e
+        for name, run in runs.items():
+            c = takes[name]
+            try:
+                if isinstance(c.take, SustainedSampler):
+                    c.take.run_settle()
+                run.send(Sampled(*_loop(c.take, opts, c.host_bound, c.warm)))
+            except StopIteration as done:
+                out[name] = done.value
+            except Exception as e:
+                out[name] = e
+        return {name: out[name] for name in calls}
+
+
+def _loop(take: Callable[[], float | None], opts: TimingOptions, host_bound: Callable[[], bool] | None = None,
+          warm: Callable[[], object] | None = None) -> tuple[list[float], str, float]:
+    """Sample one call alone until the criterion says stop; ``warm`` (the hot warm-up) runs right
+    before every take, as in rounds, so hot means the same in both orders."""
     criterion = criterion_for(opts)
     samples: list[float] = []
     sorted_s: list[float] = []
     start = time.perf_counter()
     while True:
+        if warm is not None:
+            warm()
         x = take()
         if x is None:  # sample rejected (launch not hidden yet); the clock keeps running
             if time.perf_counter() - start > opts.max_time_s and samples:
@@ -153,14 +208,17 @@ def _loop(take: Callable[[], float | None], opts: TimingOptions,
             return samples, reason, elapsed
 
 
-def _finish(samples_s: list[float], reason: str, elapsed: float, opts: TimingOptions) -> dict[str, Any]:
-    us = [x * 1e6 for x in samples_s]
+def _finish(got: Sampled, opts: TimingOptions) -> dict[str, Any]:
+    us = [x * 1e6 for x in got.samples]
     out = summarize(us, opts.confidence)
     out["stop_criterion"] = opts.stop_criterion
-    out["stop_reason"] = reason
-    out["stop"] = criterion_for(opts).describe(reason, out)
+    out["stop_reason"] = got.reason
+    out["stop"] = criterion_for(opts).describe(got.reason, out)
+    if got.rounds is not None:  # in rounds: the case, not only the row's own rule, set the count
+        out["stop"] = stop_sentence(got.reason, got.met_after, got.rounds, got.case_stop, out, opts) or out["stop"]
+    out["rounds"] = got.rounds
     out["target_rel_noise"] = opts.target_rel_noise
-    out["sampling_s"] = elapsed
+    out["sampling_s"] = got.elapsed
     if opts.keep_raw:
         out["raw_us"] = us
     return out
@@ -177,13 +235,14 @@ def _cpu_run(fn: Callable[[], object], opts: TimingOptions, sampling: str = SAMP
         fn()
         return clock() - t0
 
-    samples, reason, elapsed = yield take, None
-    out = _finish(samples, reason, elapsed, opts)
+    got = yield Candidate(take)  # no hot warm-up on the CPU: its caches are not what a row states
+    out = _finish(got, opts)
     out["sampling"] = sampling
     out.update(
         method="process_time" if opts.cpu_clock == "process" else "wall_clock",
         mode=opts.mode,
         l2="n/a on CPU",
+        warm_calls=0,
         cuda_graph={"used": False, "reason": "n/a on CPU"},
         calls_per_sample=1,
         sm_clock_mhz=None,
@@ -195,7 +254,7 @@ def _cpu_run(fn: Callable[[], object], opts: TimingOptions, sampling: str = SAMP
 
 
 def _cuda_run(fn: Callable[[], object], device: torch.device, opts: TimingOptions, decision: GraphDecision,
-              output: torch.Tensor | None, sampling: str = SAMPLING_SEQUENTIAL) -> TimingRun:
+              output: torch.Tensor | None, sampling: str = SAMPLING_SEQUENTIAL, settle_now: bool = True) -> TimingRun:
     cold = opts.mode == "cold"
     sampler = EventSampler(device)
     for _ in range(opts.warmup):
@@ -258,33 +317,43 @@ def _cuda_run(fn: Callable[[], object], device: torch.device, opts: TimingOption
     clocks: list[float] = []
     max_hold = int(opts.max_hold_ms * 1e3 * cyc_per_us)
 
-    count = {"works": 0, "busy_s": 0.0}
-    # The clock regime (harness/timing/clocks.py): sustained warms the GPU to its power steady
-    # state with the timed work itself and queues more of it before every sample; burst reads
-    # the clock after every sample and discards throttled ones.
+    count = {"works": 0, "busy_s": 0.0, "warm": 0}
+    # The clock regime (harness/timing/clocks.py): burst reads the clock after every sample and
+    # discards throttled ones; sustained samples on a queue kept full, once the GPU has settled
+    # (harness/timing/sustained.py).
     reader, why_no_reader = nvml_reader(device)
     regime = RegimeSampler(opts.clock_regime, reader, why_no_reader, threshold=opts.throttle_threshold,
                            recovery_s=opts.throttle_recovery_s, max_time_s=opts.max_time_s, device_key=str(device))
-    pad_works = max(1, round(SUSTAIN_PAD))
-
-    def pad() -> None:
-        for _ in range(pad_works):
-            work()
-
-    def run_chunk() -> None:
-        for _ in range(max(1, math.ceil(SUSTAIN_CHUNK_S / max(min(estimates) * k, 1e-6)))):
-            work()
-        torch.cuda.synchronize(device)
-
-    regime.warm(run_chunk)
+    sustained = (SustainedSampler(device, work, k, min(estimates) * k, reader, opts.max_time_s,
+                                  flusher.flush if flusher else None) if opts.clock_regime == "sustained" else None)
+    if sustained is not None and settle_now:
+        sustained.run_settle()
     started: list[float] = []  # the first sample's start: interleaved runs are set up long before
+
+    # Before every timed sample (the sampling loop runs it, in rounds and alone alike) the GPU is
+    # put in the state a sequential sample finds it in, whatever candidate ran before: hot, one
+    # untimed copy of the sample's own work (the same graph replay or eager calls), so the L2's
+    # contents and replacement state, the TLBs and the instruction caches are what the previous
+    # sample of this row left; cold, one untimed call before the flush, which evicts the data but
+    # not the kernel's code. One call was not enough on an H100: interleaved hot rows stayed
+    # 1-5% slower than sequential, cold ones up to 3% (reports/h100/2026-12-06, first loan).
+    warm_samples = opts.warm_samples
+    warm_calls = (1 if cold else k) * warm_samples
+
+    def warm() -> None:
+        for _ in range(warm_samples):
+            if cold:
+                fn()
+            else:
+                work()
+        count["warm"] += warm_calls
 
     def take() -> float | None:
         if not started:
             started.append(time.perf_counter())
-        gpu_s, hidden, mhz, host_s = sampler.sample(work, state["hold"], flusher, pad if regime.pads else None)
-        count["works"] += 1 + (pad_works if regime.pads else 0)
-        count["busy_s"] += gpu_s * (1 + (pad_works if regime.pads else 0))
+        gpu_s, hidden, mhz, host_s = sampler.sample(work, state["hold"], flusher)
+        count["works"] += 1
+        count["busy_s"] += gpu_s
         if mhz:
             clocks.append(mhz)
         if not regime.after_sample(time.perf_counter() - started[0]):
@@ -311,15 +380,24 @@ def _cuda_run(fn: Callable[[], object], device: torch.device, opts: TimingOption
     # Host-bound so far: eager work whose launches were mostly not hidden (compare's class for
     # such rows, hidden_frac < 0.5). A graph replay never is: its stopping rule is the plain one.
     host_bound = None if graph_info["used"] else (lambda: state["unhidden"] > state["hidden"])
-    samples, reason, elapsed = yield take, host_bound
+    if sustained is not None:  # a full queue of the call's own work: no hold, no host-bound class, no warm-up
+        got = yield Candidate(sustained, None, None)
+        sustained.leave()
+        count["works"] += len(got.samples)
+        count["busy_s"] += sum(got.samples) * k
+    else:
+        got = yield Candidate(take, host_bound, warm if warm_calls else None)
+    samples = got.samples
     loop_e = None
     if read is not None:
         torch.cuda.synchronize(device)
         e1, span = read(), time.perf_counter() - t0
-        if span >= opts.energy_window_s:
-            loop_e = loop_energy(e0, e1, span, count["works"] * k, count["busy_s"], source)
+        if span >= opts.energy_window_s:  # the warm-up calls ran inside the span too: counted as calls
+            call_s = statistics.median(samples) if samples else 0.0
+            loop_e = loop_energy(e0, e1, span, count["works"] * k + count["warm"],
+                                 count["busy_s"] + count["warm"] * call_s, source)
     clock_after = sm_clock_mhz(device)
-    out = _finish(samples, reason, elapsed, opts)
+    out = _finish(got, opts)
     n_hold = state["hidden"] + state["unhidden"]
     q = max(1, len(clocks) // 4)
     during_first = statistics.median(clocks[:q]) if clocks else None
@@ -333,6 +411,7 @@ def _cuda_run(fn: Callable[[], object], device: torch.device, opts: TimingOption
         method="cuda_event",
         mode=opts.mode,
         l2=flusher.describe() if flusher else "hot (not flushed)",
+        warm_calls=warm_calls,
         cuda_graph=graph_info,
         calls_per_sample=k,
         launch={
@@ -352,9 +431,17 @@ def _cuda_run(fn: Callable[[], object], device: torch.device, opts: TimingOption
         options=opts.model_dump(),
         contains=time_contents("cuda", graph_info["used"], state["hidden"] / n_hold if n_hold else None, k),
         clock_regime=opts.clock_regime,
-        clocks=regime.finish(len(samples), opts.min_samples, elapsed),
+        clocks=regime.finish(len(samples), opts.min_samples, got.elapsed),
         sampling=sampling,
     )
+    if sustained is not None:
+        out["clocks"] = sustained.record(out["clocks"], got.elapsed)
+        out["settled_sm_clock_mhz"] = sustained.settled_sm_clock_mhz
+        # hidden: the share of samples the queue ahead covered (the rest began on an idle GPU)
+        hidden_frac = 1.0 - sustained.gaps / sustained.enqueued if sustained.enqueued else None
+        out["launch"].update(hidden_frac=hidden_frac, hold_us=0.0,
+                             note=f"no hold: {QUEUE_AHEAD_S * 1e3:g} ms of work queued ahead of every sample")
+        out["contains"] = time_contents("cuda", graph_info["used"], hidden_frac, k)
     if flusher is not None:
         if flusher.count < len(samples):
             raise RuntimeError(f"cold mode: {flusher.count} flushes for {len(samples)} samples")

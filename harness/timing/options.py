@@ -33,6 +33,7 @@ _MESSAGES = {
     "throttle_threshold": "throttle threshold {}: expected a fraction of the maximum SM clock in (0, 1], e.g. 0.75",
     "throttle_recovery_s": "throttle recovery delay {}: must be 0 or positive seconds",
     "sampling": "sampling {!r}: expected auto, interleaved or sequential",
+    "warm_samples": "warm-up samples {}: must be 0 or more",
 }
 
 
@@ -64,7 +65,13 @@ class TimingOptions(BaseModel):
     # samples with CI half-widths of 0.02-0.3%, 3-50x inside the 1% target; their 10 samples were
     # 57% of the run's cell time. None: min_samples for every call.
     long_call_ms: Annotated[float | None, Field(gt=0)] = 20.0
-    mode: Literal["hot", "cold"] = "hot"  # "hot" (L2 as the previous call left it) or "cold" (flushed per sample)
+    mode: Literal["hot", "cold"] = "hot"  # "hot" (L2 holds the call's own data) or "cold" (flushed per sample)
+    # On a GPU: untimed warm-ups right before every timed sample, so the sample finds the GPU as
+    # its own previous sample left it whatever ran before it (in interleaved rounds, another
+    # candidate): hot, this many untimed copies of the sample's work; cold, this many calls before
+    # the flush. 0: none (before issue 44: small decode rows 4-10% slower interleaved than
+    # sequential on an H100). docs/measurement.md, "Hot means hot".
+    warm_samples: Annotated[int, Field(ge=0)] = 1
     cuda_graph: bool = True  # use CUDA graphs where the backend allows them
     confidence: Annotated[float, Field(gt=0, lt=1)] = 0.95
     min_sample_us: float = 200.0  # hot mode batches calls per sample until a sample lasts this long

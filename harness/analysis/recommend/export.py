@@ -75,8 +75,8 @@ def vllm_export(rec: Recommendation) -> dict[str, Any]:
             choice = next((c for c in res.ranked if (vllm_setting(c) or {}).get("exact")), None)
         s = vllm_setting(choice) if choice else None
         if s is not None and choice.name_override:
-            s = {**s, "note": "with vLLM's own per-batch cascade rule, which only releases before 0.33.0 have and, since vLLM "
-                      "PR #36318 (2026-03-07), only with `--no-disable-cascade-attn`"}
+            s = {**s, "note": "with vLLM's own per-batch cascade rule, which since vLLM PR #36318 (2026-03-07) "
+                      "applies only with `--no-disable-cascade-attn`"}
         entry = {"bucket": res.bucket.label, "measured_winner": w.name,
                  "vllm": s, "runs": choice.name if choice else None,
                  "cost_vs_winner": (None if choice is None or choice is w or same_times(choice, w, res.cases)

@@ -23,6 +23,7 @@ class Inputs:
     capability: str | None
     notes: list[str] = field(default_factory=list)
     call_form: str = "vllm"  # which call form the verdicts rank (harness/analysis/callform_gap.py)
+    cpu: bool = False  # run.json says the rows were timed on the CPU (``gpu`` is then the CPU's name)
 
 
 def load_inputs(paths: Sequence[str | Path], call_form: str = "vllm") -> Inputs:
@@ -49,6 +50,7 @@ def inputs_of(rows: list[ResultRow], headers: Sequence[tuple[str, dict[str, Any]
     gpus: dict[str, list[str]] = defaultdict(list)
     caps: set[str] = set()
     notes: list[str] = []
+    cpu = False
     try:
         use_headers(headers)  # the engine rules read these runs' recorded backend facts
     except ValueError as e:
@@ -62,6 +64,7 @@ def inputs_of(rows: list[ResultRow], headers: Sequence[tuple[str, dict[str, Any]
             notes.append(f"{src}: no run.json device; assumed to be the same GPU as the others")
         if dev.get("capability"):
             caps.add(str(dev["capability"]))
+        cpu = cpu or dev.get("type") == "cpu"
     if len(gpus) > 1:
         detail = "; ".join(f"{g}: {', '.join(srcs)}" for g, srcs in sorted(gpus.items()))
         raise RecommendError(f"results come from different GPUs ({detail}); recommend ranks one GPU at a time")
@@ -79,4 +82,4 @@ def inputs_of(rows: list[ResultRow], headers: Sequence[tuple[str, dict[str, Any]
     if rows and not (rows := only_call_form(rows, call_form)):
         raise RecommendError(f"--call-form {call_form}: no result rows of that call form")
     return Inputs(rows, [src for src, _ in headers], next(iter(gpus), "unknown"),
-                  next(iter(caps)) if len(caps) == 1 else None, notes, call_form)
+                  next(iter(caps)) if len(caps) == 1 else None, notes, call_form, cpu)

@@ -75,6 +75,8 @@ def defaults_summary(rec: Recommendation) -> dict[str, Any]:
 
 
 def defaults_table(rec: Recommendation) -> str:
+    if not rec.defaults and rec.inputs.cpu:
+        return "A CPU run: vLLM's default choice is a GPU rule and is not evaluated.\n"
     if not rec.defaults:
         where = "no run.json device" if rec.inputs.gpu == "unknown" else f"none for {rec.inputs.gpu}"
         return f"GPU capability unknown ({where}): vLLM's default cannot be evaluated.\n"
@@ -143,9 +145,11 @@ def coverage_text(rec: Recommendation) -> str:
 
 def to_markdown(rec: Recommendation, command: str = "") -> str:
     inp = rec.inputs
+    device = (f"CPU run ({inp.gpu}): no GPU was measured, so nothing here speaks for a GPU" if inp.cpu else
+              f"GPU: {inp.gpu} (capability {inp.capability or 'unknown'})")
     parts = [
         "# Measured backend recommendation", "",
-        f"GPU: {inp.gpu} (capability {inp.capability or 'unknown'}); {len(inp.rows)} rows from "
+        f"{device}; {len(inp.rows)} rows from "
         f"{len(inp.sources)} result(s). Tie band {rec.tie * 100:g}%.", "",
     ]
     if command:
@@ -163,8 +167,8 @@ def to_markdown(rec: Recommendation, command: str = "") -> str:
         defaults_table(rec),
         "## One setting for a whole deployment (vLLM)", "",
         "Each setting vLLM can express exactly, against the per-bucket winner, over the buckets where it was "
-        "measured (plain attention: what vLLM runs by default; releases before 0.33.0 add their cascade rule on "
-        "shared-prefix batches only with `--no-disable-cascade-attn` since vLLM PR #36318, 2026-03-07).", "",
+        "measured (plain attention: what vLLM runs by default; its cascade rule applies on shared-prefix batches "
+        "only with `--no-disable-cascade-attn` since vLLM PR #36318, 2026-03-07).", "",
         _single_table(rec), "", "What vLLM cannot express:", "",
         *[f"- {t}" for t in VLLM_NOT_EXPRESSIBLE], "",
         "## Cascade decision rule", "",

@@ -20,17 +20,18 @@ from harness.analysis.selection_rules import VllmChoice, vllm_default
 CASCADE_FACT = ("cascade attention: vLLM releases up to early 2026 applied a per-batch rule by default "
                 "(`--disable-cascade-attn` turned it off, vLLM PR #15243, 2025-03); since vLLM PR #36318 (merged "
                 "2026-03-07) it is off by default (`disable_cascade_attn` defaults to True) and "
-                "`--no-disable-cascade-attn` opts in, the rule still deciding per batch; vLLM 0.33.0 removed it "
-                "(the flag is a no-op)")
-FA_VERSION_FACT = ("FlashAttention version: `--attention-config '{\"flash_attn_version\": N}'` (vLLM >= 0.14); "
-                   "earlier releases read `VLLM_FLASH_ATTN_VERSION`, which takes 2 or 3 only (fa_utils asserts it): "
+                "`--no-disable-cascade-attn` opts in, the rule still deciding per batch")
+FA_VERSION_FACT = ("FlashAttention version: `--attention-config '{\"flash_attn_version\": N}'` (from vLLM PR #26315, "
+                   "2025-10); earlier releases read `VLLM_FLASH_ATTN_VERSION`, which takes 2 or 3 only (fa_utils asserts it): "
                    "FA4 has no environment-variable form")
-BACKEND_FLAG_FACT = ("backend: `--attention-backend FLASH_ATTN|FLASHINFER|FLEX_ATTENTION` (vLLM >= 0.14, where the "
-                     "VLLM_ATTENTION_BACKEND variable was deprecated in its favour; earlier releases read the variable)")
+BACKEND_FLAG_FACT = ("backend: `--attention-backend FLASH_ATTN|FLASHINFER|FLEX_ATTENTION` (from vLLM PR #26315, 2025-10, "
+                     "which deprecated the VLLM_ATTENTION_BACKEND variable; vLLM PR #30564, 2025-12-12, dropped it from "
+                     "the docs; releases up to 0.14.x still read it with a deprecation warning, vLLM PR #32812, "
+                     "2026-01-21, removed it; earlier releases read only the variable)")
 VLLM_FACTS = (BACKEND_FLAG_FACT, FA_VERSION_FACT, CASCADE_FACT)
 VLLM_NOT_EXPRESSIBLE = [
     "One attention backend per process: vLLM's selector picks it once per layer configuration at start-up "
-    "(`--attention-backend`, vLLM >= 0.14; `VLLM_ATTENTION_BACKEND` before). It cannot switch backend "
+    "(`--attention-backend` from vLLM PR #26315; `VLLM_ATTENTION_BACKEND` before). It cannot switch backend "
     "per batch (decode vs prefill, batch size, context length), so a per-bucket policy only applies as "
     "one setting per deployment: see the single-setting line.",
     FA_VERSION_FACT[0].upper() + FA_VERSION_FACT[1:] + ".",
@@ -71,7 +72,7 @@ def vllm_setting(c: Candidate) -> dict[str, Any] | None:
     v = int(v) if v is not None else None
     exact = all(str(c.variant.get(k, want)) == str(want) for k, want in fixed.items())
     cli = f"--attention-backend {vllm_name}" + (f" --attention-config '{{\"flash_attn_version\": {v}}}'" if v else "")
-    # The environment form is for releases before --attention-config (vLLM < 0.14); their
+    # The environment form is for releases before --attention-config (vLLM PR #26315); their
     # VLLM_FLASH_ATTN_VERSION takes 2 or 3, and none of them has FA4: FA4 has no such form.
     env = {} if v is not None and v not in (2, 3) else {
         "VLLM_ATTENTION_BACKEND": vllm_name, **({"VLLM_FLASH_ATTN_VERSION": str(v)} if v else {})}
@@ -112,8 +113,8 @@ def _cascade_for(res: BucketResult, backend: str, want: dict[str, Any]) -> Candi
 
 def _vllm_pick(choice: VllmChoice, res: BucketResult, cascade_opt_in: bool = False) -> Candidate | None:
     """The candidate that runs what vLLM would run: the plain backend (cascade attention is off
-    by default since vLLM PR #36318, 2026-03-07, and gone in 0.33.0). With ``cascade_opt_in``
-    (``--no-disable-cascade-attn`` on a release that still has cascade) vLLM applies its cascade
+    by default since vLLM PR #36318, 2026-03-07). With ``cascade_opt_in``
+    (``--no-disable-cascade-attn``) vLLM applies its cascade
     rule per batch on shared prefixes: then the pick is, case by case, the cascade row where
     that rule says cascade and the plain row elsewhere."""
     for backend, want in harness_candidates(choice):

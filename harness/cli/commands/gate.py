@@ -6,6 +6,7 @@ regression.
     harness gate --results results/decode-x --baseline ci/baselines/h200-decode   # speed + correctness
     harness gate --update-baseline                     # rewrite the baseline from a fresh run
     harness gate --device cuda --baseline B --remeasure 2   # GPU: rows found slower are re-run twice
+    harness gate --results NEW --baseline ci/baselines/RUNS --confirm 2   # a folder of runs; fresh re-runs
 
 The default suite and baseline are ``ci/smoke.yaml`` and ``ci/baselines/cpu-smoke`` under the
 current directory (a project's root); ``--suite`` / ``--baseline`` name others.
@@ -77,19 +78,33 @@ def run_args(args: argparse.Namespace, cases: list[str] | None = None) -> list[s
 def baseline_regime(baseline: Path) -> str | None:
     """The clock regime the baseline's run.json records (GPU runs), so the gate's run is timed
     in the same one (compare refuses two regimes)."""
+    from harness.analysis.compare_runs import run_folders
     from harness.records.results import read_header
 
     try:
-        regime = read_header(baseline).get("clock_regime") if Path(baseline).is_dir() else None
+        try:
+            first = run_folders(baseline)[0]  # a folder of runs: the runs share one regime
+        except FileNotFoundError:
+            first = Path(baseline)
+        regime = read_header(first).get("clock_regime") if Path(first).is_dir() else None
     except (OSError, ValueError):
         return None
     return regime if regime in ("burst", "sustained") else None
 
 
+def _several_runs(baseline: Path) -> bool:
+    """Whether ``baseline`` is a folder of runs' results folders (docs/ci.md), not one run."""
+    from harness.records.results import results_file
+
+    return (baseline.is_dir() and not results_file(baseline).exists()
+            and any(d.is_dir() and results_file(d).exists() for d in baseline.iterdir()))
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--suite", type=Path, default=DEFAULT_SUITE, help="suite to run (default ./ci/smoke.yaml)")
     p.add_argument("--baseline", type=Path, default=DEFAULT_BASELINE,
-                   help="baseline results folder (default ./ci/baselines/cpu-smoke)")
+                   help="baseline results folder, or a folder of several runs' results folders (each row is then "
+                        "judged against its spread over them; docs/ci.md) (default ./ci/baselines/cpu-smoke)")
     p.add_argument("--results", type=Path, help="compare these results instead of running the suite")
     p.add_argument("--out", type=Path, help="keep the new results here (default: a temporary folder)")
     p.add_argument("--device", default="cpu", help="device for the run (default cpu)")
@@ -109,6 +124,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--remeasure", type=int, default=2, metavar="N",
                    help="re-run the cells of rows found slower N times; a slowdown stands only if every "
                         "re-measurement confirms it (default 2; 0: off; only when the gate ran the suite)")
+    p.add_argument("--confirm", type=int, default=0, metavar="N",
+                   help="as harness compare --confirm: re-run each row still failing on speed N times in fresh "
+                        "processes; it fails only if slower again in a majority (default 0: off)")
     p.add_argument("--correctness-only", action="store_true", help="statuses and missing rows only (CPU CI)")
     p.add_argument("--threshold", default="5%",
                    help="speed threshold (default 5%%); also beyond the noise band and non-overlapping CIs")
@@ -148,7 +166,8 @@ def main(argv: list[str] | None = None, prog: str = "harness gate", **defaults: 
 
 def gate(args: argparse.Namespace) -> int:
     from harness.analysis.ci_output import annotations, benchmark_entries, junit_xml
-    from harness.analysis.compare import compare_paths, confirm_slowdowns, parse_threshold, to_markdown
+    from harness.analysis.compare import compare_paths, parse_threshold, to_markdown
+    from harness.analysis.compare_confirm import confirm_by_rerun, confirm_slowdowns
     from harness.records.results import read_rows
 
     if not args.results and not args.suite.is_file():
@@ -156,6 +175,12 @@ def gate(args: argparse.Namespace) -> int:
         return 2
     if not args.update_baseline and not args.baseline.exists():  # before a run of minutes, not after it
         print(f"gate: error: no baseline at {args.baseline} (create one with --update-baseline)", file=sys.stderr)
+        return 2
+    if args.update_baseline and _several_runs(args.baseline):
+        # A baseline of several runs (docs/ci.md): rewriting it as one run would drop them.
+        print(f"gate: error: {args.baseline} is a baseline of several runs; add or replace one of its run "
+              f"folders (harness run ... --out {args.baseline}/run-N) instead of --update-baseline",
+              file=sys.stderr)
         return 2
     tmp = None
     try:
@@ -202,6 +227,7 @@ def gate(args: argparse.Namespace) -> int:
                                                                          else "") + f" ({i + 1}/{args.remeasure})",
                       file=sys.stderr)
             confirm_slowdowns(comp, again)
+        confirm_by_rerun(comp, new, args.confirm, log=lambda m: print(f"gate: {m}", file=sys.stderr))
         md = to_markdown(comp, str(args.baseline), str(new))
         print(md, end="")
         if args.markdown:

@@ -35,6 +35,10 @@ def run(args: argparse.Namespace) -> int:
 
         gap = gap_markdown(load_inputs(args.results, "any").rows, tie)  # both forms, whatever --call-form ranks
         md += ("\n" + gap) if gap else ""
+        from harness.analysis.spec_decode import spec_markdown  # graph-modes rows only (docs/spec_decode.md)
+
+        spec = spec_markdown(load_inputs(args.results, "any").rows)
+        md += ("\n" + spec) if spec else ""
         if args.engine:  # the per-model engine settings lead (harness/analysis/per_model.py)
             from harness.analysis.per_model import engine_markdown, write_engine_outputs
 

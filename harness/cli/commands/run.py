@@ -59,6 +59,8 @@ def start(flags: RunFlags, argv: list[str], reporter: Reporter | None = None,
     prestarted = prestart_workers(flags)
     try:
         plan = flags.resolve(pick_backends)  # the one place the flags become the run's options
+        for note in clock_regime_notes(argv, flags.clock_regime, plan.run.device.type):
+            err_console().print(f"note: {escape(note)}", highlight=False, soft_wrap=True)
         if reporter is None:
             from harness.cli.reporter import ConsoleReporter
 
@@ -82,6 +84,17 @@ def prestart_workers(flags: RunFlags) -> list:
     from harness.execute.worker.boot import prestart
 
     return prestart(len([d for d in (flags.devices or "").split(",") if d.strip()]) or 1)
+
+
+def clock_regime_notes(argv: list[str], given: str | None, device_type: str) -> list[str]:
+    """What the command line's ``--clock-regime`` does not do: a repeated flag keeps its last
+    value; a CPU run has no GPU clock to hold in a state."""
+    n = sum(a == "--clock-regime" or a.startswith("--clock-regime=") for a in argv)
+    out = [f"--clock-regime given {n} times: the last one, {given}, is used"] if n > 1 else []
+    if given and device_type != "cuda":
+        out.append(f"--clock-regime {given}: a GPU clock state; this {device_type} run has no GPU clock, so it "
+                   "changes nothing")
+    return out
 
 
 def pick_backends(suite: Any, names: str | None, variant_filters: dict[str, dict[str, list[str]]]) -> list:

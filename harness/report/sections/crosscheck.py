@@ -68,7 +68,8 @@ def crosscheck(df: pd.DataFrame) -> list[Block]:
         out.append(Text(
             f"{src}: {len(rows)} row(s) re-timed by {', '.join(data.get('timers') or []) or 'no timer'}; "
             f"{len(flagged)} flagged (more than {tol:.0%} from the outside timers' median and outside their "
-            f"spread); {len(data.get('not_retimed') or [])} not re-timed.",
+            f"spread); {sum(r.get('state') == 'states differ' for r in rows)} in states that differ (no outside timer "
+            f"at the row's SM clock within 3%); {len(data.get('not_retimed') or [])} not re-timed.",
             cls="warn" if flagged else "ok"))
         timers = list(data.get("timers") or [])
         if data.get("complete") is False:
@@ -85,11 +86,14 @@ def crosscheck(df: pd.DataFrame) -> list[Block]:
             "harness / outside": f"{r.get('ratio', float('nan')):.3f}",
             "SM MHz": _clock(r),
             "verdict": ("FLAGGED: " + str(r.get("reason", ""))) if r.get("flagged") else
-                       ("noisy, not flagged (CPU wall clock): " + str(r.get("reason", ""))) if r.get("noisy") else "ok",
+                       ("noisy, not flagged (CPU wall clock): " + str(r.get("reason", ""))) if r.get("noisy") else
+                       # no outside timer ran at the row's clock (within 3%): no verdict either way
+                       ("states differ: " + str(r.get("reason", ""))) if r.get("state") == "states differ" else "ok",
         } for r in rows])
         if not table.empty:
             classes = pd.DataFrame("", index=table.index, columns=table.columns)
-            classes["verdict"] = ["warn" if r.get("flagged") else "good" for r in rows]
+            classes["verdict"] = ["warn" if r.get("flagged") else "" if r.get("state") == "states differ" else "good"
+                                  for r in rows]
             out.append(Table(table, classes=classes, wrap=("verdict",), title="Re-timed rows"))
         skipped = pd.DataFrame([{"row": r.get("row"), "case": r.get("case"),
                                  "backend": f"{r.get('backend')} [{r.get('variant')}]", "why not": r.get("reason")}

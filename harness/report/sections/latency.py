@@ -22,6 +22,15 @@ def _lines(ax, cells: pd.DataFrame, x: str, colors: dict[str, str], marks: dict[
             ax.fill_between(s[x], s["ci_lo"], s["ci_hi"], color=colors[lab], alpha=0.15, linewidth=0)
 
 
+def _has_figure(g: pd.DataFrame) -> bool:
+    """Whether ``_figure`` draws one for this group (a curve over context or over batch size)."""
+    if g["case"].nunique() < 3:
+        return False  # two points are a ratio, not a curve: the verdict table has them
+    cells = merged_cells(g, ["suite", "case", "n_req", "ctx_mean"])
+    per_batch = cells.groupby("n_req")["ctx_mean"].nunique()
+    return bool((per_batch >= 2).any()) or cells["n_req"].nunique() >= 2
+
+
 def _figure(g: pd.DataFrame, title: str, colors: dict[str, str]) -> Figure | None:
     cells = merged_cells(g, ["suite", "case", "n_req", "ctx_mean"])
     marks = markers(list(colors))
@@ -65,23 +74,30 @@ def _figure(g: pd.DataFrame, title: str, colors: dict[str, str]) -> Figure | Non
                   caption=f"{hidden} more batch sizes in the table below." if hidden else "")
 
 
-@section("latency", "Latency", order=200, cost=10, looked_for="rows that passed with timing.median_us")
-def latency(df: pd.DataFrame) -> list[Block]:
+LATENCY_PARTS = 4  # its figures are the page's longest section: built in 4 pieces (core.section ``parts``)
+
+
+@section("latency", "Latency", order=200, cost=10, parts=LATENCY_PARTS,
+         looked_for="rows that passed with timing.median_us")
+def latency(df: pd.DataFrame, part: tuple[int, int] = (0, 1)) -> list[Block]:
+    """Part ``i`` of ``n``: the note (first part), a contiguous share of the figures, the table (last part)."""
+    i, n = part
     t = timed(df)
     if t.empty:
         return []
     colors = colors_of(df)
+    drawn = [gk for gk in groups_in_order(t) if _has_figure(t[t["group"] == gk])]
     out: list[Block] = []
-    for gk in groups_in_order(t):
+    if drawn and i == 0:
+        out.append(Text("One figure per model shape; one panel per batch size; shaded: 95% CI of the median.",
+                        cls="note"))
+    for gk in drawn[i * len(drawn) // n:(i + 1) * len(drawn) // n]:
         g = t[t["group"] == gk]
-        if g["case"].nunique() < 3:
-            continue  # two points are a ratio, not a curve: the verdict table has them
         f = _figure(g, group_title(g), colors)
         if f is not None:
             out.append(f)
-    if out:
-        out.insert(0, Text("One figure per model shape; one panel per batch size; shaded: 95% CI of the median.",
-                           cls="note"))
+    if i != n - 1:
+        return out
     methods = sorted({str(m) for m in col(t, "timing.method").dropna().unique()})
     tf = num(t, "metrics.tflops")
     tb = num(t, "metrics.tbps")

@@ -214,6 +214,10 @@ def print_verdict(rows: list[ResultRow], ids: dict[tuple[str, str], str], consol
     from harness.report.terminal.per_model import print_model_answers
 
     print_model_answers(rows, ids, console)  # the answer per model shape first, when cases name one
+    if rows and not any(r.timing is not None for r in rows):  # --no-time (a correctness-only gate): one line
+        console.print("Verdict per case group: none, no row was timed (--no-time checks correctness only)",
+                      highlight=False)
+        return
     lines = verdict_lines(rows, ids)
     if not lines:
         return

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import logging
 import os
 import re
 from functools import lru_cache
@@ -25,6 +26,8 @@ CONFIG_DIR = Path(__file__).with_name("configs")
 SOURCES = CONFIG_DIR / "SOURCES.md"
 ALLOW_DOWNLOAD_ENV = "HARNESS_ALLOW_DOWNLOAD"
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
+_log = logging.getLogger(__name__)
+_said: set[str] = set()  # repo IDs whose stand-in was already named in this process
 _ROW = re.compile(r"^\|\s*([\w.\-]+)\s*\|\s*([\w.\-]+/[\w.\-]+)\s*\|")
 
 
@@ -88,7 +91,8 @@ def _unknown(name: str) -> str:
     hint = f"closest built-in: {', '.join(close[:3])}; " if close else ""
     return (f"unknown model {name[:80]!r}: not a config.json path, not in the local Hugging Face cache, not a "
             f"built-in; {hint}built-in IDs: {', '.join(ids)}. Pass the path of its config.json (the file, or the "
-            f"folder that holds it), or allow a download with {ALLOW_DOWNLOAD_ENV}=1 (needs the [hub] extra)")
+            f"folder that holds it)" + ("" if _download_allowed() else
+                                        f", or allow a download with {ALLOW_DOWNLOAD_ENV}=1 (needs the [hub] extra)"))
 
 
 def hub_cache_dir() -> Path:
@@ -99,11 +103,21 @@ def hub_cache_dir() -> Path:
     return Path(home).expanduser() / "hub"
 
 
+def _download_allowed() -> bool:
+    return os.environ.get(ALLOW_DOWNLOAD_ENV, "") in ("1", "true", "yes")
+
+
 def _from_hub(repo: str) -> ModelAttention | None:
-    """The repo's config.json from the local cache, or downloaded when allowed; None otherwise."""
+    """The repo's config.json from the local cache, or downloaded when allowed; None otherwise.
+    ModelError when a download is allowed but huggingface_hub is missing (not a silent stand-in)."""
     try:
         import huggingface_hub as hub
     except ImportError:
+        if _download_allowed():
+            alias = builtin_for_repo(repo)
+            raise ModelError(f"model: {repo}: {ALLOW_DOWNLOAD_ENV} is set but huggingface_hub is not installed "
+                             "(pip install 'attn-harness[hub]')" + (
+                                 f"; or unset {ALLOW_DOWNLOAD_ENV} to use the built-in {alias}" if alias else "")) from None
         return None
     cache = hub_cache_dir()
     try:
@@ -112,7 +126,7 @@ def _from_hub(repo: str) -> ModelAttention | None:
         return None
     if isinstance(hit, str):
         return read_config(hit, model_id=repo)
-    if os.environ.get(ALLOW_DOWNLOAD_ENV, "") not in ("1", "true", "yes"):
+    if not _download_allowed():
         return None
     try:
         path = hub.hf_hub_download(repo, "config.json", cache_dir=cache)
@@ -140,6 +154,10 @@ def resolve(id_or_path: str, base_dir: Path | None = None) -> ModelAttention:
             return found
         alias = builtin_for_repo(name)
         if alias is not None:
+            if name not in _said:  # one line: the geometry is the built-in's, not a file the user has
+                _said.add(name)
+                _log.warning("model: %s is not in the local Hugging Face cache; the built-in %s stands for it "
+                             "(%s=1 with the [hub] extra downloads its config.json)", name, alias, ALLOW_DOWNLOAD_ENV)
             return builtin(alias)
     if name.endswith(".json") or name.startswith((".", "/", "~")):
         raise ModelError(f"model: {name[:200]}: no such config.json")

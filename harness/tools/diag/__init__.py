@@ -16,4 +16,6 @@ DIAGNOSTICS: dict[str, tuple[str, str]] = {
     "decode-minute": ("decode_minute", "the main job twice back to back: wall time, breakdowns, repeatability"),
     "clocks": ("clocks", "GPU: one decode call burst (after idle) vs sustained (after load), with SM clock, power, read cost"),
     "speed": ("speed", "a run's wall time and where it went; with two folders the speed-up and verdict agreement"),
+    "interleave": ("interleave", "GPU: interleaved vs sequential sampling, hot and cold L2, in fresh processes; "
+                                 "every row within 1%?"),
 }

@@ -19,6 +19,13 @@ every way the call can differ between the adapter (both call forms, through prep
   FlashInfer  the decode wrapper planned once: run(out=) (tensor cores), run() allocating its
        output, return_lse=True, CUDA-core decode; plan() alone (host work, not in the row).
 
+For FA3 and FA4 it then records the adapter's vllm-form call as it reaches the library and times
+it against the plain call one argument at a time (harness/tools/diag/callform_args.py): the vllm
+call with each argument that differs (query layout with cu_seqlens_q, page table, out=,
+return_lse, scheduler metadata, num_splits, ...) as the plain call has it, and pack_gqa forced
+either way; the argument whose reversal removes the most of the gap is named responsible when the
+gap is beyond the noise (their 95% CIs apart).
+
 Every line is timed by the harness's own timer (harness.timing.time_callable: CUDA-graph
 replays with events, the noise-based stopping rule), so a factor's line and a row of
 `harness run` are measured the same way. Writes DIR/callform-diag.json and DIR/callform-diag.md:
@@ -186,6 +193,55 @@ def flashinfer_factors(x: dict[str, Any]) -> dict[str, Callable[[], Any] | str]:
 
 
 FACTORS = {"fa3": fa3_factors, "fa4": fa4_factors, "flashinfer": flashinfer_factors}
+
+
+def plain_call(lib: str, x: dict[str, Any]) -> tuple[Callable[..., Any], tuple, dict[str, Any]] | None:
+    """(function, args, kwargs) of the library's plain call, for the argument ladder (FA only)."""
+    q4, kc, vc, pt, sl, cfg = (x[k] for k in ("q4", "kc", "vc", "pt", "seqlens", "cfg"))
+    if lib == "fa3":
+        import flash_attn_interface as fa3
+
+        return fa3.flash_attn_with_kvcache, (q4, kc, vc), dict(cache_seqlens=sl, page_table=pt, causal=True,
+                                                               softmax_scale=cfg.softmax_scale)
+    if lib == "fa4":
+        from flash_attn.cute import flash_attn_varlen_func
+
+        splits = 1 if torch.cuda.get_device_capability()[0] == 9 else 0
+        return flash_attn_varlen_func, (q4, kc, vc), dict(seqused_k=sl, page_table=pt, causal=True,
+                                                          softmax_scale=cfg.softmax_scale, num_splits=splits)
+    return None
+
+
+def argument_ladder(lib: str, batch: Any, x: dict[str, Any], dev: torch.device, max_time: float) -> dict[str, Any]:
+    """The adapter's vllm-form call against the plain call, one argument at a time, and the
+    argument responsible for the gap (harness/tools/diag/callform_args.py)."""
+    from harness.cell.prepare import prepare_cell
+    from harness.registry import resolve
+    from harness.tools.diag import callform_args as ca
+
+    plain = plain_call(lib, x)
+    if plain is None:
+        return {"skipped": f"{lib}: no argument ladder (a wrapper API, not one call)"}
+    name, variant = ADAPTER[lib]
+    prep = prepare_cell(resolve(name), {**variant, "call_form": "vllm"}, batch, dev)
+    prep.forward()
+    got = ca.record_call(prep)
+    if isinstance(got, str):
+        return {"skipped": got}
+    f, args, kw = got
+    if getattr(f, "__wrapped__", f) is not getattr(plain[0], "__wrapped__", plain[0]) and f is not plain[0]:
+        return {"skipped": f"the vllm form calls {getattr(f, '__qualname__', f)}, the plain call "
+                           f"{getattr(plain[0], '__qualname__', plain[0])}: no ladder between two functions"}
+    lines: dict[str, Any] = {}
+    for label, fn in ca.ladder(f, (plain[1], plain[2]), (args, kw)).items():
+        try:
+            fn()
+            torch.cuda.synchronize()
+            lines[label] = time_us(fn, dev, max_time)
+        except Exception as e:  # an argument combination the library refuses costs only its line
+            lines[label] = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
+    return {"lines": lines, "responsible": ca.responsible(lines),
+            "differing": ca.differing((plain[1], plain[2]), (args, kw))}
 ADAPTER = {"fa3": ("flash-attn", {"fa_version": 3}), "fa4": ("flash-attn", {"fa_version": 4}),
            "flashinfer": ("flashinfer", {"decode_tensor_cores": True, "prefill_backend": "auto"})}
 
@@ -273,6 +329,11 @@ def diagnose(shape: str, lib: str, dev: torch.device, max_time: float, kernels: 
         except Exception as e:
             res["lines"][label] = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
     res["lines"].update(adapter_lines(lib, batch, dev, max_time))
+    if lib in ("fa3", "fa4"):
+        try:
+            res["vllm_args"] = argument_ladder(lib, batch, x, dev, max_time)
+        except Exception as e:  # the ladder failing costs only its section
+            res["vllm_args"] = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
     plain = res["lines"].get(PLAIN, {}).get("median_us")
     for line in res["lines"].values():
         if plain and "median_us" in line:
@@ -296,6 +357,25 @@ def markdown(results: list[dict[str, Any]], skipped: dict[str, str]) -> str:
                 out.append(f"| {label} | {line['median_us']:.2f} | {ci_txt} | {vs} |")
             else:
                 out.append(f"| {label} | - | - | {line.get('skipped') or line.get('error')} |")
+        va = r.get("vllm_args")
+        if va:
+            out += ["", "vllm form against the plain call, one argument at a time:", ""]
+            if "lines" not in va:
+                out.append(f"- {va.get('skipped') or va.get('error')}")
+                continue
+            plain = (va["lines"].get("plain call") or {}).get("median_us")
+            out += ["| call | median us | CI95 us | vs plain |", "|---|---|---|---|"]
+            for label, line in va["lines"].items():
+                if "median_us" in line:
+                    ci = line.get("ci95_us") or [None, None]
+                    ci_txt = f"{ci[0]:.2f}-{ci[1]:.2f}" if None not in ci else "-"
+                    vs = f"{100 * (line['median_us'] / plain - 1):+.1f}%" if plain else "-"
+                    out.append(f"| {label} | {line['median_us']:.2f} | {ci_txt} | {vs} |")
+                else:
+                    out.append(f"| {label} | - | - | {line.get('error')} |")
+            resp = va["responsible"]
+            out += ["", f"**Responsible: {resp['argument']}**: {resp['why']}." if resp.get("argument")
+                    else f"No argument named: {resp['why']}."]
     return "\n".join(out) + "\n"
 
 
@@ -316,6 +396,13 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
                     txt = (f"{line['median_us']:9.2f} us {100 * line.get('vs_plain', 0):+6.1f}%" if "median_us" in line
                            else line.get("skipped") or line.get("error"))
                     print(f"{shape:24} {lib:10} {label:52} {txt}", flush=True)
+                va = r.get("vllm_args") or {}
+                if "responsible" in va:
+                    resp = va["responsible"]
+                    print(f"{shape:24} {lib:10} vllm-form argument responsible: {resp.get('argument') or '-'} "
+                          f"({resp['why']})", flush=True)
+                elif va:
+                    print(f"{shape:24} {lib:10} argument ladder: {va.get('skipped') or va.get('error')}", flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     header = {"device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
               "torch": torch.__version__, "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

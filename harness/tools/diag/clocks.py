@@ -12,9 +12,12 @@ FlashInfer's tensor-core decode wrapper. Per library:
 - burst: ``--idle`` seconds idle, then ``--samples`` CUDA-graph replays (each behind a spin
   kernel, timed by CUDA events, the clock read after each): time per call, clock, power;
 - sustained: ``--load`` seconds of back-to-back replays, then the same samples with two
-  replays' worth of work queued before each (the GPU stays under load);
+  replays' worth of work queued before each (the earlier sustained regime's sampling, kept as
+  the comparison: it lets the clock recover between samples);
 - the harness's own timer (``time_callable``) in each regime (``--clock-regime``), its
-  median and the clocks its row records.
+  median and the clocks its row records; for sustained, its clock against the load loop's
+  last second (``loop_settled_sm_mhz``: within 3% is the regime's aim) and its own
+  settled-loop clock (``settled_sm_clock_mhz``).
 
 Expect on an H200 (reports/h200/2026-12-02): burst at ~1980 MHz; sustained FA3 slower by
 several percent at 1100-1770 MHz and ~690-700 W, FlashInfer (memory-bound) within ~1-2%.
@@ -101,7 +104,17 @@ def _harness(fn: Callable[[], Any], dev: torch.device, regime: str) -> dict[str,
     opts = TimingOptions.for_device(dev, clock_regime=regime)
     t = time_callable(fn, dev, opts, graph=GraphDecision(True, ""))
     return {"median_us": t["median_us"], "samples": t["samples"], "sampling_s": t["sampling_s"],
-            "clocks": t.get("clocks")}
+            "clocks": t.get("clocks"), "settled_sm_clock_mhz": t.get("settled_sm_clock_mhz")}
+
+
+def loop_settled_mhz(trace: list[list[float | None]], last_s: float = 1.0) -> float | None:
+    """Median SM clock over the load trace's last ``last_s`` seconds: the clock a continuous loop
+    settles at (the reference a sustained row's clock must be within 3% of)."""
+    if not trace:
+        return None
+    end = trace[-1][0] or 0.0
+    xs = [m for t, m, _ in trace if t is not None and m is not None and t >= end - last_s]
+    return statistics.median(xs) if xs else None
 
 
 def probe(label: str, fn: Callable[[], Any], dev: torch.device, reader: Any, args: argparse.Namespace) -> dict[str, Any]:
@@ -115,6 +128,7 @@ def probe(label: str, fn: Callable[[], Any], dev: torch.device, reader: Any, arg
     rec["load_trace"] = _load(g, args.load, reader)
     rec["sustained"] = _samples(g, n, args.samples, reader, pad=2)
     rec["sustained_over_burst"] = rec["sustained"]["median_us"] / rec["burst"]["median_us"]
+    rec["loop_settled_sm_mhz"] = loop_settled_mhz(rec["load_trace"])
     for regime in ("burst", "sustained"):
         time.sleep(args.idle)
         try:
@@ -190,6 +204,14 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         print(f"  sustained / burst  {rec['sustained_over_burst']:.3f}")
         print(_line("harness burst", rec["harness_burst"]))
         print(_line("harness sustained", rec["harness_sustained"]))
+        hs = rec["harness_sustained"]
+        row_mhz = ((hs.get("clocks") or {}).get("sm_mhz") or {}).get("median")
+        loop_mhz = rec.get("loop_settled_sm_mhz")
+        if row_mhz and loop_mhz:
+            print(f"  harness sustained clock {row_mhz:.0f} MHz / the {args.load:g} s loop's last second "
+                  f"{loop_mhz:.0f} MHz = {row_mhz / loop_mhz:.3f} (within 3%: {abs(row_mhz / loop_mhz - 1) <= 0.03}); "
+                  f"the row's own settled-loop clock {hs.get('settled_sm_clock_mhz')} MHz, settle "
+                  f"{((hs.get('clocks') or {}).get('settle') or {}).get('seconds', float('nan')):.2f} s")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({**head, "libraries": recs}, indent=2) + "\n")

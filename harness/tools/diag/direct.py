@@ -40,6 +40,8 @@ from typing import Any, Callable
 
 import torch
 
+from harness.timing.graphs import capture_graph
+
 
 DENSE = dict(batch=2, heads=16, seqlen=8192, head=128)
 PAGED_PREFILL = dict(DENSE, page=256)
@@ -66,16 +68,7 @@ def bench(fn: Callable[[], Any], reps: int, graph: bool = True, replay_ms: float
     note = ""
     if graph:
         try:
-            s = torch.cuda.Stream()
-            s.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(s):
-                fn()
-            torch.cuda.current_stream().wait_stream(s)
-            torch.cuda.synchronize()
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                for _ in range(n):
-                    fn()
+            g = capture_graph(fn, n, torch.device("cuda", torch.cuda.current_device()))
             g.replay()
             torch.cuda.synchronize()
             times = []

@@ -55,6 +55,7 @@ from harness.case.layout import case_layout
 from harness.cell.prepare import CellUnsupported, prepare_cell
 from harness.plan.cells import case_work
 from harness.timing import TimingOptions, select_flush, time_callable, verify_cold_l2
+from harness.timing.graphs import capture_graph
 from harness.case.workload import generate
 
 GATE_MIN_US = 20.0
@@ -171,16 +172,7 @@ def profile_kernels(call: Any, calls: int, warmup: int = 3) -> dict[str, Any]:
 def graph_replay(call: Any) -> Callable[[], None]:
     """``call`` captured in a CUDA graph (warmed up on a side stream, as torch documents), so
     the profiler sees the call path the harness timed, not the eager one."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            call()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        call()
-    return graph.replay
+    return capture_graph(call, 1, torch.device("cuda", torch.cuda.current_device())).replay
 
 
 def profile_kernel_us(call: Any, calls: int, warmup: int = 3) -> tuple[float, float]:
@@ -399,7 +391,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     if not args.time_budget > 0 or not args.total_budget > 0:
         print("error: --time-budget and --total-budget must be positive seconds", file=sys.stderr)
         return 2
-    device = torch.device("cuda", torch.cuda.current_device())  # indexed, as harness/cli/run.py's pick_device makes it
+    device = torch.device("cuda", torch.cuda.current_device())  # indexed, as harness/cli/run_flags.py's pick_device makes it
     try:
         suite = load_suite(args.suite) if args.suite else parse_suite(BUILTIN, "<built-in fidelity suite>")
     except SpecError as e:

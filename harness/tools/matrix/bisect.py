@@ -61,7 +61,8 @@ def _versions_of(args: argparse.Namespace) -> tuple[str, list[str]]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from harness.analysis.compare import compare_rows, confirm_slowdowns
+    from harness.analysis.compare import compare_rows
+    from harness.analysis.compare_confirm import confirm_slowdowns
 
     extra, threshold, (pkg, versions) = checked_inputs(args, _versions_of)
     root = out_root(args, "bisect")

@@ -1,0 +1,145 @@
+"""The speculative-decoding answer (suites with ``graph_modes: true``, docs/spec_decode.md): per model
+shape and verify length q, the backend and graph mode whose **effective** step time (the time of
+the mode vLLM would run it in, ``GraphModes.effective_us``) is least, its cost against q = 1, the
+engine flags, and where two backends' ranking flips along q or context. A reader: rows only."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Any, Iterable
+
+from harness.analysis.engines import engine_name, sglang_setting
+from harness.records.graph_modes import VLLM_RELEASE
+from harness.records.results import ResultRow
+
+# Flag spellings: vLLM as of VLLM_RELEASE's engine args; SGLang's server_args (EAGLE; flag names
+# only, no release pinned here: check `python -m sglang.launch_server --help` of yours).
+SPEC_CONFIG = '--speculative-config \'{"method": "eagle3", "num_speculative_tokens": %d}\''
+CUDAGRAPH = '--compilation-config \'{"cudagraph_mode": "%s"}\''
+SGLANG_SPEC = "--speculative-algorithm EAGLE --speculative-num-steps %d --speculative-eagle-topk 1 --speculative-num-draft-tokens %d"
+
+
+def _label(r: ResultRow) -> str:
+    return f"{r.backend}[{r.variant_label}]" if r.variant_label else r.backend
+
+
+def model_of(r: ResultRow) -> str:
+    c = r.config
+    assert c is not None
+    if c.attention_kind not in (None, "mha"):  # rows before MLA carry no attention_kind
+        return f"MLA {c.num_heads} heads ({c.attention_kind})"
+    return f"GQA {c.num_heads}/{c.num_kv_heads} heads, head {c.head_size}"
+
+
+def spec_rows(rows: Iterable[ResultRow]) -> list[ResultRow]:
+    """Passing rows with an effective time (a GPU run of a graph-modes suite), uniform batches."""
+    return [r for r in rows if r.status == "pass" and r.graph_modes is not None and r.graph_modes.effective_us
+            and not (r.batch.num_prefill or r.batch.num_extend)]
+
+
+def _point(r: ResultRow) -> tuple[int, int]:
+    """(requests, context of the longest request): the same point at every q."""
+    return (r.batch.num_reqs or 0, (r.batch.max_seq_len or 0) - (r.batch.max_query_len or 1))
+
+
+def answer(rows: Iterable[ResultRow]) -> list[dict[str, Any]]:
+    """One record per (model, q): the best backend+variant by geometric-mean effective time over
+    the (batch, context) points every candidate ran, its engine mode there, the runner-up, and its
+    cost against the best q = 1 backend on the same points."""
+    by: dict[tuple[str, int], dict[str, dict[tuple[int, int], ResultRow]]] = defaultdict(lambda: defaultdict(dict))
+    for r in spec_rows(rows):
+        by[(model_of(r), r.batch.max_query_len or 1)][_label(r)][_point(r)] = r
+    out = []
+    for (model, q), cands in sorted(by.items()):
+        common = set.intersection(*(set(p) for p in cands.values()))
+        if not common:
+            continue
+
+        def gm(label: str, pts: set = common, table: dict = cands) -> float:
+            return math.exp(sum(math.log(table[label][p].graph_modes.effective_us) for p in pts) / len(pts))
+
+        ranked = sorted(cands, key=gm)
+        best = ranked[0]
+        base = by.get((model, 1), {})
+        base_pts = common & set.intersection(*(set(p) for p in base.values())) if base else set()
+        cost = None
+        if base_pts and q > 1:
+            best1 = min(base, key=lambda lab: gm(lab, base_pts, base))
+            cost = gm(best, base_pts) / gm(best1, base_pts, base)
+        sample = cands[best][min(common)]
+        modes = sorted({cands[best][p].graph_modes.engine for p in common})
+        out.append({"model": model, "q": q, "best": best, "backend": sample.backend, "variant": dict(sample.variant),
+                    "attention_kind": (sample.config.attention_kind if sample.config else None) or "mha",
+                    "effective_us": gm(best), "engine_modes": modes, "declared": sample.graph_modes.declared,
+                    "runner_up": ranked[1] if len(ranked) > 1 else None,
+                    "margin": gm(ranked[1]) / gm(best) - 1 if len(ranked) > 1 else None,
+                    "cost_vs_q1": cost, "points": len(common)})
+    return out
+
+
+def crossovers(rows: Iterable[ResultRow], along: str = "q") -> list[dict[str, Any]]:
+    """Where two backends' effective-time ranking flips: along q at each (model, batch, context),
+    or along context (``along="context"``) at each (model, q, batch). One record per flip."""
+    series: dict[tuple, dict[str, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
+    for r in spec_rows(rows):
+        (n, ctx), q = _point(r), r.batch.max_query_len or 1
+        key, x = ((model_of(r), n, ctx), q) if along == "q" else ((model_of(r), q, n), ctx)
+        series[key][_label(r)][x] = r.graph_modes.effective_us
+    out = []
+    for key, per in sorted(series.items()):
+        labels = sorted(per)
+        for i, a in enumerate(labels):
+            for b in labels[i + 1:]:
+                xs = sorted(set(per[a]) & set(per[b]))
+                signs = [(x, per[a][x] < per[b][x]) for x in xs]
+                for (x0, s0), (x1, s1) in zip(signs, signs[1:]):
+                    if s0 != s1:
+                        out.append({"key": key, "along": along, "a": a, "b": b, "from": x0, "to": x1,
+                                    "faster_before": a if s0 else b, "faster_after": a if s1 else b})
+    return out
+
+
+def flags(rec: dict[str, Any]) -> dict[str, str]:
+    """vLLM and SGLang flags for an answer record (empty where the engine has no such backend)."""
+    k = rec["q"] - 1
+    out: dict[str, str] = {}
+    vname = engine_name(rec["backend"], "vllm")
+    mode = "FULL_AND_PIECEWISE"
+    if vname is not None:
+        spec = (SPEC_CONFIG % k + " ") if k else ""
+        out["vllm"] = f"{spec}--attention-backend {vname.name} {CUDAGRAPH % mode} ({VLLM_RELEASE})"
+    s = sglang_setting(rec["backend"], rec["variant"], rec["attention_kind"])
+    if s is not None:
+        spec = (SGLANG_SPEC % (k, rec["q"]) + " ") if k else ""
+        out["sglang"] = f"{spec}--attention-backend {s['attention_backend']}"
+    return out
+
+
+def spec_markdown(rows: Iterable[ResultRow]) -> str:
+    """The recommend section; empty without graph-modes rows."""
+    rows = list(rows)
+    recs = answer(rows)
+    if not recs:
+        return ""
+    lines = ["## Speculative decoding: backend and graph mode per model and draft length", "",
+             "Effective time: the mode vLLM runs the batch in (full graph replay, or attention eager "
+             "between piecewise graphs, launches included), geometric mean over the batch x context "
+             "points every backend ran; cost vs q=1: against the best single-token decode on the same points.", "",
+             "| model | q (drafts) | backend | vLLM mode | declared | effective us | runner-up (+%) | cost vs q=1 | flags |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in recs:
+        up = f"{r['runner_up']} (+{100 * r['margin']:.1f}%)" if r["runner_up"] else "-"
+        cost = f"x{r['cost_vs_q1']:.2f}" if r["cost_vs_q1"] else "-"
+        fl = "; ".join(f"{e}: `{f}`" for e, f in flags(r).items()) or "-"
+        lines.append(f"| {r['model']} | {r['q']} ({r['q'] - 1}) | {r['best']} | {'/'.join(r['engine_modes'])} | "
+                     f"{r['declared']} | {r['effective_us']:.1f} | {up} | {cost} | {fl} |")
+    flips = crossovers(rows) + crossovers(rows, "context")
+    if flips:
+        lines += ["", "Ranking flips (effective time):", ""]
+        for f in flips[:40]:
+            lines.append(f"- {f['key']}: {f['faster_before']} faster at {f['along']}={f['from']}, "
+                         f"{f['faster_after']} at {f['along']}={f['to']} ({f['a']} vs {f['b']})")
+        if len(flips) > 40:
+            lines.append(f"- ... {len(flips) - 40} more")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,213 @@
+"""Interleaved against sequential sampling, in hot and cold L2, each in fresh processes: does the
+order a case's candidates are sampled in move any row? (issue 44; docs/measurement.md, "Hot
+means hot".)
+
+    harness diag interleave --out DIR [--procs 8] [--budget-s 230] [--suite suites/decode.yaml]
+        [--case NAME ...] [--backends flashinfer,flash-attn] [--tolerance 0.01] [-- RUN_FLAGS...]
+
+Runs `harness run SUITE --case ... --backends ... --sampling S --timing-mode M` in a fresh process
+per run, for the four modes (interleaved, sequential) x (hot, cold), up to ``--procs`` runs per
+mode: in rotations of the four (each rotation starting one mode later, so no mode always follows
+the same one) for as long as another whole rotation fits in ``--budget-s`` (every mode ends with
+the same number of runs; the summary says when the budget cut them below ``--procs``). Per timed
+row (case, backend, variant): the median over the runs of its median per mode, the spread over
+the runs ((max - min) / median), interleaved / sequential per L2 mode; and one verdict line,
+"every row within 1%" or the rows outside. Writes DIR/<mode>/run-<i> (results folders),
+DIR/<mode>/run-<i>.log, DIR/interleave.md (the table) and DIR/summary.json.
+
+Defaults: the two cases where interleaving moved small rows by 4-10% on an H100 (mha[count=1] and
+llama3-70b-tp8[count=128, ctx 128-1024]) with FlashInfer and the flash-attn family.
+Exit 0 when every run ran (verdict met or not: the line says which), 2 when one failed.
+RUN_FLAGS go to every run (e.g. `-- --device cpu --suite ...` to check this script on a CPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from harness.records.results import read_header, read_rows
+
+ROOT = Path(__file__).resolve().parents[3]  # the checkout: suites/ and the results it reads
+
+CASES = ["mha[count=1]", "llama3-70b-tp8[count=128,context_len=low=128,high=1024]"]
+BACKENDS = "flashinfer,flash-attn"
+SAMPLINGS = ("interleaved", "sequential")
+L2_MODES = ("hot", "cold")
+MODES = [(s, m) for m in L2_MODES for s in SAMPLINGS]  # interleaved-hot, sequential-hot, ...
+
+
+def mode_name(sampling: str, l2: str) -> str:
+    return f"{sampling}-{l2}"
+
+
+def rotation(i: int) -> list[tuple[str, str]]:
+    """The modes of rotation ``i``: all four, starting ``i`` places later."""
+    k = i % len(MODES)
+    return MODES[k:] + MODES[:k]
+
+
+def _run(cmd: list[str], log: Path, timeout: float) -> tuple[int, float]:
+    t0 = time.perf_counter()
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    try:
+        p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+        rc, text = p.returncode, p.stdout + p.stderr
+    except subprocess.TimeoutExpired as e:
+        rc, text = 124, f"timed out after {timeout:g} s: {e}"
+    log.write_text(text)
+    return rc, time.perf_counter() - t0
+
+
+def row_times(folder: Path) -> dict[str, dict[str, Any]]:
+    """Per timed row of one run, keyed 'case backend [variant]': its median and how it was sampled."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in read_rows(folder):
+        if r.timing is None or not r.timing.median_us:
+            continue
+        key = f"{r.case} {r.backend}" + (f" [{r.variant_label}]" if r.variant_label else "")
+        out[key] = {"median_us": r.timing.median_us, "samples": r.timing.samples, "rounds": r.timing.rounds,
+                    "warm_calls": r.timing.warm_calls, "sampling": r.timing.sampling}
+    return out
+
+
+def spread(xs: list[float]) -> float | None:
+    return (max(xs) - min(xs)) / statistics.median(xs) if len(xs) > 1 and statistics.median(xs) > 0 else None
+
+
+def table(runs: dict[str, list[dict[str, dict[str, Any]]]], tolerance: float) -> dict[str, Any]:
+    """From each mode's runs (row -> figures), per row: the median over runs per mode, the
+    spread, interleaved / sequential per L2 mode; the rows outside ``tolerance`` and the verdict.
+    Pure: tests feed it synthetic runs."""
+    keys = sorted({k for per_mode in runs.values() for run in per_mode for k in run})
+    rows: list[dict[str, Any]] = []
+    outside: list[str] = []
+    missing: list[str] = []
+    for key in keys:
+        row: dict[str, Any] = {"row": key}
+        for s, m in MODES:
+            xs = [run[key]["median_us"] for run in runs.get(mode_name(s, m), []) if key in run]
+            row[mode_name(s, m)] = {"median_us": statistics.median(xs) if xs else None, "runs": len(xs),
+                                    "spread": spread(xs)}
+        for m in L2_MODES:
+            a, b = row[mode_name("interleaved", m)]["median_us"], row[mode_name("sequential", m)]["median_us"]
+            ratio = a / b if a and b else None
+            row[f"ratio_{m}"] = ratio
+            if ratio is None:
+                missing.append(f"{key} ({m})")
+            elif abs(ratio - 1) > tolerance:
+                outside.append(f"{key} ({m}: {ratio:.3f})")
+        rows.append(row)
+    ok = bool(rows) and not outside and not missing
+    verdict = (f"every row within {tolerance:.0%}: interleaved / sequential in hot and cold L2 ({len(rows)} rows)"
+               if ok else
+               f"NOT every row within {tolerance:.0%}: {len(outside)} outside" + (f": {'; '.join(outside)}" if outside else "")
+               + (f"; {len(missing)} without both modes: {'; '.join(missing)}" if missing else "")
+               + ("; no timed rows" if not rows else ""))
+    return {"rows": rows, "outside": outside, "missing": missing, "ok": ok, "verdict": verdict}
+
+
+def markdown(t: dict[str, Any], header: str) -> str:
+    def us(x: float | None) -> str:
+        return "-" if x is None else f"{x:.2f}"
+
+    def pct(x: float | None) -> str:
+        return "-" if x is None else f"{x:.1%}"
+
+    def ratio(x: float | None) -> str:
+        return "-" if x is None else f"{x:.3f}"
+
+    lines = [header, "", "| row | " + " | ".join(f"{mode_name(s, m)} us (spread, runs)" for s, m in MODES)
+             + " | I/S hot | I/S cold |", "|---|" + "---|" * (len(MODES) + 2)]
+    for r in t["rows"]:
+        cells = [f"{us(r[mode_name(s, m)]['median_us'])} ({pct(r[mode_name(s, m)]['spread'])}, "
+                 f"{r[mode_name(s, m)]['runs']})" for s, m in MODES]
+        lines.append(f"| {r['row']} | " + " | ".join(cells) + f" | {ratio(r['ratio_hot'])} | {ratio(r['ratio_cold'])} |")
+    lines += ["", f"Verdict: {t['verdict']}"]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra: list[str] = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, extra = argv[:i], argv[i + 1:]
+    p = argparse.ArgumentParser(prog=prog, description="Interleaved vs sequential sampling, hot and cold L2, "
+                                "in fresh processes: the table and the verdict 'every row within 1%'.")
+    p.add_argument("--out", type=Path, required=True, help="folder for the runs, interleave.md and summary.json")
+    p.add_argument("--procs", type=int, default=8, help="fresh-process runs per mode at most (default 8)")
+    p.add_argument("--budget-s", type=float, default=230.0,
+                   help="no new rotation of the four modes once another would end past this many seconds (default 230)")
+    p.add_argument("--suite", default="suites/decode.yaml")
+    p.add_argument("--case", action="append", help=f"a case of the suite (repeatable; default {' and '.join(CASES)})")
+    p.add_argument("--backends", default=BACKENDS)
+    p.add_argument("--tolerance", type=float, default=0.01, help="interleaved / sequential allowed off 1 (default 0.01)")
+    p.add_argument("--timeout", type=float, default=180.0, help="seconds per run")
+    args = p.parse_args(argv)
+    if args.procs < 1 or args.budget_s <= 0 or not 0 < args.tolerance < 1:
+        p.error("--procs must be at least 1, --budget-s positive, --tolerance a fraction in (0, 1)")
+    cases = args.case or CASES
+    args.out = args.out.resolve()  # the runs start in the checkout
+    if "--device" not in extra:
+        import torch
+
+        if not torch.cuda.is_available():
+            print(f"{prog or 'interleave'}: no CUDA device visible (a GPU diagnostic; `-- --device cpu` checks "
+                  "the script itself on a CPU)", file=sys.stderr)
+            return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    runs: dict[str, list[dict[str, dict[str, Any]]]] = {mode_name(s, m): [] for s, m in MODES}
+    walls: list[float] = []
+    t0 = time.perf_counter()
+    rotations, cut = 0, ""
+    for i in range(args.procs):
+        longest = max((sum(walls[j:j + len(MODES)]) for j in range(0, len(walls), len(MODES))), default=0.0)
+        if i and time.perf_counter() - t0 + longest > args.budget_s:
+            cut = (f"{rotations} of {args.procs} runs per mode: another rotation ({longest:.0f} s) would end past "
+                   f"the {args.budget_s:g} s budget")
+            break
+        for s, m in rotation(i):
+            name = mode_name(s, m)
+            folder = args.out / name / f"run-{i}"
+            cmd = [sys.executable, "-m", "harness", "run", args.suite, "--quiet", "--out", str(folder),
+                   "--backends", args.backends, "--sampling", s, "--timing-mode", m,
+                   *[a for c in cases for a in ("--case", c)], *extra]
+            rc, wall = _run(cmd, args.out / name / f"run-{i}.log", args.timeout)
+            walls.append(wall)
+            print(f"{name} run {i}: rc {rc}, {wall:.1f} s", flush=True)
+            if rc != 0:
+                print((args.out / name / f"run-{i}.log").read_text()[-3000:], file=sys.stderr)
+                return 2
+            runs[name].append(row_times(folder))
+        rotations += 1
+    t = table(runs, args.tolerance)
+    first = args.out / mode_name(*MODES[0]) / "run-0"
+    dev = read_header(first).get("device") or {}
+    device = (dev.get("name") or dev.get("type") or "?") if isinstance(dev, dict) else str(dev)
+    header = (f"# Interleaved vs sequential sampling, hot and cold L2\n\n`harness run {args.suite} "
+              f"{' '.join(repr(c) for c in cases)} --backends {args.backends}` {' '.join(extra)}; device: {device}; "
+              f"{rotations} fresh-process run(s) per mode, modes in rotation"
+              + (f" ({cut})" if cut else "") + f"; {sum(walls):.0f} s of runs.\nEach cell: the median over runs "
+              "of the row's median, (max - min) / median over runs, runs. I/S: interleaved / sequential.")
+    md = markdown(t, header)
+    (args.out / "interleave.md").write_text(md)
+    summary = {"suite": args.suite, "cases": cases, "backends": args.backends, "run_flags": extra,
+               "runs_per_mode": rotations, "procs_asked": args.procs, "budget_s": args.budget_s, "cut": cut,
+               "run_walls_s": [round(w, 2) for w in walls], "tolerance": args.tolerance, **t,
+               "per_run": runs}
+    (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
+    print(md, end="")
+    print(f"verdict: {t['verdict']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
