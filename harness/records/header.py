@@ -83,7 +83,7 @@ class DevicePlanEntry(HeaderPart):
 
 
 class RunTiming(HeaderPart):
-    """Where one invocation's wall time went (harness/cli/summary.py ``record_wall_time``)."""
+    """Where one invocation's wall time went (harness/execute/run_end.py ``record_wall_time``)."""
 
     wall_s: float | None = None
     """Seconds from the process's start to the last row: imports and worker start-up included."""
