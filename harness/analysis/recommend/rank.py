@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 from attn_contract.status import FAILED, NOT_RUN, Status
-from harness.analysis.recommend.buckets import Bucket, bucket_of, candidate_name
-from harness.records.results import BatchSummary, ResultRow
+from harness.analysis.recommend.buckets import Bucket, bucket_of
+from harness.records.results import BatchSummary, ResultRow, backend_label
 
 DEFAULT_TIE = 0.03
 RAN_OK = Status.PASS
@@ -35,10 +35,13 @@ class Candidate:
     rule_says_cascade: dict[str, bool] = field(default_factory=dict)  # case id -> vLLM's cascade rule (cascade rows)
 
     name_override: str = ""
+    # The rows' attention kind ("mha", "mla_absorbed", "mla_expanded"): an engine may pick the
+    # kernel of each MLA form apart (vLLM's MLA prefill), so the setting depends on it.
+    attention_kind: str = "mha"
 
     @property
     def name(self) -> str:
-        return self.name_override or candidate_name(self.backend, self.variant_label)
+        return self.name_override or backend_label(self.backend, self.variant_label)
 
 
 @dataclass
@@ -159,9 +162,11 @@ def _candidate(backend: str, vl: str, rs: list[ResultRow]) -> Candidate:
     for r in rs:
         if r.status == RAN_OK and (t := r.interval_us) is not None:
             per_case[r.case_id].append(t)
+    first = rs[0].config
     c = Candidate(backend, rs[0].variant, vl, {k: merge_timed(v) for k, v in per_case.items()},
                   rule_says_cascade={r.case_id: bool(r.call.rule_says_cascade) for r in rs
-                                     if r.call is not None and r.call.rule_says_cascade is not None})
+                                     if r.call is not None and r.call.rule_says_cascade is not None},
+                  attention_kind=first.kind_of_attention if first is not None else "mha")
     if failed:
         c.excluded = f"failed the check ({failed[0].status}) on {len({r.case_id for r in failed})} case(s)"
     elif not_run:
