@@ -1,5 +1,5 @@
 """MLA bugs the first MLA checks let through (issue: "where the checks are thin"), each on
-torch-math, each caught by one check added for it (tests/test_mla_gaps.py):
+torch-math, each caught by one check added for it (tests/cell/test_mla_gaps.py):
 
 - ``ScaleV3HardCoded``: the expanded (prefill) form ignores the scale it is given and uses
   DeepSeek-V3's; caught by the prefill cells at V2-Lite's and Kimi-K2's scales

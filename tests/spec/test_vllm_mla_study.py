@@ -12,7 +12,7 @@ from harness.plan.cells import RunOptions, group_by_case, plan_cells
 from harness.registry import resolve
 from harness.spec import SpecError, load_suite
 
-STUDY = Path(__file__).resolve().parent / "data" / "vllm_mla_decode_study.yaml"
+STUDY = Path(__file__).resolve().parents[1] / "data" / "vllm_mla_decode_study.yaml"
 
 
 def test_mla_study_maps_to_mla_cases_and_mla_backends():

@@ -14,7 +14,7 @@ from harness.plan.filters import backend_families, backend_names
 from harness.spec import SpecError, load_suite
 from harness.spec.registry_check import check_suite_backends
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MLA_LIBRARIES = {"flashinfer-mla", "flash-attn-mla", "flashmla"}
 TORCH_MLA = {"torch-math", "sdpa", "flex-attention"}
 

@@ -8,7 +8,7 @@ from harness.cli import main
 from harness.spec import load_suite
 from harness.spec.models import builtin, resolve
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _validate(capsys, *argv: str) -> str:

@@ -14,7 +14,7 @@ from harness.plan.cells import RunOptions, group_by_case, plan_cells
 from harness.spec import load_suite
 from mutants.mla_gaps import GAP_MUTANTS, FinalKeyDropped, LastPageLenModulo, ScaleV3HardCoded
 
-SUITE = Path(__file__).resolve().parent.parent / "suites" / "mla.yaml"
+SUITE = Path(__file__).resolve().parents[2] / "suites" / "mla.yaml"
 # The cells each mutant must be flagged on, and only there.
 CAUGHT_ON = {ScaleV3HardCoded.name: "cpu-prefill-scales[", LastPageLenModulo.name: "cpu-page-boundary[",
              FinalKeyDropped.name: "cpu-prefill-long["}
