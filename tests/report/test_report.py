@@ -257,7 +257,7 @@ def test_h200_verdict_for_llama3_8b_batch_64_4k_is_the_measured_winner(h200_buil
 @pytest.mark.slow
 def test_h200_sections_all_filled(h200_sections):
     for sid, _ in SECTIONS:
-        if sid in ("callform-gap", "crosscheck"):  # those rows predate call forms and the cross-check
+        if sid in ("callform-gap", "crosscheck", "spec-decode"):  # those rows predate call forms, the cross-check and graph modes
             assert "no data in these results" in h200_sections[sid]
             continue
         assert "no data in these results" not in h200_sections[sid], sid
@@ -391,7 +391,7 @@ def test_h200_page_in_a_browser(h200_page, driver):
 
     check_page(driver, h200_page)
     for sid, _ in SECTIONS:
-        if sid in ("callform-gap", "crosscheck"):  # those rows predate call forms and the cross-check
+        if sid in ("callform-gap", "crosscheck", "spec-decode"):  # those rows predate call forms, the cross-check and graph modes
             continue
         assert "no data in these results" not in driver.find_element(By.ID, sid).text, sid
     # The first screen (1400 x 1000, not scrolled) opens with the answer per model shape, then the
