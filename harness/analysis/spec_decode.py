@@ -38,15 +38,15 @@ def spec_rows(rows: Iterable[ResultRow]) -> list[ResultRow]:
             and not (r.batch.num_prefill or r.batch.num_extend)]
 
 
-def _modes(r: ResultRow) -> GraphModes:
+def graph_modes_of(r: ResultRow) -> GraphModes:
     """The graph modes of a row spec_rows kept (it keeps only rows that have them)."""
     assert r.graph_modes is not None
     return r.graph_modes
 
 
-def _effective_us(r: ResultRow) -> float:
+def effective_us(r: ResultRow) -> float:
     """The effective step time of a row spec_rows kept (it keeps only rows that have one)."""
-    us = _modes(r).effective_us
+    us = graph_modes_of(r).effective_us
     assert us is not None
     return us
 
@@ -76,7 +76,7 @@ def answer(rows: Iterable[ResultRow]) -> list[dict[str, Any]]:
             continue
 
         def gm(label: str, pts: set = common, table: dict = cands) -> float:
-            return math.exp(sum(math.log(_effective_us(table[label][p])) for p in pts) / len(pts))
+            return math.exp(sum(math.log(effective_us(table[label][p])) for p in pts) / len(pts))
 
         ranked = sorted(cands, key=gm)
         best = ranked[0]
@@ -87,10 +87,10 @@ def answer(rows: Iterable[ResultRow]) -> list[dict[str, Any]]:
             best1 = min(base, key=lambda lab: gm(lab, base_pts, base))
             cost = gm(best, base_pts) / gm(best1, base_pts, base)
         sample = cands[best][min(common)]
-        modes = sorted({_modes(cands[best][p]).engine for p in common})
+        modes = sorted({graph_modes_of(cands[best][p]).engine for p in common})
         out.append({"model": model, "q": q, "best": best, "backend": sample.backend, "variant": dict(sample.variant),
                     "attention_kind": (sample.config.attention_kind if sample.config else None) or "mha",
-                    "effective_us": gm(best), "engine_modes": modes, "declared": _modes(sample).declared,
+                    "effective_us": gm(best), "engine_modes": modes, "declared": graph_modes_of(sample).declared,
                     "runner_up": ranked[1] if len(ranked) > 1 else None,
                     "margin": gm(ranked[1]) / gm(best) - 1 if len(ranked) > 1 else None,
                     "cost_vs_q1": cost, "points": len(common)})
@@ -104,7 +104,7 @@ def crossovers(rows: Iterable[ResultRow], along: str = "q") -> list[dict[str, An
     for r in spec_rows(rows):
         (n, ctx), q = _point(r), r.batch.max_query_len or 1
         key, x = ((model_of(r), n, ctx), q) if along == "q" else ((model_of(r), q, n), ctx)
-        series[key][_label(r)][x] = _effective_us(r)
+        series[key][_label(r)][x] = effective_us(r)
     out = []
     for key, per in sorted(series.items()):
         labels = sorted(per)
