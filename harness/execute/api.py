@@ -22,9 +22,11 @@ if TYPE_CHECKING:
 
 
 class Executor(Protocol):
-    #: The workers report the backends' versions (``backend_versions``, filled once they are
-    #: ready): the parent need not import the libraries to write run.json's ``backends``.
-    reports_versions: bool
+    @property
+    def reports_versions(self) -> bool:
+        """The workers report the backends' versions (``backend_versions``, filled once they are
+        ready): the parent need not import the libraries to write run.json's ``backends``."""
+
     backend_versions: dict[str, dict[str, Any]]
     #: time.monotonic() when every worker was ready (None: no workers, or not known).
     t_all_ready: float | None
