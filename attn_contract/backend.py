@@ -124,6 +124,11 @@ class AttentionBackend(ABC):
     # A cascade backend's plain counterpart (also in its Capabilities), readable without calling
     # capabilities(), which may import the library: run.json records it in the parent process.
     plain_counterpart: ClassVar[str | None] = None
+    # The attention kinds (attn_contract/mla.py: "mha", "mla_absorbed", "mla_expanded") any of
+    # its variants runs, as class data so a run's parent can pick backends by kind without
+    # importing a library (a suite's ``backends_for:``); ``capabilities()`` carries the same set
+    # (each variant's ``Capabilities.attention_kinds`` is a subset of it).
+    attention_kinds: ClassVar[frozenset[str]] = frozenset({"mha"})
 
     @classmethod
     def applicable_axes(cls, segment_kinds: Iterable[str]) -> tuple[str, ...]:

@@ -29,7 +29,10 @@ class EngineName:
     row of another kind then has no setting. vLLM's and SGLang's MLA backends are separate
     names (vLLM ``FLASHMLA``, ``FLASHINFER_MLA``, ``FLASH_ATTN_MLA``, ``TRITON_MLA``,
     ``CUTLASS_MLA``; SGLang ``flashmla``, ``flashinfer``, ``fa3``, ``triton``), each declared by
-    the MLA backend that runs the same kernel."""
+    the MLA backend that runs the same kernel. ``mla_prefill``: the engine's name for this
+    library's MLA prefill (the expanded 192/128 form) where the engine picks that kernel apart
+    from the decode backend (vLLM's ``mla_prefill_backend``: ``FLASH_ATTN``, ``FLASHINFER``,
+    ``TRTLLM_RAGGED``); empty: none of the engine's prefill choices runs it."""
 
     name: str = ""
     version_axis: str | None = None
@@ -39,6 +42,7 @@ class EngineName:
     aliases: tuple[str, ...] = ()
     version_tag: str = ""
     attention_kinds: frozenset[str] | None = None
+    mla_prefill: str = ""
 
     def runs_kind(self, attention_kind: str) -> bool:
         """Whether this engine setting runs attention of ``attention_kind``."""

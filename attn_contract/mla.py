@@ -46,6 +46,14 @@ MLA_ABSORBED = "mla_absorbed"
 MLA_EXPANDED = "mla_expanded"
 ATTENTION_KINDS: tuple[str, ...] = (MHA, MLA_ABSORBED, MLA_EXPANDED)
 MLA_KINDS: frozenset[str] = frozenset({MLA_ABSORBED, MLA_EXPANDED})
+# Attention families: what a suite case's ``attention:`` names and what a suite's
+# ``backends_for:`` selects by ("mha": the K/V cache; "mla": either MLA form).
+FAMILY_KINDS: dict[str, frozenset[str]] = {"mha": frozenset({MHA}), "mla": MLA_KINDS}
+
+
+def declares_family(attention_kinds: frozenset[str], family: str) -> bool:
+    """A backend declaring ``attention_kinds`` runs some form of ``family`` ("mha" or "mla")."""
+    return bool(attention_kinds & FAMILY_KINDS[family])
 
 
 def yarn_get_mscale(scale: float = 1.0, mscale: float = 1.0) -> float:

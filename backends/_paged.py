@@ -19,7 +19,8 @@ from attn_contract import (
 )
 
 # What the torch backends that run MLA add to their capabilities (both forms, any value head).
-MLA_CAPABILITIES = dict(attention_kinds=frozenset({"mha", MLA_ABSORBED, MLA_EXPANDED}),
+MLA_TORCH_KINDS: frozenset[str] = frozenset({"mha", MLA_ABSORBED, MLA_EXPANDED})
+MLA_CAPABILITIES = dict(attention_kinds=MLA_TORCH_KINDS,
                         v_head_sizes=HeadSizes(min=1, max=1024, multiple_of=1))
 
 

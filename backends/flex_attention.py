@@ -344,6 +344,7 @@ class FlexImpl(AttentionImpl[FlexMetadata]):
 
 class FlexAttentionBackend(TorchBackend):
     name = "flex-attention"
+    attention_kinds = frozenset({"mha", MLA_EXPANDED})
     description = ("torch FlexAttention: the batch packed into one sequence, paged KV gathered, a BlockMask "
                    "and score/mask mods (torch.compile on CUDA, eager on CPU)")
     # vLLM: --attention-backend FLEX_ATTENTION (vllm/v1/attention/backends/flex_attention.py, the
@@ -371,7 +372,7 @@ class FlexAttentionBackend(TorchBackend):
             # MLA's expanded prefill (192/128): flex takes a value head size apart from the
             # query's; 192 is declared for that form only (check_support). The absorbed form is
             # not declared: flex's Triton kernel rounds head dims up to a power of two (576 -> 1024).
-            attention_kinds=frozenset({"mha", MLA_EXPANDED}),
+            attention_kinds=cls.attention_kinds,
             v_head_sizes=HeadSizes(values=(16, 32, 64, 128, 256)),
             sliding_window=True,
             softcap=True,

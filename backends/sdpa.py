@@ -31,6 +31,7 @@ from backends._paged import (
     HostLoopMetadataBuilder,
     PaddedChunk,
     MLA_CAPABILITIES,
+    MLA_TORCH_KINDS,
     chunk_dims,
     gather_kv,
     padded_chunk,
@@ -206,6 +207,7 @@ def probe_kernel(config, kernel: str) -> str | None:
 
 class SDPABackend(TorchBackend):
     name = "sdpa"
+    attention_kinds = MLA_TORCH_KINDS
     description = "torch SDPA, one batched call over padded requests gathered from the paged KV (what a PyTorch user runs)"
     engine_names = {"sglang": EngineName("torch_native", attention_kinds=frozenset({"mha"}),
                                          caveat="SGLang's torch_native runs torch SDPA per request, unpaged")}

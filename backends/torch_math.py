@@ -14,13 +14,14 @@ from backends._paged import (
     HostLoopMetadata,
     HostLoopMetadataBuilder,
     MLA_CAPABILITIES,
+    MLA_TORCH_KINDS,
     chunk_dims,
     gather_kv,
     padded_chunk,
     plan_chunks,
     scatter_rows,
 )
-from backends._mla_prefill import chunked_prefill
+from backends.mla.prefill import chunked_prefill
 from backends._torch import TorchBackend, torch_capabilities
 from attn_contract import MLA_EXPANDED, AttentionImpl, Capabilities, CudaGraphSupport
 
@@ -109,6 +110,7 @@ class MathImpl(AttentionImpl[MathMetadata]):
 
 class TorchMathBackend(TorchBackend):
     name = "torch-math"
+    attention_kinds = MLA_TORCH_KINDS
     description = "padded, batched softmax(QK^T)V in fp32 over the gathered paged KV (all features, LSE)"
     untimed_on = frozenset({"cuda"})  # the correctness reference (see capabilities)
 
@@ -130,7 +132,7 @@ class TorchMathBackend(TorchBackend):
             untimed_on=cls.untimed_on,
             notes=("fp32 math with padding; requests chunked so each padded score matrix stays under 2**26 elements",
                    "MLA prefill (expanded form) as vLLM's MLACommonImpl: causal over the new tokens, then the cached "
-                   "context in chunks, merged by LSE (backends/_mla_prefill.py)"),
+                   "context in chunks, merged by LSE (backends/mla/prefill.py)"),
         )
 
     @classmethod

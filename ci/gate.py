@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""The CI regression gate of this repository: `harness gate` (harness/analysis/gate.py) with this
+"""The CI regression gate of this repository: `harness gate` (harness/cli/commands/gate.py) with this
 checkout's ci/smoke.yaml and ci/baselines/cpu-smoke as defaults, runnable from any folder.
 
     python ci/gate.py --correctness-only      # the same as `harness gate --correctness-only` at the root
@@ -13,9 +13,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # runnable as a plain script from any folder
 
-from harness.analysis.gate import build_parser as _build_parser  # noqa: E402
-from harness.analysis.gate import main as _main  # noqa: E402
-from harness.analysis.gate import run_args, run_suite  # noqa: E402,F401  (kept for scripts importing them)
+from harness.cli.commands.gate import build_parser as _build_parser  # noqa: E402
+from harness.cli.commands.gate import main as _main  # noqa: E402
+from harness.cli.commands.gate import run_args, run_suite  # noqa: E402,F401  (kept for scripts importing them)
 
 DEFAULT_SUITE = ROOT / "ci" / "smoke.yaml"
 DEFAULT_BASELINE = ROOT / "ci" / "baselines" / "cpu-smoke"

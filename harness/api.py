@@ -13,6 +13,7 @@ with the message the command line prints.
 
 from __future__ import annotations
 
+import argparse
 import ast
 import io
 import logging
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from harness.analysis.compare import Comparison
+    from harness.execute.runner import Reporter
 
 log = logging.getLogger(__name__)
 
@@ -51,24 +53,6 @@ def load(paths: str | Path | Iterable[str | Path]) -> "pd.DataFrame":
         return flat_frame(_paths(paths))
     except (FileNotFoundError, ValueError) as e:
         raise HarnessError(str(e)) from None
-
-
-def _option_argv(options: dict[str, Any]) -> list[str]:
-    """keyword options -> `harness run` flags: no_time=True -> --no-time, case=["a", "b"] ->
-    --case a --case b, max_time=0.5 -> --max-time 0.5; False/None leave the flag out."""
-    out: list[str] = []
-    for key, value in options.items():
-        flag = "--" + key.replace("_", "-")
-        if value is None or value is False:
-            continue
-        if value is True:
-            out.append(flag)
-        elif isinstance(value, (list, tuple)):
-            for v in value:
-                out += [flag, str(v)]
-        else:
-            out += [flag, str(value)]
-    return out
 
 
 def _main_guard_problem() -> str | None:
@@ -101,18 +85,22 @@ def _main_importable() -> bool:
 
 
 def run(suite: str | Path, *, out: str | Path | None = None, isolation: bool | None = None,
-        **options: Any) -> "pd.DataFrame":
+        reporter: "Reporter | None" = None, **options: Any) -> "pd.DataFrame":
     """Run a suite as `harness run SUITE` would and return its rows (``load`` of the results
     folder). ``options`` are `harness run`'s flags by name: ``device="cpu"``,
     ``backends="torch-math,sdpa"``, ``case=["decode-*"]``, ``no_time=True``, ``max_time=0.5``, ...
     ``out``: the results folder (default: a new temporary folder, ``df.attrs["results"]``).
     ``isolation``: cells in worker processes (crash-safe, timeouts) or in this process; by
     default workers when they can start (a script with a main guard, python -m), this
-    process otherwise (a notebook, stdin)."""
-    from harness import cli
-    from harness.cli.common import spec_error
+    process otherwise (a notebook, stdin).
+    ``reporter``: where the run's events go (``harness.execute.runner.Reporter``); default the
+    terminal's without a progress bar, ``quiet=True``: no summary either (failures still go
+    to stderr)."""
+    from harness.cli.commands.run import start
+    from harness.cli.common import UsageError, spec_error
+    from harness.cli.flags import configure_logging
+    from harness.cli.run_flags import RunFlags, option_argv
 
-    # quiet: no closing summary either (the CLI's --quiet, always passed here, drops the progress bar).
     quiet = bool(options.pop("quiet", False))
     if isolation is None:
         isolation = _main_importable()
@@ -123,29 +111,25 @@ def run(suite: str | Path, *, out: str | Path | None = None, isolation: bool | N
         if problem:
             raise HarnessError(problem)
     out_dir = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="harness-run-")) / "results"
-    argv = ["run", str(suite), "--out", str(out_dir), "--quiet", *_option_argv(options)]
+    # What run.json records as the command (and a resume repeats): the command line of this call.
+    argv = ["harness", "run", str(suite), "--out", str(out_dir), "--quiet", *option_argv(options)]
     if not isolation:
         argv.append("--no-isolation")
-    parser = cli.build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit:  # argparse printed the usage line
-        raise HarnessError(f"bad option in harness run {' '.join(argv[1:])} (see the message above)") from None
-    args.argv = argv
-    cli.configure_logging(args)
-    shown = cli.console
-    if quiet:  # the summary prints through harness.cli.console; failures still go to stderr
+    configure_logging(argparse.Namespace())  # warnings to stderr, as the command line's
+    if reporter is None and quiet:
         from rich.console import Console
 
-        cli.console = Console(file=io.StringIO())
+        from harness.cli.reporter import ConsoleReporter
+
+        reporter = ConsoleReporter(console=Console(file=io.StringIO()), quiet=True)
     try:
-        args.func(args)
+        flags = RunFlags.from_options(suite=str(suite), out=str(out_dir), quiet=True, no_isolation=not isolation,
+                                      **options)
+        start(flags, argv, reporter)
     except Exception as e:
-        if isinstance(e, (cli.UsageError, spec_error())):
+        if isinstance(e, (UsageError, spec_error())):
             raise HarnessError(str(e)) from None
         raise
-    finally:
-        cli.console = shown
     df = load(out_dir)
     df.attrs["results"] = str(out_dir)
     return df

@@ -109,11 +109,12 @@ def make_plan(config: pytest.Config) -> BenchPlan | None:
 
 
 def _pick_backends(suite: Any, names: str | None, variant_filters: dict) -> list:
-    """--bench-backends (comma-separated), else the suite's, else every registered backend."""
+    """--bench-backends (comma-separated), else the suite's (``backends_for:`` too), else every
+    registered backend."""
     from harness import registry
+    from harness.plan.filters import backend_names
 
-    listed = names.split(",") if names else (suite.backends or list(registry.known_backends()))
-    return registry.resolve_many([n.strip() for n in listed if n.strip()])
+    return registry.resolve_many(backend_names(names, suite))
 
 
 def cell_id(cell: Any) -> str:

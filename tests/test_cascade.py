@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from backends.flash_attn import detect_features, hardware_reason
-from backends.flash_attn_cascade import FACascadeMetadataBuilder, FlashAttnCascadeBackend
-from backends.flashinfer_cascade import FlashInferCascadeBackend, cascade_levels
-from backends.torch_cascade import TorchCascadeBackend, shifted_block_table
+from backends.cascade.flash_attn_cascade import FACascadeMetadataBuilder, FlashAttnCascadeBackend
+from backends.cascade.flashinfer_cascade import FlashInferCascadeBackend, cascade_levels
+from backends.cascade.base import shifted_block_table
+from backends.cascade.torch_cascade import TorchCascadeBackend
 from attn_contract import cascade_batch_reason, merge_attn_states
 from harness.analysis.cascade_agreement import rule_agreement
 from harness.cell.cascade import DEFAULT_NUM_SMS, use_cascade_attention
@@ -327,3 +328,24 @@ def test_rule_agreement_pairs_cascade_with_its_plain_backend():
     assert entry["plain_us"] == 12.0 and entry["measured_winner"] == "cascade" and entry["rule_right"] is True
     rows[0] = row("flash-attn-cascade", {"fa_version": 3}, 10.0, {**call, "rule_says_cascade": False})
     assert rule_agreement(rows)[0]["rule_right"] is False
+
+
+def test_every_cascade_backend_is_a_cascade_backend_of_its_family():
+    # The family's base declares what they share; each member names its plain counterpart once
+    # (the capability the cascade-vs-plain invariant and the report read is that name) and, for
+    # the GPU ones, takes the tested versions of the plain backend whose library it calls.
+    from backends.cascade.base import CascadeBackend
+    from harness import registry
+
+    members = [registry.resolve(n) for n in ("torch-cascade", "flash-attn-cascade", "flashinfer-cascade")]
+    for cls in members:
+        assert issubclass(cls, CascadeBackend)
+        caps = cls.capabilities(cls.variants()[0])
+        assert caps.cascade and caps.returns_lse and caps.plain_counterpart == cls.plain_counterpart
+        assert cls.get_impl_cls().plain_counterpart == cls.plain_counterpart  # the row's call.compare_with
+        assert not caps.sliding_window and not caps.alibi
+        plain = registry.resolve(cls.plain_counterpart)
+        if "cuda" not in caps.devices or "cpu" in caps.devices:
+            continue
+        assert cls.tested_versions == plain.tested_versions and cls.library_modules == plain.library_modules
+    assert [m.contiguous_groups for m in members] == [False, True, True]

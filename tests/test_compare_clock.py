@@ -173,7 +173,7 @@ def test_the_gate_runs_in_the_baselines_regime(tmp_path):
     import argparse
     import json
 
-    from harness.analysis.gate import run_args
+    from harness.cli.commands.gate import run_args
 
     base = tmp_path / "base"
     base.mkdir()

@@ -144,7 +144,7 @@ def test_rows_of_one_backend_share_each_rerun_process(real, tmp_path):
 
 @pytest.mark.slow  # one fresh `harness run` process
 def test_the_gate_confirms_too(real, tmp_path, capsys):
-    from harness.analysis.gate import main as gate_main
+    from harness.cli.commands.gate import main as gate_main
 
     one_off = _scaled(real, tmp_path / "one-off", 2.0)
     assert gate_main(["--results", str(one_off), "--baseline", str(real), "--threshold", "50%"]) == 1

@@ -106,7 +106,7 @@ def test_match_backend_compares_a_patched_build_with_the_builtins_rows(tmp_path,
 
 
 def test_the_gate_takes_a_folder_of_runs_and_never_flattens_it(tmp_path, capsys):
-    from harness.analysis.gate import main as gate_main
+    from harness.cli.commands.gate import main as gate_main
 
     covered = _runs(tmp_path, "covered", (LEVELS[0], LEVELS[1], LEVELS[0]))
     new = write_run(_run(7, LEVELS[1]), tmp_path / "new")

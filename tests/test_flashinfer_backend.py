@@ -323,7 +323,7 @@ def test_plan_growing_workspace_doubles_until_the_plan_fits_and_reraises_anythin
 
 
 def test_cascade_backend_shares_the_workspace_sizing():
-    import backends.flashinfer_cascade as fic
+    import backends.cascade.flashinfer_cascade as fic
 
     assert not hasattr(fic, "WORKSPACE_BYTES")  # no fixed 128 MB of its own
     assert fic.plan_growing_workspace is __import__("backends.flashinfer").flashinfer.plan_growing_workspace

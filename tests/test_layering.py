@@ -251,7 +251,8 @@ def test_the_reader_check_sees_a_registry_import(tmp_path):
 # harness.plan.options.RunPlan that flows down (docs/architecture.md, "Data flow").
 RUN_FLAGS = "harness.cli.run_flags"
 RUN_FLAGS_READERS = {  # the entry points, and the package that re-exports RunFlags
-    "harness/cli/__init__.py", "harness/cli/run.py", "harness/pytest_plugin.py",
+    "harness/cli/__init__.py", "harness/cli/commands/run.py", "harness/pytest_plugin.py",
+    "harness/api.py", "harness/cli/commands/gate.py",  # RunFlags.from_options: keywords, not an argv
     "harness/cli/commands/repro.py",  # pick_device only: `harness repro`'s own --device
 }
 

@@ -199,7 +199,7 @@ def test_engine_names_of_a_torch_baseline_do_not_cover_mla():
 def test_vllm_style_chunked_prefill_equals_one_pass_attention(monkeypatch):
     """torch-math's MLA prefill (new tokens causal, then context chunks, LSE merges), with query
     rows blocked too, against the reference's one pass over every key."""
-    import backends._mla_prefill as mp
+    import backends.mla.prefill as mp
 
     case = CaseSpec(name="c", num_heads=4, attention="mla", mla_form="expanded",
                     batch=[{"kind": "prefill", "query_len": 37}, {"kind": "extend", "query_len": 21, "context_len": 50},

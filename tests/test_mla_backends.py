@@ -1,6 +1,6 @@
 """The MLA library adapters' CPU-checkable parts (flashinfer-mla, flash-attn-mla, flashmla): what
 they declare, why they refuse, the metadata they build, and the GPU probe's pure parts. The
-library calls themselves run on the GPU (backends/mla_probe, suites/mla.yaml)."""
+library calls themselves run on the GPU (tools/mla_probe, suites/mla.yaml)."""
 
 import importlib.util
 
@@ -9,11 +9,11 @@ import torch
 
 from attn_contract import MLA_ABSORBED, MLA_EXPANDED, AttentionConfig, CommonAttentionMetadata, MLADims
 from attn_contract.status import reason_kind
-from backends import flash_attn_mla, flashinfer_mla, flashmla
-from backends._mla import form_reason, packed_slots
-from backends.flash_attn_mla import FlashAttnMLABackend, FlashAttnMLAMetadataBuilder, build_reason
-from backends.flashinfer_mla import FlashInferMLABackend
-from backends.flashmla import FlashMLABackend, uniform_query_len
+from backends.mla import flash_attn as flash_attn_mla, flashinfer as flashinfer_mla, flashmla
+from backends.mla.common import form_reason, packed_slots
+from backends.mla.flash_attn import FlashAttnMLABackend, FlashAttnMLAMetadataBuilder, build_reason
+from backends.mla.flashinfer import FlashInferMLABackend
+from backends.mla.flashmla import FlashMLABackend, uniform_query_len
 
 MLA_BACKENDS = (FlashInferMLABackend, FlashAttnMLABackend, FlashMLABackend)
 
@@ -152,10 +152,10 @@ def test_engine_names_are_mla_only():
 
 
 def test_probe_batch_and_reference_agree():
-    """The probe's MLA reference (backends/mla_probe) is ordinary attention with k = [ckv, kpe],
+    """The probe's MLA reference (tools/mla_probe) is ordinary attention with k = [ckv, kpe],
     v = ckv and one KV head; its contiguous and packed gathers read the same tokens."""
-    from backends.mla_probe.common import attention_reference, errors
-    from backends.mla_probe.mla_batch import SM_SCALE, make_mla_batch
+    from tools.mla_probe.common import attention_reference, errors
+    from tools.mla_probe.mla_batch import SM_SCALE, make_mla_batch
 
     b = make_mla_batch(4, 2, 16, [2, 15, 32, 33], seed=1, device="cpu")
     b.reference()
@@ -197,14 +197,14 @@ def test_wrapped_mla_bugs_are_flagged_on_the_cpu():
         rows = by[m.name]
         assert not [r for r in rows if r.status == "error"], [r.reason for r in rows]
         assert any(r.status == "mismatch" for r in rows), f"{m.name} passed every cell"
-    assert len(GPU_MLA_MUTANTS) == len(SPECS) == 3 * len(MATH_MLA_MUTANTS)
+    assert len(GPU_MLA_MUTANTS) == len(SPECS) == 4 * len(MATH_MLA_MUTANTS)  # FlashInfer fa3, fa2, FA3 qv, FlashMLA
     assert all(s.startswith("mutants.mla_gpu:") for s in SPECS)
 
 
 def test_a_library_that_crashes_on_import_is_a_reason(tmp_path, monkeypatch):
     """FlashMLA's wheel is built for another torch: availability imports it in a child process
     first, so an abort on import becomes a reason instead of taking the worker down."""
-    from backends._mla import import_reason, subprocess_import_reason
+    from backends.mla.common import import_reason, subprocess_import_reason
 
     (tmp_path / "crashes_on_import.py").write_text("import os\nos.abort()\n")
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -4,7 +4,7 @@ and anything else that times a backend use it, so none of them mirrors the runne
 import pytest
 import torch
 
-from backends.torch_cascade import TorchCascadeBackend
+from backends.cascade.torch_cascade import TorchCascadeBackend
 from backends.torch_math import TorchMathBackend
 from harness.case.reference import reference_attention
 from harness.cell.prepare import CellStage, CellTrace, CellUnsupported, PreparedCell, prepare_cell

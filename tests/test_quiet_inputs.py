@@ -127,7 +127,7 @@ def test_a_run_piped_into_head_exits_0(tmp_path):
 
 
 def test_clock_regime_notes():
-    from harness.cli.run import clock_regime_notes
+    from harness.cli.commands.run import clock_regime_notes
 
     assert clock_regime_notes(["run", "s.yaml"], None, "cpu") == []
     assert clock_regime_notes(["run", "s.yaml", "--clock-regime", "burst"], "burst", "cuda") == []

@@ -365,7 +365,7 @@ def test_the_python_api_quiet_prints_no_summary(tiny, tmp_path, capsys):
 
 
 def test_gate_with_a_missing_baseline_stops_before_running(tiny, tmp_path, capsys):
-    from harness.analysis.gate import main as gate
+    from harness.cli.commands.gate import main as gate
 
     out = tmp_path / "new"
     assert gate(["--suite", str(tiny), "--baseline", str(tmp_path / "none"), "--out", str(out), "--device", "cpu"]) == 2

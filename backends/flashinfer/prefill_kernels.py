@@ -11,7 +11,7 @@ Element offsets passed explicitly mean the same in both.
 cuDNN builds one graph per (batch size, max query/key lengths, heads, head dims, causal) on
 first use (``cudnn.graph_cache``), which is why the harness's untimed first call matters here.
 The LSE is not asked for: cuDNN emits natural-log statistics and newer FlashInfer releases fold
-them to base 2, so its base depends on the installed version (the probe in backends/mla_probe
+them to base 2, so its base depends on the installed version (the probe in tools/mla_probe
 records which)."""
 
 from __future__ import annotations

@@ -1,1 +1,1 @@
-"""Readers that decide from records: compare, gate, recommend, per-model answers."""
+"""Readers that decide from records: compare (the gate's verdict too), recommend, per-model answers."""

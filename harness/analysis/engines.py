@@ -55,6 +55,12 @@ SGLANG_PREFILL_ONLY = {"fa4": "PR #10937"}
 # only from PR #18442 (2026-02, which gave sm90 paged FA4).
 SGLANG_FA4_PAGE = 128
 
+# SGLang's automatic MLA backend per GPU (server_args' auto-selection; SGLang issue #5064, 2025-04).
+SGLANG_MLA_FACT = ("MLA models (DeepSeek, Kimi-K2): with no `--attention-backend`, SGLang picks `fa3` on Hopper and "
+                   "`flashinfer` on Blackwell, else `triton` (server_args auto-selection, SGLang issue #5064, 2025-04); "
+                   "`flashmla`, `cutlass_mla` (SGLang PR #5390) and `trtllm_mla` are opt-in; prefill and decode may "
+                   "differ with `--prefill-attention-backend` / `--decode-attention-backend`")
+
 # Results written before run.json recorded ``backend_facts``: the built-in backends' declarations
 # as committed with this package (harness/tools/engine_table.py writes it, a test checks it).
 TABLE = Path(__file__).resolve().with_name("engine_table.json")
@@ -113,7 +119,7 @@ class EngineFacts:
         """The harness backend+variant that runs what vLLM would run, best match first."""
         out = []
         for name, decl in self.engine_backends("vllm"):
-            if decl.name != choice.backend:
+            if (decl.mla_prefill if choice.mla_prefill else decl.name) != choice.backend:
                 continue
             axis, fixed = decl.version_axis, decl.runs
             want = {**fixed, **({axis: choice.fa_version} if axis else {})}

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from harness.report import markdown
-from harness.analysis.engines import SGLANG_FACTS, TABLE_ONLY, EngineFacts, sglang_flags, sglang_page_note, vllm_flags
+from harness.analysis.engines import (SGLANG_FACTS, SGLANG_MLA_FACT, TABLE_ONLY, EngineFacts, sglang_flags,
+                                       sglang_page_note, vllm_flags)
 from harness.analysis.recommend.load import load_inputs
 from harness.analysis.recommend.rank import RAN_OK, BucketResult, Candidate, batch_of, case_batches, rank_bucket
 from harness.analysis.recommend.vllm import VLLM_FACTS, vllm_setting
@@ -112,42 +113,57 @@ def answer_records(ans: list[Answer], facts: EngineFacts = TABLE_ONLY) -> list[d
 # ---------------------------------------------------------------- one setting per engine
 
 
+# The one notion of cost in these tables, as in recommend's winner and default tables: a
+# setting's time over the fastest passing row of the case, whatever backend gave it (an engine
+# that cannot run the winner pays for it). ``BEST`` holds that fastest time in each case's dict.
+BEST = "__fastest_measured__"
+MLA_PREFILL = "mla prefill"  # a case's kind in the engine tables: MLA's expanded form
+
+
 def _engine_times(rows: Sequence[ResultRow], engine: str, facts: EngineFacts) -> tuple[dict[str, dict[str, float]], dict[str, str]]:
-    """case id -> {engine setting: fastest median of the harness candidates it runs}, and each
-    case's kind. Only candidates the engine runs exactly count."""
+    """case id -> {engine setting: fastest median of the harness candidates it runs, and
+    ``BEST``: the case's fastest passing row of any backend}, and each case's kind. Only
+    candidates the engine runs exactly count as settings."""
     batches = case_batches(rows)
     times: dict[str, dict[str, float]] = defaultdict(dict)
     kinds: dict[str, str] = {}
+    best: dict[str, float] = {}
     for r in rows:
         t = r.interval_us if r.status == RAN_OK else None
         b = batch_of(r, batches)
         if t is None or b is None:
             continue
+        best[r.case_id] = min(t[0], best.get(r.case_id, math.inf))
         variant = r.variant
+        attention_kind = r.config.kind_of_attention if r.config is not None else "mha"
         if engine == "vllm":
-            s = vllm_setting(Candidate(r.backend, variant, r.variant_label, {}), facts)
+            s = vllm_setting(Candidate(r.backend, variant, r.variant_label, {}, attention_kind=attention_kind), facts)
             key = s["cli"] if s and s["exact"] else None
         else:
-            s = facts.sglang_setting(r.backend, variant, r.config.kind_of_attention if r.config is not None else "mha")
+            s = facts.sglang_setting(r.backend, variant, attention_kind)
             key = s["attention_backend"] if s and s["exact"] else None
         if key is None:
             continue
         cid = r.case_id
-        kinds[cid] = b.kind
+        # An MLA prefill (expanded form) is set apart from the decode in vLLM too (mla_prefill_backend).
+        kinds[cid] = MLA_PREFILL if attention_kind == "mla_expanded" else b.kind
         times[cid][key] = min(t[0], times[cid].get(key, math.inf))
+    for cid in times:
+        times[cid][BEST] = best[cid]
     return times, kinds
 
 
 def _cost(pick: dict[str, str], times: dict[str, dict[str, float]],
           weights: dict[str, float] | None = None) -> tuple[float, float] | None:
-    """(geomean, worst) slowdown of the per-case settings ``pick`` against each case's fastest,
-    the geomean weighted by ``weights`` (a case's share of the model's layers) when given."""
+    """(geomean, worst) slowdown of the per-case settings ``pick`` against each case's fastest
+    passing row of any backend (``BEST``), the geomean weighted by ``weights`` (a case's share of
+    the model's layers) when given."""
     logs, total = [], 0.0
     for cid, key in pick.items():
         if key not in times[cid]:
             return None
         w = (weights or {}).get(cid, 1.0)
-        logs.append((w, math.log(times[cid][key] / min(times[cid].values()))))
+        logs.append((w, math.log(times[cid][key] / times[cid][BEST])))
         total += w
     if not logs or total <= 0:
         return None
@@ -156,7 +172,7 @@ def _cost(pick: dict[str, str], times: dict[str, dict[str, float]],
 
 def _best(cases: list[str], times: dict[str, dict[str, float]], weights: dict[str, float] | None = None) -> str | None:
     """The setting every case ran with the least (weighted) sum of log times."""
-    keys = set.intersection(*(set(times[c]) for c in cases)) if cases else set()
+    keys = set.intersection(*(set(times[c]) - {BEST} for c in cases)) if cases else set()
     w = weights or {}
     scored = [(sum(w.get(c, 1.0) * math.log(times[c][k]) for c in cases), k) for k in keys]
     return min(scored)[1] if scored else None
@@ -169,11 +185,14 @@ def engine_setting(cases: list[str], times: dict[str, dict[str, float]], kinds: 
     case's weight (its layer kind's layer count) in the choice and the geomean cost."""
     if not cases:
         return None
-    if engine == "vllm":
-        k = _best(cases, times, weights)
-        if k is None:
+    if engine == "vllm":  # one backend; an MLA model's prefill kernel is a setting of its own
+        pre = [c for c in cases if kinds[c] == MLA_PREFILL]
+        rest = [c for c in cases if kinds[c] != MLA_PREFILL]
+        k, kp = _best(rest, times, weights), _best(pre, times, weights)
+        if (rest and k is None) or (pre and kp is None):
             return None
-        flags, pick = k, {c: k for c in cases}
+        flags = " ".join(x for x in (k, kp) if x)
+        pick = {**{c: k for c in rest if k is not None}, **{c: kp for c in pre if kp is not None}}
     else:
         dec = [c for c in cases if kinds[c] == "decode"]
         pre = [c for c in cases if kinds[c] != "decode"]
@@ -330,7 +349,8 @@ def engine_markdown(paths: Sequence[str | Path], engine: str, tie: float, call_f
                   "cost worst": _pct(s.get("worst_cost_pct"))} for s in weighted]
     out = [f"# {name} settings per model shape", "",
            f"Measured with: {measured_with(inputs.headers)}", "",
-           "Cost: slowdown of that one setting against the fastest setting of each case (geometric mean, worst case).",
+           "Cost: slowdown of that one setting against the fastest passing backend of each case, whichever it is "
+           "(the winner of recommend's tables; geometric mean, worst case).",
            "", *inputs.notes[-1:], "",
            f"## One {name} setting per model", "",
            "What a deployment takes: one setting for all of a model's layers, chosen over its cases with each kind "
@@ -342,7 +362,7 @@ def engine_markdown(paths: Sequence[str | Path], engine: str, tie: float, call_f
         out += [f"Single setting over all shapes: `{single['flags']}` over {single['cases']} cases, cost "
                 f"{_pct(single['geomean_cost_pct'])} geomean, {_pct(single['worst_cost_pct'])} worst.", ""]
     out += [f"Note: {n}\n" for n in _engine_notes(inputs.rows, engine, [*settings, *weighted, single or {}])]
-    facts = VLLM_FACTS if engine == "vllm" else SGLANG_FACTS
+    facts = VLLM_FACTS if engine == "vllm" else (*SGLANG_FACTS, SGLANG_MLA_FACT)
     out += [f"## {name}'s flags, with the release each is read from", "", *[f"- {f}" for f in facts], ""]
     out += ["## Winner per model shape and workload kind", "",
             _md(answer_records(answers(inputs.rows, tie), known), "No timed passing rows."), ""]

@@ -43,6 +43,9 @@ class VllmChoice:
     fa_version: int | None  # only for FLASH_ATTN
     priorities: tuple[str, ...]
     rejected: dict[str, str] = field(default_factory=dict)  # backend -> first reason it was skipped
+    # The choice is vLLM's MLA prefill backend (``mla_prefill_backend``: FLASH_ATTN, ...), chosen
+    # apart from the decode backend, not an ``--attention-backend`` name.
+    mla_prefill: bool = False
 
     @property
     def label(self) -> str:
@@ -174,6 +177,8 @@ def vllm_default(
     walk the platform's priority list and take the first backend whose validation passes.
     Triton and Flex attention, the last resorts, are taken as always valid. An MLA layer
     (``attention_kind`` "mla_*") walks the MLA list instead (``vllm_mla_default``)."""
+    if attention_kind == "mla_expanded":
+        return vllm_mla_prefill_default(capability)
     if attention_kind.startswith("mla"):
         return vllm_mla_default(capability, kv_cache_dtype=kv_cache_dtype, block_size=block_size)
     cap = _cap(capability)
@@ -226,6 +231,24 @@ VLLM_MLA_BACKENDS: dict[str, dict[str, Any]] = {
 # GPUs where FlashMLA runs (for every MLA backend it then picks), FlashInfer MLA's 64 / CUTLASS
 # MLA's 128 on Blackwell, unless the user's --block-size is already a multiple.
 VLLM_MLA_DEFAULT_BLOCK = {"sm10x": 64, "other": 64}
+
+
+# vLLM's MLA prefill (the expanded 192/128 form), chosen apart from the decode backend
+# (vllm/v1/attention/backends/mla/prefill/selector.py ``_get_mla_prefill_backend_priorities``,
+# vLLM PR #32623; order as documented in vLLM PR #43697): FLASH_ATTN first everywhere; on
+# Blackwell TRTLLM_RAGGED, then FLASHINFER (its ``supports_compute_capability``: major 10 only).
+VLLM_MLA_PREFILL_PRIORITIES: dict[str, tuple[str, ...]] = {
+    "sm10x": ("FLASH_ATTN", "TRTLLM_RAGGED", "FLASHINFER"),
+    "other": ("FLASH_ATTN",),
+}
+
+
+def vllm_mla_prefill_default(capability: str | tuple[int, int]) -> VllmChoice:
+    """vLLM's automatic MLA prefill backend (no ``mla_prefill_backend``): the first of the list;
+    FLASH_ATTN (vLLM's FA varlen at 192/128) validates on every GPU vLLM builds it for."""
+    cap = _cap(capability)
+    prio = VLLM_MLA_PREFILL_PRIORITIES["sm10x" if cap[0] == 10 else "other"]
+    return VllmChoice(prio[0], None, prio, {}, mla_prefill=True)
 
 
 def _page_ok(block_size: int, rules: tuple[Any, ...]) -> bool:

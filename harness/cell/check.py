@@ -9,6 +9,11 @@ request passes when none of its outputs is NaN/Inf or unwritten, and
 - relative L2: ``||out - ref|| / ||ref||`` is at most ``rel_l2_limit(dtype, kv, seq_len)``.
   This gate scales with the signal: a decode output at a 3k context is ~0.03 in magnitude,
   below any sensible atol, but its relative error is still ~1e-3 for a correct kernel;
+- the last query row: its own relative L2 is at most the same limit. It is the row a model
+  samples from, and the only row that sees a request's final key under a causal mask: an
+  error confined to it (a kernel dropping each request's last key) is averaged away in the
+  request's figure (1 row of 1024: 32x smaller) but not here. A single row of a correct
+  kernel measures within the request's spread (docs/conformance.md, "Last query row");
 - LSE (when the backend returns it): every finite reference LSE is matched within
   ``lse_atol``, and rows the reference leaves empty (-inf) are infinite in the kernel's too.
 
@@ -89,6 +94,16 @@ def tolerance_for(dtype: str, fp8_kv: bool | str) -> Tolerance:
     return TOLERANCES[(dtype, bool(fp8_kv))]
 
 
+def kernel_kv_dtype(config: Any) -> str:
+    """The KV dtype the kernel's inputs have, which sets the tolerance: the cache dtype, except
+    in MLA's expanded form, where K/V arrive up-projected in the model dtype (the reference
+    up-projects the same dequantized latent, so an fp8 latent's rounding is shared and the
+    kernel's error is that of a model-dtype call; the fp8 allowance would hide its bugs)."""
+    if getattr(config, "attention_kind", "mha") == "mla_expanded":
+        return "auto"
+    return str(config.kv_cache_dtype)
+
+
 def _finite_or_none(x: float) -> float | None:
     return x if x == x and abs(x) != float("inf") else None
 
@@ -145,8 +160,15 @@ def check_output(
     req_unw = _seg_sum(per_tok(unw).double(), seg, n)
     req_bad = _seg_sum(per_tok(bad).double(), seg, n)
     err2 = torch.where(finite, o - r, torch.zeros_like(o)).pow(2)
-    req_err2 = _seg_sum(per_tok(err2), seg, n)
-    req_ref2 = _seg_sum(per_tok(r.pow(2)), seg, n)
+    tok_err2, tok_ref2 = per_tok(err2), per_tok(r.pow(2))
+    req_err2 = _seg_sum(tok_err2, seg, n)
+    req_ref2 = _seg_sum(tok_ref2, seg, n)
+    # Each request's last query row (the sampled one; the only one seeing the final key).
+    # (a request with no query row points anywhere in range; its figure is not used)
+    last = torch.tensor([min(max(qsl[i + 1] - 1, qsl[i]), max(T - 1, 0)) for i in range(n)], device=dev,
+                        dtype=torch.long)
+    last_err2 = tok_err2[last] if T else tok_err2.new_zeros(n)
+    last_ref2 = tok_ref2[last] if T else tok_ref2.new_zeros(n)
     fdiff_tok = torch.where(finite, diff, torch.zeros_like(diff)).flatten(1).amax(1) if T else diff.new_zeros(0)
     req_maxabs = _seg_max(fdiff_tok, seg, n)
 
@@ -165,14 +187,14 @@ def check_output(
 
     # Every per-request figure to the host in one transfer: indexing the device tensors per
     # request cost a device sync per figure (about ten per request, 256 requests per cell).
-    cols = [counts, req_ref2, req_err2, req_bad, req_maxabs, req_unw, req_nan, req_inf]
+    cols = [counts, req_ref2, req_err2, req_bad, req_maxabs, req_unw, req_nan, req_inf, last_err2, last_ref2]
     if lse_req is not None and lse_empty_req is not None:  # set together
         cols += [lse_req, lse_empty_req]
     err2_total = req_err2.sum()  # the batch's figure, reduced on the device as before
     host = torch.stack([c.double() for c in cols]).cpu().tolist() if n else [[] for _ in cols]
-    counts_h, req_ref2, req_err2, req_bad, req_maxabs, req_unw, req_nan, req_inf = host[:8]
+    counts_h, req_ref2, req_err2, req_bad, req_maxabs, req_unw, req_nan, req_inf, last_err2_h, last_ref2_h = host[:10]
     if lse_req is not None:
-        lse_req_h, lse_empty_h = host[8], host[9]
+        lse_req_h, lse_empty_h = host[10], host[11]
     per_request: list[dict[str, Any]] = []
     for i in range(n):
         numel = max(1, int(counts_h[i]) * elems)
@@ -193,6 +215,11 @@ def check_output(
             problems.append(f"{mf:.2%} of elements outside atol={tol.atol:g}, rtol={tol.rtol:g} (max abs err {maxabs:.3g})")
         if rel_l2 > limit:
             problems.append(f"rel L2 {rel_l2:.3g} > {limit:.3g}")
+        row_floor = tol.atol * math.sqrt(elems) * 1e-3  # as above, for one row
+        last_rel = (math.sqrt(float(last_err2_h[i])) / max(math.sqrt(float(last_ref2_h[i])), row_floor, 1e-30)
+                    if int(counts_h[i]) else 0.0)
+        if last_rel > limit and rel_l2 <= limit:
+            problems.append(f"last query row rel L2 {last_rel:.3g} > {limit:.3g}")
         lse_err = None
         if lse_req is not None:
             lse_err = float(lse_req_h[i]) if int(counts_h[i]) else 0.0
@@ -203,7 +230,8 @@ def check_output(
         per_request.append({
             "request": request_ids[i] if request_ids is not None else i, "kind": kinds[i], "query_len": int(counts_h[i]), "seq_len": int(seq_lens[i]),
             "passed": not problems, "rel_l2_err": rel_l2, "rel_l2_limit": limit, "max_abs_err": maxabs,
-            "mismatch_fraction": mf, "lse_max_abs_err": lse_err, "problems": "; ".join(problems),
+            "mismatch_fraction": mf, "lse_max_abs_err": lse_err, "last_row_rel_l2_err": last_rel,
+            "problems": "; ".join(problems),
         })
 
     failed = [p for p in per_request if not p["passed"]]

@@ -15,10 +15,11 @@ from typing import Any, Callable
 import torch
 
 from attn_contract import (
+    MLA_EXPANDED,
     lse_to_natural,
 )
 from harness.cell.accounting import Stopwatch, sync, breakdown
-from harness.cell.check import check_output, tolerance_for
+from harness.cell.check import check_output, kernel_kv_dtype, tolerance_for
 from harness.cell.context_parallel.cell import run_cp_cell
 from harness.cell.graph_replay import graph_mode_stage
 from harness.cell.invariants import check_invariants
@@ -40,6 +41,11 @@ from harness.cell.prepare import (
 Judge = Callable[..., Check]
 
 
+# The expanded (prefill) form gets its context K/V already up-projected, for every backend alike.
+MLA_UPPROJECTION_NOTE = ("the context's up-projection (kv_b_proj over each request's cached latent, which vLLM runs "
+                         "every chunked-prefill step) is not timed, for any backend: K/V arrive up-projected")
+
+
 def first_call(prepared: PreparedCell, draft: RowDraft, trace: CellTrace) -> None:
     """The first forward (JIT included) and what the backend says it called."""
     trace.stage = CellStage.FORWARD
@@ -48,6 +54,8 @@ def first_call(prepared: PreparedCell, draft: RowDraft, trace: CellTrace) -> Non
     facts = dict(prepared.impl.describe_call(prepared.metadata) or {})
     if prepared.cascade_rule is not None:
         facts.update(prepared.cascade_rule.call_fields())
+    if prepared.config.attention_kind == MLA_EXPANDED:
+        facts["untimed_work"] = MLA_UPPROJECTION_NOTE
     draft.call = Call.model_validate(facts)
 
 
@@ -60,7 +68,7 @@ def make_judge(prepared: PreparedCell, case_data: CaseContext) -> Judge:
     ref_lse = reference_lse_for(batch, case_data.ref_lse, prepared.caps.alibi_lse)
     if prepared.token_index is not None:
         ref_out, ref_lse = ref_out[prepared.token_index], ref_lse[prepared.token_index]
-    tol = tolerance_for(cfg.dtype, cfg.kv_cache_dtype)
+    tol = tolerance_for(cfg.dtype, kernel_kv_dtype(cfg))
 
     def judge(o: torch.Tensor, l: torch.Tensor | None, unwritten: torch.Tensor | None = None) -> Check:
         # Each request (and segment kind) judged on its own; see harness/cell/check.py. The

@@ -1,9 +1,10 @@
 """The ``harness`` command line (``main``), as a package:
 
 - ``parser``: the parser, built from a registry of command modules (``add_parser`` + ``run``);
-- ``run``: ``harness run`` (its flags: harness/cli/run_flags.py; its executors: harness/execute/api.py);
-- ``summary``: run.json's wall-time bookkeeping and the closing summary;
-- ``commands/``: report, merge, compare, recommend, repro, validate, list;
+- ``commands/``: one module a command, its parser and ``run`` (``harness run``: commands/run.py, its flags
+  harness/cli/run_flags.py, the run itself harness/execute/runner.py's ``Runner``);
+- ``reporter``: what ``harness run`` shows of a run (the ``Reporter`` on the consoles);
+- ``summary``: the closing tables on the consoles;
 - ``entry``: ``main``, bad input as one line (exit 2), Ctrl-C / SIGTERM as a resume command.
 
 The names below are the package's public surface (programs and tests import them from here);
@@ -17,7 +18,8 @@ from harness.cli.common import CONSOLE as console, ERR_CONSOLE as err_console, E
 from harness.cli.commands.listing import list_backends
 from harness.cli.entry import Terminated, main, resume_command
 from harness.cli.parser import COMMANDS, build_parser
-from harness.cli.summary import print_summary, wall_breakdown
+from harness.cli.summary import print_summary
+from harness.execute.run_end import wall_breakdown
 from harness.cli.flags import configure_logging
 from harness.cli.run_flags import RunFlags
 

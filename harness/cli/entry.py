@@ -21,7 +21,7 @@ from harness.cli.flags import configure_logging
 from harness.records.fileio import OutputPathError
 from harness.interrupts import Terminated
 
-__all__ = ["Terminated", "main", "resume_command"]  # Terminated: programs catch it from here
+__all__ = ["Terminated", "is_bad_input", "main", "print_error", "resume_command"]  # Terminated: programs catch it from here
 
 
 def resume_command(argv: list[str], out_dir: Path) -> str:
@@ -69,6 +69,18 @@ def _interrupted(args: argparse.Namespace | None, argv: list[str], terminated: b
                             highlight=False)
         err_console().print(f"  {escape(resume_command(argv, out_dir))}", highlight=False, soft_wrap=True)
     return 128 + signal.SIGTERM if terminated else 130
+
+
+def is_bad_input(e: Exception) -> bool:
+    """Bad input, which the command line prints as one line (exit 2): a suite's SpecError, a
+    UsageError, an output path that cannot be written."""
+    return isinstance(e, (spec_error(), UsageError, OutputPathError))
+
+
+def print_error(e: Exception) -> int:
+    """``error: MESSAGE`` on stderr; the exit code of bad input."""
+    err_console().print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
+    return EXIT_USAGE
 
 
 def _drop_stdout() -> None:
@@ -126,10 +138,9 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         raise
     except Exception as e:  # a SpecError, UsageError or unwritable output path; the suite models load only if something was raised
-        if not isinstance(e, (spec_error(), UsageError, OutputPathError)):
+        if not is_bad_input(e):
             raise
-        err_console().print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
-        return EXIT_USAGE
+        return print_error(e)
     except KeyboardInterrupt as e:
         interrupts.handled()
         return _interrupted(args, argv, terminated=isinstance(e, Terminated))

@@ -10,7 +10,7 @@ import importlib
 from harness.cli.flags import add_global_flags
 
 COMMANDS = (
-    "harness.cli.run",
+    "harness.cli.commands.run",
     "harness.cli.commands.report",
     "harness.cli.commands.merge",
     "harness.cli.commands.compare",
@@ -18,14 +18,14 @@ COMMANDS = (
     "harness.cli.commands.repro",
     "harness.cli.commands.validate",
     "harness.cli.commands.listing",
-    "harness.tools.evidence_plan",
-    "harness.crosscheck.run",
-    "harness.tools.matrix.matrix",
-    "harness.tools.matrix.bisect",
+    "harness.cli.commands.plan",
+    "harness.cli.commands.crosscheck",
+    "harness.cli.commands.matrix",
+    "harness.cli.commands.bisect",
     "harness.cli.commands.export",
     "harness.cli.commands.schema",
-    "harness.analysis.gate",
-    "harness.tools.diag",
+    "harness.cli.commands.gate",
+    "harness.cli.commands.diag",
 )
 
 

@@ -236,6 +236,35 @@ class RunFlags(BaseModel):
     def from_args(cls, args: "argparse.Namespace") -> "RunFlags":
         return cls.parse(vars(args))
 
+    @classmethod
+    def from_options(cls, **options: Any) -> "RunFlags":
+        """The flags from Python keywords, as the command line would take them (``harness.api.run``):
+        ``no_time=True`` is ``--no-time``, ``case=["a", "b"]`` (or ``case="a"``) repeats ``--case``,
+        ``ray=True`` is a bare ``--ray``, ``max_time=0.5`` is ``--max-time 0.5``; None and False
+        leave a flag out. An unknown keyword or a value the flag cannot take -> UsageError."""
+        values: dict[str, Any] = {}
+        for key, value in options.items():
+            info = cls.model_fields.get(key)
+            if info is None:
+                raise UsageError(f"{key}={value!r}: not a harness run option (harness run --help lists them)")
+            flag = next(m for m in info.metadata if isinstance(m, Flag))
+            if value is None or value is False:
+                continue
+            if flag.action == "store_true":
+                values[key] = True
+            elif flag.action == "append":
+                values[key] = [str(v) for v in (value if isinstance(value, (list, tuple)) else [value])]
+            elif value is True:
+                if flag.const is None:
+                    raise UsageError(f"{flag.name}: give it a value")
+                values[key] = flag.const
+            elif isinstance(value, (list, tuple)):
+                raise UsageError(f"{flag.name} {value!r}: takes one value")
+            else:
+                # A path or a number where the flag is text (--out, --tp): the command line's string.
+                values[key] = str(value) if _scalar(info.annotation) is str else value
+        return cls.parse(values)
+
     def variant_filters(self) -> dict[str, dict[str, list[str]]]:
         out: dict[str, dict[str, list[str]]] = {}
         for item in self.variant or []:
@@ -330,6 +359,10 @@ class RunFlags(BaseModel):
         execute = self.exec_options(pick_device(self.device))
         device = torch.device(execute.devices[0])  # rows and the header name the first worker's device
         run = self.run_options(device, suite_path, suite.clock_regime, filters, **timing_extra)
+        if not self.backends:  # the suite's choice: backends_for: picks per attention family
+            from harness.plan.filters import backend_families
+
+            run.backend_families = backend_families(suite, backends)
         return RunPlan(suite_path=suite_path, suite=suite, backends=backends, run=run, execute=execute,
                        variant_filters=filters, seed=self.seed, out=self.out, resume=self.resume,
                        shard=self.shard, ray=self.ray, report=self.report, strict=self.strict, quiet=self.quiet)
@@ -438,6 +471,25 @@ def from_pytest(config: "pytest.Config") -> RunFlags | None:
     if not values.get("suite"):
         return None
     return RunFlags.parse({k: v for k, v in values.items() if v is not None}, bench=True)
+
+
+def option_argv(options: dict[str, Any]) -> list[str]:
+    """Keyword options (``RunFlags.from_options``'s) as the `harness run` flags a run.json records:
+    no_time=True -> --no-time, case=["a", "b"] -> --case a --case b, max_time=0.5 -> --max-time 0.5;
+    False/None leave the flag out."""
+    out: list[str] = []
+    for key, value in options.items():
+        flag = "--" + key.replace("_", "-")
+        if value is None or value is False:
+            continue
+        if value is True:
+            out.append(flag)
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                out += [flag, str(v)]
+        else:
+            out += [flag, str(value)]
+    return out
 
 
 # ---------------------------------------------------------------- messages

@@ -156,6 +156,14 @@ def _off(a: float, b: float, tol: float) -> bool:
 CLOCK_DROP = 0.05  # a fall of more than this between the harness timer and the outside timers is named
 
 
+def _ratio(comps: dict[str, Any], because: list[str], key: str, a: float, b: float, tol: float, why: str) -> None:
+    """One comparison: ``comps[key]`` is a / b and whether it is more than ``tol`` off; when it
+    is, ``because`` gets ``"<key in words> <ratio>: <why>"``."""
+    comps[key] = {"ratio": a / b, "off": _off(a, b, tol)}
+    if comps[key]["off"]:
+        because.append(f"{key.replace('_', ' ')} {a / b:.3f}: {why}")
+
+
 def explain(harness_us: float, ref_us: float, here: dict[str, Any] | None, kernel: dict[str, Any] | str,
             tol: float, adapter: dict[str, Any] | None = None,
             outside: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -168,30 +176,23 @@ def explain(harness_us: float, ref_us: float, here: dict[str, Any] | None, kerne
     because: list[str] = []
     if adapter is not None:
         a = adapter["median_us"]
-        comps["row_vs_adapter_here"] = {"ratio": harness_us / a, "off": _off(harness_us, a, tol)}
-        if comps["row_vs_adapter_here"]["off"]:
-            because.append(f"row vs adapter here {harness_us / a:.3f}: the row's own call timed by the harness here "
-                           f"gives {a:.4g} us: the row's conditions")
+        _ratio(comps, because, "row_vs_adapter_here", harness_us, a, tol,
+               f"the row's own call timed by the harness here gives {a:.4g} us: the row's conditions")
         if here is not None:
             h = here["median_us"]
-            comps["adapter_vs_standalone"] = {"ratio": a / h, "off": _off(a, h, tol)}
-            if comps["adapter_vs_standalone"]["off"] and NA_CPU in (here.get("sm_clock_mhz"), adapter.get("sm_clock_mhz")):
-                # CPU wall clocks on a shared machine move by tens of percent between two timings
-                # of one call: the ratio says nothing about which source was timed.
-                because.append(f"adapter vs standalone {a / h:.3f}: CPU wall-clock noise ({a:.4g} against {h:.4g} us); "
-                               "CPU rows cannot tell the standalone source from the adapter's call")
-            elif comps["adapter_vs_standalone"]["off"]:
-                because.append(f"adapter vs standalone {a / h:.3f}: the standalone source is not the adapter's call "
-                               f"({a:.4g} against {h:.4g} us, one timer, one process)")
+            # CPU wall clocks on a shared machine move by tens of percent between two timings of
+            # one call: there the ratio says nothing about which source was timed.
+            cpu = NA_CPU in (here.get("sm_clock_mhz"), adapter.get("sm_clock_mhz"))
+            why = (f"CPU wall-clock noise ({a:.4g} against {h:.4g} us); CPU rows cannot tell the standalone source "
+                   "from the adapter's call" if cpu else
+                   f"the standalone source is not the adapter's call ({a:.4g} against {h:.4g} us, one timer, "
+                   "one process)")
+            _ratio(comps, because, "adapter_vs_standalone", a, h, tol, why)
     if here is not None:
         h = here["median_us"]
-        comps["row_vs_here"] = {"ratio": harness_us / h, "off": _off(harness_us, h, tol)}
-        comps["here_vs_outside"] = {"ratio": h / ref_us, "off": _off(h, ref_us, tol)}
-        if comps["row_vs_here"]["off"]:
-            because.append(f"row vs here {harness_us / h:.3f}: the row's conditions (the harness timer here gives "
-                           f"{h:.4g} us on the same call)")
-        if comps["here_vs_outside"]["off"]:
-            because.append(f"here vs outside {h / ref_us:.3f}: the timers disagree on one call in one process")
+        _ratio(comps, because, "row_vs_here", harness_us, h, tol,
+               f"the row's conditions (the harness timer here gives {h:.4g} us on the same call)")
+        _ratio(comps, because, "here_vs_outside", h, ref_us, tol, "the timers disagree on one call in one process")
     # The GPU's clock during the timers (NVML, before/after each): the outside timers repeat the
     # call for 100+ ms, the harness samples for a few ms, and a power-limited SM clock makes
     # rows read slower outside (docs/measurement.md §12).
@@ -211,10 +212,8 @@ def explain(harness_us: float, ref_us: float, here: dict[str, Any] | None, kerne
                            "clock, the harness's short sampling a boost clock")
     if isinstance(kernel, dict):
         k = kernel["per_call_us"]
-        comps["kernel_vs_outside"] = {"ratio": k / ref_us, "off": _off(k, ref_us, tol)}
-        if comps["kernel_vs_outside"]["off"]:
-            because.append(f"kernel vs outside {k / ref_us:.3f}: the profiler's eager kernel time {k:.4g} us differs "
-                           "from the graph replay / timed loop")
+        _ratio(comps, because, "kernel_vs_outside", k, ref_us, tol,
+               f"the profiler's eager kernel time {k:.4g} us differs from the graph replay / timed loop")
     return {"comparisons": comps, "because": because}
 
 

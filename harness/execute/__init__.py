@@ -1,1 +1,2 @@
-"""Placing a run's cases on workers: in-process, worker processes, a Ray cluster."""
+"""Running a plan (``runner``: ``Runner(plan).run(reporter)``) and placing its cases on workers: in-process,
+worker processes, a Ray cluster."""

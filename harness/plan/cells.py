@@ -46,6 +46,9 @@ class RunOptions:
     fit_check: Callable[["Cell"], str | None] | None = None
     # Whether a case's cells fit in memory prepared at once (interleaved sampling), or why not.
     fit_together: Callable[[list["Cell"]], str | None] | None = None
+    # backend name -> the attention families ("mha", "mla") whose cases it runs: the backends a
+    # suite's ``backends_for:`` picked (harness.plan.filters.backend_families); absent: every case.
+    backend_families: dict[str, frozenset[str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -151,6 +154,8 @@ def plan_cells(suite: Suite, backends: list[type[AttentionBackend]], opts: RunOp
     for case in select_cases(suite, opts):
         kinds: set[str] | None = None
         for b in backends:
+            if b.name in opts.backend_families and case.attention not in opts.backend_families[b.name]:
+                continue  # picked for another attention family (the suite's backends_for:)
             variants = select_variants(b, suite, opts)
             if not (opts.collapse_variants and b.variant_axis_kinds and len(variants) > 1):
                 cells += [Cell(case, b, v) for v in variants]

@@ -18,9 +18,61 @@ def _closest(word: str, names: list[str], n: int = 3) -> str:
     return f"; closest: {', '.join(near)}" if near else ""
 
 
+def family_backends(suite: Any) -> tuple[dict[str, list[str]], list[str]]:
+    """A suite's ``backends_for:`` for the attention families its cases have: family -> backend
+    names ("auto": every registered backend whose class declares a kind of the family, in
+    registration order), and a note for each registered backend "auto" could not load."""
+    from attn_contract.mla import declares_family
+
+    out: dict[str, list[str]] = {}
+    notes: list[str] = []
+    loaded: dict[str, Any] = {}
+    for family in suite.families():
+        names = suite.backends_for.get(family)
+        if names is None:
+            continue
+        if names != "auto":
+            out[family] = list(names)
+            continue
+        out[family] = []
+        for name in registry.known_backends():
+            if name not in loaded:
+                try:
+                    loaded[name] = registry.resolve(name)
+                except registry.BackendLookupError as e:
+                    loaded[name] = None
+                    notes.append(f"backends_for {family}: auto: {name} left out ({e})")
+            cls = loaded[name]
+            if cls is not None and declares_family(frozenset(cls.attention_kinds), family):
+                out[family].append(name)
+    return out, notes
+
+
+def backend_families(suite: Any, backends: list[Any]) -> dict[str, frozenset[str]]:
+    """backend name -> the attention families whose cases it runs, for the backends a suite's
+    ``backends_for:`` picked (a backend also under ``backends:``, or named on the command line,
+    runs every case and is absent)."""
+    if not suite.backends_for:
+        return {}
+    per_family, _ = family_backends(suite)
+    every = set(suite.backends or [])
+    out: dict[str, frozenset[str]] = {}
+    for b in backends:
+        if b.name in every:
+            continue
+        fams = frozenset(f for f, names in per_family.items() if b.name in names)
+        if fams:
+            out[b.name] = fams
+    return out
+
+
 def backend_names(arg: str | None, suite: Any) -> list[str]:
-    """The backends to run: --backends (comma-separated), else the suite's, else every registered one."""
+    """The backends to run: --backends (comma-separated), else the suite's (``backends:`` and the
+    ``backends_for:`` of its cases' attention families), else every registered one."""
     if not arg:
+        if suite.backends_for:
+            per_family, _ = family_backends(suite)
+            return list(dict.fromkeys([*(suite.backends or []), *(n for ns in per_family.values() for n in ns)]))
         return list(suite.backends or registry.known_backends())
     names = [n.strip() for n in arg.split(",") if n.strip()]
     if not names:

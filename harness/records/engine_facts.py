@@ -36,20 +36,22 @@ class EngineNameRecord(BaseModel):
     """The prefix a kernel version is written with (``fa`` of fa3)."""
     attention_kinds: list[str] | None = None
     """The attention kinds the name serves, sorted; None: every kind the backend declares."""
+    mla_prefill: str = ""
+    """The engine's name for the backend's MLA prefill kernel (vLLM's ``mla_prefill_backend``); "": none."""
 
     @classmethod
     def of(cls, decl: EngineName) -> "EngineNameRecord":
         kinds = None if decl.attention_kinds is None else sorted(decl.attention_kinds)
         return cls(name=decl.name, version_axis=decl.version_axis, version_names=dict(decl.version_names),
                    runs=dict(decl.runs), caveat=decl.caveat, aliases=list(decl.aliases), version_tag=decl.version_tag,
-                   attention_kinds=kinds)
+                   attention_kinds=kinds, mla_prefill=decl.mla_prefill)
 
     def declaration(self) -> EngineName:
         """The contract's ``EngineName`` again (what the readers' rules take)."""
         kinds = None if self.attention_kinds is None else frozenset(self.attention_kinds)
         return EngineName(name=self.name, version_axis=self.version_axis, version_names=dict(self.version_names),
                           runs=dict(self.runs), caveat=self.caveat, aliases=tuple(self.aliases),
-                          version_tag=self.version_tag, attention_kinds=kinds)
+                          version_tag=self.version_tag, attention_kinds=kinds, mla_prefill=self.mla_prefill)
 
 
 class BackendFacts(BaseModel):

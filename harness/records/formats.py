@@ -3,9 +3,13 @@
 ``schema_version`` in every result row and in run.json says which format wrote it:
 
 - rows: 1 = rows written before the field existed (the key is absent; reports/ holds them),
-  2 = rows that carry it. A version-1 row writes back without the key, as it was.
+  2 = rows that carry it. A version-1 row writes back without the key, as it was. 4 adds
+  ``check.per_request[].last_row_rel_l2_err`` (the last-query-row gate) and ``call.untimed_work``
+  (MLA prefill); both optional, so versions 1-3 read as they are.
 - run.json: 1 = absent, 2 = carries it, 3 = every key declared (harness/records/header.py; the
-  files are the same: versions 1 and 2 read as they are).
+  files are the same: versions 1 and 2 read as they are), 4 adds ``models`` (where each model's
+  config came from) and ``backend_facts.*.engine_names.*.mla_prefill`` (vLLM's MLA prefill name);
+  both optional, so versions 1-3 read as they are.
 
 Readers accept every version a build wrote, migrating it on read, and refuse a newer one (or one
 no build wrote, such as 0) with a message saying so, instead of misreading fields they do not
@@ -15,6 +19,6 @@ harness/records/schema.py."""
 
 from __future__ import annotations
 
-ROW_SCHEMA_VERSION = 3
-RUN_SCHEMA_VERSION = 3
+ROW_SCHEMA_VERSION = 4
+RUN_SCHEMA_VERSION = 4
 

@@ -83,7 +83,7 @@ class DevicePlanEntry(HeaderPart):
 
 
 class RunTiming(HeaderPart):
-    """Where one invocation's wall time went (harness/cli/summary.py ``record_wall_time``)."""
+    """Where one invocation's wall time went (harness/execute/run_end.py ``record_wall_time``)."""
 
     wall_s: float | None = None
     """Seconds from the process's start to the last row: imports and worker start-up included."""
@@ -220,6 +220,9 @@ class RunHeader(RunTiming):
     backend_facts: dict[str, BackendFacts] | None = None
     """What the readers need of each backend (serving-engine names, plain counterpart); absent
     in headers written before it: readers then use harness/analysis/engine_table.json."""
+    models: dict[str, str] | None = None
+    """Runs of cases made from ``model:``: model ID -> where its config came from (``file PATH
+    sha256 H``, ``hf REPO revision R sha256 H``, ``built-in ID (REPO) sha256 H``)."""
     environment: MatrixEnvironment | None = None
     """``harness matrix`` / ``harness bisect``: the isolated environment the run used."""
     shard: ShardRecord | None = None

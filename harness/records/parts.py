@@ -65,6 +65,9 @@ class RequestCheck(Part):
     """Its largest LSE error; None where not checked or not finite."""
     problems: str
     """What failed, in words ('' if nothing)."""
+    last_row_rel_l2_err: float | None = None
+    """The relative L2 error of the request's last query row alone, held to the same limit
+    (absent from rows written before the last-row gate)."""
 
 
 class KindCheck(Part):

@@ -263,8 +263,12 @@ class Call(Payload):
     # Context-parallel cells (harness/cell/context_parallel/): degree, combine, sharding, shard sizes.
     context_parallel: dict[str, Any] | None = None
     """Context-parallel cells: degree, combine, sharding, shard sizes."""
+    untimed_work: str | None = None
+    """Work an engine runs around this call that no backend's timed call includes, said on the row so
+    its time is not read as the whole step (MLA prefill: the context's up-projection)."""
 
-    _omit_if_none = frozenset({"compare_with", "rule_says_cascade", "rule_reason", "rule_costs", "context_parallel"})
+    _omit_if_none = frozenset({"compare_with", "rule_says_cascade", "rule_reason", "rule_costs", "context_parallel",
+                               "untimed_work"})
 
     @property
     def facts(self) -> dict[str, Any]:

@@ -115,6 +115,7 @@ def suite_schema() -> dict[str, Any]:
             "suite": top["suite"],
             "description": top.get("description", {"type": "string"}),
             "backends": top["backends"],
+            "backends_for": top["backends_for"],
             "variants": top["variants"],
             "graph_modes": top["graph_modes"],
             "defaults": defaults,

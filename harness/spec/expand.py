@@ -232,6 +232,7 @@ def parse_suite(data: Any, source: str = "<suite>", override: dict[str, Any] | N
             suite=data["suite"],
             description=data.get("description", "") or "",
             backends=data.get("backends"),
+            backends_for=data.get("backends_for") or {},
             variants=data.get("variants") or {},
             clock_regime=data.get("clock_regime"),
             graph_modes=data.get("graph_modes", False),

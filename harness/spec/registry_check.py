@@ -42,6 +42,12 @@ def check_suite_backends(suite: Suite) -> None:
             registry.resolve(name)
         except registry.BackendLookupError as e:
             raise SpecError(f"{src}: field backends[{i}]: {e}") from None
+    for family, names in suite.backends_for.items():
+        for i, name in enumerate([] if names == "auto" else names):
+            try:
+                registry.resolve(name)
+            except registry.BackendLookupError as e:
+                raise SpecError(f"{src}: field backends_for.{family}[{i}]: {e}") from None
     for name, filters in suite.variants.items():
         if name not in registry.known_backends():
             raise SpecError(f"{src}: field variants.{name}: unknown backend {name!r}; known: {_known()}")

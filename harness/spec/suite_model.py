@@ -436,18 +436,25 @@ class CaseSpec(_Strict):
             s = prefix + dist_bounds(g.context_dist)[1] + q
             flops += g.count * 2.0 * q * s * self.num_heads * (self.head_size + self.v_head_size)
             tokens += g.count * s
+        return flops, tokens * self.kv_bytes_per_token()
+
+    def kv_bytes_per_token(self) -> float:
+        """KV-cache bytes one token takes: MLA absorbed, one latent vector shared by all heads
+        (its values are the first L entries); else per KV head a key and a value."""
         if self.attention == "mla" and self.mla_form == "absorbed":
-            # One latent vector per token, shared by all heads (values are its first L entries).
-            kv_bytes = tokens * self.head_size * self.kv_element_bytes
-        else:
-            kv_bytes = tokens * self.num_kv_heads * (self.head_size + self.v_head_size) * self.kv_element_bytes
-        return flops, kv_bytes
+            return self.head_size * self.kv_element_bytes
+        return self.num_kv_heads * (self.head_size + self.v_head_size) * self.kv_element_bytes
 
 
 class Suite(_Strict):
     suite: str
     description: str = ""
     backends: list[str] | None = None
+    # Backends per attention family of the cases ("mha", "mla": a case's ``attention:``), used
+    # when --backends is not given: a list of names, or "auto" (every registered backend whose
+    # class declares a kind of that family, ``AttentionBackend.attention_kinds``). A backend
+    # picked here runs only the cases of its family; one under ``backends:`` runs every case.
+    backends_for: dict[Literal["mha", "mla"], list[str] | Literal["auto"]] = {}
     variants: dict[str, dict[str, list[Any]]] = {}
     cases: list[CaseSpec]
     source: str = ""
@@ -477,4 +484,16 @@ class Suite(_Strict):
                                  " (module:Class specs go on the command line, --backends)")
         return v
 
+    @field_validator("backends_for")
+    @classmethod
+    def _registered_family_names(cls, v: dict[str, Any]) -> dict[str, Any]:
+        for family, names in v.items():
+            for name in [] if names == "auto" else names:
+                if not NAME_RE.fullmatch(name):
+                    raise ValueError(f"{family}: {name[:60]!r} is not a registered backend name"
+                                     " (module:Class specs go on the command line, --backends)")
+        return v
 
+    def families(self) -> list[str]:
+        """The attention families of its cases ("mha", "mla"), in case order."""
+        return list(dict.fromkeys(c.attention for c in self.cases))

@@ -14,6 +14,8 @@ from harness.spec.errors import SpecError
 # The study's model fields that have a counterpart in a case.
 _MODEL_FIELDS = {"num_q_heads": "num_heads", "num_kv_heads": "num_kv_heads", "head_dim": "head_size",
                  "block_size": "block_size"}
+# An MLA study's latent geometry (vLLM's mla_*.yaml): these make the cases `attention: mla`.
+_MLA_FIELDS = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 _IGNORED = {
     "num_layers": "one attention layer is timed per cell; a layer count scales every backend alike",
     "device": "the device comes from --device / --devices",
@@ -47,12 +49,6 @@ def _backends(names: Any, source: str, notes: list[str]) -> list[str] | None:
         names = [names]
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         raise SpecError(f"{source}: field backends: a list of vLLM backend names")
-    mla = [n for n in names if "MLA" in n.upper()]
-    if mla:
-        # vLLM's MLA studies describe the latent geometry in their own fields; read as a plain
-        # layer they would silently time an MHA cell of head 576: refuse, and say what runs MLA
-        raise SpecError(f"{source}: field backends: {', '.join(mla)} are MLA backends; an MLA study is not read from "
-                        "vLLM's format: write a suite with `attention: mla` or `model: deepseek-v3` (docs/mla.md)")
     mapped: list[str] = []
     missing = []
     for n in names:
@@ -112,6 +108,44 @@ def _geometry_cases(geometries: list[dict[str, Any]], specs: list[str], label_fo
     return cases
 
 
+def _mla_defaults(model: dict[str, Any], source: str, defaults: dict[str, Any], notes: list[str]) -> None:
+    """An MLA study's model fields -> the case's MLA fields (docs/mla.md). The KV heads and head
+    size follow from the form (absorbed: 1 latent head of kv_lora_rank + qk_rope_head_dim;
+    expanded: 192/128), checked against the study's; the yarn mscale, which a study does not
+    give, from the built-in model its ``name`` names, else 1.0 with a note."""
+    for key in _MLA_FIELDS:
+        v = model.get(key)
+        if v is None:
+            notes.append(f"model.{key} absent: the MLA default (DeepSeek-V3's), docs/mla.md")
+        else:
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise SpecError(f"{source}: field model.{key}: a positive integer, got {str(repr(v))[:40]}")
+            defaults[key] = v
+    defaults["attention"] = "mla"
+    latent = defaults.get("kv_lora_rank", 512) + defaults.get("qk_rope_head_dim", 64)
+    if model.get("head_dim") not in (None, latent):
+        raise SpecError(f"{source}: field model.head_dim: {model['head_dim']!r} is not kv_lora_rank + qk_rope_head_dim"
+                        f" ({latent}), the absorbed MLA head")
+    if model.get("num_kv_heads") not in (None, 1):
+        raise SpecError(f"{source}: field model.num_kv_heads: MLA has one latent KV head, got {model['num_kv_heads']!r}")
+    notes.append(f"model.num_kv_heads, model.head_dim: taken from the MLA form (absorbed: 1 latent head of {latent}; "
+                 "expanded prefill: qk_nope + qk_rope / v_head_dim per head)")
+    name = str(model.get("name") or "")
+    try:
+        from harness.spec.models import builtin
+
+        kind = builtin(name).kinds[0] if name else None
+    except ValueError:
+        kind = None
+    if kind is not None and kind.mla is not None:
+        defaults["mla_mscale"] = kind.mla.mscale
+        notes.append(f"model.name {name}: the yarn mscale {kind.mla.mscale:.4g} of the built-in {name} (the study "
+                     "gives no rope scaling)")
+    else:
+        notes.append(f"model.name {name or '(none)'}: no built-in MLA model of that name; mscale 1.0 (softmax scale "
+                     "(qk_nope + qk_rope) ** -0.5, no yarn factor)")
+
+
 def from_study(data: dict[str, Any], source: str) -> tuple[dict[str, Any], list[str]]:
     """A study's parsed YAML -> (suite data, notes on what was ignored and why)."""
     notes: list[str] = []
@@ -122,14 +156,24 @@ def from_study(data: dict[str, Any], source: str) -> tuple[dict[str, Any], list[
     model = data.get("model") or {}
     if not isinstance(model, dict):
         raise SpecError(f"{source}: field model: a mapping (num_q_heads, num_kv_heads, head_dim, block_size)")
+    names = data.get("backends", data.get("backend"))
+    # MLA by its geometry fields, or by its backends (an MLA backend on a plain head-576 layer
+    # would silently time an MHA cell): the absent fields then take DeepSeek-V3's values, noted.
+    mla = any(k in model for k in _MLA_FIELDS) or any(
+        "MLA" in n.upper() for n in ([names] if isinstance(names, str) else names if isinstance(names, list) else [])
+        if isinstance(n, str))
+    if mla:
+        _mla_defaults(model, source, defaults, notes)
     for key, value in model.items():
+        if mla and key in (*_MLA_FIELDS, "num_kv_heads", "head_dim"):
+            continue  # read by _mla_defaults
         if key in _MODEL_FIELDS:
             defaults[_MODEL_FIELDS[key]] = value
         else:
             notes.append(f"model.{key}: {_IGNORED.get(key, 'no counterpart in a case')}")
     sweep = data.get("model_parameter_sweep")
     geometries = _geometries(sweep, source, notes)
-    for need in ("num_q_heads", "head_dim"):
+    for need in ("num_q_heads",) if mla else ("num_q_heads", "head_dim"):
         if geometries is not None:
             missing = [i for i, g in enumerate(geometries) if need not in g and need not in model]
             if missing:
@@ -137,7 +181,7 @@ def from_study(data: dict[str, Any], source: str) -> tuple[dict[str, Any], list[
                                 "(the layer's shape; neither the geometry nor model gives it)")
         elif need not in model and not (isinstance(sweep, dict) and sweep.get("param_name") == need):
             raise SpecError(f"{source}: field model.{need}: missing (the layer's shape)")
-    if geometries is None:
+    if geometries is None and not mla:
         defaults.setdefault("num_kv_heads", defaults.get("num_heads"))
     if geometries is not None:
         assert isinstance(sweep, dict)  # _geometries found a list of geometries in it

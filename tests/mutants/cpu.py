@@ -16,7 +16,7 @@ import torch
 
 from attn_contract import AlibiLse, SplitKV, merge_attn_states
 from backends._paged import TORCH_MATH_CALL, HostLoopMetadata, dequantize
-from backends.torch_cascade import TorchCascadeBackend, TorchCascadeImpl
+from backends.cascade.torch_cascade import TorchCascadeBackend, TorchCascadeImpl
 from backends.torch_math import MathImpl, TorchMathBackend
 
 

@@ -75,12 +75,14 @@ def make_mla_mutants(base: type[AttentionBackend], prefix: str,
     return out
 
 
-from backends.flash_attn_mla import FlashAttnMLABackend  # noqa: E402  (imports no GPU library)
-from backends.flashinfer_mla import FlashInferMLABackend  # noqa: E402
-from backends.flashmla import FlashMLABackend  # noqa: E402
+from backends.mla.flash_attn import FlashAttnMLABackend  # noqa: E402  (imports no GPU library)
+from backends.mla.flashinfer import FlashInferMLABackend  # noqa: E402
+from backends.mla.flashmla import FlashMLABackend  # noqa: E402
 from backends.torch_math import TorchMathBackend  # noqa: E402
 
+# FlashInfer MLA on both its kernel families (fa3 and fa2; the cells' fp8 latent runs through each).
 GPU_MLA_MUTANTS = (make_mla_mutants(FlashInferMLABackend, "FlashInferMLA", [{"mla_backend": "fa3"}])
+                   + make_mla_mutants(FlashInferMLABackend, "FlashInferMLAFa2", [{"mla_backend": "fa2"}])
                    + make_mla_mutants(FlashAttnMLABackend, "FlashAttnMLA", [{"fa_build": "fa3-fwd"}])
                    + make_mla_mutants(FlashMLABackend, "FlashMLA"))
 MATH_MLA_MUTANTS = make_mla_mutants(TorchMathBackend, "MathMLA")

@@ -35,6 +35,9 @@ class Candidate:
     rule_says_cascade: dict[str, bool] = field(default_factory=dict)  # case id -> vLLM's cascade rule (cascade rows)
 
     name_override: str = ""
+    # The rows' attention kind ("mha", "mla_absorbed", "mla_expanded"): an engine may pick the
+    # kernel of each MLA form apart (vLLM's MLA prefill), so the setting depends on it.
+    attention_kind: str = "mha"
 
     @property
     def name(self) -> str:
@@ -159,9 +162,11 @@ def _candidate(backend: str, vl: str, rs: list[ResultRow]) -> Candidate:
     for r in rs:
         if r.status == RAN_OK and (t := r.interval_us) is not None:
             per_case[r.case_id].append(t)
+    first = rs[0].config
     c = Candidate(backend, rs[0].variant, vl, {k: merge_timed(v) for k, v in per_case.items()},
                   rule_says_cascade={r.case_id: bool(r.call.rule_says_cascade) for r in rs
-                                     if r.call is not None and r.call.rule_says_cascade is not None})
+                                     if r.call is not None and r.call.rule_says_cascade is not None},
+                  attention_kind=first.kind_of_attention if first is not None else "mha")
     if failed:
         c.excluded = f"failed the check ({failed[0].status}) on {len({r.case_id for r in failed})} case(s)"
     elif not_run:

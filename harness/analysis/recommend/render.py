@@ -143,7 +143,9 @@ def coverage_text(rec: Recommendation) -> str:
     return "\n".join(out) + "\n"
 
 
-def to_markdown(rec: Recommendation, command: str = "") -> str:
+def to_markdown(rec: Recommendation, command: str = "", vllm_sections: bool = True) -> str:
+    """The recommendation as markdown; ``vllm_sections`` False (``--engine sglang``) leaves out
+    vLLM's default and single-setting sections, which the SGLang answer would only repeat."""
     inp = rec.inputs
     device = (f"CPU run ({inp.gpu}): no GPU was measured, so nothing here speaks for a GPU" if inp.cpu else
               f"GPU: {inp.gpu} (capability {inp.capability or 'unknown'})")
@@ -161,6 +163,24 @@ def to_markdown(rec: Recommendation, command: str = "") -> str:
         "median times. Margin: how much slower the runner-up is; interval from the rows' median CIs "
         "(interval arithmetic, geometric mean over cases). Tie: the interval reaches 0 (noise) or the margin is "
         "under the tie band.", "", winners_table(rec),
+    ]
+    if vllm_sections:
+        parts += _vllm_sections(rec)
+    else:
+        parts += ["vLLM's default and single-setting sections: `harness recommend` without `--engine sglang`.", ""]
+    parts += [
+        "## Cascade decision rule", "",
+        "Per cascade backend: the cells where both the cascade and the plain backend passed and were timed. "
+        "Agreement: the rule picks the measured faster path. Time lost: geometric mean over the cells of "
+        "(time of the picked path / time of the faster path) - 1. Leave-one-out: each cell predicted by the rule "
+        "fitted to the others.", "", cascade_table(rec),
+        "## Coverage", "", coverage_text(rec),
+    ]
+    return "\n".join(parts)
+
+
+def _vllm_sections(rec: Recommendation) -> list[str]:
+    return [
         "## vLLM's default choice against the measurement", "",
         "`harness.analysis.selection_rules.vllm_default`: the backend vLLM would pick with no `--attention-backend`, "
         "mapped to the harness candidate that runs it. Cost: how much slower the default is than the winner.", "",
@@ -171,14 +191,7 @@ def to_markdown(rec: Recommendation, command: str = "") -> str:
         "only with `--no-disable-cascade-attn` since vLLM PR #36318, 2026-03-07).", "",
         _single_table(rec), "", "What vLLM cannot express:", "",
         *[f"- {t}" for t in VLLM_NOT_EXPRESSIBLE], "",
-        "## Cascade decision rule", "",
-        "Per cascade backend: the cells where both the cascade and the plain backend passed and were timed. "
-        "Agreement: the rule picks the measured faster path. Time lost: geometric mean over the cells of "
-        "(time of the picked path / time of the faster path) - 1. Leave-one-out: each cell predicted by the rule "
-        "fitted to the others.", "", cascade_table(rec),
-        "## Coverage", "", coverage_text(rec),
     ]
-    return "\n".join(parts)
 
 
 def _single_table(rec: Recommendation) -> str:

@@ -8,6 +8,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from attn_contract.engines import EngineName
+from attn_contract.mla import MLA_EXPANDED
 from attn_contract.status import Status, reason_kind
 from harness.analysis.engines import TABLE_ONLY, EngineFacts
 from harness.analysis.recommend.buckets import Bucket
@@ -27,7 +29,18 @@ BACKEND_FLAG_FACT = ("backend: `--attention-backend FLASH_ATTN|FLASHINFER|FLEX_A
                      "which deprecated the VLLM_ATTENTION_BACKEND variable; vLLM PR #30564, 2025-12-12, dropped it from "
                      "the docs; releases up to 0.14.x still read it with a deprecation warning, vLLM PR #32812, "
                      "2026-01-21, removed it; earlier releases read only the variable)")
-VLLM_FACTS = (BACKEND_FLAG_FACT, FA_VERSION_FACT, CASCADE_FACT)
+MLA_DECODE_FACT = ("MLA decode (absorbed form): `--attention-backend FLASH_ATTN_MLA|FLASHMLA|FLASHINFER_MLA|TRITON_MLA|"
+                   "CUTLASS_MLA`; with none named, Hopper walks FLASH_ATTN_MLA, FLASHMLA, FLASHINFER_MLA, TRITON_MLA "
+                   "(vllm/platforms/cuda.py) and Blackwell starts at FLASHINFER_MLA, then CUTLASS_MLA (vLLM PR #32615, "
+                   "2026-01-19); FLASHINFER_MLA and CUTLASS_MLA run on compute capability 10.x only")
+MLA_PREFILL_FACT = ("MLA prefill (expanded form, 192/128) is chosen apart from the decode backend: "
+                    "`--attention-config '{\"mla_prefill_backend\": \"FLASH_ATTN|FLASHINFER|TRTLLM_RAGGED\"}'` (vLLM PR "
+                    "#32623, 2026-01, which replaced `use_cudnn_prefill`, `use_trtllm_ragged_deepseek_prefill` and "
+                    "`disable_flashinfer_prefill`); with none named FLASH_ATTN is tried first on every GPU, Blackwell "
+                    "falling back to TRTLLM_RAGGED then FLASHINFER (vllm/v1/attention/backends/mla/prefill/selector.py; "
+                    "vLLM PR #43697, 2026-05-26); the FLASHINFER prefill (ragged wrapper, cutlass) runs on 10.x only, so "
+                    "on Hopper the only MLA prefill is FLASH_ATTN")
+VLLM_FACTS = (BACKEND_FLAG_FACT, FA_VERSION_FACT, CASCADE_FACT, MLA_DECODE_FACT, MLA_PREFILL_FACT)
 VLLM_NOT_EXPRESSIBLE = [
     "One attention backend per process: vLLM's selector picks it once per layer configuration at start-up "
     "(`--attention-backend` from vLLM PR #26315; `VLLM_ATTENTION_BACKEND` before). It cannot switch backend "
@@ -46,6 +59,9 @@ VLLM_NOT_EXPRESSIBLE = [
     "prefill selection, so an expanded-form winner is not a decode-backend setting. With no backend named, vLLM "
     "forces 64-token pages on Hopper (FlashMLA's page) and walks FLASH_ATTN_MLA, FLASHMLA, FLASHINFER_MLA, "
     "TRITON_MLA (docs/mla.md).",
+    "MLA prefill rows time the 192/128 attention call alone: the context's up-projection (kv_b_proj over the "
+    "cached latent), which vLLM runs every chunked-prefill step, is left out for every backend alike (the rows "
+    "say so in call.untimed_work), so they rank the attention kernels, not the whole prefill step.",
 ]
 
 
@@ -55,7 +71,8 @@ def vllm_setting(c: Candidate, facts: EngineFacts = TABLE_ONLY) -> dict[str, Any
     base = facts.plain_counterpart(c.backend)
     if base is not None:  # a cascade backend: vLLM runs its plain counterpart, cascading by its own rule
         decl = facts.engine_name(base, "vllm")
-        plain = Candidate(base, {**(decl.runs if decl else {}), **c.variant}, c.variant_label, c.times)
+        plain = Candidate(base, {**(decl.runs if decl else {}), **c.variant}, c.variant_label, c.times,
+                          attention_kind=c.attention_kind)
         s = vllm_setting(plain, facts)
         if s is None:
             return None
@@ -63,6 +80,10 @@ def vllm_setting(c: Candidate, facts: EngineFacts = TABLE_ONLY) -> dict[str, Any
                 "caveat": "cascade cannot be forced in vLLM: " + CASCADE_FACT}
     decl = facts.engine_name(c.backend, "vllm")
     if decl is None:
+        return None
+    if c.attention_kind == MLA_EXPANDED:
+        return _mla_prefill_setting(c, decl)
+    if not decl.runs_kind(c.attention_kind):
         return None
     vllm_name, version_axis, fixed = decl.name, decl.version_axis, decl.runs
     v = c.variant.get(version_axis) if version_axis else None
@@ -78,6 +99,21 @@ def vllm_setting(c: Candidate, facts: EngineFacts = TABLE_ONLY) -> dict[str, Any
     out: dict[str, Any] = {"attention_backend": vllm_name, "flash_attn_version": v, "exact": exact, "cli": cli, "env": env}
     if not exact:
         out["caveat"] = f"vLLM cannot select {c.backend} variant {c.variant_label} (it runs {variant_label_of(fixed)})"
+    return out
+
+
+def _mla_prefill_setting(c: Candidate, decl: EngineName) -> dict[str, Any] | None:
+    """An MLA prefill (expanded, 192/128) row: vLLM picks that kernel apart from the decode
+    backend, through ``mla_prefill_backend`` (``MLA_PREFILL_FACT``); the backend's declared
+    ``EngineName.mla_prefill`` names it, and no decode flag (``--attention-backend``) applies."""
+    if not decl.mla_prefill:
+        return None
+    exact = all(str(c.variant.get(k, want)) == str(want) for k, want in decl.runs.items())
+    cli = f"--attention-config '{{\"mla_prefill_backend\": \"{decl.mla_prefill}\"}}'"
+    out: dict[str, Any] = {"attention_backend": f"mla_prefill_backend={decl.mla_prefill}", "flash_attn_version": None,
+                           "exact": exact, "cli": cli, "env": {}, "mla_prefill": decl.mla_prefill}
+    if not exact:
+        out["caveat"] = f"vLLM cannot select {c.backend} variant {c.variant_label} (it runs {variant_label_of(decl.runs)})"
     return out
 
 
@@ -131,7 +167,7 @@ def _vllm_pick(choice: VllmChoice, res: BucketResult, facts: EngineFacts, cascad
         times = {k: casc.times[k] if casc.rule_says_cascade.get(k) else plain.times[k] for k in shared}
         return Candidate(plain.backend, plain.variant, plain.variant_label, times,
                          rule_says_cascade={k: casc.rule_says_cascade.get(k, False) for k in shared},
-                         name_override=f"{plain.name} + vLLM cascade rule")
+                         name_override=f"{plain.name} + vLLM cascade rule", attention_kind=plain.attention_kind)
     return None
 
 

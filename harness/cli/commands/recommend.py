@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         tie = parse_threshold(args.tie.replace("--threshold", "--tie"))
         rec = recommend(args.results, tie=tie, call_form=args.call_form)
-        md = to_markdown(rec, command)
+        md = to_markdown(rec, command, vllm_sections=args.engine != "sglang")
         from harness.analysis.callform_gap import gap_markdown
         from harness.analysis.recommend import load_inputs
 

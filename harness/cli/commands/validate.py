@@ -16,12 +16,17 @@ _SHORT_DTYPE = {"bfloat16": "bf16", "float16": "fp16", "fp8_e4m3": "e4m3", "fp8_
 def add_parser(sub: Any) -> None:
     va = sub.add_parser("validate", help="check a suite file and print its expanded cases (runs nothing)")
     va.add_argument("suite", help="suite YAML file")
+    va.add_argument("--model", default=None, help="as harness run's --model: the suite's cases for these models")
+    va.add_argument("--tp", default=None, help="as harness run's --tp (with --model)")
     va.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Load a suite with every check a run applies and print its expanded cases; runs nothing."""
-    suite = load_suite(args.suite)
+    override = None
+    if getattr(args, "model", None):
+        override = {"model": args.model, "tp": getattr(args, "tp", None)}
+    suite = load_suite(args.suite, override)
     for note in suite.notes:
         err_console().print(f"ignored: {escape(note)}", highlight=False, soft_wrap=True)
     check_suite_backends(suite)
@@ -31,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     for col in ("heads", "head", "dtype", "block", "reqs", "max seq", "KV tokens"):
         t.add_column(col, no_wrap=True, justify="left" if col in ("dtype", "block") else "right")
     for c in suite.cases:
-        kv_tokens = c.work_bound()[1] / (2 * c.num_kv_heads * c.head_size * c.kv_element_bytes)  # bytes -> tokens
+        kv_tokens = c.work_bound()[1] / c.kv_bytes_per_token()  # bytes -> tokens (MLA: one latent vector each)
         dtype = _SHORT_DTYPE[c.dtype] + ("" if c.kv_cache_dtype == "auto" else f"/{_SHORT_DTYPE[c.kv_cache_dtype]}")
         t.add_row(escape(c.name), f"{c.num_heads}/{c.num_kv_heads}", str(c.head_size), dtype,
                   f"{c.block_size} {c.kv_layout}", str(c.num_requests), f"{c.max_seq_len_bound():,}", f"{kv_tokens:,.0f}")

@@ -126,6 +126,9 @@ def latency(df: pd.DataFrame, part: tuple[int, int] = (0, 1)) -> list[Block]:
             # Checked, not timed (Capabilities.role "reference"): absent from every speed figure.
             out.append(Text(f"{', '.join(refs)}: reference, not timed (a correctness reference, slow by design; "
                             "its cells were checked; harness run --time-references times it).", cls="note"))
+    untimed = sorted({str(x) for x in col(t, "call.untimed_work").dropna().unique() if str(x)})
+    for note in untimed:  # the same for every backend of those rows: a step's share left out
+        out.append(Text(f"Rows marked call.untimed_work: {note}.", cls="note"))
     out += [Text(f"All timed cells. Median of the timed samples in microseconds with its ~95% confidence interval; "
                  f"timer: {', '.join(methods) or 'unknown'}. Click a column header to sort.", cls="note"),
             Table(table, tips=tips)]

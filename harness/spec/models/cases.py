@@ -66,11 +66,31 @@ def model_cases(raw: dict[str, Any], base_dir: Path | None = None) -> list[dict[
                 # layer_count: how many of the model's layers are of this kind (recommend weights
                 # a per-model setting by it); model_layers: all of them.
                 case["params"] = {"model": shape.name, "model_id": model.id, "tp": tp, "layers": k.name,
-                                  "layer_count": k.layers, "model_layers": sum(x.layers for x in model.kinds)}
+                                  "layer_count": k.layers, "model_layers": sum(x.layers for x in model.kinds),
+                                  "config_source": model.origin or model.source,
+                                  # one string: a list in a raw case would be swept
+                                  **({"config_notes": "; ".join(model.notes)} if model.notes else {})}
                 tags = list(case.get("tags") or [])
                 case["tags"] = tags + [f"model={model.id}", f"tp={tp}"] + ([f"layers={k.name}"] if shape.multi_kind else [])
                 out.append(case)
     return out
+
+
+def model_origins(cases: list[Any]) -> dict[str, str]:
+    """model ID -> where its config came from (``config_source``), for run.json's ``models``."""
+    out: dict[str, str] = {}
+    for c in cases:
+        p = c.params or {}
+        if p.get("model_id") and p.get("config_source"):
+            out.setdefault(str(p["model_id"]), str(p["config_source"]))
+    return out
+
+
+def _mla_scale_text(case: Any) -> str:
+    """An MLA model's real softmax scale: 192 ** -0.5 times the yarn mscale squared."""
+    d = case.mla_dims
+    yarn = f" x mscale {d.mscale:.4g}^2" if d.mscale != 1.0 else ""
+    return f"{d.softmax_scale:.4f} (1/sqrt({d.qk_head_dim}){yarn})"
 
 
 def _scale_text(scale: float | None, head_size: int) -> str:
@@ -92,6 +112,7 @@ def model_summary(cases: list[Any]) -> list[str]:
             continue
         by_model.setdefault((p["model_id"], p["tp"]), {}).setdefault(p["layers"], c)
     out = []
+    seen: set[tuple[str, str]] = set()
     for (mid, tp), kinds in by_model.items():
         first = next(iter(kinds.values()))
         split = " + ".join(f"{c.params['layer_count']} {name}" for name, c in kinds.items()) if len(kinds) > 1 else (
@@ -99,8 +120,20 @@ def model_summary(cases: list[Any]) -> list[str]:
         windows = sorted({c.sliding_window for c in kinds.values() if c.sliding_window})
         extra = "".join([f", window {windows[0]}" if windows else "", f", softcap {first.softcap:g}" if first.softcap else "",
                          ", sinks" if first.sinks else ""])
-        out.append(f"model {mid} tp{tp}: heads {first.num_heads}/{first.num_kv_heads} per rank, head {first.head_size}, "
-                   f"scale {_scale_text(first.scale, first.head_size)}{extra}; layers: {split}")
+        if first.attention == "mla":
+            d = first.mla_dims
+            head = (f"MLA latent {d.latent_dim} ({d.kv_lora_rank}+{d.qk_rope_head_dim}, one per token for all heads), "
+                    f"q/k {d.qk_head_dim} v {d.v_head_dim} expanded")
+            out.append(f"model {mid} tp{tp}: heads {first.num_heads} per rank, {head}, "
+                       f"scale {_mla_scale_text(first)}; layers: {split}")
+        else:
+            out.append(f"model {mid} tp{tp}: heads {first.num_heads}/{first.num_kv_heads} per rank, head {first.head_size}, "
+                       f"scale {_scale_text(first.scale, first.head_size)}{extra}; layers: {split}")
+        src = first.params.get("config_source")
+        notes = first.params.get("config_notes")
+        if src and (mid, "src") not in seen:
+            seen.add((mid, "src"))
+            out.append(f"  config: {src}" + (f"; assumed: {notes}" if notes else ""))
     return out
 
 

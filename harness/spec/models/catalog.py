@@ -12,7 +12,9 @@ one of its entries stands for that repository. No network otherwise.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
+import hashlib
 import json
 import logging
 import os
@@ -79,7 +81,9 @@ def builtin(model_id: str) -> ModelAttention:
     if key not in entries:
         raise ModelError(_unknown(model_id))
     repo, data = entries[key]
-    return parse_config(data, key, f"{repo} config.json (built-in table)")
+    digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+    return dataclasses.replace(parse_config(data, key, f"{repo} config.json (built-in table)"),
+                               origin=f"built-in {key} ({repo or 'no repo'}) sha256 {digest}")
 
 
 def _unknown(name: str) -> str:
@@ -125,14 +129,20 @@ def _from_hub(repo: str) -> ModelAttention | None:
     except ValueError:  # huggingface_hub refuses the name as a repo ID: not one
         return None
     if isinstance(hit, str):
-        return read_config(hit, model_id=repo)
+        return _hub_origin(read_config(hit, model_id=repo), repo, hit)
     if not _download_allowed():
         return None
     try:
         path = hub.hf_hub_download(repo, "config.json", cache_dir=cache)
     except Exception as e:
         raise ModelError(f"model: {repo}: download of config.json failed: {type(e).__name__}: {str(e)[:200]}") from None
-    return read_config(path, model_id=repo)
+    return _hub_origin(read_config(path, model_id=repo), repo, path)
+
+
+def _hub_origin(model: ModelAttention, repo: str, path: str) -> ModelAttention:
+    """The hub cache's snapshot folder names the revision (``.../snapshots/REV/config.json``)."""
+    digest = model.origin.rsplit(" ", 1)[-1]
+    return dataclasses.replace(model, origin=f"hf {repo} revision {Path(path).parent.name} sha256 {digest}")
 
 
 def resolve(id_or_path: str, base_dir: Path | None = None) -> ModelAttention:

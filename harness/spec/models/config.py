@@ -8,6 +8,8 @@ dtype. Every way a file can be wrong is a ``ModelError`` (a ValueError) naming t
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import math
 from dataclasses import dataclass, field
@@ -15,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal, overload
 
 from harness.spec.models.defaults import alternates, model_type_of, with_defaults
-from harness.spec.models.mla import is_mla, mla_dims
+from harness.spec.models.mla import is_mla, mla_dims, mla_notes
 
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
 
@@ -55,6 +57,9 @@ class ModelAttention:
     kinds: tuple[LayerKind, ...]
     unsupported: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # Where the config came from, for run.json: "file PATH sha256 H", "hf REPO revision R sha256 H"
+    # or "built-in ID (REPO) sha256 H" (H: the first 16 hex digits of the config's sha256).
+    origin: str = ""
 
 
 @dataclass(frozen=True)
@@ -148,7 +153,7 @@ def parse_config(data: Any, model_id: str, source: str) -> ModelAttention:
         n_layers = _int(cfg, "num_hidden_layers", where, required=False)
         # One latent vector per token shared by all heads: one "KV head", replicated under TP.
         latent = LayerKind("all", heads, 1, dims.latent_dim, layers=n_layers or 0, mla=dims)
-        return ModelAttention(model_id, source, dtype, (latent,), notes=tuple(notes + dtype_notes))
+        return ModelAttention(model_id, source, dtype, (latent,), notes=tuple(notes + dtype_notes + mla_notes(cfg)))
     heads = _int(cfg, "num_attention_heads", where)
     kv = _int(cfg, "num_key_value_heads", where, required=False) or heads
     head = _int(cfg, "head_dim", where, required=False)
@@ -207,7 +212,8 @@ def read_config(path: str | Path, model_id: str | None = None) -> ModelAttention
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ModelError(f"{p}: cannot read as JSON: {e}") from None
     name = model_id or (p.parent.name if p.name == "config.json" else p.stem)
-    return parse_config(data, name, str(p))
+    digest = hashlib.sha256(p.read_bytes()).hexdigest()[:16]
+    return dataclasses.replace(parse_config(data, name, str(p)), origin=f"file {p.resolve()} sha256 {digest}")
 
 
 def tp_slice(model: ModelAttention, tp: int) -> list[RankShape]:

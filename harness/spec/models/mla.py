@@ -33,6 +33,22 @@ def _positive_int(cfg: dict[str, Any], key: str, where: str, error: type[ValueEr
     return v
 
 
+def mla_notes(cfg: dict[str, Any]) -> list[str]:
+    """What the MLA parse assumed because a field was absent (``harness validate`` prints them)."""
+    rope = cfg.get("rope_scaling", cfg.get("rope_parameters"))
+    if rope is None:
+        return ["rope_scaling absent: no yarn mscale (softmax scale (qk_nope + qk_rope) ** -0.5)"]
+    if not isinstance(rope, dict):
+        return []
+    notes = []
+    kind = rope.get("rope_type", rope.get("type"))
+    if kind is None:
+        notes.append("rope_scaling.type absent: default (no yarn mscale)")
+    elif kind != "default" and "mscale_all_dim" not in rope:
+        notes.append("rope_scaling.mscale_all_dim absent: 0, as vLLM reads it (mscale 1, no change to the scale)")
+    return notes
+
+
 def mla_mscale(cfg: dict[str, Any], where: str, error: type[ValueError]) -> float:
     """The yarn attention factor whose square multiplies the softmax scale (1.0 without one)."""
     rope = cfg.get("rope_scaling", cfg.get("rope_parameters"))

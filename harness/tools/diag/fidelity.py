@@ -392,7 +392,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     if not args.time_budget > 0 or not args.total_budget > 0:
         print("error: --time-budget and --total-budget must be positive seconds", file=sys.stderr)
         return 2
-    device = torch.device("cuda", torch.cuda.current_device())  # indexed, as harness/cli/run.py's pick_device makes it
+    device = torch.device("cuda", torch.cuda.current_device())  # indexed, as harness/cli/run_flags.py's pick_device makes it
     try:
         suite = load_suite(args.suite) if args.suite else parse_suite(BUILTIN, "<built-in fidelity suite>")
     except SpecError as e:

@@ -22,20 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from harness.tools.matrix.envs import EnvError, EnvSpec
-from harness.tools.matrix.matrix import (MatrixError, add_common, build_all, checked_inputs, env_reproducer, guarded,
+from harness.tools.matrix.matrix import (MatrixError, build_all, checked_inputs, env_reproducer, guarded,
                                    out_root, run_in_env, say)
 from harness.records.results import ResultRow
 
 _PKG_RE = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)==(.+)")
-
-
-def add_parser(sub: Any) -> None:
-    p = sub.add_parser("bisect", help="find the first release of a package where a suite regresses (slower beyond "
-                                      "the noise, or a correctness change); exit 1 when found")
-    p.add_argument("--versions", metavar="PKG==V1,V2,...",
-                   help="the package and its releases in order, oldest (good) first, e.g. flash-attn-4==4.0.0b30,...,4.0.0b36")
-    add_common(p)
-    p.set_defaults(func=run, parser=p)
 
 
 def parse_versions(text: str) -> tuple[str, list[str]]:
@@ -58,7 +49,8 @@ def _case_args(keys: set[tuple[str, str, str, str]], run_args: list[str]) -> lis
     return out
 
 
-def run(args: argparse.Namespace) -> int:
+def run_bisect(args: argparse.Namespace) -> int:
+    """`harness bisect`'s parsed arguments -> its exit code (bad input: one line, 2)."""
     return guarded(_run, args)
 
 

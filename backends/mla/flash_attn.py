@@ -31,7 +31,6 @@ from attn_contract import (
     BUILD_LIMIT,
     KERNEL_LIMIT,
     MLA_ABSORBED,
-    AttentionBackend,
     AttentionConfig,
     AttentionImpl,
     AttentionMetadataBuilder,
@@ -43,14 +42,11 @@ from attn_contract import (
 )
 from attn_contract.engines import EngineName
 
-from backends._mla import (
-    LATENT_DIMS,
-    MLA_HEAD_SIZES,
+from backends.mla.base import MLALibraryBackend
+from backends.mla.common import (
     MLA_KINDS,
-    MLA_V_HEAD_SIZES,
     cuda_capability,
     describe_form,
-    form_reason,
     import_reason,
     module_version,
     packed_slots,
@@ -181,7 +177,7 @@ class FlashAttnMLAImpl(AttentionImpl[FlashAttnMLAMetadata]):
         return d
 
 
-class FlashAttnMLABackend(AttentionBackend):
+class FlashAttnMLABackend(MLALibraryBackend):
     name = "flash-attn-mla"
     description = ("FlashAttention MLA: FA3 through qv on a contiguous (gathered) latent cache (absorbed) and FA3 "
                    "varlen at 192/128 (expanded); build axis fa3-fwd / fa3 / fa4")
@@ -189,7 +185,10 @@ class FlashAttnMLABackend(AttentionBackend):
     library_modules = ("fa3_fwd_interface",)
     variant_axes = {"fa_build": FA_BUILDS}
     engine_names = {
-        "vllm": EngineName("FLASH_ATTN_MLA", attention_kinds=MLA_KINDS, runs={"fa_build": "fa3-fwd"},
+        # vLLM's FLASH_ATTN_MLA is the decode backend; its MLA prefill FLASH_ATTN (FA3 varlen at
+        # 192/128) is chosen apart (vLLM PR #32623), the same call as this backend's expanded form.
+        "vllm": EngineName("FLASH_ATTN_MLA", attention_kinds=frozenset({MLA_ABSORBED}), mla_prefill="FLASH_ATTN",
+                           runs={"fa_build": "fa3-fwd"},
                            caveat="vLLM calls its own FA3 build on the paged latent cache (block_table); this row "
                                   "gathers the latent into a contiguous cache first, and its time includes that copy"),
         "sglang": EngineName("fa3", attention_kinds=MLA_KINDS, runs={"fa_build": "fa3-fwd"},
@@ -227,14 +226,11 @@ class FlashAttnMLABackend(AttentionBackend):
     @classmethod
     def capabilities(cls, variant: dict[str, Any] | None = None) -> Capabilities:
         build = str((variant or {}).get("fa_build", "fa3-fwd"))
-        return Capabilities(
+        return cls.mla_capabilities(
             # fa3-fwd is built with FLASHATTENTION_DISABLE_FP16
             dtypes=frozenset({"bfloat16"} if build == "fa3-fwd" else {"float16", "bfloat16"}),
             kv_cache_dtypes=frozenset({"auto", "fp8_e4m3"}),  # fp8: expanded form only (check_support)
-            head_sizes=MLA_HEAD_SIZES, v_head_sizes=MLA_V_HEAD_SIZES, attention_kinds=MLA_KINDS,
-            mla_latent_dims=LATENT_DIMS, block_sizes=(MultipleOf(1),), kv_layouts=frozenset({"NHD", "HND"}),
-            causal=True, non_causal=True, gqa=True, returns_lse=True, lse_base="e", devices=frozenset({"cuda"}),
-            cudagraph=CudaGraphSupport.UNIFORM_BATCH,
+            block_sizes=(MultipleOf(1),), lse_base="e", cudagraph=CudaGraphSupport.UNIFORM_BATCH,
             cudagraph_source='vLLM v0.25.1 FlashAttnMLAMetadataBuilder._cudagraph_support: UNIFORM_BATCH',
             notes=("absorbed: the paged latent is gathered into a contiguous varlen cache in forward (timed); "
                    "flash_attn_varlen_func(q=q_pe, k=kpe, v=ckv, qv=q_nope), num_splits=0",
@@ -246,11 +242,8 @@ class FlashAttnMLABackend(AttentionBackend):
         )
 
     @classmethod
-    def check_support(cls, config: AttentionConfig, variant: dict[str, Any], device: str) -> str | None:
+    def mla_support_reason(cls, config: AttentionConfig, variant: dict[str, Any]) -> str | None:
         build = str((variant or {}).get("fa_build", "fa3-fwd"))
-        reason = cls.capabilities(variant).unsupported_reason(config, device) or form_reason(config)
-        if reason:
-            return reason
         if config.is_fp8_kv and config.attention_kind == MLA_ABSORBED:
             return FP8_ABSORBED_REASON
         if build in CONFIG_MODULES:

@@ -13,18 +13,15 @@ from typing import Any
 import torch
 
 from backends._paged import dequantize
-from backends._torch import TorchBackend, torch_capabilities
+from backends._torch import TORCH_CAPABILITIES, TorchBackend
 from attn_contract import (
-    AttentionConfig,
-    AttentionImpl,
     AttentionMetadataBuilder,
     Capabilities,
     CommonAttentionMetadata,
-    CudaGraphSupport,
-    cascade_batch_reason,
     group_layout,
     merge_attn_states,
 )
+from backends.cascade.base import CascadeBackend, CascadeImpl, shifted_block_table
 from backends.torch_math import MathImpl, MathMetadata
 
 _MAX_SCORE_ELEMS = 1 << 26  # scores per chunk of the prefix pass (256 MB in fp32)
@@ -42,17 +39,6 @@ class TorchCascadeMetadata:
     groups: list[PrefixGroup]
     suffix: MathMetadata  # each request over its own blocks only (table shifted past the prefix)
     block_size: int
-
-
-def shifted_block_table(block_table: torch.Tensor, skip_blocks: list[int]) -> torch.Tensor:
-    """Row i of ``block_table`` without its first ``skip_blocks[i]`` entries, left-aligned and
-    zero-padded: the block table of each request's suffix."""
-    n, width = block_table.shape
-    skip = torch.tensor(skip_blocks, dtype=torch.long, device=block_table.device).view(n, 1)
-    idx = skip + torch.arange(width, device=block_table.device).view(1, width)
-    valid = idx < width
-    out = torch.gather(block_table, 1, idx.clamp_max(width - 1))
-    return out.masked_fill(~valid, 0).contiguous()
 
 
 class TorchCascadeMetadataBuilder(AttentionMetadataBuilder[TorchCascadeMetadata]):
@@ -101,7 +87,7 @@ def prefix_attention(
     return o, lse.view(hk, g, n).permute(2, 0, 1).reshape(n, hq)
 
 
-class TorchCascadeImpl(AttentionImpl[TorchCascadeMetadata]):
+class TorchCascadeImpl(CascadeImpl[TorchCascadeMetadata]):
     def forward(self, query, key, value, kv_cache, metadata, out, lse_out=None):
         cfg, md = self.config, metadata
         t, hq = query.shape[0], cfg.num_heads
@@ -129,51 +115,32 @@ class TorchCascadeImpl(AttentionImpl[TorchCascadeMetadata]):
     def graph_safe(self, metadata: TorchCascadeMetadata) -> str | None:
         return "host loops over groups and requests (torch-math suffix pass)"
 
-    def describe_call(self, metadata: TorchCascadeMetadata) -> dict[str, Any]:
+    def describe_passes(self, metadata: TorchCascadeMetadata) -> dict[str, Any]:
         return {
             "path": "torch: prefix pass per group (non-causal) + torch-math suffix pass (causal) + LSE merge",
             "num_groups": len(metadata.groups),
             "prefix_lens": sorted({g.prefix_len for g in metadata.groups}),
-            "compare_with": "torch-math",
         }
 
 
-class TorchCascadeBackend(TorchBackend):
+class TorchCascadeBackend(CascadeBackend, TorchBackend):
     name = "torch-cascade"
     plain_counterpart = "torch-math"
     description = "cascade in torch: shared prefix once per group + per-request suffix, merged by LSE (CPU/GPU)"
+    builder_cls = TorchCascadeMetadataBuilder
+    impl_cls = TorchCascadeImpl
+    contiguous_groups = False  # the prefix pass gathers each group's query tokens wherever they lie
 
     @classmethod
     def capabilities(cls, variant=None) -> Capabilities:
-        return torch_capabilities(
-            causal=True,
+        return cls.cascade_capabilities(
+            gpu=False,
+            **TORCH_CAPABILITIES,
             non_causal=True,
-            # A window or ALiBi depends on the query-key distance, which the prefix pass
-            # (one run of all the group's queries) does not see per request.
-            sliding_window=False,
-            alibi=False,
             softcap=True,
             sinks=True,
-            cascade=True,
-            plain_counterpart=cls.plain_counterpart,  # the cascade-vs-plain invariant runs it on the same batch
-            returns_lse=True,
-            cudagraph=CudaGraphSupport.NEVER,
             notes=(
                 "needs a shared prefix (shared_prefix in the case) of whole blocks; batches without one are unsupported",
                 "sinks are counted in the suffix pass only",
             ),
         )
-
-    @classmethod
-    def check_batch_support(cls, common: CommonAttentionMetadata, variant: dict[str, Any],
-                            config: AttentionConfig | None = None) -> str | None:
-        return cascade_batch_reason(common, need_contiguous=False)
-
-    @classmethod
-    def get_builder_cls(cls):
-        return TorchCascadeMetadataBuilder
-
-    @classmethod
-    def get_impl_cls(cls):
-        return TorchCascadeImpl
-

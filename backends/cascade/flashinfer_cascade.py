@@ -24,20 +24,17 @@ from typing import Any
 import torch
 
 from attn_contract import (
-    AttentionBackend,
     AttentionConfig,
-    AttentionImpl,
     AttentionMetadataBuilder,
     Availability,
     Capabilities,
     CommonAttentionMetadata,
-    CudaGraphSupport,
     HeadSizes,
-    MultipleOf,
-    cascade_batch_reason,
     group_layout,
 )
+from backends.cascade.base import GPU_BATCH_NOTE, CascadeBackend, CascadeImpl
 from backends.flashinfer import FlashInferBackend, plan_growing_workspace, workspace_size
+
 LN2 = math.log(2.0)  # FlashInfer LSEs are base 2: lse_e = lse_2 * ln 2
 
 
@@ -117,7 +114,7 @@ class FICascadeMetadataBuilder(AttentionMetadataBuilder[FICascadeMetadata]):
     def _make_wrapper(self, nbytes: int) -> None:
         import flashinfer  # lazy: only a GPU run with the library gets here
 
-        self.workspace = None  # let the old buffer go before allocating the new one
+        self.__dict__.pop("workspace", None)  # let the old buffer go before allocating the new one
         self.workspace = torch.zeros(nbytes, dtype=torch.uint8, device=self.device)  # must start zeroed
         self.wrapper = flashinfer.MultiLevelCascadeAttentionWrapper(2, self.workspace, kv_layout=self.config.kv_layout)
 
@@ -172,7 +169,7 @@ class FICascadeMetadataBuilder(AttentionMetadataBuilder[FICascadeMetadata]):
         )
 
 
-class FICascadeImpl(AttentionImpl[FICascadeMetadata]):
+class FICascadeImpl(CascadeImpl[FICascadeMetadata]):
     def _cache(self, kv_cache: torch.Tensor) -> torch.Tensor:
         # Logical (blocks, 2, page, Hk, D); HND memory is (blocks, 2, Hk, page, D), the shape
         # FlashInfer's HND layout expects, so the permute is a view of contiguous memory.
@@ -204,7 +201,7 @@ class FICascadeImpl(AttentionImpl[FICascadeMetadata]):
     def graph_safe(self, metadata: FICascadeMetadata) -> str | None:
         return "the cascade wrapper is planned without use_cuda_graph (batch-specific host plan)"
 
-    def describe_call(self, metadata: FICascadeMetadata) -> dict[str, Any]:
+    def describe_passes(self, metadata: FICascadeMetadata) -> dict[str, Any]:
         md = metadata
         return {
             "path": "flashinfer MultiLevelCascadeAttentionWrapper: level 0 shared prefix per group (non-causal), "
@@ -217,16 +214,15 @@ class FICascadeImpl(AttentionImpl[FICascadeMetadata]):
             "jit_warmup_ms": round(md.jit_warmup_ms, 1),
             "workspace_mib": md.workspace_bytes // (1 << 20),
             "workspace_grows": md.workspace_grows,
-            "compare_with": "flashinfer",
         }
 
 
-class FlashInferCascadeBackend(AttentionBackend):
+class FlashInferCascadeBackend(CascadeBackend, library_of=FlashInferBackend):
     name = "flashinfer-cascade"
     plain_counterpart = "flashinfer"
-    tested_versions = FlashInferBackend.tested_versions  # the same library
-    library_modules = FlashInferBackend.library_modules
     description = "FlashInfer MultiLevelCascadeAttentionWrapper, 2 levels: shared prefix per group + unique pages"
+    builder_cls = FICascadeMetadataBuilder
+    impl_cls = FICascadeImpl
 
     @classmethod
     def availability(cls, variant=None) -> Availability:
@@ -242,41 +238,13 @@ class FlashInferCascadeBackend(AttentionBackend):
 
     @classmethod
     def capabilities(cls, variant=None) -> Capabilities:
-        return Capabilities(
-            dtypes=frozenset({"float16", "bfloat16"}),
-            # run(q, paged_kv_cache) takes no k_scale/v_scale, so no fp8 cache.
-            kv_cache_dtypes=frozenset({"auto"}),
+        # run(q, paged_kv_cache) takes no k_scale/v_scale: no fp8 cache (the family's "auto" only).
+        return cls.cascade_capabilities(
             head_sizes=HeadSizes(values=(64, 128, 256)),
-            block_sizes=(MultipleOf(1),),
             kv_layouts=frozenset({"NHD", "HND"}),
-            causal=True,
-            non_causal=False,
-            sliding_window=False,
-            softcap=False,
-            alibi=False,
-            sinks=False,
-            cascade=True,
-            plain_counterpart=cls.plain_counterpart,  # the cascade-vs-plain invariant runs it on the same batch
-            gqa=True,
-            returns_lse=True,
-            devices=frozenset({"cuda"}),
-            cudagraph=CudaGraphSupport.NEVER,
             notes=(
-                "needs a shared prefix of whole blocks, groups contiguous in batch order; other batches are unsupported",
+                GPU_BATCH_NOTE,
                 "LSE rebuilt for the check from the wrapper's per-level wrappers; timed path is run() + a copy into out",
                 "sub-wrappers use backend auto (fa3 on sm90 for head 64/128/256); plan() JIT-compiles on first use",
             ),
         )
-
-    @classmethod
-    def check_batch_support(cls, common: CommonAttentionMetadata, variant: dict[str, Any],
-                            config: AttentionConfig | None = None) -> str | None:
-        return cascade_batch_reason(common, need_contiguous=True)
-
-    @classmethod
-    def get_builder_cls(cls):
-        return FICascadeMetadataBuilder
-
-    @classmethod
-    def get_impl_cls(cls):
-        return FICascadeImpl

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from backends.mla_probe.common import LN2, TOL, Recorder, attention_reference, cuda_time_us, errors, version_of
+from tools.mla_probe.common import LN2, TOL, Recorder, attention_reference, cuda_time_us, errors, version_of
 
 MiB = 1 << 20
 HQ, HK, D, PAGE = 32, 8, 128, 16

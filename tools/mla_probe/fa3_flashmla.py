@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
-from backends.mla_probe.common import TOL, Recorder, attention_reference, cuda_time_us, errors, lengths, version_of
-from backends.mla_probe.mla_batch import CKV, KPE, SM_SCALE, make_mla_batch
+from tools.mla_probe.common import TOL, Recorder, attention_reference, cuda_time_us, errors, lengths, version_of
+from tools.mla_probe.mla_batch import CKV, KPE, SM_SCALE, make_mla_batch
 
 
 def _fa3():

@@ -21,23 +21,17 @@ from typing import Any, Callable
 import torch
 
 from attn_contract import (
-    AttentionBackend,
-    AttentionConfig,
-    AttentionImpl,
     AttentionMetadataBuilder,
     Availability,
     Capabilities,
     CommonAttentionMetadata,
-    CudaGraphSupport,
     HeadSizes,
-    MultipleOf,
-    cascade_batch_reason,
     group_layout,
     merge_attn_states,
 )
+from backends.cascade.base import GPU_BATCH_NOTE, CascadeBackend, CascadeImpl, shifted_block_table
 from backends.flash_attn.backend import FlashAttentionBackend
 from backends.flash_attn import GENERATIONS, availability_from, cuda_capability, detect_features
-from backends.torch_cascade import shifted_block_table
 
 DEFAULT_VERSION = 3
 # Library detection (import, version, GPU generation) and entry points are the flash_attn
@@ -126,7 +120,7 @@ def _fa4_pass(fns: dict[str, Callable[..., Any]]) -> Callable[..., tuple[torch.T
 PASSES = {3: (_fa3_pass, "flash_attn_with_kvcache"), 4: (_fa4_pass, "flash_attn.cute.flash_attn_varlen_func")}
 
 
-class FACascadeImpl(AttentionImpl[FACascadeMetadata]):
+class FACascadeImpl(CascadeImpl[FACascadeMetadata]):
     def __init__(self, config, variant, device, layer):
         super().__init__(config, variant, device, layer)
         self.fa_version = int((variant or {}).get("fa_version", DEFAULT_VERSION))
@@ -146,24 +140,23 @@ class FACascadeImpl(AttentionImpl[FACascadeMetadata]):
         merge_attn_states(p_out, p_lse.t(), s_out, s_lse.t(), out=out, out_lse=lse_out)
         return out
 
-    def describe_call(self, metadata: FACascadeMetadata) -> dict[str, Any]:
+    def describe_passes(self, metadata: FACascadeMetadata) -> dict[str, Any]:
         return {
             "path": f"FA{self.fa_version} {self.api}: paged prefix pass (non-causal, one sequence per group) "
                     "+ paged suffix pass (causal) + torch LSE merge",
             "fa_version": self.fa_version,
             "num_groups": metadata.num_groups,
             "prefix_lens": metadata.prefix_len_values,
-            "compare_with": "flash-attn",
         }
 
 
-class FlashAttnCascadeBackend(AttentionBackend):
+class FlashAttnCascadeBackend(CascadeBackend, library_of=FlashAttentionBackend):
     name = "flash-attn-cascade"
     plain_counterpart = "flash-attn"
-    tested_versions = FlashAttentionBackend.tested_versions  # the same libraries
-    library_modules = FlashAttentionBackend.library_modules
     description = "cascade through FlashAttention 3/4 paged calls: shared-prefix pass + suffix pass + LSE merge"
     variant_axes = {"fa_version": (3, 4)}
+    builder_cls = FACascadeMetadataBuilder
+    impl_cls = FACascadeImpl
 
     @classmethod
     def availability(cls, variant=None) -> Availability:
@@ -172,39 +165,8 @@ class FlashAttnCascadeBackend(AttentionBackend):
 
     @classmethod
     def capabilities(cls, variant=None) -> Capabilities:
-        return Capabilities(
-            dtypes=frozenset({"float16", "bfloat16"}),
-            kv_cache_dtypes=frozenset({"auto"}),
+        return cls.cascade_capabilities(
             head_sizes=HeadSizes(min=8, max=256, multiple_of=8),
-            block_sizes=(MultipleOf(1),),  # FA3/FA4 paged calls take any page size
-            kv_layouts=frozenset({"NHD"}),
-            causal=True,
-            non_causal=False,
-            sliding_window=False,
-            softcap=False,
-            alibi=False,
-            sinks=False,
-            cascade=True,
-            plain_counterpart=cls.plain_counterpart,  # the cascade-vs-plain invariant runs it on the same batch
-            gqa=True,
-            returns_lse=True,
-            devices=frozenset({"cuda"}),
-            cudagraph=CudaGraphSupport.NEVER,
-            notes=(
-                "needs a shared prefix of whole blocks, groups contiguous in batch order; other batches are unsupported",
-                "the merge is torch elementwise code (several kernels), counted in the time",
-            ),
+            kv_layouts=frozenset({"NHD"}),  # FA3/FA4 paged calls take any page size, NHD pages only
+            notes=(GPU_BATCH_NOTE, "the merge is torch elementwise code (several kernels), counted in the time"),
         )
-
-    @classmethod
-    def check_batch_support(cls, common: CommonAttentionMetadata, variant: dict[str, Any],
-                            config: AttentionConfig | None = None) -> str | None:
-        return cascade_batch_reason(common, need_contiguous=True)
-
-    @classmethod
-    def get_builder_cls(cls):
-        return FACascadeMetadataBuilder
-
-    @classmethod
-    def get_impl_cls(cls):
-        return FACascadeImpl

@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
-from backends.mla_probe.common import LN2, TOL, Recorder, attention_reference, cuda_time_us, errors, lengths, version_of
-from backends.mla_probe.mla_batch import CKV, KPE, SM_SCALE, MLABatch, make_mla_batch
+from tools.mla_probe.common import LN2, TOL, Recorder, attention_reference, cuda_time_us, errors, lengths, version_of
+from tools.mla_probe.mla_batch import CKV, KPE, SM_SCALE, MLABatch, make_mla_batch
 
 MiB = 1 << 20
 

@@ -27,7 +27,6 @@ import torch
 
 from attn_contract import (
     MLA_ABSORBED,
-    AttentionBackend,
     AttentionConfig,
     AttentionImpl,
     AttentionMetadataBuilder,
@@ -39,14 +38,11 @@ from attn_contract import (
 )
 from attn_contract.engines import EngineName
 
-from backends._mla import (
-    LATENT_DIMS,
-    MLA_HEAD_SIZES,
+from backends.mla.base import MLALibraryBackend
+from backends.mla.common import (
     MLA_KINDS,
-    MLA_V_HEAD_SIZES,
     cuda_capability,
     describe_form,
-    form_reason,
     import_reason,
     split_latent,
     split_query,
@@ -188,7 +184,7 @@ class FlashInferMLAImpl(AttentionImpl[FlashInferMLAMetadata]):
                 "return_lse": "checked call only (timed calls: no)"}
 
 
-class FlashInferMLABackend(AttentionBackend):
+class FlashInferMLABackend(MLALibraryBackend):
     name = "flashinfer-mla"
     description = ("FlashInfer MLA: BatchMLAPagedAttentionWrapper on the paged latent cache (absorbed) and the ragged "
                    "prefill wrapper at 192/128 (expanded), as SGLang's flashinfer MLA backend calls them")
@@ -218,13 +214,10 @@ class FlashInferMLABackend(AttentionBackend):
     @classmethod
     def capabilities(cls, variant: dict[str, Any] | None = None) -> Capabilities:
         backend = str((variant or {}).get("mla_backend", "fa3"))
-        return Capabilities(
+        return cls.mla_capabilities(
             dtypes=frozenset({"float16", "bfloat16"}),
             kv_cache_dtypes=frozenset({"auto", "fp8_e4m3"}),  # fp8: absorbed form, bf16 query (check_support)
-            head_sizes=MLA_HEAD_SIZES, v_head_sizes=MLA_V_HEAD_SIZES, attention_kinds=MLA_KINDS,
-            mla_latent_dims=LATENT_DIMS, block_sizes=(MultipleOf(1),), kv_layouts=frozenset({"NHD", "HND"}),
-            causal=True, non_causal=True, gqa=True, returns_lse=True, lse_base=2, devices=frozenset({"cuda"}),
-            cudagraph=CudaGraphSupport.UNIFORM_SINGLE_TOKEN_DECODE,
+            block_sizes=(MultipleOf(1),), lse_base=2, cudagraph=CudaGraphSupport.UNIFORM_SINGLE_TOKEN_DECODE,
             cudagraph_source="SGLang's flashinfer MLA wrapper call, planned per batch (vLLM's FLASHINFER_MLA is the trtllm-gen kernel, UNIFORM_BATCH)",
             notes=(f"mla_backend={backend}: absorbed form on BatchMLAPagedAttentionWrapper, any page size; expanded "
                    "form on the ragged prefill wrapper (192/128)",
@@ -233,10 +226,7 @@ class FlashInferMLABackend(AttentionBackend):
         )
 
     @classmethod
-    def check_support(cls, config: AttentionConfig, variant: dict[str, Any], device: str) -> str | None:
-        reason = cls.capabilities(variant).unsupported_reason(config, device) or form_reason(config)
-        if reason:
-            return reason
+    def mla_support_reason(cls, config: AttentionConfig, variant: dict[str, Any]) -> str | None:
         if config.kv_cache_dtype == "fp8_e4m3" and config.dtype != "bfloat16" and config.attention_kind == MLA_ABSORBED:
             return "fp8 latent: planned with a bf16 query only (the probed combination)"
         return None

@@ -38,43 +38,41 @@ DEFAULT_BASELINE = Path("ci") / "baselines" / "cpu-smoke"
 
 
 def run_suite(suite: Path, out: Path, device: str, backends: str | None, no_time: bool,
-              extra: list[str] | None = None) -> int:
-    from harness.cli import main as harness_main
+              options: dict[str, Any] | None = None) -> int:
+    """``harness run SUITE`` into ``out`` (``options``: more of its flags by name, ``run_options``'s),
+    through the same ``Runner`` as the command; its exit code (2: bad input, printed)."""
+    from harness.cli.commands.run import start
+    from harness.cli.entry import is_bad_input, print_error
+    from harness.cli.run_flags import RunFlags, option_argv
 
     try:
         suite = suite.resolve().relative_to(Path.cwd())  # a short path in the rows' reproducers
     except ValueError:
         pass
-    argv = ["run", str(suite), "--device", device, "--out", str(out), "--quiet", *(extra or [])]
-    if backends:
-        argv += ["--backends", backends]
-    if no_time:
-        argv.append("--no-time")
-    saved = sys.argv
-    sys.argv = ["harness", *argv]  # the run header records sys.argv as the command
+    opts = {"device": device, "out": str(out), "quiet": True, **(options or {}), "backends": backends,
+            "no_time": no_time}
+    argv = ["harness", "run", str(suite), *option_argv(opts)]  # the command run.json records
     try:
-        return harness_main(argv)
-    finally:
-        sys.argv = saved
+        return start(RunFlags.from_options(suite=str(suite), **opts), argv).exit_code
+    except Exception as e:
+        if not is_bad_input(e):
+            raise
+        return print_error(e)
+
+
+def run_options(args: argparse.Namespace, cases: list[str] | None = None) -> dict[str, Any]:
+    """The harness run flags the gate passes through, by name (``cases``: instead of --case)."""
+    regime = getattr(args, "clock_regime", None) or baseline_regime(args.baseline)
+    return {"case": list(args.case if cases is None else cases), "variant": list(args.variant),
+            "max_time": args.max_time or None, "cpu_clock": args.cpu_clock, "no_isolation": args.no_isolation,
+            "clock_regime": regime or None}
 
 
 def run_args(args: argparse.Namespace, cases: list[str] | None = None) -> list[str]:
-    """The harness run flags the gate passes through (``cases``: instead of --case)."""
-    out: list[str] = []
-    for c in args.case if cases is None else cases:
-        out += ["--case", c]
-    for v in args.variant:
-        out += ["--variant", v]
-    if args.max_time:
-        out += ["--max-time", str(args.max_time)]
-    if args.cpu_clock:
-        out += ["--cpu-clock", args.cpu_clock]
-    if args.no_isolation:
-        out.append("--no-isolation")
-    regime = getattr(args, "clock_regime", None) or baseline_regime(args.baseline)
-    if regime:
-        out += ["--clock-regime", regime]
-    return out
+    """``run_options`` as harness run's command-line flags."""
+    from harness.cli.run_flags import option_argv
+
+    return option_argv(run_options(args, cases))
 
 
 def baseline_regime(baseline: Path) -> str | None:
@@ -192,7 +190,7 @@ def gate(args: argparse.Namespace) -> int:
             new = args.out or Path(tempfile.mkdtemp(prefix="gate-")) / "new"
             tmp = None if args.out else new.parent
             rc = run_suite(args.suite, new, args.device, args.backends,
-                           no_time=args.correctness_only and not args.update_baseline, extra=run_args(args))
+                           no_time=args.correctness_only and not args.update_baseline, options=run_options(args))
             if rc == 2:
                 return 2
         if args.update_baseline:
@@ -216,10 +214,10 @@ def gate(args: argparse.Namespace) -> int:
             again = []
             for i in range(args.remeasure):
                 # The suspect cases only (exact names), every backend of the run.
-                extra = run_args(args, cases=sorted({d.key[1] for d in slow}))
+                again_opts = run_options(args, cases=sorted({d.key[1] for d in slow}))
                 out = Path(tempfile.mkdtemp(prefix="gate-remeasure-")) / "r"
                 try:
-                    if run_suite(args.suite, out, args.device, args.backends, no_time=False, extra=extra) == 2:
+                    if run_suite(args.suite, out, args.device, args.backends, no_time=False, options=again_opts) == 2:
                         return 2
                     again.append(read_rows(out))
                 finally:

@@ -27,7 +27,6 @@ import torch
 from attn_contract import (
     BUILD_LIMIT,
     MLA_ABSORBED,
-    AttentionBackend,
     AttentionConfig,
     AttentionImpl,
     AttentionMetadataBuilder,
@@ -39,11 +38,10 @@ from attn_contract import (
 )
 from attn_contract.engines import EngineName
 
-from backends._mla import (
-    LATENT_DIMS,
+from backends.mla.base import MLALibraryBackend
+from backends.mla.common import (
     cuda_capability,
     describe_form,
-    form_reason,
     import_reason,
     module_version,
 )
@@ -118,8 +116,9 @@ class FlashMLAImpl(AttentionImpl[FlashMLAMetadata]):
                 "build_ms": round(metadata.build_ms, 3)}
 
 
-class FlashMLABackend(AttentionBackend):
+class FlashMLABackend(MLALibraryBackend):
     name = "flashmla"
+    attention_kinds = frozenset({MLA_ABSORBED})
     description = "FlashMLA dense decode (tokenspeed-flashmla wheel) on the paged latent cache, page 64, bf16"
     tested_versions = {"tokenspeed-flashmla": ">=1.0.0"}
     # Not imported on the worker's background thread: its binary is built for another torch and
@@ -149,12 +148,10 @@ class FlashMLABackend(AttentionBackend):
 
     @classmethod
     def capabilities(cls, variant: dict[str, Any] | None = None) -> Capabilities:
-        return Capabilities(
+        return cls.mla_capabilities(
             dtypes=frozenset({"bfloat16"}), kv_cache_dtypes=frozenset({"auto"}),
-            head_sizes=HeadSizes(values=(576,)), v_head_sizes=HeadSizes(values=(512,)),
-            attention_kinds=frozenset({MLA_ABSORBED}), mla_latent_dims=LATENT_DIMS, block_sizes=(PAGE,),
-            kv_layouts=frozenset({"NHD", "HND"}), causal=True, non_causal=True, gqa=True, returns_lse=True,
-            lse_base="e", devices=frozenset({"cuda"}), cudagraph=CudaGraphSupport.UNIFORM_BATCH,
+            head_sizes=HeadSizes(values=(576,)), v_head_sizes=HeadSizes(values=(512,)), block_sizes=(PAGE,),
+            lse_base="e", cudagraph=CudaGraphSupport.UNIFORM_BATCH,
             cudagraph_source='vLLM v0.25.1 FlashMLAMetadataBuilder._cudagraph_support: UNIFORM_BATCH',
             notes=("absorbed form only (the expanded 192/128 prefill is another library's)",
                    f"page {PAGE}; one query length per batch (q is [batch, s_q, heads, 576])",
@@ -164,8 +161,8 @@ class FlashMLABackend(AttentionBackend):
     @classmethod
     def check_support(cls, config: AttentionConfig, variant: dict[str, Any], device: str) -> str | None:
         if config.is_fp8_kv and config.attention_kind == MLA_ABSORBED:
-            return FP8_REASON
-        return cls.capabilities(variant).unsupported_reason(config, device) or form_reason(config)
+            return FP8_REASON  # before the table: its own reason, not the generic dtype line
+        return super().check_support(config, variant, device)
 
     @classmethod
     def check_batch_support(cls, common: CommonAttentionMetadata, variant: dict[str, Any],

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from backends.mla_probe.common import mla_reference
+from tools.mla_probe.common import mla_reference
 
 CKV, KPE = 512, 64
 # DeepSeek-V3: qk_nope 128 + qk_rope 64 before absorption.

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from backends.mla_probe.common import TOL, Recorder, attention_reference, cuda_time_us
+from tools.mla_probe.common import TOL, Recorder, attention_reference, cuda_time_us
 
 HQ, HK, D = 32, 8, 128
 REQS, KEYS = 64, 36864

@@ -3,7 +3,7 @@ how right (relative error against fp32 references) and how fast (CUDA events). S
 torch and the libraries only (the flex item also reads the flex backend's split rule from this
 checkout, with a fallback), so it runs whatever state the harness is in.
 
-    python3 -m backends.mla_probe OUT_DIR [--items env,flashinfer_mla,...] [--timeout 300]
+    python3 -m tools.mla_probe OUT_DIR [--items env,flashinfer_mla,...] [--timeout 300]
 
 Every item runs in its own subprocess (a library that crashes the process or the CUDA context
 takes only its own item down) and writes OUT_DIR/<item>.json after each attempt; the parent
@@ -44,29 +44,29 @@ def run_env(rec) -> None:
 
 
 def child(item: str, out: Path) -> int:
-    from backends.mla_probe.common import Recorder
+    from tools.mla_probe.common import Recorder
 
     rec = Recorder(out, item)
     if item == "env":
         run_env(rec)
     elif item == "flashinfer_mla":
-        from backends.mla_probe import flashinfer_mla
+        from tools.mla_probe import flashinfer_mla
 
         rec.attempt("setup", {}, lambda: (flashinfer_mla.run(rec), {})[1])
     elif item == "fa3_fwd":
-        from backends.mla_probe import fa3_flashmla
+        from tools.mla_probe import fa3_flashmla
 
         rec.attempt("setup", {}, lambda: (fa3_flashmla.run_fa3(rec), {})[1])
     elif item == "flashmla":
-        from backends.mla_probe import fa3_flashmla
+        from tools.mla_probe import fa3_flashmla
 
         fa3_flashmla.run_flashmla(rec)
     elif item == "cudnn_prefill":
-        from backends.mla_probe import cudnn_prefill
+        from tools.mla_probe import cudnn_prefill
 
         rec.attempt("setup", {}, lambda: (cudnn_prefill.run(rec), {})[1])
     elif item == "flex_split":
-        from backends.mla_probe import flex_split
+        from tools.mla_probe import flex_split
 
         rec.attempt("setup", {}, lambda: (flex_split.run(rec), {})[1])
     else:
@@ -110,7 +110,7 @@ def table(out: Path, items: list[str]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python3 -m backends.mla_probe", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python3 -m tools.mla_probe", description=__doc__.split("\n\n")[0])
     p.add_argument("out", type=Path)
     p.add_argument("--items", default=",".join(ITEMS))
     p.add_argument("--timeout", type=int, default=240, help="seconds per item (default 240)")
@@ -122,7 +122,7 @@ def main(argv: list[str]) -> int:
     summary: dict = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "argv": argv, "items": {}}
     for item in [i for i in a.items.split(",") if i]:
         t0 = time.perf_counter()
-        cmd = [sys.executable, "-m", "backends.mla_probe", str(a.out), "--child", item]
+        cmd = [sys.executable, "-m", "tools.mla_probe", str(a.out), "--child", item]
         print(f"== {item}: {' '.join(cmd)}", flush=True)
         try:
             r = subprocess.run(cmd, timeout=a.timeout, stderr=subprocess.PIPE, text=True)
