@@ -12,7 +12,7 @@ The run loop calls only these members, so a new executor is one class and one li
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Generator, Protocol, Sequence
 
 if TYPE_CHECKING:
     from harness.execute.local import ExecOptions
@@ -34,7 +34,7 @@ class Executor(Protocol):
     def start(self, backends: Sequence[type]) -> None:
         """Start workers now (their imports overlap the parent's planning); may do nothing."""
 
-    def run(self, cells: list[Cell], on_start: Callable[[Cell], None] | None = None) -> Iterator[ResultRow]:
+    def run(self, cells: list[Cell], on_start: Callable[[Cell], None] | None = None) -> Generator[ResultRow, None, None]:
         """Every cell's row, as each finishes (``on_start`` before a cell runs, where known)."""
 
     def placement(self) -> str:

@@ -37,7 +37,7 @@ import time
 from dataclasses import dataclass, field
 from enum import StrEnum
 from multiprocessing.connection import wait
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Generator, Iterator, Sequence
 
 import torch
 
@@ -138,7 +138,7 @@ class InProcessExecutor:
     def start(self, backends: Sequence[type] = ()) -> None:
         pass  # nothing to start: the first cell imports its library here
 
-    def run(self, cells: list[Cell], on_start: Callable[[Cell], None] | None = None) -> Iterator[ResultRow]:
+    def run(self, cells: list[Cell], on_start: Callable[[Cell], None] | None = None) -> Generator[ResultRow, None, None]:
         cases = group_by_case(cells)
         if not cases:
             return
@@ -206,7 +206,7 @@ class LocalExecutor:
     def reports_versions(self) -> bool:
         return self.exec_opts.isolation
 
-    def run(self, cells: list[Cell], on_start: Callable[[Cell], None] | None = None) -> Iterator[ResultRow]:
+    def run(self, cells: list[Cell], on_start: Callable[[Cell], None] | None = None) -> Generator[ResultRow, None, None]:
         if not self.exec_opts.isolation:
             yield from InProcessExecutor(self.suite, self.opts, self.exec_opts).run(cells, on_start)
             return
