@@ -189,7 +189,7 @@ def test_harness_subprocesses_keep_the_callers_pythonpath(tmp_path, monkeypatch)
 
 
 def test_ci_holds_product_ci_only_and_the_diagnostics_are_commands(tmp_path, capsys):
-    # ci/: the gate, its baselines and suite, the browser and GPU test-suite installers; an
+    # ci/: the gate, its baselines and suite, the browser and GPU test-suite installers, the lowest-versions job; an
     # evidence session is a plan file (harness plan), a diagnostic a `harness diag` module.
     # What the repository holds (git's list: a copied tree may keep files deleted since).
     import subprocess
@@ -198,7 +198,7 @@ def test_ci_holds_product_ci_only_and_the_diagnostics_are_commands(tmp_path, cap
     if listed.returncode != 0:
         pytest.skip("not a git checkout: ci/'s tracked content cannot be listed")
     top = sorted({Path(f).parts[1] for f in listed.stdout.split()})
-    assert top == ["baselines", "gate.py", "gpu_pytest.sh", "install_browser.sh", "smoke.yaml"]
+    assert top == ["baselines", "gate.py", "gpu_pytest.sh", "install_browser.sh", "lowest_deps.sh", "smoke.yaml"]
     from harness.cli import main
     from harness.tools.diag import DIAGNOSTICS
 

@@ -20,10 +20,6 @@ CUDAGRAPH = '--compilation-config \'{"cudagraph_mode": "%s"}\''
 SGLANG_SPEC = "--speculative-algorithm EAGLE --speculative-num-steps %d --speculative-eagle-topk 1 --speculative-num-draft-tokens %d"
 
 
-def _label(r: ResultRow) -> str:
-    return f"{r.backend}[{r.variant_label}]" if r.variant_label else r.backend
-
-
 def model_of(r: ResultRow) -> str:
     c = r.config
     assert c is not None
@@ -68,7 +64,7 @@ def answer(rows: Iterable[ResultRow]) -> list[dict[str, Any]]:
     cost against the best q = 1 backend on the same points."""
     by: dict[tuple[str, int], dict[str, dict[tuple[int, int], ResultRow]]] = defaultdict(lambda: defaultdict(dict))
     for r in spec_rows(rows):
-        by[(model_of(r), r.batch.max_query_len or 1)][_label(r)][_point(r)] = r
+        by[(model_of(r), r.batch.max_query_len or 1)][r.label][_point(r)] = r
     out = []
     for (model, q), cands in sorted(by.items()):
         common = _shared_points(cands)
@@ -104,7 +100,7 @@ def crossovers(rows: Iterable[ResultRow], along: str = "q") -> list[dict[str, An
     for r in spec_rows(rows):
         (n, ctx), q = _point(r), r.batch.max_query_len or 1
         key, x = ((model_of(r), n, ctx), q) if along == "q" else ((model_of(r), q, n), ctx)
-        series[key][_label(r)][x] = effective_us(r)
+        series[key][r.label][x] = effective_us(r)
     out = []
     for key, per in sorted(series.items()):
         labels = sorted(per)

@@ -53,6 +53,12 @@ UNCHECKED_REASON = "not checked against the reference (--no-check)"
 _NOTHING_MEASURED = ("check", "timing", "metrics", "host", "call")
 
 
+def backend_label(backend: str, variant_label: str) -> str:
+    """``backend [variant]`` (the backend alone without a variant): the one spelling of a
+    candidate's name in every table, plot and ranking."""
+    return f"{backend} [{variant_label}]" if variant_label else backend
+
+
 class ResultRow(BaseModel):
     """One case x backend x variant cell.
 
@@ -185,7 +191,7 @@ class ResultRow(BaseModel):
     @property
     def label(self) -> str:
         """``backend [variant]``: the candidate's name in every table and plot."""
-        return f"{self.backend} [{self.variant_label}]" if self.variant_label else self.backend
+        return backend_label(self.backend, self.variant_label)
 
     @property
     def case_id(self) -> str:

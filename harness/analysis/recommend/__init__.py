@@ -28,7 +28,7 @@ averaged geometrically like the point estimate. This is conservative and not a f
 
 from __future__ import annotations
 
-from harness.analysis.recommend.buckets import BATCH_BINS, CONTEXT_BINS, Bucket, bucket_of, candidate_name
+from harness.analysis.recommend.buckets import BATCH_BINS, CONTEXT_BINS, Bucket, bucket_of
 from harness.analysis.recommend.export import POLICY_FORMAT, compact_json, policy, vllm_export, write_outputs
 from harness.analysis.recommend.fit import CascadeFit, cascade_cells, fit_cascade
 from harness.analysis.recommend.load import Inputs, RecommendError, inputs_of, load_inputs
@@ -65,7 +65,7 @@ from harness.analysis.recommend.vllm import VLLM_NOT_EXPRESSIBLE, DefaultCost, d
 __all__ = [
     "BATCH_BINS", "CONTEXT_BINS", "DEFAULT_TIE", "POLICY_FORMAT", "RAN_OK", "VLLM_NOT_EXPRESSIBLE",
     "Bucket", "BucketResult", "Candidate", "CascadeFit", "DefaultCost", "Inputs", "Ratio", "Recommendation",
-    "RecommendError", "Timed", "ratio_text", "bucket_of", "candidate_name", "cascade_cells",
+    "RecommendError", "Timed", "ratio_text", "bucket_of", "cascade_cells",
     "cascade_records", "cascade_table", "case_batches", "compact_json", "coverage_text", "default_costs",
     "defaults_records", "defaults_summary", "defaults_table", "fit_cascade", "inputs_of", "load_inputs",
     "policy", "rank", "rank_bucket", "rank_rows", "ratio", "recommend", "recommend_rows", "single_setting",

@@ -69,7 +69,3 @@ def bucket_of(cfg: RowConfig | None, batch: BatchSummary | None) -> Bucket | Non
     return Bucket(cfg.num_heads, cfg.num_kv_heads, cfg.head_size, cfg.dtype, cfg.kv_cache_dtype, cfg.block_size,
                   cfg.kv_layout, cfg.features(batch), batch.kind, _bin(batch.num_reqs, BATCH_BINS, True)[0],
                   _bin(float(ctx), CONTEXT_BINS, False)[0])
-
-
-def candidate_name(backend: str, variant_label: str) -> str:
-    return f"{backend} [{variant_label}]" if variant_label else backend

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 from attn_contract.status import FAILED, NOT_RUN, Status
-from harness.analysis.recommend.buckets import Bucket, bucket_of, candidate_name
-from harness.records.results import BatchSummary, ResultRow
+from harness.analysis.recommend.buckets import Bucket, bucket_of
+from harness.records.results import BatchSummary, ResultRow, backend_label
 
 DEFAULT_TIE = 0.03
 RAN_OK = Status.PASS
@@ -41,7 +41,7 @@ class Candidate:
 
     @property
     def name(self) -> str:
-        return self.name_override or candidate_name(self.backend, self.variant_label)
+        return self.name_override or backend_label(self.backend, self.variant_label)
 
 
 @dataclass

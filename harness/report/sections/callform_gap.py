@@ -50,7 +50,7 @@ def callform_gap(df: pd.DataFrame) -> list[Block]:
     recs = gap_records(gs)
     if recs:
         out.append(Table(pd.DataFrame(recs), title="Pairs whose call forms differ beyond the noise"))
-    named = [n for src, _h, _n in df.attrs.get("runs", []) for n in named_arguments(src)]
+    named = [n for run in df.attrs.get("runs", []) for n in named_arguments(run.source)]
     if named:
         out.append(Table(pd.DataFrame(named), title=f"The vllm form's argument behind its gap ({DIAG_FILE}: "
                                                      "`harness diag callform`, one argument at a time)"))

@@ -15,14 +15,11 @@ from harness.report.plots import legend_right, markers, palette, plt, us_axis
 MAX_PANELS = 8
 
 
-def _label(r: Any) -> str:
-    return f"{r.backend} [{r.variant_label}]" if r.variant_label else r.backend
-
-
 @section("spec-decode", "Speculative decoding: step time vs drafts, in the engine's graph mode", order=60, cost=4,
          looked_for="passing GPU rows of a suite with graph_modes: true (suites/spec_decode.yaml) carrying an "
                     "effective time")
 def spec_decode(df: pd.DataFrame) -> list[Block]:
+    from harness.analysis.engines import EngineFacts
     from harness.analysis.spec_decode import answer, effective_us, flags, graph_modes_of, model_of, spec_rows
 
     rows = spec_rows(result_rows(df))
@@ -33,8 +30,8 @@ def spec_decode(df: pd.DataFrame) -> list[Block]:
     for r in rows:
         n, q = r.batch.num_reqs or 0, r.batch.max_query_len or 1
         ctx = (r.batch.max_seq_len or 0) - q
-        series[model_of(r)][(n, ctx)][_label(r)].append((q, float(effective_us(r)), graph_modes_of(r).engine))
-    labels = sorted({_label(r) for r in rows})
+        series[model_of(r)][(n, ctx)][r.label].append((q, float(effective_us(r)), graph_modes_of(r).engine))
+    labels = sorted({r.label for r in rows})
     colors, marks = palette(labels), markers(labels)
     out: list[Block] = [Text("Effective time per attention call: the full-graph replay where vLLM (FULL_AND_PIECEWISE) "
                              "would replay this batch from a full graph (filled marker), else the same call launched "
@@ -73,12 +70,13 @@ def spec_decode(df: pd.DataFrame) -> list[Block]:
         legend_right(fig, list(handles.values()), list(handles), "backend [variant]")
         out.append(Figure(fig, alt=f"effective step time vs q, {model}"))
     recs = answer(rows)
+    facts = EngineFacts.of(df.attrs.get("runs", []))  # the runs' backend facts, over the table
     if recs:
         table = pd.DataFrame([{
             "model": r["model"], "q": r["q"], "backend": r["best"], "vLLM mode": "/".join(r["engine_modes"]),
             "declared": r["declared"], "effective us": f"{r['effective_us']:.2f}",
             "cost vs q=1": f"x{r['cost_vs_q1']:.2f}" if r["cost_vs_q1"] else "",
             "runner-up": f"{r['runner_up']} (+{100 * r['margin']:.1f}%)" if r["runner_up"] else "",
-            "flags": "; ".join(f"{e}: {f}" for e, f in flags(r).items())} for r in recs])
+            "flags": "; ".join(f"{e}: {f}" for e, f in flags(r, facts).items())} for r in recs])
         out.append(Table(table, title="Per model and draft length: the backend to use", wrap=("flags",)))
     return out

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Where `harness report` spends its time on this machine (no GPU needed): the cores it sees,
 # matplotlib's font cache, the parent's imports, and the wall time of one 360-row page with
-# --jobs 1/2/4/8 and the default, twice each. Usage: bash ci/profile_report.sh [RUN] [OUT_DIR]
+# --jobs 1/2/4/8 and the default, twice each. Usage: bash tools/profile_report.sh [RUN] [OUT_DIR]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 RUN=${1:-reports/h200/2026-12-02/decode-minute-2/run-a}
