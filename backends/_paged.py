@@ -134,16 +134,17 @@ class PaddedChunk:
     offsets: torch.Tensor
     tok: torch.Tensor
     row_valid: torch.Tensor  # [b, qmax] padded rows that are real query tokens
-    keep: torch.Tensor
-    dist: torch.Tensor  # [b, qmax, smax] int
+    # keep [b, qmax, smax] and dist [b, qmax, smax] int; None once SDPA's builder holds only its mask.
+    keep: torch.Tensor | None
+    dist: torch.Tensor | None
     qmax: int
     smax: int
     # Flat padded rows (b * qmax) that are real query tokens, and their tokens: the scatter back
     # reads them instead of indexing by ``row_valid``, a boolean index whose size the host must
     # read from the device (a sync in every forward, which kept launches from being hidden and
     # a CUDA graph from being captured).
-    src: torch.Tensor | None = None
-    dst: torch.Tensor | None = None
+    src: torch.Tensor
+    dst: torch.Tensor
     # [b, smax] each padded key's row in MLA's expanded key/value (past a request's end: its last key).
     kv_tok: torch.Tensor | None = None
 

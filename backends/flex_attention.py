@@ -35,12 +35,14 @@ import torch
 
 from attn_contract import (
     MLA_EXPANDED,
+    AttentionConfig,
     AttentionImpl,
     Availability,
     Capabilities,
     CommonAttentionMetadata,
     CudaGraphSupport,
     HeadSizes,
+    LayerParams,
 )
 from attn_contract.engines import EngineName
 from backends._paged import HostLoopMetadata, HostLoopMetadataBuilder, Segment, dequantize, plan_chunks
@@ -153,8 +155,14 @@ def _build_call(segs: list[Segment], md: FlexMetadata, qlens: list[int], cfg, de
     q_pad = -(-n_rows // q_block) * q_block if on_cpu else _bucket(n_rows, q_block)
     kv_pad = -(-n_keys // KV_BLOCK) * KV_BLOCK if on_cpu else _bucket(n_keys, KV_BLOCK)
     # Host-side index lists (small: one entry per row / key), then one copy to the device.
-    tok, q_doc, q_pos, lo_k, hi_k = [], [], [], [], []
-    kv_req, kv_pos, kv_doc = [], [], []
+    tok: list[int] = []
+    q_doc: list[int] = []
+    q_pos: list[int] = []
+    lo_k: list[int] = []
+    hi_k: list[int] = []
+    kv_req: list[int] = []
+    kv_pos: list[int] = []
+    kv_doc: list[int] = []
     kst = 0
     for d, (r, lo, hi, keys) in enumerate(segs):
         ctx = query_offset(md.seq_lens[r], qlens[r])
@@ -166,8 +174,11 @@ def _build_call(segs: list[Segment], md: FlexMetadata, qlens: list[int], cfg, de
                 if not causal:
                     b = min(b, p + window)
             b = min(b, keys)
-            tok.append(qsl[r] + i), q_doc.append(d), q_pos.append(p)
-            lo_k.append(kst + a if a < b else 1 << 40), hi_k.append(kst + b if a < b else -1)
+            tok.append(qsl[r] + i)
+            q_doc.append(d)
+            q_pos.append(p)
+            lo_k.append(kst + a if a < b else 1 << 40)
+            hi_k.append(kst + b if a < b else -1)
         kv_req += [r] * keys
         kv_pos += range(keys)
         kv_doc += [d] * keys
@@ -265,7 +276,7 @@ def _flex_fn(device_type: str):
 
 
 class FlexImpl(AttentionImpl[FlexMetadata]):
-    def __init__(self, config, variant, device, layer):
+    def __init__(self, config: AttentionConfig, variant: dict[str, Any], device: torch.device, layer: LayerParams):
         super().__init__(config, variant, device, layer)
         self._fn, self._mode = _flex_fn(device.type)
         self._compiled: dict[tuple, float] = {}  # shape class -> seconds of its first call here
@@ -287,7 +298,8 @@ class FlexImpl(AttentionImpl[FlexMetadata]):
     def _shape_class(self, call: FlexCall, dtype: torch.dtype) -> tuple:
         return (call.q_pad, call.kv_pad, call.q_block, str(dtype))
 
-    def forward(self, query, key, value, kv_cache, metadata, out, lse_out=None):
+    def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor,
+                metadata: FlexMetadata, out: torch.Tensor, lse_out: torch.Tensor | None = None) -> torch.Tensor:
         from torch.nn.attention.flex_attention import AuxRequest
 
         cfg, layer = self.config, self.layer

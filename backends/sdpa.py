@@ -84,6 +84,7 @@ class SDPAMetadataBuilder(HostLoopMetadataBuilder):
         group = cfg.num_heads // cfg.num_kv_heads
         for chunk in plan_chunks(qlens, md.seq_lens, cfg.num_heads, score_budget(dev.type), md.causal):
             pc = padded_chunk(chunk, md, int(common.query_start_loc_cpu[-1]), cfg.sliding_window, dev)
+            assert pc.keep is not None  # a fresh chunk: freed only below
             b, qmax, smax = chunk_dims(chunk)
             # Padding rows see key 0 so no row is all -inf (their output is dropped anyway).
             j0 = torch.arange(smax, device=dev).view(1, 1, smax) == 0
@@ -115,6 +116,7 @@ def _write_alibi(ch: SDPAChunk, slopes: torch.Tensor, num_kv_heads: int) -> None
     """The ALiBi mask (-slope_h * |diagonal - key|, -inf where not visible) from the chunk's
     distances; slopes live on the layer, which the builder does not see."""
     pc, mask = ch.pc, ch.mask
+    assert pc.keep is not None and pc.dist is not None  # kept for this (ALiBi) and freed below
     b, hk, rows, smax = mask.shape
     group, qmax = rows // pc.qmax, pc.qmax
     dist = pc.dist.abs().to(mask.dtype).view(b, 1, 1, qmax, smax)

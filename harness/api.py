@@ -81,7 +81,7 @@ def _main_importable() -> bool:
     if getattr(main, "__spec__", None) is not None:
         return True
     path = getattr(main, "__file__", None)
-    return bool(path) and Path(path).is_file()
+    return path is not None and bool(path) and Path(path).is_file()
 
 
 def run(suite: str | Path, *, out: str | Path | None = None, isolation: bool | None = None,

@@ -166,7 +166,7 @@ class FlashAttentionImpl(AttentionImpl[FlashAttentionMetadata]):
                           "num_splits": s.num_splits,
                           "out_arg": gen.takes_out(s)} for s in metadata.segments],
             "num_splits_note": metadata.num_splits_note,
-            "window_size": list(gen.window),
+            "window_size": list(gen.window_size),
             "output_copy": any(not gen.takes_out(s) for s in metadata.segments),
             # The harness asks for the LSE on the checked call only; timed calls run without it.
             "return_lse": "checked call only (timed calls: no)",

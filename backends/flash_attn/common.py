@@ -8,7 +8,6 @@ Nothing outside a generation's file branches on the version number.
 
 from __future__ import annotations
 
-import functools
 import importlib
 import inspect
 from dataclasses import dataclass, field
@@ -267,7 +266,7 @@ class FAGeneration:
         dev = torch.device(device)
         self.config = config
         self.cc = cc
-        self.window = self.window(config)
+        self.window_size = self.window(config)  # the layer's, as the call passes it
         self.softcap = float(config.softcap or 0.0)
         # Per-layer tensors converted once, as a model would hold them.
         self.alibi = (layer.alibi_slopes.to(dev, torch.float32).contiguous()
@@ -341,9 +340,9 @@ def standalone_call(gen: type[FAGeneration], config: AttentionConfig, call_form:
     the row recorded (``call``; else what the builder would pick), out= where the library has it."""
     setup, body = gen.standalone_source(config)
     body = "\n".join("    " + line if line else "" for line in body.strip("\n").splitlines())
-    recorded = [s.get("num_splits") for s in (call or {}).get("segments", []) if isinstance(s, dict)]
-    if len(recorded) == 0 or any(not isinstance(x, int) for x in recorded):
-        recorded = None  # no row (or an old one): the builder's rule
+    splits = [s.get("num_splits") for s in (call or {}).get("segments", []) if isinstance(s, dict)]
+    # None: no row (or an old one): the builder's rule
+    recorded = splits if splits and all(isinstance(x, int) for x in splits) else None
     if call_form == "vllm":
         bounds = "((\"batch\", 0, n),)"
         n_tok = "QSL[n]"
@@ -388,8 +387,17 @@ for i, (seg_kind, lo, hi) in enumerate(SEGMENTS):
 """
 
 
-@functools.cache
+_FEATURES: dict[type[FAGeneration], LibFeatures] = {}  # read once per process and generation
+
+
 def _features(gen: type[FAGeneration]) -> LibFeatures:
+    # A dict, not functools.cache: mypy does not take a type[...] argument as Hashable.
+    if gen not in _FEATURES:
+        _FEATURES[gen] = _read_features(gen)
+    return _FEATURES[gen]
+
+
+def _read_features(gen: type[FAGeneration]) -> LibFeatures:
     try:
         mod = importlib.import_module(gen.module)
     except Exception as e:  # ImportError, OSError from a .so built for another torch, ...

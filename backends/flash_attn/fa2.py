@@ -84,7 +84,7 @@ class FA2(FAGeneration):
 
     def call(self, q, kc, vc, seg: FASegment, md: FlashAttentionMetadata, want_lse, q_scale, out=None):
         cfg = self.config
-        common = dict(softmax_scale=cfg.softmax_scale, causal=md.causal, window_size=self.window,
+        common = dict(softmax_scale=cfg.softmax_scale, causal=md.causal, window_size=self.window_size,
                       softcap=self.softcap, alibi_slopes=self.alibi)
         if out is not None:
             common["out"] = self.q_for(out, seg)

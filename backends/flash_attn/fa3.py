@@ -198,7 +198,7 @@ class FA3(FAGeneration):
             kw.update(cu_seqlens_q=seg.query_start_loc, max_seqlen_q=seg.max_query_len)
         res = self.fn["kvcache"](
             self.q_for(q, seg), kc, vc, cache_seqlens=seg.seq_lens, page_table=seg.block_table,
-            softmax_scale=cfg.softmax_scale, causal=md.causal, window_size=self.window,
+            softmax_scale=cfg.softmax_scale, causal=md.causal, window_size=self.window_size,
             scheduler_metadata=seg.scheduler_metadata, num_splits=seg.num_splits, pack_gqa=None,
             sm_margin=0, return_softmax_lse=want_lse, **kw,
         )

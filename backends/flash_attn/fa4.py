@@ -103,7 +103,7 @@ class FA4(FAGeneration):
             kw["out"] = self.q_for(out, seg)
         o, lse = self.fn["varlen"](
             self.q_for(q, seg), kc, vc, seqused_k=seg.seq_lens, page_table=seg.block_table,
-            softmax_scale=cfg.softmax_scale, causal=md.causal, window_size=self.window,
+            softmax_scale=cfg.softmax_scale, causal=md.causal, window_size=self.window_size,
             learnable_sink=self.sinks, softcap=self.softcap, num_splits=self.num_splits,
             return_lse=want_lse, **kw,
         )

@@ -88,7 +88,7 @@ def select_fa_version(config: AttentionConfig | None, cc: tuple[int, int] | None
     if usable is None:
         def usable(v: int) -> str | None:
             return hardware_reason(v, cc) or support_reason(v, config, cc, documented_features(v, True))
-    rejected = []
+    rejected: list[str] = []
     for v in order:
         r = usable(v)
         if r is None:

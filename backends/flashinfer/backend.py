@@ -105,7 +105,8 @@ class FlashInferBackend(AttentionBackend):
         if not torch.cuda.is_available():
             return Availability.no("no CUDA device (FlashInfer runs on NVIDIA GPUs)", flashinfer=version)
         v = {**DEFAULT_VARIANT, **(variant or {})}
-        cap = tuple(torch.cuda.get_device_capability())
+        major, minor = torch.cuda.get_device_capability()
+        cap = (major, minor)
         reason = (hardware_reason(cap, torch.version.cuda, v["prefill_backend"])
                   or families.arch_reason(cap, str(v["decode_backend"]), str(v["prefill_backend"]))
                   or families.library_reason(str(v["decode_backend"]), str(v["prefill_backend"])))

@@ -59,6 +59,8 @@ class FlashInferMetadata:
 class FlashInferMetadataBuilder(AttentionMetadataBuilder[FlashInferMetadata]):
     """One workspace and one set of wrappers per builder; ``build`` plans them per batch."""
 
+    workspace: torch.Tensor  # the float workspace the wrappers share (_make_wrappers)
+
     def __init__(self, config: AttentionConfig, variant: dict[str, Any], device: torch.device):
         variant = {**DEFAULT_VARIANT, **(variant or {})}
         super().__init__(config, variant, device)
@@ -73,7 +75,8 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder[FlashInferMetadata]):
         import flashinfer  # lazy: only a GPU run with the library reaches this
 
         config, variant = self.config, self.variant
-        self.workspace = None  # let the old buffer go before allocating the new one
+        if hasattr(self, "workspace"):
+            del self.workspace  # let the old buffer go before allocating the new one
         self.workspace = torch.zeros(nbytes, dtype=torch.uint8, device=self.device)  # must start zeroed
         backend = variant["prefill_backend"]
         # cutlass is a ragged-wrapper backend only (check_batch_support keeps it to ragged batches);
@@ -126,6 +129,7 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder[FlashInferMetadata]):
         cfg = self.config
         kw = self._common_plan_kwargs()
         kw["kv_data_type"] = cfg.torch_dtype
+        assert self.ragged_wrapper is not None  # planned only where the ragged path exists
         self.ragged_wrapper.plan(
             qo_indptr, qo_indptr, cfg.num_heads, cfg.num_kv_heads, cfg.head_size, causal=False,
             pos_encoding_mode="NONE", **kw,

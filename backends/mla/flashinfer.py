@@ -74,6 +74,8 @@ class FlashInferMLAMetadata:
 class FlashInferMLAMetadataBuilder(AttentionMetadataBuilder[FlashInferMLAMetadata]):
     """One workspace and one wrapper of the layer's form; JIT-compiled in the constructor."""
 
+    workspace: torch.Tensor  # the wrapper's float workspace (_make)
+
     def __init__(self, config: AttentionConfig, variant: dict[str, Any], device: torch.device):
         super().__init__(config, {"mla_backend": "fa3", **(variant or {})}, device)
         self._make(WORKSPACE_BYTES)
@@ -85,7 +87,8 @@ class FlashInferMLAMetadataBuilder(AttentionMetadataBuilder[FlashInferMLAMetadat
         import flashinfer  # lazy: only a GPU run with the library gets here
         from flashinfer.mla import BatchMLAPagedAttentionWrapper
 
-        self.workspace = None
+        if hasattr(self, "workspace"):
+            del self.workspace  # let the old buffer go before allocating the new one
         self.workspace = torch.zeros(nbytes, dtype=torch.uint8, device=self.device)
         backend = str(self.variant["mla_backend"])
         if self.config.attention_kind == MLA_ABSORBED:

@@ -11,9 +11,12 @@ import json
 import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.records.fileio import atomic_write_text
+
+if TYPE_CHECKING:  # compare imports nothing from here; the names are for the hints only
+    from harness.analysis.compare import Comparison, RowDiff
 
 
 def add_flags(cp: argparse.ArgumentParser) -> None:
@@ -31,7 +34,7 @@ def _escape_prop(s: str) -> str:
     return _escape_data(s).replace(":", "%3A").replace(",", "%2C")
 
 
-def annotations(comp: Any, new: str | Path) -> list[str]:
+def github_annotations(comp: Comparison, new: str | Path) -> list[str]:
     """One GitHub ``::error`` line per regression, pointing at NEW's results file."""
     from harness.records.results import results_file
 
@@ -47,13 +50,13 @@ def annotations(comp: Any, new: str | Path) -> list[str]:
     return out
 
 
-def _case(parent: ET.Element, d: Any) -> ET.Element:
+def _case(parent: ET.Element, d: RowDiff) -> ET.Element:
     suite, case, backend, var = d.key
     return ET.SubElement(parent, "testcase", classname=f"{suite}.{backend}" + (f"[{var}]" if var else ""),
                          name=case, time="0")
 
 
-def junit_xml(comp: Any) -> str:
+def junit_xml(comp: Comparison) -> str:
     root = ET.Element("testsuites", name="harness compare")
     corr = ET.SubElement(root, "testsuite", name="correctness")
     speed = ET.SubElement(root, "testsuite", name="speed")
@@ -89,7 +92,7 @@ def junit_xml(comp: Any) -> str:
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
 
 
-def benchmark_entries(comp: Any) -> list[dict[str, Any]]:
+def benchmark_entries(comp: Comparison) -> list[dict[str, Any]]:
     """NEW's timed rows as customSmallerIsBetter entries: name, unit, value (median us),
     range (the CI half-width), extra (status and timing method)."""
     out = []
@@ -111,14 +114,14 @@ def _write(path: str | Path, text: str) -> None:
     atomic_write_text(path, text)
 
 
-def emit(args: argparse.Namespace, comp: Any, md: str) -> None:
+def emit(args: argparse.Namespace, comp: Comparison, md: str) -> None:
     """Everything CI reads after the table is printed: step summary, annotations, files."""
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:
         with open(summary, "a", encoding="utf-8") as fh:
             fh.write(md)
     if os.environ.get("GITHUB_ACTIONS") == "true":  # elsewhere stdout stays the markdown alone
-        for line in annotations(comp, args.new):
+        for line in github_annotations(comp, args.new):
             print(line)
     if getattr(args, "junit", None):
         _write(args.junit, junit_xml(comp))

@@ -349,6 +349,7 @@ def compare_rows(
         d = RowDiff(key, b, n)
         diffs.append(d)
         if b is None:
+            assert n is not None  # every key comes from one side or the other
             d.info = f"new row ({n.status})"
             continue
         if n is None:
@@ -511,9 +512,9 @@ def to_markdown(comp: Comparison, baseline: str = "baseline", new: str = "new", 
     if any(d.resource for d in comp.diffs):
         counts.append(("resource", sum(1 for d in comp.diffs if d.resource)))
     if not comp.correctness_only:
-        counts += [(s, len(comp.of(s))) for s in ("slower", "faster", "ambiguous", "same", "noisy")]  # type: ignore[arg-type]
-        counts += [(s, len(comp.of(s))) for s in ("clock-shifted", "other regime", "not reproduced")  # type: ignore[arg-type]
-                   if comp.of(s)]  # type: ignore[arg-type]
+        counts += [(s, len(comp.of(s))) for s in ("slower", "faster", "ambiguous", "same", "noisy")]
+        counts += [(s, len(comp.of(s))) for s in ("clock-shifted", "other regime", "not reproduced")
+                   if comp.of(s)]
     lines += md.table([k for k, _ in counts], [[str(v) for _, v in counts]]) + [""]
     if comp.noise:
         lines += ["### Noise model (per device class)", ""]

@@ -10,7 +10,7 @@ from collections import defaultdict
 from typing import Any, Iterable
 
 from harness.analysis.engines import TABLE_ONLY, EngineFacts
-from harness.records.graph_modes import VLLM_RELEASE
+from harness.records.graph_modes import VLLM_RELEASE, GraphModes
 from harness.records.results import ResultRow
 
 # Flag spellings: vLLM as of VLLM_RELEASE's engine args; SGLang's server_args (EAGLE; flag names
@@ -34,6 +34,25 @@ def spec_rows(rows: Iterable[ResultRow]) -> list[ResultRow]:
             and not (r.batch.num_prefill or r.batch.num_extend)]
 
 
+def graph_modes_of(r: ResultRow) -> GraphModes:
+    """The graph modes of a row spec_rows kept (it keeps only rows that have them)."""
+    assert r.graph_modes is not None
+    return r.graph_modes
+
+
+def effective_us(r: ResultRow) -> float:
+    """The effective step time of a row spec_rows kept (it keeps only rows that have one)."""
+    us = graph_modes_of(r).effective_us
+    assert us is not None
+    return us
+
+
+def _shared_points(per_label: dict[str, dict[tuple[int, int], ResultRow]]) -> set[tuple[int, int]]:
+    """The (batch, context) points every label ran (per_label is not empty)."""
+    sets = [set(pts) for pts in per_label.values()]
+    return sets[0].intersection(*sets[1:])
+
+
 def _point(r: ResultRow) -> tuple[int, int]:
     """(requests, context of the longest request): the same point at every q."""
     return (r.batch.num_reqs or 0, (r.batch.max_seq_len or 0) - (r.batch.max_query_len or 1))
@@ -48,26 +67,26 @@ def answer(rows: Iterable[ResultRow]) -> list[dict[str, Any]]:
         by[(model_of(r), r.batch.max_query_len or 1)][r.label][_point(r)] = r
     out = []
     for (model, q), cands in sorted(by.items()):
-        common = set.intersection(*(set(p) for p in cands.values()))
+        common = _shared_points(cands)
         if not common:
             continue
 
         def gm(label: str, pts: set = common, table: dict = cands) -> float:
-            return math.exp(sum(math.log(table[label][p].graph_modes.effective_us) for p in pts) / len(pts))
+            return math.exp(sum(math.log(effective_us(table[label][p])) for p in pts) / len(pts))
 
         ranked = sorted(cands, key=gm)
         best = ranked[0]
         base = by.get((model, 1), {})
-        base_pts = common & set.intersection(*(set(p) for p in base.values())) if base else set()
+        base_pts = common & _shared_points(base) if base else set()
         cost = None
         if base_pts and q > 1:
             best1 = min(base, key=lambda lab: gm(lab, base_pts, base))
             cost = gm(best, base_pts) / gm(best1, base_pts, base)
         sample = cands[best][min(common)]
-        modes = sorted({cands[best][p].graph_modes.engine for p in common})
+        modes = sorted({graph_modes_of(cands[best][p]).engine for p in common})
         out.append({"model": model, "q": q, "best": best, "backend": sample.backend, "variant": dict(sample.variant),
                     "attention_kind": (sample.config.attention_kind if sample.config else None) or "mha",
-                    "effective_us": gm(best), "engine_modes": modes, "declared": sample.graph_modes.declared,
+                    "effective_us": gm(best), "engine_modes": modes, "declared": graph_modes_of(sample).declared,
                     "runner_up": ranked[1] if len(ranked) > 1 else None,
                     "margin": gm(ranked[1]) / gm(best) - 1 if len(ranked) > 1 else None,
                     "cost_vs_q1": cost, "points": len(common)})
@@ -81,7 +100,7 @@ def crossovers(rows: Iterable[ResultRow], along: str = "q") -> list[dict[str, An
     for r in spec_rows(rows):
         (n, ctx), q = _point(r), r.batch.max_query_len or 1
         key, x = ((model_of(r), n, ctx), q) if along == "q" else ((model_of(r), q, n), ctx)
-        series[key][r.label][x] = r.graph_modes.effective_us
+        series[key][r.label][x] = effective_us(r)
     out = []
     for key, per in sorted(series.items()):
         labels = sorted(per)

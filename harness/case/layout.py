@@ -141,11 +141,12 @@ def case_layout(case: CaseSpec) -> CaseLayout:
     n = len(qlens)
     bs = cfg.block_size
     # Shared prefixes: requests split into contiguous groups sharing `prefix_len` tokens.
-    num_groups = case.shared_prefix.groups if case.shared_prefix else 0
-    prefix_len = case.shared_prefix.length if num_groups else 0
+    sp = case.shared_prefix
+    num_groups = sp.groups if sp else 0
+    prefix_len = sp.length if sp and num_groups else 0
     group_of: list[int] = []
-    if num_groups and case.shared_prefix.sizes:
-        for g, size in enumerate(case.shared_prefix.sizes):
+    if sp and num_groups and sp.sizes:
+        for g, size in enumerate(sp.sizes):
             group_of += [g] * size
     elif num_groups:
         bounds = np.linspace(0, n, num_groups + 1).round().astype(int)

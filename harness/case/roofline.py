@@ -161,11 +161,11 @@ def get_ceilings(device: torch.device, refresh: bool = False) -> tuple[Ceilings 
 def roofline_metrics(flops: float, nbytes: float, seconds: float | None, ceilings: Ceilings | None,
                      reason: str = "") -> dict[str, Any]:
     """Achieved TFLOP/s and TB/s, intensity, and the share of the bounding ceiling."""
-    ok = bool(seconds) and seconds > 0
+    sec = seconds if seconds is not None and seconds > 0 else None  # None: no usable time
     intensity = flops / nbytes if nbytes else None
     out: dict[str, Any] = {
-        "tflops": flops / seconds / 1e12 if ok else None,
-        "tbps": nbytes / seconds / 1e12 if ok else None,
+        "tflops": flops / sec / 1e12 if sec is not None else None,
+        "tbps": nbytes / sec / 1e12 if sec is not None else None,
         "intensity": intensity,
     }
     if ceilings is None:
@@ -183,9 +183,9 @@ def roofline_metrics(flops: float, nbytes: float, seconds: float | None, ceiling
         "pct_of_ceiling": None,
         "ceilings_key": ceilings.key,
     }
-    if ok:
-        roof["pct_of_bw"] = 100.0 * (nbytes / seconds) / ceilings.mem_bytes_per_s
-        roof["pct_of_flops"] = 100.0 * (flops / seconds) / ceilings.flops_per_s
+    if sec is not None:
+        roof["pct_of_bw"] = 100.0 * (nbytes / sec) / ceilings.mem_bytes_per_s
+        roof["pct_of_flops"] = 100.0 * (flops / sec) / ceilings.flops_per_s
         roof["pct_of_ceiling"] = roof["pct_of_flops"] if bound == "compute" else roof["pct_of_bw"]
     out["roofline"] = roof
     return out

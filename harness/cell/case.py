@@ -130,9 +130,10 @@ def _interleaved(cells: list[Cell], case_data: CaseContext, suite: Suite, opts: 
         # Sustained: one after another on a queue kept full (each call's own settled state).
         together = time_sustained_group if timing.clock_regime == "sustained" and opts.device.type == "cuda" \
             else time_interleaved
-        records = together({i: timing_call(p.prepared, opts) for i, p in enumerate(started)}, opts.device, timing)
+        # Keyed by the cell's position as text: the timing loops name their calls by str.
+        records = together({str(i): timing_call(p.prepared, opts) for i, p in enumerate(started)}, opts.device, timing)
         share_ms = (time.perf_counter() - t0) * 1e3 / len(started)
-        measured = {id(started[i]): r for i, r in records.items()}
+        measured = {id(started[int(i)]): r for i, r in records.items()}
     for p in started:
         # The wait for the other cells is not this cell's time; its share of the rounds is.
         p.trace.stopwatch.start += time.perf_counter() - p.paused_at - (share_ms / 1e3 if id(p) in measured else 0.0)

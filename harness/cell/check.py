@@ -45,7 +45,7 @@ from typing import Any
 
 import torch
 
-from harness.records.results import Check
+from harness.records.results import Check, KindCheck, RequestCheck
 
 UNIT_ROUNDOFF: dict[str, float] = {"float16": 2.0**-11, "bfloat16": 2.0**-8}
 FP8_COMPUTE_U = 2.0**-4  # e4m3: the format fp8 tensor cores take Q and P in
@@ -188,13 +188,13 @@ def check_output(
     # Every per-request figure to the host in one transfer: indexing the device tensors per
     # request cost a device sync per figure (about ten per request, 256 requests per cell).
     cols = [counts, req_ref2, req_err2, req_bad, req_maxabs, req_unw, req_nan, req_inf, last_err2, last_ref2]
-    if lse_req is not None:
+    if lse_req is not None and lse_empty_req is not None:  # set together
         cols += [lse_req, lse_empty_req]
     err2_total = req_err2.sum()  # the batch's figure, reduced on the device as before
     host = torch.stack([c.double() for c in cols]).cpu().tolist() if n else [[] for _ in cols]
     counts_h, req_ref2, req_err2, req_bad, req_maxabs, req_unw, req_nan, req_inf, last_err2_h, last_ref2_h = host[:10]
     if lse_req is not None:
-        lse_req_h, lse_empty_req = host[10], host[11]
+        lse_req_h, lse_empty_h = host[10], host[11]
     per_request: list[dict[str, Any]] = []
     for i in range(n):
         numel = max(1, int(counts_h[i]) * elems)
@@ -223,8 +223,8 @@ def check_output(
         lse_err = None
         if lse_req is not None:
             lse_err = float(lse_req_h[i]) if int(counts_h[i]) else 0.0
-            if lse_empty_req[i]:
-                problems.append(f"{int(lse_empty_req[i])} LSE rows disagree on being empty/NaN")
+            if lse_empty_h[i]:
+                problems.append(f"{int(lse_empty_h[i])} LSE rows disagree on being empty/NaN")
             if lse_err > tol.lse_atol:
                 problems.append(f"LSE max abs err {lse_err:.3g} > {tol.lse_atol:g}")
         per_request.append({
@@ -290,7 +290,7 @@ def check_output(
         max_mismatch_fraction=tol.max_mismatch_fraction,
         num_requests=n,
         num_failed_requests=len(failed),
-        per_request=listed,
-        worst_request=worst,
-        per_kind=per_kind,
+        per_request=[RequestCheck.model_validate(p) for p in listed],
+        worst_request=RequestCheck.model_validate(worst) if worst is not None else None,
+        per_kind={k: KindCheck.model_validate(v) for k, v in per_kind.items()},
     )

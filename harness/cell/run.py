@@ -63,6 +63,7 @@ def make_judge(prepared: PreparedCell, case_data: CaseContext) -> Judge:
     """The check of one output (and LSE) of this cell against the case's reference."""
     batch, cfg, view = case_data.batch, case_data.batch.config, prepared.view
     ref_out = case_data.ref_out
+    assert ref_out is not None and case_data.ref_lse is not None  # called only where the reference was made
     # The LSE a backend's declared ALiBi convention gives (outputs are the same either way).
     ref_lse = reference_lse_for(batch, case_data.ref_lse, prepared.caps.alibi_lse)
     if prepared.token_index is not None:
@@ -138,7 +139,7 @@ def recheck(prepared: PreparedCell, cell: Cell, batch: Batch, judge: Judge, time
     kernels that write only part of a reused buffer. Then the invariants (--invariants)."""
     assert draft.check is not None
     trace.stage = CellStage.CHECK
-    later = []
+    later: list[tuple[str, torch.Tensor, torch.Tensor | None]] = []
     if timed:
         later.append(("after timing", prepared.out.clone(), None))
     poisoned = torch.full_like(prepared.out, float("nan"))

@@ -34,6 +34,8 @@ class LazyText(str):
     """Help text computed only when argparse formats it (``harness run --help``), so building
     the parser imports nothing heavy."""
 
+    _make: Callable[[], str]
+
     def __new__(cls, make: Callable[[], str]) -> "LazyText":
         obj = super().__new__(cls, "(computed)")
         obj._make = make

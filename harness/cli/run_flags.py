@@ -210,7 +210,7 @@ class RunFlags(BaseModel):
             _parse_variant(item)
         if self.devices and self.device is not None:
             raise ValueError("give either --device or --devices, not both")
-        several = bool(self.devices) and len([x for x in self.devices.split(",") if x.strip()]) > 1
+        several = self.devices is not None and len([x for x in self.devices.split(",") if x.strip()]) > 1
         if self.no_isolation and several:
             raise ValueError("--no-isolation runs in this process: it takes one device, not --devices")
         if self.ray is not None and (several or self.no_isolation):

@@ -19,29 +19,35 @@ On a CPU the GPU-only figures say ``n/a on cpu``.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
+
+from harness.records.timing_parts import TimingOptionsRecord
+
+if TYPE_CHECKING:
+    from harness.timing import TimingOptions
 
 NA_CPU = "n/a on cpu"
 PROFILED_CALLS = 10
 
 
-def row_timing_options(recorded: dict[str, Any], device: torch.device) -> Any:
+def row_timing_options(recorded: TimingOptionsRecord | dict[str, Any] | None, device: torch.device) -> TimingOptions:
     """The row's ``TimingOptions`` from its recorded ``timing.options``: fields this version
     does not know are dropped, missing ones keep the device's defaults; no energy window (the
     cross-check does not report energy)."""
     from harness.timing import TimingOptions
 
     known = set(TimingOptions.model_fields)
-    if hasattr(recorded, "model_dump"):  # a typed row's TimingOptionsRecord
+    if isinstance(recorded, TimingOptionsRecord):  # a typed row's
         recorded = recorded.model_dump(exclude_none=True)
     given = {k: v for k, v in (recorded or {}).items() if k in known}
     given.update(energy_window_s=0.0, keep_raw=False)
     return TimingOptions.for_device(device, **given)
 
 
-def time_here(fn: Callable[[], None], device: torch.device, recorded: dict[str, Any], graph: bool) -> dict[str, Any]:
+def time_here(fn: Callable[[], None], device: torch.device, recorded: TimingOptionsRecord | dict[str, Any] | None,
+              graph: bool) -> dict[str, Any]:
     """The harness's own timer on ``fn`` as the row was timed: median, quartiles, samples."""
     from harness.timing import GraphDecision, time_callable
 
@@ -55,7 +61,7 @@ def time_here(fn: Callable[[], None], device: torch.device, recorded: dict[str, 
 
 
 def time_adapter(backend: Any, variant: dict[str, Any], batch: Any, device: torch.device,
-                 recorded: dict[str, Any]) -> dict[str, Any]:
+                 recorded: TimingOptionsRecord | dict[str, Any] | None) -> dict[str, Any]:
     """The harness's timer on the adapter's own timed call (``prepare_cell`` on the same batch,
     the graph decision the run makes): the row's exact call, in this process. Against the row it
     isolates the conditions; against ``time_here`` on the standalone source, the call source."""

@@ -27,6 +27,7 @@ the report's cross-check section reads it.
 from __future__ import annotations
 
 import ast
+import functools
 import gc
 import json
 import statistics
@@ -267,7 +268,7 @@ def retime_row(row: ResultRow, tol: float, suite: str | None, min_run_s: float,
                         cr.prepare(plan, fn, torch.cuda.synchronize, first=not outside and here is None,
                                    scale=scale, mark=_gpu_mark)
                         t3 = time.perf_counter()
-                        outside[name] = ex.with_clocks(dev, True, lambda t=t: t(fn))  # noqa: F821  (deleted later; the lambda runs before)
+                        outside[name] = ex.with_clocks(dev, True, functools.partial(t, fn))
                         cost["waits"] += t3 - t2
                         cost["timers"] += time.perf_counter() - t3
                     except Exception as e:
@@ -349,9 +350,11 @@ def reusable(previous: dict[str, Any] | None, rows: list[ResultRow]) -> dict[int
     keep: dict[int, dict[str, Any]] = {}
     for rec in (previous or {}).get("rows") or []:
         i = rec.get("row")
-        if not isinstance(i, int) or not 0 <= i < len(rows) or rows[i].timing is None:
+        if not isinstance(i, int) or not 0 <= i < len(rows):
             continue
         r = rows[i]
+        if r.timing is None:
+            continue
         if (rec.get("case"), rec.get("backend"), rec.get("variant"), rec.get("harness_us")) == (
                 r.case, r.backend, r.variant_label, r.timing.median_us):
             keep[i] = rec
@@ -430,9 +433,9 @@ def crosscheck(rows: list[ResultRow], tol: float, suite: str | None = None, min_
                 rec["retime_s"] = time.perf_counter() - t0
                 fixed_costs.append(rec["retime_s"] - rec["cost_s"]["waits"])
                 checked.append({"row": i, **rec})
-                ex = cells_of(rec)
-                log(f"{tag}: harness {rec['harness_us']:.4g} us, adapter here {ex['adapter here us']}, standalone here "
-                    f"{ex['harness here us']}, kernel {ex['kernel us (profiler)']}, outside {rec['ref_us']:.4g} us, "
+                shown = cells_of(rec)
+                log(f"{tag}: harness {rec['harness_us']:.4g} us, adapter here {shown['adapter here us']}, standalone here "
+                    f"{shown['harness here us']}, kernel {shown['kernel us (profiler)']}, outside {rec['ref_us']:.4g} us, "
                     f"ratio {rec['ratio']:.3g} (setup {rec['setup_s']:.1f} s of {rec['retime_s']:.1f} s)"
                     f"{'  FLAGGED' if rec['flagged'] else ''}{'  STATES DIFFER' if rec['state'] != 'matched' else ''}"
                     f"{f' (waits x{scale:.2f} for the deadline)' if scale < 1 else ''}")

@@ -12,7 +12,7 @@ The run loop calls only these members, so a new executor is one class and one li
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Generator, Protocol, Sequence
 
 if TYPE_CHECKING:
     from harness.execute.local import ExecOptions
@@ -22,9 +22,11 @@ if TYPE_CHECKING:
 
 
 class Executor(Protocol):
-    #: The workers report the backends' versions (``backend_versions``, filled once they are
-    #: ready): the parent need not import the libraries to write run.json's ``backends``.
-    reports_versions: bool
+    @property
+    def reports_versions(self) -> bool:
+        """The workers report the backends' versions (``backend_versions``, filled once they are
+        ready): the parent need not import the libraries to write run.json's ``backends``."""
+
     backend_versions: dict[str, dict[str, Any]]
     #: time.monotonic() when every worker was ready (None: no workers, or not known).
     t_all_ready: float | None
@@ -32,7 +34,7 @@ class Executor(Protocol):
     def start(self, backends: Sequence[type]) -> None:
         """Start workers now (their imports overlap the parent's planning); may do nothing."""
 
-    def run(self, cells: list[Cell], on_start: Callable[[Cell], None] | None = None) -> Iterator[ResultRow]:
+    def run(self, cells: list[Cell], on_start: Callable[[Cell], None] | None = None) -> Generator[ResultRow, None, None]:
         """Every cell's row, as each finishes (``on_start`` before a cell runs, where known)."""
 
     def placement(self) -> str:

@@ -37,7 +37,7 @@ import time
 from dataclasses import dataclass, field
 from enum import StrEnum
 from multiprocessing.connection import wait
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Generator, Iterator, Sequence
 
 import torch
 
@@ -138,7 +138,7 @@ class InProcessExecutor:
     def start(self, backends: Sequence[type] = ()) -> None:
         pass  # nothing to start: the first cell imports its library here
 
-    def run(self, cells: list[Cell], on_start: Callable[[Cell], None] | None = None) -> Iterator[ResultRow]:
+    def run(self, cells: list[Cell], on_start: Callable[[Cell], None] | None = None) -> Generator[ResultRow, None, None]:
         cases = group_by_case(cells)
         if not cases:
             return
@@ -206,7 +206,7 @@ class LocalExecutor:
     def reports_versions(self) -> bool:
         return self.exec_opts.isolation
 
-    def run(self, cells: list[Cell], on_start: Callable[[Cell], None] | None = None) -> Iterator[ResultRow]:
+    def run(self, cells: list[Cell], on_start: Callable[[Cell], None] | None = None) -> Generator[ResultRow, None, None]:
         if not self.exec_opts.isolation:
             yield from InProcessExecutor(self.suite, self.opts, self.exec_opts).run(cells, on_start)
             return
@@ -296,6 +296,11 @@ class LocalExecutor:
         ``start`` hands them their Setup instead of starting new ones."""
         self.prestarted = list(prestarted)
 
+    @property
+    def _queued(self) -> CaseQueues:  # the run's case queues, made before any slot takes a case
+        assert self.queue is not None
+        return self.queue
+
     def _spawn(self, slot: _Slot, restart: bool = False, warm: bool = False) -> None:
         spare = self.spares.pop(slot.device, None)
         if spare is not None and not spare[0].is_alive():
@@ -374,7 +379,7 @@ class LocalExecutor:
         remaining = slot.cells + slot.retry
         slot.cells, slot.retry, slot.phase, slot.current, slot.deadline = [], [], SlotPhase.IDLE, None, None
         if remaining:
-            self.queue.appendleft(remaining, slot.index)
+            self._queued.appendleft(remaining, slot.index)
         return rows
 
     def _finished(self, row: ResultRow) -> ResultRow:
@@ -397,7 +402,7 @@ class LocalExecutor:
             self._restart(slot, progressed=True, why=_exit_reason(slot.proc))
             if slot.dead:
                 return
-        slot.cells = self.queue.popleft(slot.index)
+        slot.cells = self._queued.popleft(slot.index)
         slot.phase, slot.current = SlotPhase.SENT, None
         slot.deadline = time.monotonic() + self.timeout if self.timeout and slot.ready else None
         try:
@@ -506,6 +511,7 @@ class LocalExecutor:
             if isinstance(msg, WorkerReady):
                 slot.ready, slot.pid = True, msg.pid
                 if slot.ready_s is None:
+                    assert slot.spawned_at is not None  # set when its process started
                     slot.ready_s = now - slot.spawned_at
                     if all(s.ready_s is not None for s in self.slots):
                         self.t_all_ready = now
@@ -519,7 +525,7 @@ class LocalExecutor:
                 # Its backends were still importing: these cells run later as a case of their own.
                 deferred = {cell_key(self.suite, c) for c in msg.cells}
                 slot.cells = [c for c in slot.cells if cell_key(self.suite, c) not in deferred]
-                self.queue.append(list(msg.cells), slot.index)
+                self._queued.append(list(msg.cells), slot.index)
             elif isinstance(msg, PreparingCase):
                 slot.phase, slot.current = SlotPhase.PREPARE, None
                 slot.deadline = now + timeout if timeout else None
@@ -570,13 +576,13 @@ class LocalExecutor:
         """The case is done: its resource-error cells go back to the front of the queue, for a
         fresh worker (this one is replaced: its allocator and whatever it holds go with it)."""
         if slot.retry:
-            self.queue.appendleft(slot.retry, slot.index)
+            self._queued.appendleft(slot.retry, slot.index)
             slot.retry = []
             self._restart(slot, progressed=True)
 
     def _requeue(self, slot: _Slot) -> None:
         if slot.cells or slot.retry:
-            self.queue.appendleft(slot.cells + slot.retry, slot.index)
+            self._queued.appendleft(slot.cells + slot.retry, slot.index)
         slot.cells, slot.retry, slot.phase, slot.current, slot.deadline = [], [], SlotPhase.IDLE, None, None
 
 

@@ -25,7 +25,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Generator, Iterator, Sequence
 
 from attn_contract import Status
 from harness.records.results import ResultRow
@@ -156,7 +156,7 @@ class RayExecutor:
         return order_cases(cases, self.opts.device.type, self.opts.time,
                            t.max_time_s if t is not None else 2.0, self.opts.check)
 
-    def run(self, cells: list[Cell], on_start: Callable[[Cell], None] | None = None) -> Iterator[ResultRow]:
+    def run(self, cells: list[Cell], on_start: Callable[[Cell], None] | None = None) -> Generator[ResultRow, None, None]:
         cases = group_by_case(cells)
         if not cases:
             return

@@ -138,7 +138,7 @@ def collapse_variants(backend: type[AttentionBackend], variants: list[dict[str, 
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for v in variants:
         groups.setdefault(tuple(str(v.get(a)) for a in applied), []).append(v)
-    out = []
+    out: list[tuple[dict[str, Any], dict[str, Any] | None]] = []
     for members in groups.values():
         rep = next((v for v in members if runnable is None or runnable(v)), members[0])
         out.append((rep, {"applied": list(applied), "segment_kinds": sorted(kinds),

@@ -214,7 +214,7 @@ def fit_reason(est: MemoryEstimate, budget: int, device: torch.device) -> str | 
     if est.peak * (1 + PEAK_MARGIN) <= budget:
         return None
     terms = {k: v for k, v in est.as_dict().items() if k not in ("peak", "persistent")}
-    top = max(terms, key=terms.get)
+    top = max(terms, key=lambda k: terms[k])
     where = "free GPU memory" if device.type == "cuda" else "the CPU memory budget (--memory-budget-mib)"
     return (f"does not fit: estimated peak {est.peak / MiB:,.0f} MiB (+{PEAK_MARGIN:.0%} margin) > "
             f"{budget / MiB:,.0f} MiB of {where}"

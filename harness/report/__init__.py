@@ -134,7 +134,7 @@ def _run_part(spec: SectionSpec, df: pd.DataFrame, part: int) -> Piece:
 def _joined(spec: SectionSpec, pieces: list[Piece]) -> Rendered:
     """A section from its parts in order; a failed part shows its error instead of the section."""
     r = Rendered(spec.id, spec.title, spec.looked_for, spec.collapsed, answer=spec.order < 100)
-    failed = next((p for p in pieces if p[1] is not None), None)
+    failed = next(((blocks, err) for blocks, err in pieces if err is not None), None)
     if failed is not None:
         r.blocks, r.error = failed
     else:

@@ -6,14 +6,17 @@ from __future__ import annotations
 import base64
 import io
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
+
+if TYPE_CHECKING:  # matplotlib is imported only when a figure is drawn
+    from matplotlib.typing import RcKeyType
 
 # Embedded SVG: sharp at any zoom and on high-density screens. Text stays text (the browser draws
 # it: 40% fewer bytes than glyph outlines, and searchable); ids and metadata are fixed so the
 # same rows give the same page.
-SVG_RC = {"svg.fonttype": "none", "svg.hashsalt": "attn-harness"}
+SVG_RC: dict[RcKeyType, Any] = {"svg.fonttype": "none", "svg.hashsalt": "attn-harness"}
 # Qualitative colours, most distinct first (tab10 then the light tab20 tones).
 _COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
            "#bcbd22", "#7f7f7f", "#aec7e8", "#ff9896", "#98df8a", "#ffbb78", "#c5b0d5", "#c49c94",

@@ -184,6 +184,7 @@ def from_study(data: dict[str, Any], source: str) -> tuple[dict[str, Any], list[
     if geometries is None and not mla:
         defaults.setdefault("num_kv_heads", defaults.get("num_heads"))
     if geometries is not None:
+        assert isinstance(sweep, dict)  # _geometries found a list of geometries in it
         cases = _geometry_cases(geometries, specs, str(sweep.get("label_format") or ""), defaults)
     elif sweep is not None:
         if not isinstance(sweep, dict) or "param_name" not in sweep or not isinstance(sweep.get("values"), list):

@@ -25,10 +25,10 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Literal, Protocol, Sequence
 
 REGIMES = ("burst", "sustained")
-DEFAULT_REGIME = "burst"  # the lead picks it from the H200 runs (docs/measurement.md): one line to change
+DEFAULT_REGIME: Literal["burst", "sustained"] = "burst"  # the lead picks it from the H200 runs (docs/measurement.md): one line to change
 # nvbench discards samples below 75% of the default SM clock; the H200's boost is 1980 MHz and
 # its clock under the 700 W limit 1100-1770 MHz (reports/h200/2026-12-02/callforms), so 0.75
 # (1485 MHz) keeps a boost-clock burst sample and drops one taken deep in power throttling.

@@ -70,7 +70,7 @@ class EventSampler:
         self.e1 = torch.cuda.Event(enable_timing=True)
         self.can_hold = hasattr(torch.cuda, "_sleep")
 
-    def sample(self, work: Callable[[], None], hold_cycles: int,
+    def sample(self, work: Callable[[], object], hold_cycles: int,
                flusher: Flusher | None = None) -> tuple[float, bool | None, float | None, float]:
         """(gpu seconds, launch hidden?, SM MHz during the hold, host enqueue seconds)."""
         if flusher is not None:

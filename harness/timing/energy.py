@@ -38,7 +38,7 @@ class _Nvml:
 
     def __init__(self) -> None:
         try:
-            import pynvml  # type: ignore[import-not-found]
+            import pynvml
 
             pynvml.nvmlInit()
             self._py = pynvml

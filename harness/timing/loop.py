@@ -9,7 +9,7 @@ import math
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Generator
+from typing import Any, Callable, Generator, TypedDict
 
 import torch
 
@@ -81,6 +81,14 @@ def time_callable(
     with torch.cuda.device(device):
         return _run_alone(_cuda_run(fn, device, opts, graph or GraphDecision(False, "no graph decision given"),
                                     output), opts)
+
+
+class _Counts(TypedDict):
+    """What one timing run did on the GPU, for the loop's energy figure."""
+
+    works: int  # timed works (each k calls)
+    busy_s: float  # their GPU time
+    warm: int  # hot warm-up calls between samples
 
 
 @dataclass(frozen=True)
@@ -317,7 +325,7 @@ def _cuda_run(fn: Callable[[], object], device: torch.device, opts: TimingOption
     clocks: list[float] = []
     max_hold = int(opts.max_hold_ms * 1e3 * cyc_per_us)
 
-    count = {"works": 0, "busy_s": 0.0, "warm": 0}
+    count: _Counts = {"works": 0, "busy_s": 0.0, "warm": 0}
     # The clock regime (harness/timing/clocks.py): burst reads the clock after every sample and
     # discards throttled ones; sustained samples on a queue kept full, once the GPU has settled
     # (harness/timing/sustained.py).
@@ -442,7 +450,7 @@ def _cuda_run(fn: Callable[[], object], device: torch.device, opts: TimingOption
         out["launch"].update(hidden_frac=hidden_frac, hold_us=0.0,
                              note=f"no hold: {QUEUE_AHEAD_S * 1e3:g} ms of work queued ahead of every sample")
         out["contains"] = time_contents("cuda", graph_info["used"], hidden_frac, k)
-    if flusher is not None:
+    if flusher is not None and cold_check is not None:  # set together
         if flusher.count < len(samples):
             raise RuntimeError(f"cold mode: {flusher.count} flushes for {len(samples)} samples")
         out["cold_check"] = cold_check

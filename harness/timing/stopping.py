@@ -86,7 +86,7 @@ def register_criterion(cls: type[StoppingCriterion]) -> type[StoppingCriterion]:
 
 
 @functools.lru_cache(maxsize=None)
-def _takes_host_bound(cls: type) -> bool:
+def _takes_host_bound(cls: type[StoppingCriterion]) -> bool:
     return "host_bound" in inspect.signature(cls.stop_reason).parameters
 
 

@@ -8,6 +8,7 @@ next to the limit of ``harness.cell.check.rel_l2_limit``. The numbers behind doc
 from __future__ import annotations
 
 import argparse
+import math
 
 import torch
 
@@ -45,7 +46,9 @@ def measure(backends: list[str], lengths: tuple[int, ...] = LENGTHS) -> list[dic
                     case_data = CaseContext(case, opts.device, True)
                     for b in backends:
                         row = run_cell(Cell(case, resolve(b), {}), case_data, Suite(suite="cal", cases=[case]), opts)
-                        errs = [p.rel_l2_err for p in row.check.per_request or []]
+                        assert row.check is not None  # reference backends: each of their cells is checked
+                        # None: not finite (a NaN/Inf output), the worst error there is
+                        errs = [math.inf if p.rel_l2_err is None else p.rel_l2_err for p in row.check.per_request or []]
                         rows.append(dict(dtype=dtype, kv=kvd, kind=kind, length=length, backend=b,
                                          max_rel_l2=max(errs), limit=rel_l2_limit(dtype, kvd, length),
                                          status=row.status))

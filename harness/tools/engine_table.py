@@ -24,7 +24,7 @@ def declared() -> dict[str, Any]:
 
     own = set(packages_distributions().get("harness", []))
     ours = {ep.name for ep in entry_points(group="attn_harness.backends")
-            if getattr(ep, "dist", None) is not None and ep.dist.name in own}
+            if (dist := getattr(ep, "dist", None)) is not None and dist.name in own}
     names = [n for n in registry.known_backends() if n in ours]
     return {"backend_facts": facts_of(registry.resolve(n) for n in names)}
 

@@ -406,7 +406,7 @@ def test_generation_call_state():
     assert FA2(c, _layer(32), cpu, A100).sinks.dtype == torch.float32
     assert FA4(c, _layer(32), cpu, H100).num_splits == 1 and FA4(c, _layer(32), cpu, None).num_splits == 1
     assert FA4(c, _layer(32), cpu, B200).num_splits == 0
-    assert FA4(c, _layer(32), cpu, B200).window == (63, 0) and FA2(c, _layer(32), cpu, A100).window == (63, 0)
+    assert FA4(c, _layer(32), cpu, B200).window_size == (63, 0) and FA2(c, _layer(32), cpu, A100).window_size == (63, 0)
     assert FA2(cfg(alibi=True), _layer(32), cpu, A100).alibi.dtype == torch.float32
     assert not FA3(c, _layer(32), cpu, H100).fn  # entry points are loaded on CUDA only
 

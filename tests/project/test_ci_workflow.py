@@ -20,7 +20,7 @@ from conftest import subprocess_env
 
 from harness.cli import build_parser, main
 from harness.analysis.compare import compare_rows
-from harness.analysis.ci_output import annotations, benchmark_entries, junit_xml
+from harness.analysis.ci_output import benchmark_entries, github_annotations, junit_xml
 from harness.records.results import Status, read_rows, row_json
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,7 +98,7 @@ def test_a_regression_is_an_annotation_and_a_junit_failure(tmp_path, monkeypatch
         "median_us": r.timing.median_us * 3, "ci_low_us": r.timing.ci_low_us * 3, "ci_high_us": r.timing.ci_high_us * 3})})
         if i == i_slow else r for i, r in enumerate(broken)]
     comp = compare_rows(base, slow)
-    lines = annotations(comp, H200_NEW)
+    lines = github_annotations(comp, H200_NEW)
     assert any(l.startswith("::error file=") and "title=correctness regression%3A " in l and "pass -> error" in l
                for l in lines), lines
     assert any("title=speed regression%3A " in l for l in lines), lines

@@ -78,6 +78,7 @@ def rank_partial(backend: type[AttentionBackend], variant: dict[str, Any], batch
     info["build_ms"] = trace.host.get("build_ms", 0.0)
     info["call"] = dict(cell.impl.describe_call(cell.metadata) or {})
     o, l = cell.out, cell.lse
+    assert l is not None  # cp_unsupported_reason admits only backends that return the LSE
     if cell.token_index is not None:
         o2, l2 = torch.empty_like(o), torch.empty_like(l)
         o2[cell.token_index], l2[cell.token_index] = o, l
@@ -172,7 +173,7 @@ def run_cp_cell(cell: Any, case_data: Any, suite: Any, opts: Any) -> Any:
             draft.mark(Status.UNSUPPORTED, str(e))
             return draft.finish(opts.check)
         sw.lap("first_call")
-        first = next((i["call"] for i in infos if i["call"]), {})
+        first: dict[str, Any] = next((i["call"] for i in infos if i["call"]), {})
         draft.call = Call.model_validate({**first, "context_parallel": {
             "degree": cp.degree, "combine": cp.combine, "sharding": cp.sharding, "ranks": cp.ranks,
             "tp_size": cp.tp_size, "lse_base": str(cell.backend.capabilities(cell.variant).lse_base),

@@ -24,7 +24,9 @@ the harness always runs the correct setting; tests/mutants/cp.py registers broke
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
@@ -121,7 +123,7 @@ def a2a(out: torch.Tensor, lse: torch.Tensor, comm: Comm, how: Combine) -> tuple
     outs = comm.all_to_all([c.contiguous() for c in out.chunk(n, dim=1)])
     lses = how.order(comm.all_to_all([c.contiguous() for c in lse.chunk(n, dim=1)]))
     total = how.total_lse(torch.stack(lses))
-    merged = sum(how.scale(o, how.weights(l, total)) for o, l in zip(outs, lses))
+    merged = functools.reduce(operator.add, [how.scale(o, how.weights(l, total)) for o, l in zip(outs, lses)])
     return merged, total
 
 

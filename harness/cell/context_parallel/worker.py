@@ -37,6 +37,7 @@ def main(job_path: str) -> int:
         comm = DistComm()
         case = CaseSpec.model_validate(job["case"])
         cp = case.context_parallel
+        assert cp is not None  # the runner sends context-parallel cases only
         backend = resolve(job["backend"])
         batch = generate(case, device)
         merged: dict[str, list] = {c: [] for c in job["combines"]}

@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None, prog: str = "harness gate", **defaults: 
 
 
 def gate(args: argparse.Namespace) -> int:
-    from harness.analysis.ci_output import annotations, benchmark_entries, junit_xml
+    from harness.analysis.ci_output import benchmark_entries, github_annotations, junit_xml
     from harness.analysis.compare import compare_paths, parse_threshold, to_markdown
     from harness.analysis.compare_confirm import confirm_by_rerun, confirm_slowdowns
     from harness.records.results import read_rows
@@ -237,7 +237,7 @@ def gate(args: argparse.Namespace) -> int:
             with open(summary, "a", encoding="utf-8") as fh:
                 fh.write(md)
         if os.environ.get("GITHUB_ACTIONS") == "true":
-            for line in annotations(comp, new):
+            for line in github_annotations(comp, new):
                 print(line)
         if args.junit:
             Path(args.junit).write_text(junit_xml(comp), encoding="utf-8")

@@ -27,6 +27,7 @@ from typing import Any, Sequence
 
 import torch
 
+from attn_contract import AttentionBackend
 from harness.plan.cells import Cell, RunOptions, backend_versions, warm_backend
 from harness.spec import Suite
 
@@ -38,7 +39,7 @@ class LibraryLoader:
     whether a cell of that backend may run now; ``finish`` (main thread, once the thread is done)
     probes every backend's availability and versions for the run header."""
 
-    def __init__(self, backends: Sequence[type], suite: Suite, opts: RunOptions, device: torch.device):
+    def __init__(self, backends: Sequence[type[AttentionBackend]], suite: Suite, opts: RunOptions, device: torch.device):
         self.backends = list(backends)
         self.suite, self.opts, self.device = suite, opts, device
         self.pending = {b for b in self.backends if b.library_modules}

@@ -108,7 +108,11 @@ def _serve(conn: Any, device_name: str, suite: Suite, opts: RunOptions, budget_m
     conn.send(WorkerReady(os.getpid()))
 
     def on_event(event: str, cell: Cell | None) -> None:
-        conn.send(PreparingCase() if event == "prepare" else CellStarted(cell_key(suite, cell)))
+        if event == "prepare":
+            conn.send(PreparingCase())
+        else:
+            assert cell is not None  # every other event names its cell
+            conn.send(CellStarted(cell_key(suite, cell)))
 
     while True:
         try:

@@ -3,6 +3,8 @@ their reasons."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 
 from attn_contract.status import Status
@@ -13,7 +15,7 @@ _RANK = {Status.MISMATCH.value: 0, Status.ERROR.value: 1, Status.TIMEOUT.value: 
 _RAN = {Status.PASS.value, Status.UNCHECKED.value, Status.MISMATCH.value, Status.ERROR.value, Status.TIMEOUT.value}
 
 
-def _err(x: object) -> str:
+def _err(x: Any) -> str:  # a DataFrame cell: a number, NaN, None or text
     try:
         return f" (max abs err {float(x):.2e})" if x is not None and x == x else ""
     except (TypeError, ValueError):

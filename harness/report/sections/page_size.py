@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pandas as pd
 
 from harness.report.core import Block, Figure, Table, Text, col, fmt_tokens, section, text, timed
 from harness.report.plots import colors_of, legend_right, log2_tokens_axis, markers, plt, us_axis
+
+if TYPE_CHECKING:  # matplotlib is imported only when a figure is drawn
+    from matplotlib.lines import Line2D
 
 _SIG = ["batch.num_reqs", "batch.num_tokens", "batch.total_kv_tokens", "batch.max_seq_len", "config.kv_layout"]
 _NOT_LAYER = ("config.block_size", "config.kv_layout", "config.tags", "config.name")
@@ -47,7 +52,7 @@ def page_size(df: pd.DataFrame) -> list[Block]:
         fig, axes = pyplot.subplots(nrows, ncols, figsize=(3.4 * ncols + 0.6, 2.8 * nrows + 0.6), squeeze=False,
                                     layout="constrained", sharey=True)
         flat = [a for r in axes for a in r]
-        handles = {}
+        handles: dict[str, tuple[Line2D, str]] = {}  # label -> (its line, its short name)
         for ax, w in zip(flat, works):
             wt = lt[lt["_work"] == w]
             first = wt.iloc[0]

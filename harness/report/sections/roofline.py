@@ -47,8 +47,7 @@ def ceilings(headers: list[RunHeader], rows: pd.DataFrame) -> tuple[float | None
 
 
 def _l2_bytes(headers: list[RunHeader]) -> float | None:
-    vals = [_f(h.device.l2_bytes) for h in headers]
-    vals = [v for v in vals if v]
+    vals = [v for v in (_f(h.device.l2_bytes) for h in headers) if v]
     return min(vals) if vals else None
 
 

@@ -20,7 +20,7 @@ MAX_PANELS = 8
                     "effective time")
 def spec_decode(df: pd.DataFrame) -> list[Block]:
     from harness.analysis.engines import EngineFacts
-    from harness.analysis.spec_decode import answer, flags, model_of, spec_rows
+    from harness.analysis.spec_decode import answer, effective_us, flags, graph_modes_of, model_of, spec_rows
 
     rows = spec_rows(result_rows(df))
     if not rows:
@@ -30,8 +30,7 @@ def spec_decode(df: pd.DataFrame) -> list[Block]:
     for r in rows:
         n, q = r.batch.num_reqs or 0, r.batch.max_query_len or 1
         ctx = (r.batch.max_seq_len or 0) - q
-        gm = r.graph_modes
-        series[model_of(r)][(n, ctx)][r.label].append((q, float(gm.effective_us), gm.engine))
+        series[model_of(r)][(n, ctx)][r.label].append((q, float(effective_us(r)), graph_modes_of(r).engine))
     labels = sorted({r.label for r in rows})
     colors, marks = palette(labels), markers(labels)
     out: list[Block] = [Text("Effective time per attention call: the full-graph replay where vLLM (FULL_AND_PIECEWISE) "

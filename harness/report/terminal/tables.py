@@ -20,9 +20,9 @@ from harness.records.results import FAILED, NOT_RUN, RESULTS_FILE, ResultRow, St
 if TYPE_CHECKING:
     from harness.analysis.recommend.rank import BucketResult  # imported where ranking happens, as below
 
-STATUS_STYLE = {Status.PASS: "green", Status.UNCHECKED: "cyan", Status.MISMATCH: "bold red", Status.ERROR: "red",
+STATUS_STYLE: dict[str, str] = {Status.PASS: "green", Status.UNCHECKED: "cyan", Status.MISMATCH: "bold red", Status.ERROR: "red",
                 Status.UNSUPPORTED: "yellow", Status.SKIPPED: "dim", Status.TIMEOUT: "magenta"}
-SHORT_STATUS = {Status.PASS: "pass", Status.UNCHECKED: "unchk", Status.MISMATCH: "mism", Status.ERROR: "err", Status.TIMEOUT: "tmo",
+SHORT_STATUS: dict[str, str] = {Status.PASS: "pass", Status.UNCHECKED: "unchk", Status.MISMATCH: "mism", Status.ERROR: "err", Status.TIMEOUT: "tmo",
                 Status.UNSUPPORTED: "unsup", Status.SKIPPED: "skip"}
 MAX_CASE_ID = 16  # longer case ids (long case group names) become c1, c2, ...: the table keeps 80 columns
 

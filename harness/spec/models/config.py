@@ -14,7 +14,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 from harness.spec.models.defaults import alternates, model_type_of, with_defaults
 from harness.spec.models.mla import is_mla, mla_dims, mla_notes
@@ -79,6 +79,10 @@ class RankShape:
         return f"{self.model}/tp{self.tp}" + (f"/{self.kind.name}" if self.multi_kind else "")
 
 
+@overload
+def _int(cfg: dict[str, Any], key: str, where: str, required: Literal[True] = ...) -> int: ...
+@overload
+def _int(cfg: dict[str, Any], key: str, where: str, required: bool) -> int | None: ...
 def _int(cfg: dict[str, Any], key: str, where: str, required: bool = True) -> int | None:
     v = cfg.get(key)
     if v is None:
@@ -139,7 +143,8 @@ def parse_config(data: Any, model_id: str, source: str) -> ModelAttention:
     if not isinstance(data, dict):
         raise ModelError(f"{where}: a config.json is a JSON object")
     top = data
-    cfg = data.get("text_config") if isinstance(data.get("text_config"), dict) else data
+    text = data.get("text_config")
+    cfg: dict[str, Any] = text if isinstance(text, dict) else data
     model_type = model_type_of(cfg, top)
     cfg, notes = with_defaults(cfg, model_type)
     if is_mla(cfg):  # multi-head latent attention: harness/spec/models/mla.py
@@ -147,8 +152,8 @@ def parse_config(data: Any, model_id: str, source: str) -> ModelAttention:
         dtype, dtype_notes = _dtype({**top, **cfg} if "torch_dtype" not in cfg else cfg, where)
         n_layers = _int(cfg, "num_hidden_layers", where, required=False)
         # One latent vector per token shared by all heads: one "KV head", replicated under TP.
-        kind = LayerKind("all", heads, 1, dims.latent_dim, layers=n_layers or 0, mla=dims)
-        return ModelAttention(model_id, source, dtype, (kind,), notes=tuple(notes + dtype_notes + mla_notes(cfg)))
+        latent = LayerKind("all", heads, 1, dims.latent_dim, layers=n_layers or 0, mla=dims)
+        return ModelAttention(model_id, source, dtype, (latent,), notes=tuple(notes + dtype_notes + mla_notes(cfg)))
     heads = _int(cfg, "num_attention_heads", where)
     kv = _int(cfg, "num_key_value_heads", where, required=False) or heads
     head = _int(cfg, "head_dim", where, required=False)
@@ -184,7 +189,7 @@ def parse_config(data: Any, model_id: str, source: str) -> ModelAttention:
         return LayerKind(name, heads, kv, head, w, softcap, sinks, scale, count)
 
     if window is None or pattern is None or all(pattern):
-        kinds = (kind("all", window, n_layers or 0),)
+        kinds: tuple[LayerKind, ...] = (kind("all", window, n_layers or 0),)
     elif not any(pattern):
         kinds = (kind("all", None, n_layers or 0),)
         notes.append(f"sliding_window {window} is set but no layer uses it")

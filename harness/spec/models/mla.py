@@ -61,14 +61,17 @@ def mla_mscale(cfg: dict[str, Any], where: str, error: type[ValueError]) -> floa
         return 1.0
     factor = rope.get("factor")
     all_dim = rope.get("mscale_all_dim", 0) or 0
-    for key, v in (("factor", factor), ("mscale_all_dim", all_dim)):
+
+    def number(key: str, v: Any) -> float:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
             raise error(f"{where}: field rope_scaling.{key}: must be a number, got {str(repr(v))[:40]}")
-    return yarn_get_mscale(float(factor), float(all_dim))
+        return float(v)
+
+    return yarn_get_mscale(number("factor", factor), number("mscale_all_dim", all_dim))
 
 
 def mla_dims(cfg: dict[str, Any], where: str, error: type[ValueError]) -> tuple[int, MLADims]:
     """(query heads, MLADims) of an MLA config; ``error`` (ModelError) names the bad field."""
     heads = _positive_int(cfg, "num_attention_heads", where, error)
-    ints = [_positive_int(cfg, k, where, error) for k in MLA_FIELDS]
-    return heads, MLADims(*ints, mscale=mla_mscale(cfg, where, error))
+    lora, rope, nope, v = (_positive_int(cfg, k, where, error) for k in MLA_FIELDS)
+    return heads, MLADims(lora, rope, nope, v, mscale=mla_mscale(cfg, where, error))

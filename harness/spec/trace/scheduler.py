@@ -134,10 +134,10 @@ def simulate(reqs: list[TraceRequest], params: SchedulerParams = SchedulerParams
             out.append(parent)
         return out
 
-    for i, r in enumerate(reqs):
-        if -(-(r.prompt_len + r.output_len) // bs) > params.num_blocks:
+    for i, t in enumerate(reqs):
+        if -(-(t.prompt_len + t.output_len) // bs) > params.num_blocks:
             raise ValueError(f"request {i} needs more than num_blocks={params.num_blocks} pages")
-    pending = deque(_Req(i, r, r.prompt_len) for i, r in enumerate(reqs))
+    pending = deque(_Req(i, t, t.prompt_len) for i, t in enumerate(reqs))
     waiting: deque[_Req] = deque()
     running: list[_Req] = []
     steps: list[Step] = []

@@ -85,7 +85,7 @@ def sampled_steps(src: TraceSource, block_size: int, suite_dir: Path | None = No
         raise TraceError(src.trace, 0, "file", "no such file (looked for "
                          + " and ".join(str(t.resolve()) for t in dict.fromkeys(tried)) + ")")
     reqs = select(read_trace(path), first=src.first_n,
-                  window_s=tuple(src.window) if src.window else None, rate_scale=src.rate_scale)
+                  window_s=(src.window[0], src.window[1]) if src.window else None, rate_scale=src.rate_scale)
     if not reqs:
         raise ValueError(f"{path}: no requests left after window/first_n")
     s = src.scheduler

@@ -242,7 +242,7 @@ def argument_ladder(lib: str, batch: Any, x: dict[str, Any], dev: torch.device, 
             lines[label] = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
     return {"lines": lines, "responsible": ca.responsible(lines),
             "differing": ca.differing((plain[1], plain[2]), (args, kw))}
-ADAPTER = {"fa3": ("flash-attn", {"fa_version": 3}), "fa4": ("flash-attn", {"fa_version": 4}),
+ADAPTER: dict[str, tuple[str, dict[str, Any]]] = {"fa3": ("flash-attn", {"fa_version": 3}), "fa4": ("flash-attn", {"fa_version": 4}),
            "flashinfer": ("flashinfer", {"decode_tensor_cores": True, "prefill_backend": "auto"})}
 
 

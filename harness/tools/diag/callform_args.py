@@ -13,6 +13,7 @@ either way on the vllm call adds two lines where the function takes it.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Any, Callable
 
@@ -112,7 +113,7 @@ def ladder(f: Callable[..., Any], plain: tuple[tuple, dict[str, Any]], vllm: tup
     }
     for factor in differing(plain, vllm):
         a, kw = reverted(factor, plain, vllm)
-        lines[f"vllm form, {factor} as in the plain call"] = lambda a=a, kw=kw: f(*a, **kw)
+        lines[f"vllm form, {factor} as in the plain call"] = functools.partial(f, *a, **kw)
     try:
         takes_pack = "pack_gqa" in inspect.signature(f).parameters
     except (TypeError, ValueError):
@@ -120,7 +121,7 @@ def ladder(f: Callable[..., Any], plain: tuple[tuple, dict[str, Any]], vllm: tup
     if takes_pack:
         for value in (True, False):
             kw = {**vllm[1], "pack_gqa": value}
-            lines[f"vllm form, pack_gqa={value}"] = lambda kw=kw: f(*vllm[0], **kw)
+            lines[f"vllm form, pack_gqa={value}"] = functools.partial(f, *vllm[0], **kw)
     return lines
 
 

@@ -88,10 +88,16 @@ def _timed(folder: Path) -> dict[tuple, ResultRow]:
     return {tuple(r.key): r for r in read_rows(folder) if r.timing is not None and r.timing.median_us}
 
 
+def _median_us(r: ResultRow) -> float:
+    """The median of a row ``_timed`` kept (it keeps timed rows only)."""
+    assert r.timing is not None
+    return r.timing.median_us
+
+
 def between(a: Path, b: Path) -> dict[str, Any]:
     """Graph-timed rows' per-row difference and the fastest backend per case, run a vs run b."""
     ra, rb = _timed(a), _timed(b)
-    diffs = [abs(rb[k].timing.median_us / ra[k].timing.median_us - 1.0)
+    diffs = [abs(_median_us(rb[k]) / _median_us(ra[k]) - 1.0)
              for k in ra.keys() & rb.keys() if _graph_timed(ra[k]) and _graph_timed(rb[k])]
 
     def winners(rows: dict[tuple, ResultRow]) -> dict[str, str]:
@@ -100,8 +106,8 @@ def between(a: Path, b: Path) -> dict[str, Any]:
             if r.status != Status.PASS:
                 continue
             cur = best.get(r.case)
-            if cur is None or r.timing.median_us < cur[0]:
-                best[r.case] = (r.timing.median_us, f"{r.backend} {r.variant_label}".strip())
+            if cur is None or _median_us(r) < cur[0]:
+                best[r.case] = (_median_us(r), f"{r.backend} {r.variant_label}".strip())
         return {c: w for c, (_, w) in best.items()}
 
     wa, wb = winners(ra), winners(rb)
@@ -120,7 +126,7 @@ def group_verdicts(rows: list[ResultRow]) -> dict[str, frozenset[str]]:
     the winner, or every candidate of a tie (a tie's order is noise)."""
     from harness.report.terminal.tables import rank_groups
 
-    out = {}
+    out: dict[str, frozenset[str]] = {}
     for g, res in rank_groups(rows).items():
         if res.winner is None:
             out[g] = frozenset()

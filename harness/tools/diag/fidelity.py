@@ -47,7 +47,7 @@ from typing import Any, Callable
 
 import torch
 
-
+from attn_contract import AttentionBackend
 from harness.records.fileio import atomic_write_text
 from harness import registry
 from harness.spec import SpecError, load_suite, parse_suite
@@ -146,8 +146,8 @@ def interval_stats(intervals: list[tuple[float, float, str]], calls: int) -> dic
     per_name: dict[str, list[float]] = {}
     for a, b, name in intervals:
         per_name.setdefault(name, []).append(b - a)
-    kernels = sorted(({"name": n[:120], "per_call": len(d) / calls, "mean_us": statistics.fmean(d)}
-                      for n, d in per_name.items()), key=lambda k: -k["per_call"] * k["mean_us"])
+    stats = sorted(((n, len(d) / calls, statistics.fmean(d)) for n, d in per_name.items()), key=lambda s: -s[1] * s[2])
+    kernels = [{"name": n[:120], "per_call": per_call, "mean_us": mean_us} for n, per_call, mean_us in stats]
     return {"sum_us": total / calls, "busy_us": busy / calls, "span_us": span / calls,
             "overlap_us": (total - busy) / calls, "kernels_per_call": len(intervals) / calls, "kernels": kernels[:6]}
 
@@ -230,7 +230,8 @@ class RowWriter:
 
     def __init__(self, out: Path, header: dict[str, Any]):
         out.mkdir(parents=True, exist_ok=True)
-        self.out, self.header, self.rows = out, header, []
+        self.out, self.header = out, header
+        self.rows: list[dict[str, Any]] = []
         self.fh = open(out / "fidelity.csv", "w", newline="")
         self.csv = csv.DictWriter(self.fh, fieldnames=FIELDS, extrasaction="ignore")
         self.csv.writeheader()
@@ -268,7 +269,7 @@ class RowWriter:
         self.fh.close()
 
 
-def _label(b: type, variant: dict) -> str:
+def _label(b: type[AttentionBackend], variant: dict) -> str:
     return f"{b.name}[{','.join(f'{k}={v}' for k, v in sorted(variant.items())) or '-'}]"
 
 
