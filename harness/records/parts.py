@@ -13,7 +13,7 @@ record a new fact (harness/records/results.py ``Call``).
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Union
+from typing import Annotated, Any, NamedTuple, Union
 
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, model_serializer
 
@@ -133,6 +133,19 @@ class Roofline(Part):
 
 
 # ---------------------------------------------------------------- the row's own parts
+class LayerKey(NamedTuple):
+    """The fields of a row's layer that a ranking groups layers by (``RowConfig.layer_key``):
+    harness/analysis/recommend's buckets and the policies written from them."""
+
+    num_heads: int
+    num_kv_heads: int
+    head_size: int
+    dtype: str
+    kv_cache_dtype: str
+    block_size: int
+    kv_layout: str
+
+
 class RowConfig(Part):
     """The layer a cell ran (attn_contract.AttentionConfig as a dict) plus the case's seed and tags."""
 
@@ -201,6 +214,10 @@ class RowConfig(Part):
     def kind_of_attention(self) -> str:
         """``mha``, or the MLA form the cell ran (docs/mla.md)."""
         return self.attention_kind or "mha"
+
+    def layer_key(self) -> LayerKey:
+        """This layer's ``LayerKey``: its own fields of those names."""
+        return LayerKey(*(getattr(self, f) for f in LayerKey._fields))
 
     def features(self, batch: BatchSummary) -> str:
         """What sets the layer apart beyond its shape, comma-separated (``-``: nothing): the MLA
@@ -335,6 +352,6 @@ class RowEnvironment(Part):
     """Requirement -> its exact version (torch included)."""
 
 
-__all__ = ["Part", "Scalar", "StatusValue", "RequestCheck", "KindCheck", "Recheck", "InvariantResult",
+__all__ = ["Part", "Scalar", "StatusValue", "LayerKey", "RequestCheck", "KindCheck", "Recheck", "InvariantResult",
            "Roofline", "RowConfig", "BatchSummary", "RowLayout", "VariantAxes",
            "RowEnvironment"]

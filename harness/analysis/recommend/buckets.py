@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from harness.records.parts import BatchSummary, RowConfig
+from harness.records.parts import BatchSummary, LayerKey, RowConfig
 
 BATCH_BINS: tuple[tuple[int, int | None, str], ...] = (
     (1, 1, "1"), (2, 8, "2-8"), (9, 32, "9-32"), (33, 128, "33-128"), (129, 512, "129-512"), (513, None, "513+"),
@@ -28,13 +28,10 @@ def _bin(x: float, bins: tuple[tuple[int, int | None, str], ...], inclusive_low:
 
 @dataclass(frozen=True, order=True)
 class Bucket:
-    num_heads: int
-    num_kv_heads: int
-    head_size: int
-    dtype: str
-    kv_cache_dtype: str
-    block_size: int
-    kv_layout: str
+    """A layer (its ``LayerKey``, the row's own fields), its features, and the batch's kind, size
+    range and context range."""
+
+    layer: LayerKey
     features: str
     kind: str
     batch: str
@@ -42,8 +39,9 @@ class Bucket:
 
     @property
     def label(self) -> str:
-        return (f"{self.num_heads}/{self.num_kv_heads}x{self.head_size} {self.dtype}/{self.kv_cache_dtype} "
-                f"page {self.block_size} {self.kv_layout} {self.features} {self.kind} "
+        ly = self.layer
+        return (f"{ly.num_heads}/{ly.num_kv_heads}x{ly.head_size} {ly.dtype}/{ly.kv_cache_dtype} "
+                f"page {ly.block_size} {ly.kv_layout} {self.features} {self.kind} "
                 f"b={self.batch} ctx={self.context}")
 
     def predicate(self) -> dict[str, Any]:
@@ -51,9 +49,7 @@ class Bucket:
         b = next(x for x in BATCH_BINS if x[2] == self.batch)
         c = next(x for x in CONTEXT_BINS if x[2] == self.context)
         return {
-            "num_heads": self.num_heads, "num_kv_heads": self.num_kv_heads, "head_size": self.head_size,
-            "dtype": self.dtype, "kv_cache_dtype": self.kv_cache_dtype, "block_size": self.block_size,
-            "kv_layout": self.kv_layout, "features": [] if self.features == "-" else self.features.split(","),
+            **self.layer._asdict(), "features": [] if self.features == "-" else self.features.split(","),
             "batch_kind": self.kind,
             "num_reqs": {"min": b[0], "max": b[1]},
             "mean_seq_len": {"gt": c[0], "le": c[1]},
@@ -66,6 +62,5 @@ def bucket_of(cfg: RowConfig | None, batch: BatchSummary | None) -> Bucket | Non
     if cfg is None or batch is None or batch.num_reqs is None:
         return None
     ctx = batch.mean_seq_len or 0.0
-    return Bucket(cfg.num_heads, cfg.num_kv_heads, cfg.head_size, cfg.dtype, cfg.kv_cache_dtype, cfg.block_size,
-                  cfg.kv_layout, cfg.features(batch), batch.kind, _bin(batch.num_reqs, BATCH_BINS, True)[0],
+    return Bucket(cfg.layer_key(), cfg.features(batch), batch.kind, _bin(batch.num_reqs, BATCH_BINS, True)[0],
                   _bin(float(ctx), CONTEXT_BINS, False)[0])
