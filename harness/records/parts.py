@@ -13,7 +13,7 @@ record a new fact (harness/records/results.py ``Call``).
 
 from __future__ import annotations
 
-from typing import Annotated, Any, NamedTuple, Union
+from typing import Annotated, Any, Union
 
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, model_serializer
 
@@ -133,21 +133,9 @@ class Roofline(Part):
 
 
 # ---------------------------------------------------------------- the row's own parts
-class LayerKey(NamedTuple):
-    """The fields of a row's layer that a ranking groups layers by (``RowConfig.layer_key``):
-    harness/analysis/recommend's buckets and the policies written from them."""
-
-    num_heads: int
-    num_kv_heads: int
-    head_size: int
-    dtype: str
-    kv_cache_dtype: str
-    block_size: int
-    kv_layout: str
-
-
-class RowConfig(Part):
-    """The layer a cell ran (attn_contract.AttentionConfig as a dict) plus the case's seed and tags."""
+class LayerFields(Part):
+    """A layer's identity, the first fields of ``RowConfig``: what a ranking groups layers by
+    (harness/analysis/recommend's buckets and the policies written from them, via ``layer_key``)."""
 
     num_heads: int
     """Query heads."""
@@ -163,6 +151,20 @@ class RowConfig(Part):
     """Tokens per KV cache page."""
     kv_layout: str
     """NHD | HND."""
+
+    def layer_key(self) -> tuple[Any, ...]:
+        """These fields' values, in their order: hashable and ordered, a bucket's layer."""
+        return tuple(getattr(self, f) for f in LayerFields.model_fields)
+
+    @staticmethod
+    def named(key: tuple[Any, ...]) -> dict[str, Any]:
+        """A ``layer_key`` with its field names."""
+        return dict(zip(LayerFields.model_fields, key))
+
+
+class RowConfig(LayerFields):
+    """The layer a cell ran (attn_contract.AttentionConfig as a dict) plus the case's seed and tags."""
+
     causal: bool
     """Causal masking."""
     sliding_window: int | None
@@ -214,10 +216,6 @@ class RowConfig(Part):
     def kind_of_attention(self) -> str:
         """``mha``, or the MLA form the cell ran (docs/mla.md)."""
         return self.attention_kind or "mha"
-
-    def layer_key(self) -> LayerKey:
-        """This layer's ``LayerKey``: its own fields of those names."""
-        return LayerKey(*(getattr(self, f) for f in LayerKey._fields))
 
     def features(self, batch: BatchSummary) -> str:
         """What sets the layer apart beyond its shape, comma-separated (``-``: nothing): the MLA
@@ -352,6 +350,6 @@ class RowEnvironment(Part):
     """Requirement -> its exact version (torch included)."""
 
 
-__all__ = ["Part", "Scalar", "StatusValue", "LayerKey", "RequestCheck", "KindCheck", "Recheck", "InvariantResult",
+__all__ = ["Part", "Scalar", "StatusValue", "LayerFields", "RequestCheck", "KindCheck", "Recheck", "InvariantResult",
            "Roofline", "RowConfig", "BatchSummary", "RowLayout", "VariantAxes",
            "RowEnvironment"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from harness.records.parts import BatchSummary, LayerKey, RowConfig
+from harness.records.parts import BatchSummary, LayerFields, RowConfig
 
 BATCH_BINS: tuple[tuple[int, int | None, str], ...] = (
     (1, 1, "1"), (2, 8, "2-8"), (9, 32, "9-32"), (33, 128, "33-128"), (129, 512, "129-512"), (513, None, "513+"),
@@ -28,20 +28,25 @@ def _bin(x: float, bins: tuple[tuple[int, int | None, str], ...], inclusive_low:
 
 @dataclass(frozen=True, order=True)
 class Bucket:
-    """A layer (its ``LayerKey``, the row's own fields), its features, and the batch's kind, size
-    range and context range."""
+    """A layer (``RowConfig.layer_key``: the values of the row's ``LayerFields``), its features,
+    and the batch's kind, size range and context range."""
 
-    layer: LayerKey
+    layer: tuple[Any, ...]
     features: str
     kind: str
     batch: str
     context: str
 
     @property
+    def layer_fields(self) -> dict[str, Any]:
+        """The layer's fields by name (``num_heads``, ..., ``kv_layout``)."""
+        return LayerFields.named(self.layer)
+
+    @property
     def label(self) -> str:
-        ly = self.layer
-        return (f"{ly.num_heads}/{ly.num_kv_heads}x{ly.head_size} {ly.dtype}/{ly.kv_cache_dtype} "
-                f"page {ly.block_size} {ly.kv_layout} {self.features} {self.kind} "
+        ly = self.layer_fields
+        return (f"{ly['num_heads']}/{ly['num_kv_heads']}x{ly['head_size']} {ly['dtype']}/{ly['kv_cache_dtype']} "
+                f"page {ly['block_size']} {ly['kv_layout']} {self.features} {self.kind} "
                 f"b={self.batch} ctx={self.context}")
 
     def predicate(self) -> dict[str, Any]:
@@ -49,7 +54,7 @@ class Bucket:
         b = next(x for x in BATCH_BINS if x[2] == self.batch)
         c = next(x for x in CONTEXT_BINS if x[2] == self.context)
         return {
-            **self.layer._asdict(), "features": [] if self.features == "-" else self.features.split(","),
+            **self.layer_fields, "features": [] if self.features == "-" else self.features.split(","),
             "batch_kind": self.kind,
             "num_reqs": {"min": b[0], "max": b[1]},
             "mean_seq_len": {"gt": c[0], "le": c[1]},

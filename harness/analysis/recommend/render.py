@@ -132,9 +132,9 @@ def coverage_text(rec: Recommendation) -> str:
         groups: dict[str, list[str]] = defaultdict(list)
         whys: dict[str, set[str]] = defaultdict(set)
         for res in un:
-            b, ly = res.bucket, res.bucket.layer
-            key = f"{ly.num_heads}/{ly.num_kv_heads}x{ly.head_size} {ly.dtype}/{ly.kv_cache_dtype} {b.features}"
-            groups[key].append(f"page {ly.block_size} {ly.kv_layout} {b.kind} b={b.batch} ctx={b.context}")
+            b, ly = res.bucket, res.bucket.layer_fields
+            key = f"{ly['num_heads']}/{ly['num_kv_heads']}x{ly['head_size']} {ly['dtype']}/{ly['kv_cache_dtype']} {b.features}"
+            groups[key].append(f"page {ly['block_size']} {ly['kv_layout']} {b.kind} b={b.batch} ctx={b.context}")
             whys[key].add("not timed" if any(c.excluded == "not timed" for c in res.excluded) else
                           "no candidate passed" if res.excluded else "no rows")
         out += ["", "| layer shape | buckets without a measurement | why |", "|---|---|---|"]

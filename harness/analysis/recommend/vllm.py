@@ -208,12 +208,13 @@ def default_costs(results: list[BucketResult], capability: str | None, tie: floa
     for res in results:
         if not res.ranked:
             continue
-        b, ly = res.bucket, res.bucket.layer
+        b, ly = res.bucket, res.bucket.layer_fields
         cfg = res.example.config
         if cfg is None:  # a bucket is made of rows with a layer: its example has one
             continue
-        choice = vllm_default(capability, num_heads=ly.num_heads, num_kv_heads=ly.num_kv_heads, head_size=ly.head_size,
-                              dtype=ly.dtype, kv_cache_dtype=ly.kv_cache_dtype, block_size=ly.block_size,
+        choice = vllm_default(capability, num_heads=ly["num_heads"], num_kv_heads=ly["num_kv_heads"],
+                              head_size=ly["head_size"], dtype=ly["dtype"], kv_cache_dtype=ly["kv_cache_dtype"],
+                              block_size=ly["block_size"],
                               alibi=cfg.alibi, sinks=cfg.sinks, causal=cfg.causal is not False,
                               attention_kind=cfg.kind_of_attention)
         pick = _vllm_pick(choice, res, facts, cascade_opt_in)
