@@ -15,7 +15,7 @@ from pathlib import Path
 from harness.records.engine_facts import BackendFacts
 from harness.records.header import RunHeader
 from harness.records.migrate import Migration
-from harness.records.results import ResultRow, read_header, read_rows
+from harness.records.results import ResultRow, first_error, read_header, read_rows
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ def load_run(path: str | Path) -> Run:
         header = RunHeader.model_validate(raw)
     except ValueError as e:
         where = p if p.is_dir() else p.parent
-        raise ValueError(f"{where / 'run.json'}: {_first_error(e)}") from None
+        raise ValueError(f"{where / 'run.json'}: {first_error(e, 'field ')}") from None
     return Run(p, header, rows, migration, has_header=bool(raw))
 
 
@@ -75,15 +75,6 @@ def backend_facts(runs: Sequence[Run]) -> dict[str, BackendFacts]:
         for name, facts in run.backend_facts.items():
             out.setdefault(name, facts)
     return out
-
-
-def _first_error(e: ValueError) -> str:
-    errors = getattr(e, "errors", None)
-    if callable(errors):
-        first = errors()[0]
-        loc = ".".join(str(x) for x in first.get("loc", ()))
-        return f"field {loc}: {first.get('msg', '')}" if loc else str(first.get("msg", ""))
-    return str(e)
 
 
 __all__ = ["Run", "load", "load_run", "all_rows", "backend_facts"]

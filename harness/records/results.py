@@ -379,16 +379,17 @@ def read_rows(path: str | Path, migration: Migration | None = None) -> list[Resu
         try:
             rows.append(ResultRow.model_validate(data))
         except ValueError as e:
-            raise ValueError(f"{p}: line {n + 1} is not a valid result row: {_first_error(e)}") from None
+            raise ValueError(f"{p}: line {n + 1} is not a valid result row: {first_error(e)}") from None
     return rows
 
 
-def _first_error(e: ValueError) -> str:
+def first_error(e: ValueError, field_word: str = "") -> str:
+    """A validation error's first problem as ``[field_word ]dotted.path: message`` (one line)."""
     errors = getattr(e, "errors", None)
     if callable(errors):
         first = errors()[0]
         loc = ".".join(str(x) for x in first.get("loc", ()))
-        return f"{loc}: {first.get('msg', '')}" if loc else str(first.get("msg", ""))
+        return f"{field_word}{loc}: {first.get('msg', '')}" if loc else str(first.get("msg", ""))
     return str(e)
 
 
