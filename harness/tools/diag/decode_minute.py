@@ -36,7 +36,9 @@ SHARE_TARGET = 1 / 3
 REPEAT_TARGET = 0.005
 
 
-def _run(cmd: list[str], timeout: float) -> tuple[int, float, str]:
+def run_in_checkout(cmd: list[str], timeout: float) -> tuple[int, float, str]:
+    """``cmd`` in a fresh process from the checkout (its folder first on PYTHONPATH): exit status
+    (124 when it ran past ``timeout`` seconds), wall seconds, stdout and stderr."""
     t0 = time.perf_counter()
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     try:
@@ -153,14 +155,14 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     for name in ("run-a", "run-b"):
         folder = args.out / name
         cmd = [sys.executable, "-m", "harness", "run", args.suite, "--quiet", "--out", str(folder), *extra]
-        rc, wall, log = _run(cmd, args.timeout)
+        rc, wall, log = run_in_checkout(cmd, args.timeout)
         (args.out / f"{name}.log").write_text(log)
         print(f"{name}: rc {rc}, shell wall {wall:.1f} s ({' '.join(cmd[2:])})", flush=True)
         if rc != 0:
             print(log[-3000:], file=sys.stderr)
             return 2
         summary["runs"][name] = {**run_figures(folder), "shell_wall_s": round(wall, 3)}
-    rc, _, md = _run([sys.executable, "-m", "harness", "compare", str(args.out / "run-a"), str(args.out / "run-b")],
+    rc, _, md = run_in_checkout([sys.executable, "-m", "harness", "compare", str(args.out / "run-a"), str(args.out / "run-b")],
                      120.0)
     (args.out / "compare.md").write_text(md)
     summary["compare_rc"] = rc

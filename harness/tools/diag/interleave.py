@@ -25,17 +25,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from harness.records.results import read_rows, read_run_header
+from harness.tools.diag.decode_minute import run_in_checkout
 
-ROOT = Path(__file__).resolve().parents[3]  # the checkout: suites/ and the results it reads
 
 CASES = ["mha[count=1]", "llama3-70b-tp8[count=128,context_len=low=128,high=1024]"]
 BACKENDS = "flashinfer,flash-attn"
@@ -52,18 +50,6 @@ def rotation(i: int) -> list[tuple[str, str]]:
     """The modes of rotation ``i``: all four, starting ``i`` places later."""
     k = i % len(MODES)
     return MODES[k:] + MODES[:k]
-
-
-def _run(cmd: list[str], log: Path, timeout: float) -> tuple[int, float]:
-    t0 = time.perf_counter()
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    try:
-        p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-        rc, text = p.returncode, p.stdout + p.stderr
-    except subprocess.TimeoutExpired as e:
-        rc, text = 124, f"timed out after {timeout:g} s: {e}"
-    log.write_text(text)
-    return rc, time.perf_counter() - t0
 
 
 def row_times(folder: Path) -> dict[str, dict[str, Any]]:
@@ -180,7 +166,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
             cmd = [sys.executable, "-m", "harness", "run", args.suite, "--quiet", "--out", str(folder),
                    "--backends", args.backends, "--sampling", s, "--timing-mode", m,
                    *[a for c in cases for a in ("--case", c)], *extra]
-            rc, wall = _run(cmd, args.out / name / f"run-{i}.log", args.timeout)
+            rc, wall, text = run_in_checkout(cmd, args.timeout)
+            (args.out / name / f"run-{i}.log").write_text(text)
             walls.append(wall)
             print(f"{name} run {i}: rc {rc}, {wall:.1f} s", flush=True)
             if rc != 0:
