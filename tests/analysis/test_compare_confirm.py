@@ -3,12 +3,14 @@
 
 Real runs of one tiny CPU cell. CPU wall-clock rows are noise-dominated and never fail
 (harness/analysis/compare.py, NOISY_METHODS), so the runs time CPU process time
-(``--cpu-clock process``: a class the gate judges) and the comparisons use a 50% threshold: two
-runs of the same code differ by up to ~16% per row on the shared 2-core box, far inside it, while
-the doctored moves (2x, 3x) are far outside it. Whether the re-runs reproduce a slowdown is then
-decided by the machine's real speed, never by a number edited into a file: a NEW file doctored
-2x slower is a one-off the fresh re-runs do not reproduce; a baseline doctored 3x faster than the
-machine is a slowdown every re-run reproduces."""
+(``--cpu-clock process``: a class the gate judges). The tests whose re-runs are real processes
+compare at a 300% threshold against moves of 10x: two runs of the same code differ by up to
+~16% per row on the shared 2-core box when it is quiet and a re-run came out +79% slower under
+load from parallel tests (2026-12-06), both far inside 300%, while the doctored moves are far
+outside it. Whether the re-runs reproduce a slowdown is then decided by the machine's real
+speed, never by a number edited into a file: a NEW file doctored 10x slower is a one-off the
+fresh re-runs do not reproduce; a baseline doctored 10x faster than the machine is a slowdown
+every re-run reproduces. The tests with a stand-in runner keep 2x and 50%."""
 
 from __future__ import annotations
 
@@ -87,17 +89,17 @@ def test_majority_rule():
 
 @pytest.mark.slow  # two fresh `harness run` processes (~12 s on the 2-core box)
 def test_a_one_off_is_not_reproduced_and_passes(real, tmp_path, capsys):
-    one_off = _scaled(real, tmp_path / "one-off", 2.0)  # the file says 2x slower; the code is not
-    assert compare_paths(real, one_off, threshold=0.5).regressed  # unconfirmed: it would fail
-    assert main(["compare", str(real), str(one_off), "--threshold", "50%", "--confirm", "2"]) == 0
+    one_off = _scaled(real, tmp_path / "one-off", 10.0)  # the file says 10x slower; the code is not
+    assert compare_paths(real, one_off, threshold=3.0).regressed  # unconfirmed: it would fail
+    assert main(["compare", str(real), str(one_off), "--threshold", "300%", "--confirm", "2"]) == 0
     out = capsys.readouterr().out
     assert "Not reproduced" in out and out.count("0/2 fresh re-runs slower") == 2 and "**OK**" in out
 
 
 @pytest.mark.slow  # two fresh `harness run` processes (~12 s on the 2-core box)
 def test_a_reproduced_slowdown_keeps_failing(real, tmp_path, capsys):
-    fast_base = _scaled(real, tmp_path / "fast-base", 1 / 3)  # a baseline 3x faster than this machine is
-    assert main(["compare", str(fast_base), str(real), "--threshold", "50%", "--confirm", "2"]) == 1
+    fast_base = _scaled(real, tmp_path / "fast-base", 1 / 10)  # a baseline 10x faster than this machine is
+    assert main(["compare", str(fast_base), str(real), "--threshold", "300%", "--confirm", "2"]) == 1
     out = capsys.readouterr().out
     assert "REGRESSED" in out and out.count("regressed, reproduced 2/2 in fresh processes") == 2
 
@@ -146,9 +148,9 @@ def test_rows_of_one_backend_share_each_rerun_process(real, tmp_path):
 def test_the_gate_confirms_too(real, tmp_path, capsys):
     from harness.cli.commands.gate import main as gate_main
 
-    one_off = _scaled(real, tmp_path / "one-off", 2.0)
-    assert gate_main(["--results", str(one_off), "--baseline", str(real), "--threshold", "50%"]) == 1
+    one_off = _scaled(real, tmp_path / "one-off", 10.0)
+    assert gate_main(["--results", str(one_off), "--baseline", str(real), "--threshold", "300%"]) == 1
     capsys.readouterr()
-    assert gate_main(["--results", str(one_off), "--baseline", str(real), "--threshold", "50%", "--confirm", "1"]) == 0
+    assert gate_main(["--results", str(one_off), "--baseline", str(real), "--threshold", "300%", "--confirm", "1"]) == 0
     captured = capsys.readouterr()
     assert "0/1 fresh re-runs slower" in captured.out and "gate: confirm: re-run 1/1" in captured.err
