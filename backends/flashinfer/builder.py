@@ -41,6 +41,7 @@ class FlashInferMetadata:
     num_prefills: int
     num_prefill_tokens: int
     decode: Any | None = None  # planned BatchDecodeWithPagedKVCacheWrapper, or None without decodes
+    decode_graph_wrapper: bool = False  # decode planned on a use_cuda_graph=True wrapper (a pure-decode batch)
     prefill: Any | None = None  # planned BatchPrefillWithPagedKVCacheWrapper
     ragged: Any | None = None  # planned BatchPrefillWithRaggedKVCacheWrapper (encoder style)
     plan_ms: dict[str, float] = field(default_factory=dict)
@@ -65,6 +66,9 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder[FlashInferMetadata]):
         variant = {**DEFAULT_VARIANT, **(variant or {})}
         super().__init__(config, variant, device)
         self.workspace_grows = 0
+        # Pure-decode batches: one use_cuda_graph=True decode wrapper per batch size, as vLLM keeps
+        # (batch size -> (wrapper, pages its index buffer holds)); _make_wrappers clears it.
+        self._graph_decode: dict[int, tuple[Any, int]] = {}
         self.decode_family = make_decode_family(variant, config, device)
         self.prefill_family = make_prefill_family(variant, config, device)
         self._make_wrappers(workspace_size(config, device))
@@ -78,6 +82,7 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder[FlashInferMetadata]):
         if hasattr(self, "workspace"):
             del self.workspace  # let the old buffer go before allocating the new one
         self.workspace = torch.zeros(nbytes, dtype=torch.uint8, device=self.device)  # must start zeroed
+        self._graph_decode = {}  # built on the old workspace
         backend = variant["prefill_backend"]
         # cutlass is a ragged-wrapper backend only (check_batch_support keeps it to ragged batches);
         # cudnn runs its own call (prefill_kernels.py), every batch on the paged cache: no ragged wrapper.
@@ -107,13 +112,37 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder[FlashInferMetadata]):
             o_data_type=cfg.torch_dtype,
         )
 
-    def _plan_decode(self, csr: PagedKVCSR) -> None:
+    def _graph_decode_wrapper(self, batch: int, pages: int) -> Any:
+        """The decode wrapper vLLM runs a pure-decode batch with (its full CUDA graph replays it):
+        ``use_cuda_graph=True`` on index buffers of fixed size that ``plan()`` fills in place. The
+        plain wrapper's ``plan()`` replaces its index buffers with new tensors, so a graph captured
+        on one plan reads freed memory after the next (reports/h100/2026-12-06: 256/256 requests
+        wrong on a replay with new metadata, and an illegal memory access). The index buffer holds
+        ``pages`` (the block table's size: every page these requests can address), regrown (a new
+        wrapper) only when a plan needs more."""
+        import flashinfer  # lazy: only a GPU run with the library reaches this
+
+        held = self._graph_decode.get(batch)
+        if held is not None and held[1] >= pages:
+            return held[0]
+        dev = self.device
+        wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
+            self.workspace, kv_layout=self.config.kv_layout, use_cuda_graph=True,
+            use_tensor_cores=bool(self.variant["decode_tensor_cores"]),
+            paged_kv_indptr_buffer=torch.zeros(batch + 1, dtype=torch.int32, device=dev),
+            paged_kv_indices_buffer=torch.zeros(pages, dtype=torch.int32, device=dev),
+            paged_kv_last_page_len_buffer=torch.zeros(batch, dtype=torch.int32, device=dev),
+        )
+        self._graph_decode[batch] = (wrapper, pages)
+        return wrapper
+
+    def _plan_decode(self, csr: PagedKVCSR, wrapper: Any = None) -> None:
         cfg = self.config
         # Variant ``split_kv_pages`` (the split-kv invariant): 0 = disable_split_kv, N = a fixed
         # split of N pages (fixed_split_size, tensor-core decode only); absent = the heuristic.
         split = self.variant.get("split_kv_pages")
         kw = {} if split is None else {"disable_split_kv": True} if int(split) == 0 else {"fixed_split_size": int(split)}
-        self.decode_wrapper.plan(
+        (wrapper or self.decode_wrapper).plan(
             csr.indptr, csr.indices, csr.last_page_len, cfg.num_heads, cfg.num_kv_heads, cfg.head_size,
             cfg.block_size, pos_encoding_mode="NONE", **self._common_plan_kwargs(), **kw,
         )
@@ -194,13 +223,17 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder[FlashInferMetadata]):
             md.plan_ms["decode"] = (time.perf_counter() - t0) * 1e3
             md.decode_family, md.decode_kernel = self.decode_family, self.decode_family.name
         elif nd:
+            # vLLM plans a pure-decode batch (the one it replays from a full graph) on a graph
+            # wrapper, a mixed batch's decodes on the plain one (piecewise: attention runs eagerly).
+            pure = nd == common.num_reqs
             t0 = time.perf_counter()
-            self._plan_decode(segment_csr(csr, 0, nd))
+            wrapper = (self._graph_decode_wrapper(nd, max(int(common.block_table[:nd].numel()), int(csr.indices.numel())))
+                       if pure else self.decode_wrapper)
+            self._plan_decode(segment_csr(csr, 0, nd), wrapper)
             md.plan_ms["decode"] = (time.perf_counter() - t0) * 1e3
-            md.decode = self.decode_wrapper
+            md.decode, md.decode_graph_wrapper = wrapper, pure
             md.decode_kernel = (
-                f"tensor-core ({resolved_backend(self.decode_wrapper)})"
-                if self.decode_wrapper.use_tensor_cores else "cuda-core"
+                f"tensor-core ({resolved_backend(wrapper)})" if wrapper.use_tensor_cores else "cuda-core"
             )
         if nd < common.num_reqs and self.prefill_family is not None:
             t0 = time.perf_counter()

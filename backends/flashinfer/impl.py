@@ -98,6 +98,8 @@ class FlashInferImpl(AttentionImpl[FlashInferMetadata]):
             "num_prefills": md.num_prefills,
             "decode_backend": self.variant.get("decode_backend", "wrapper"),
             "decode_kernel": md.decode_kernel,
+            # vLLM's wrapper for a pure-decode batch (its full graph replays it): index buffers planned in place
+            "decode_cuda_graph_wrapper": md.decode_graph_wrapper,
             "prefill_backend_requested": self.variant.get("prefill_backend", "auto"),
             "prefill_backend_resolved": md.prefill_backend,
             "plan_ms": {k: round(v, 3) for k, v in md.plan_ms.items()},

@@ -78,6 +78,10 @@ class FlashInferMLAMetadataBuilder(AttentionMetadataBuilder[FlashInferMLAMetadat
 
     def __init__(self, config: AttentionConfig, variant: dict[str, Any], device: torch.device):
         super().__init__(config, {"mla_backend": "fa3", **(variant or {})}, device)
+        # Uniform single-token decode batches (the ones a full graph replays): one
+        # use_cuda_graph=True wrapper per batch size, as SGLang's decode graphs use (batch size ->
+        # (wrapper, pages its index buffer holds)); _make clears it.
+        self._graph: dict[int, tuple[Any, int]] = {}
         self._make(WORKSPACE_BYTES)
         t0 = time.perf_counter()
         self._warm_up()
@@ -90,6 +94,7 @@ class FlashInferMLAMetadataBuilder(AttentionMetadataBuilder[FlashInferMLAMetadat
         if hasattr(self, "workspace"):
             del self.workspace  # let the old buffer go before allocating the new one
         self.workspace = torch.zeros(nbytes, dtype=torch.uint8, device=self.device)
+        self._graph = {}  # built on the old workspace
         backend = str(self.variant["mla_backend"])
         if self.config.attention_kind == MLA_ABSORBED:
             self.wrapper = BatchMLAPagedAttentionWrapper(self.workspace, backend=backend)
@@ -100,11 +105,30 @@ class FlashInferMLAMetadataBuilder(AttentionMetadataBuilder[FlashInferMLAMetadat
     def _scale(self) -> float:
         return self.config.softmax_scale
 
+    def _graph_wrapper(self, batch: int, pages: int) -> Any:
+        """The wrapper a uniform decode batch is planned on: ``use_cuda_graph=True`` with index
+        buffers of fixed size that ``plan()`` fills in place. The plain wrapper's ``plan()``
+        replaces them with new tensors, so a graph captured on one plan reads freed memory after
+        the next (reports/h100/2026-12-06: 64/64 requests wrong on a replay with new metadata).
+        ``pages``: the block table's size, regrown (a new wrapper) only when a plan needs more."""
+        from flashinfer.mla import BatchMLAPagedAttentionWrapper
+
+        held = self._graph.get(batch)
+        if held is not None and held[1] >= pages:
+            return held[0]
+        dev, i32 = self.device, torch.int32
+        wrapper = BatchMLAPagedAttentionWrapper(
+            self.workspace, use_cuda_graph=True, qo_indptr=torch.zeros(batch + 1, dtype=i32, device=dev),
+            kv_indptr=torch.zeros(batch + 1, dtype=i32, device=dev), kv_indices=torch.zeros(pages, dtype=i32, device=dev),
+            kv_len_arr=torch.zeros(batch, dtype=i32, device=dev), backend=str(self.variant["mla_backend"]))
+        self._graph[batch] = (wrapper, pages)
+        return wrapper
+
     def _plan_absorbed(self, qo_indptr: torch.Tensor, block_table: torch.Tensor, seq_lens: torch.Tensor,
-                       causal: bool) -> None:
+                       causal: bool, wrapper: Any = None) -> None:
         cfg, dims = self.config, self.config.mla
         csr = paged_kv_csr(block_table, seq_lens, cfg.block_size)
-        self.wrapper.plan(qo_indptr.to(torch.int32), csr.indptr, csr.indices, seq_lens.to(torch.int32),
+        (wrapper or self.wrapper).plan(qo_indptr.to(torch.int32), csr.indptr, csr.indices, seq_lens.to(torch.int32),
                           cfg.num_heads, dims.kv_lora_rank, dims.qk_rope_head_dim, cfg.block_size, causal,
                           self._scale, cfg.torch_dtype, cfg.cache_torch_dtype)
 
@@ -127,19 +151,22 @@ class FlashInferMLAMetadataBuilder(AttentionMetadataBuilder[FlashInferMLAMetadat
     def build(self, common: CommonAttentionMetadata) -> FlashInferMLAMetadata:
         cfg = self.config
         t0 = time.perf_counter()
-        if cfg.attention_kind == MLA_ABSORBED:
-            plan = lambda: self._plan_absorbed(common.query_start_loc_cpu, common.block_table,  # noqa: E731
-                                               common.seq_lens_cpu, common.causal)
-        else:
-            plan = lambda: self._plan_expanded(common.query_start_loc_cpu, common.kv_start_loc_cpu,  # noqa: E731
-                                               common.causal)
-        _, grows = plan_growing_workspace(plan, lambda: int(self.workspace.numel()), self._make)
+        uniform = bool((common.query_lens_cpu == 1).all())
+
+        def plan() -> Any:  # the planned wrapper; re-run on a regrown workspace's new wrappers
+            if cfg.attention_kind != MLA_ABSORBED:
+                self._plan_expanded(common.query_start_loc_cpu, common.kv_start_loc_cpu, common.causal)
+                return self.wrapper
+            w = self._graph_wrapper(common.num_reqs, int(common.block_table.numel())) if uniform else self.wrapper
+            self._plan_absorbed(common.query_start_loc_cpu, common.block_table, common.seq_lens_cpu, common.causal, w)
+            return w
+
+        wrapper, _ = plan_growing_workspace(plan, lambda: int(self.workspace.numel()), self._make)
         plan_ms = (time.perf_counter() - t0) * 1e3
-        qlens = common.query_lens_cpu
         return FlashInferMLAMetadata(
-            kind=cfg.attention_kind, wrapper=self.wrapper, num_tokens=common.num_actual_tokens,
-            uniform_decode=bool((qlens == 1).all()), plan_ms=plan_ms, jit_warmup_ms=self.jit_warmup_ms,
-            resolved_backend=str(getattr(self.wrapper, "_backend", self.variant["mla_backend"])),
+            kind=cfg.attention_kind, wrapper=wrapper, num_tokens=common.num_actual_tokens,
+            uniform_decode=uniform, plan_ms=plan_ms, jit_warmup_ms=self.jit_warmup_ms,
+            resolved_backend=str(getattr(wrapper, "_backend", self.variant["mla_backend"])),
             workspace_bytes=int(self.workspace.numel()),
             fp8=cfg.is_fp8_kv and cfg.attention_kind == MLA_ABSORBED)
 

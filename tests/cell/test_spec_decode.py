@@ -166,6 +166,25 @@ def test_stale_plan_is_caught_under_a_captured_graph():
     assert caught and all(r.status == "mismatch" and "graph replay step" in r.reason for r in caught)
 
 
+@pytest.mark.gpu
+def test_flashinfer_decode_graphs_replay_with_new_metadata():
+    """FlashInfer's q = 1 decode and its MLA decode plan graph wrappers (index buffers filled in
+    place): a graph captured on one plan serves the next (before: 256/256 and 64/64 requests wrong
+    on the H100, reports/h100/2026-12-06)."""
+    pytest.importorskip("flashinfer")
+    rows = _rows("cuda", ("cpu-verify[count=3,query_len=1]", "cpu-mla[query_len=1]"),
+                 [resolve("flashinfer"), resolve("flashinfer-mla")])
+    ran = [r for b in ("flashinfer", "flashinfer-mla") for r in rows.get(b, [])
+           if r.status not in ("unsupported", "skipped")]
+    assert {r.backend for r in ran} == {"flashinfer", "flashinfer-mla"}, [(r.backend, r.status, r.reason) for b in rows
+                                                                       for r in rows[b]]
+    for r in ran:
+        rep = r.graph_modes.replay
+        assert r.status == "pass" and rep.stand_in == "cuda_graph" and rep.passed, (r.backend, r.variant_label,
+                                                                                     r.reason, rep)
+    assert any(r.call.facts.get("decode_cuda_graph_wrapper") for r in rows["flashinfer"] if r.call)
+
+
 def test_answer_and_crossover_read_the_effective_times(cpu_rows):
     from harness.analysis.spec_decode import answer, crossovers, spec_markdown
 
