@@ -19,7 +19,7 @@ from harness.plan.cells import IMPORTED, Cell, RunOptions, precheck, timing_skip
 from harness.records.results import ResultRow, Status
 from harness.spec import Suite
 from harness.timing import TimingOptions
-from harness.timing.loop import time_interleaved, time_sustained_group
+from harness.timing.loop import time_in_turn, time_interleaved
 
 
 def iterate_case(
@@ -70,8 +70,8 @@ def iterate_case(
         return row
 
     try:
-        if interleave(runnable, opts):
-            yield from _interleaved(runnable, case_data, suite, opts, on_event, finish)
+        if hold_together(runnable, opts):
+            yield from _held(runnable, case_data, suite, opts, on_event, finish)
             return
         for cell in runnable:
             if on_event:
@@ -83,29 +83,32 @@ def iterate_case(
             torch.cuda.empty_cache()
 
 
-def interleave(cells: list[Cell], opts: RunOptions) -> bool:
-    """Whether a case's cells are timed together in interleaved rounds (harness/timing/interleave.py):
-    the run times, more than one cell will be timed, ``sampling`` asks for it (auto: on a GPU)
-    and those cells fit in memory all prepared at once. Otherwise one after another (rows say which)."""
+def hold_together(cells: list[Cell], opts: RunOptions) -> bool:
+    """Whether a case's timed cells are prepared and held in memory together, then timed: in
+    interleaved rounds (``sampling`` interleaved, or auto on a GPU; harness/timing/interleave.py)
+    or, ``sequential`` on a GPU, each alone in turn with the same placement as rounds
+    (``time_in_turn``). Needs the run to time, more than one cell to be timed and those cells to
+    fit in memory all prepared at once; otherwise each cell is prepared, timed and freed before
+    the next (rows say ``sampling: sequential``)."""
     t = opts.timing
-    if not opts.time or t is None or len(cells) < 2 or t.sampling == "sequential":
+    if not opts.time or t is None or len(cells) < 2:
         return False
-    if t.sampling == "auto" and opts.device.type != "cuda":
-        return False
+    if t.sampling != "interleaved" and opts.device.type != "cuda":
+        return False  # the CPU holds cells only when rounds are asked for
     if any(c.case.context_parallel is not None for c in cells):
         return False  # a context-parallel cell runs whole (harness/cell/context_parallel/)
     # Cells that will not be timed (references) finish at once and are never held with the others.
     timed = [c for c in cells if not timing_skip_reason(c.backend.capabilities(c.variant), opts.device.type, opts)]
-    if opts.fit_together is None:  # no memory check given: only when asked for explicitly
+    if opts.fit_together is None:  # no memory check given: only when rounds are asked for explicitly
         return len(timed) > 1 and t.sampling == "interleaved"
     return len(timed) > 1 and opts.fit_together(timed) is None
 
 
-def _interleaved(cells: list[Cell], case_data: CaseContext, suite: Suite, opts: RunOptions,
+def _held(cells: list[Cell], case_data: CaseContext, suite: Suite, opts: RunOptions,
                  on_event: Callable[[str, Cell | None], None] | None,
                  finish: Callable[[ResultRow, Cell], ResultRow]) -> Iterator[ResultRow]:
-    """Every cell up to its timing, the timed ones timed together in rounds, then each one's
-    re-check and row. A crash while sampling is attributed to the last cell started (the
+    """Every cell up to its timing, the timed ones held and timed together (in rounds, or in turn:
+    ``hold_together``), then each one's re-check and row. A crash while sampling is attributed to the last cell started (the
     supervisor's view)."""
     started: list[CellInProgress] = []
     # Cells that will not be timed (references) first: they finish and free their memory before
@@ -127,9 +130,10 @@ def _interleaved(cells: list[Cell], case_data: CaseContext, suite: Suite, opts: 
     if len(started) > 1:
         t0 = time.perf_counter()
         timing = opts.timing or TimingOptions.for_device(opts.device)
-        # Sustained: one after another on a queue kept full (each call's own settled state).
-        together = time_sustained_group if timing.clock_regime == "sustained" and opts.device.type == "cuda" \
-            else time_interleaved
+        # Sustained: one after another on a queue kept full (each call's own settled state);
+        # sequential: one after another, held as rounds hold them; otherwise rounds.
+        in_turn = opts.device.type == "cuda" and (timing.clock_regime == "sustained" or timing.sampling == "sequential")
+        together = time_in_turn if in_turn else time_interleaved
         # Keyed by the cell's position as text: the timing loops name their calls by str.
         records = together({str(i): timing_call(p.prepared, opts) for i, p in enumerate(started)}, opts.device, timing)
         share_ms = (time.perf_counter() - t0) * 1e3 / len(started)

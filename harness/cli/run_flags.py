@@ -160,8 +160,13 @@ class RunFlags(BaseModel):
         group=TIMING, metavar="SECONDS", problem="seconds >= 0")] = None
     sampling: Annotated[Literal["auto", "interleaved", "sequential"] | None, Flag(
         "--sampling", "how a case's candidates are sampled: auto (default: interleaved rounds A B C A B C on a "
-                      "GPU when they fit in memory together, else one after another), interleaved, sequential",
+                      "GPU when they fit in memory together, else one after another), interleaved, sequential (one after "
+                      "another; on a GPU prepared and held together as rounds hold them, where they fit)",
         group=TIMING, bench=True)] = None
+    warm_samples: Annotated[int | None, Field(ge=0), Flag(
+        "--warm-samples", "GPU: untimed warm-ups before every timed sample (hot: copies of the sample's work; "
+                          "cold: calls before the flush; default 1, 0 for none)", group=TIMING, metavar="N",
+        problem="a count >= 0")] = None
 
     resume: Annotated[str | None, Flag(
         "--resume", "continue an interrupted run in DIR: run only the cells it lacks", group=ROBUSTNESS,
@@ -301,7 +306,8 @@ class RunFlags(BaseModel):
                 min_samples=self.min_samples, max_samples=self.max_samples, stop_criterion=self.stop,
                 cpu_clock=self.cpu_clock, energy_window_s=self.energy_window,
                 clock_regime=self.clock_regime or suite_regime, throttle_threshold=self.throttle_threshold,
-                throttle_recovery_s=self.throttle_recovery_delay, sampling=self.sampling, **extra)
+                throttle_recovery_s=self.throttle_recovery_delay, sampling=self.sampling,
+                warm_samples=self.warm_samples, **extra)
         except ValueError as e:
             raise UsageError(f"timing options: {e}") from None
 

@@ -160,12 +160,17 @@ def time_interleaved(calls: dict[str, tuple[Callable[[], object], GraphDecision 
         return {name: out[name] for name in calls}
 
 
-def time_sustained_group(calls: dict[str, tuple[Callable[[], object], GraphDecision | None, torch.Tensor | None]],
-                         device: torch.device, opts: TimingOptions) -> dict[str, dict[str, Any] | BaseException]:
-    """The sustained regime's way to time a case's calls together (harness/timing/sustained.py):
-    each set up first, then each settled and sampled in turn on one queue that never runs dry,
-    so the GPU stays under load from one call to the next. Not rounds: each call's samples must
-    be taken in the state its own continuous loop settles in. Records say ``sampling: sequential``."""
+def time_in_turn(calls: dict[str, tuple[Callable[[], object], GraphDecision | None, torch.Tensor | None]],
+                 device: torch.device, opts: TimingOptions) -> dict[str, dict[str, Any] | BaseException]:
+    """A case's calls set up together (each held in memory, as in rounds), then each sampled
+    alone in turn, all of its samples before the next call's. Records say ``sampling: sequential``.
+
+    Burst (``--sampling sequential`` on a GPU): the same memory placement as interleaved rounds,
+    so the two orders differ in order alone (issue 44: with each call set up only after the
+    previous one was freed, every call's buffers reused the same addresses, held ones do not).
+    Sustained (harness/timing/sustained.py): each settled and sampled on one queue that never
+    runs dry, so the GPU stays under load from one call to the next; not rounds, since each
+    call's samples must be taken in the state its own continuous loop settles in."""
     opts.validate()
     with torch.cuda.device(device):
         runs: dict[str, TimingRun] = {}

@@ -28,7 +28,7 @@ least ``SETTLE_MIN_OWN_S``, and over the last ``SETTLE_WINDOW_S`` either the pow
 enforced limit (the controller holds it there: the clock it sets is the state) or power and
 clock steady. Samples taken before that are not sustained samples and are discarded (counted
 in ``clocks.discard_reasons``). The candidates of one case run in one stream back to back
-(``harness.timing.loop.time_sustained_group``): the GPU stays busy from one to the next, so
+(``harness.timing.loop.time_in_turn``): the GPU stays busy from one to the next, so
 only the first pays the full power window after idle.
 
 The row records the clock of the plain continuous loop just before sampling

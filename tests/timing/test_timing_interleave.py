@@ -252,7 +252,7 @@ def test_the_cell_engine_samples_a_cases_candidates_as_asked(tmp_path, sampling)
 def test_auto_is_sequential_on_the_cpu_and_a_lone_cell_is_never_interleaved():
     import torch
 
-    from harness.cell.case import interleave
+    from harness.cell.case import hold_together as interleave
     from harness.plan.cells import RunOptions
 
     cells = [object(), object()]
@@ -262,6 +262,30 @@ def test_auto_is_sequential_on_the_cpu_and_a_lone_cell_is_never_interleaved():
     assert not interleave(cells[:1], asked)
     assert not interleave(cells, RunOptions(device=torch.device("cpu"), time=False,
                                             timing=TimingOptions.checked(sampling="interleaved")))
+
+
+def test_sequential_on_a_gpu_holds_the_cases_cells_as_rounds_do():
+    """--sampling sequential on a GPU: the case's timed cells are prepared and held together (the
+    placement rounds give them) and timed in turn, where they fit; on the CPU, or where they do not
+    fit, each is prepared, timed and freed before the next (issue 44)."""
+    import torch
+
+    from harness.cell.case import hold_together
+    from harness.plan.cells import RunOptions, plan_cells
+    from harness.registry import resolve
+    from harness.spec import load_suite
+
+    suite = load_suite(SMOKE)
+    cpu = RunOptions(device=torch.device("cpu"))
+    cells = [c for c in plan_cells(suite, [resolve("sdpa"), resolve("flex-attention")], cpu)
+             if c.case.name == suite.cases[0].name]
+    assert len(cells) >= 2
+    seq = TimingOptions.checked(sampling="sequential")
+    fits = RunOptions(device=torch.device("cuda"), timing=seq, fit_together=lambda cs: None)
+    assert hold_together(cells, fits)
+    assert not hold_together(cells, RunOptions(device=torch.device("cuda"), timing=seq,
+                                               fit_together=lambda cs: "do not fit"))
+    assert not hold_together(cells, RunOptions(device=torch.device("cpu"), timing=seq, fit_together=lambda cs: None))
 
 
 def test_cells_that_do_not_fit_together_are_sampled_one_after_another():
@@ -301,3 +325,6 @@ def test_the_interleave_diagnostic_rotates_modes_and_judges_every_row():
     gone = runs(1.0, 1.0)
     gone["sequential-cold"] = []  # a mode without runs is not a pass
     assert not table(gone, 0.01)["ok"] and not table({}, 0.01)["ok"]
+    hot_only = {k: v for k, v in runs(1.004, 1.5).items() if k.endswith("-hot")}
+    assert table(hot_only, 0.01, ["hot"])["ok"]  # --l2 hot: judged on hot alone
+    assert not table(hot_only, 0.01)["ok"]  # both asked, cold missing

@@ -105,12 +105,12 @@ def test_gpu_sustained_group_samples_in_the_settled_state():
 
     from harness.records.results import Timing
     from harness.timing import GraphDecision, TimingOptions
-    from harness.timing.loop import time_sustained_group
+    from harness.timing.loop import time_in_turn
 
     dev = torch.device("cuda")
     a = torch.randn(4096, 4096, device=dev, dtype=torch.bfloat16)
     o1, o2 = torch.empty_like(a), torch.empty_like(a)
-    got = time_sustained_group({"x": (lambda: torch.matmul(a, a, out=o1), GraphDecision(True, ""), o1),
+    got = time_in_turn({"x": (lambda: torch.matmul(a, a, out=o1), GraphDecision(True, ""), o1),
                                 "y": (lambda: torch.matmul(a, a, out=o2), GraphDecision(True, ""), o2)},
                                dev, TimingOptions.for_device(dev, clock_regime="sustained", max_time_s=0.5))
     x, y = got["x"], got["y"]

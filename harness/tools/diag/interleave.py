@@ -46,10 +46,10 @@ def mode_name(sampling: str, l2: str) -> str:
     return f"{sampling}-{l2}"
 
 
-def rotation(i: int) -> list[tuple[str, str]]:
-    """The modes of rotation ``i``: all four, starting ``i`` places later."""
-    k = i % len(MODES)
-    return MODES[k:] + MODES[:k]
+def rotation(i: int, modes: list[tuple[str, str]] = MODES) -> list[tuple[str, str]]:
+    """The modes of rotation ``i``: all of ``modes``, starting ``i`` places later."""
+    k = i % len(modes)
+    return modes[k:] + modes[:k]
 
 
 def row_times(folder: Path) -> dict[str, dict[str, Any]]:
@@ -68,21 +68,22 @@ def spread(xs: list[float]) -> float | None:
     return (max(xs) - min(xs)) / statistics.median(xs) if len(xs) > 1 and statistics.median(xs) > 0 else None
 
 
-def table(runs: dict[str, list[dict[str, dict[str, Any]]]], tolerance: float) -> dict[str, Any]:
+def table(runs: dict[str, list[dict[str, dict[str, Any]]]], tolerance: float,
+          l2: tuple[str, ...] | list[str] = L2_MODES) -> dict[str, Any]:
     """From each mode's runs (row -> figures), per row: the median over runs per mode, the
-    spread, interleaved / sequential per L2 mode; the rows outside ``tolerance`` and the verdict.
-    Pure: tests feed it synthetic runs."""
+    spread, interleaved / sequential per L2 mode of ``l2``; the rows outside ``tolerance`` and the
+    verdict. Pure: tests feed it synthetic runs."""
     keys = sorted({k for per_mode in runs.values() for run in per_mode for k in run})
     rows: list[dict[str, Any]] = []
     outside: list[str] = []
     missing: list[str] = []
     for key in keys:
         row: dict[str, Any] = {"row": key}
-        for s, m in MODES:
+        for s, m in [(s, m) for m in l2 for s in SAMPLINGS]:
             xs = [run[key]["median_us"] for run in runs.get(mode_name(s, m), []) if key in run]
             row[mode_name(s, m)] = {"median_us": statistics.median(xs) if xs else None, "runs": len(xs),
                                     "spread": spread(xs)}
-        for m in L2_MODES:
+        for m in l2:
             a, b = row[mode_name("interleaved", m)]["median_us"], row[mode_name("sequential", m)]["median_us"]
             ratio = a / b if a and b else None
             row[f"ratio_{m}"] = ratio
@@ -92,12 +93,12 @@ def table(runs: dict[str, list[dict[str, dict[str, Any]]]], tolerance: float) ->
                 outside.append(f"{key} ({m}: {ratio:.3f})")
         rows.append(row)
     ok = bool(rows) and not outside and not missing
-    verdict = (f"every row within {tolerance:.0%}: interleaved / sequential in hot and cold L2 ({len(rows)} rows)"
+    verdict = (f"every row within {tolerance:.0%}: interleaved / sequential in {' and '.join(l2)} L2 ({len(rows)} rows)"
                if ok else
                f"NOT every row within {tolerance:.0%}: {len(outside)} outside" + (f": {'; '.join(outside)}" if outside else "")
                + (f"; {len(missing)} without both modes: {'; '.join(missing)}" if missing else "")
                + ("; no timed rows" if not rows else ""))
-    return {"rows": rows, "outside": outside, "missing": missing, "ok": ok, "verdict": verdict}
+    return {"rows": rows, "outside": outside, "missing": missing, "ok": ok, "verdict": verdict, "l2": list(l2)}
 
 
 def markdown(t: dict[str, Any], header: str) -> str:
@@ -110,12 +111,14 @@ def markdown(t: dict[str, Any], header: str) -> str:
     def ratio(x: float | None) -> str:
         return "-" if x is None else f"{x:.3f}"
 
-    lines = [header, "", "| row | " + " | ".join(f"{mode_name(s, m)} us (spread, runs)" for s, m in MODES)
-             + " | I/S hot | I/S cold |", "|---|" + "---|" * (len(MODES) + 2)]
+    l2 = t.get("l2", list(L2_MODES))
+    modes = [(s, m) for m in l2 for s in SAMPLINGS]
+    lines = [header, "", "| row | " + " | ".join(f"{mode_name(s, m)} us (spread, runs)" for s, m in modes)
+             + "".join(f" | I/S {m}" for m in l2) + " |", "|---|" + "---|" * (len(modes) + len(l2))]
     for r in t["rows"]:
         cells = [f"{us(r[mode_name(s, m)]['median_us'])} ({pct(r[mode_name(s, m)]['spread'])}, "
-                 f"{r[mode_name(s, m)]['runs']})" for s, m in MODES]
-        lines.append(f"| {r['row']} | " + " | ".join(cells) + f" | {ratio(r['ratio_hot'])} | {ratio(r['ratio_cold'])} |")
+                 f"{r[mode_name(s, m)]['runs']})" for s, m in modes]
+        lines.append(f"| {r['row']} | " + " | ".join(cells) + "".join(f" | {ratio(r[f'ratio_{m}'])}" for m in l2) + " |")
     lines += ["", f"Verdict: {t['verdict']}"]
     return "\n".join(lines) + "\n"
 
@@ -137,7 +140,12 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     p.add_argument("--backends", default=BACKENDS)
     p.add_argument("--tolerance", type=float, default=0.01, help="interleaved / sequential allowed off 1 (default 0.01)")
     p.add_argument("--timeout", type=float, default=180.0, help="seconds per run")
+    p.add_argument("--l2", default=",".join(L2_MODES), help="L2 modes to run, of hot,cold (default both)")
     args = p.parse_args(argv)
+    l2 = [m.strip() for m in args.l2.split(",")]
+    if not l2 or any(m not in L2_MODES for m in l2) or len(set(l2)) != len(l2):
+        p.error(f"--l2 {args.l2!r}: expected hot, cold or hot,cold")
+    modes = [(s, m) for m in l2 for s in SAMPLINGS]
     if args.procs < 1 or args.budget_s <= 0 or not 0 < args.tolerance < 1:
         p.error("--procs must be at least 1, --budget-s positive, --tolerance a fraction in (0, 1)")
     cases = args.case or CASES
@@ -150,17 +158,17 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
                   "the script itself on a CPU)", file=sys.stderr)
             return 2
     args.out.mkdir(parents=True, exist_ok=True)
-    runs: dict[str, list[dict[str, dict[str, Any]]]] = {mode_name(s, m): [] for s, m in MODES}
+    runs: dict[str, list[dict[str, dict[str, Any]]]] = {mode_name(s, m): [] for s, m in modes}
     walls: list[float] = []
     t0 = time.perf_counter()
     rotations, cut = 0, ""
     for i in range(args.procs):
-        longest = max((sum(walls[j:j + len(MODES)]) for j in range(0, len(walls), len(MODES))), default=0.0)
+        longest = max((sum(walls[j:j + len(modes)]) for j in range(0, len(walls), len(modes))), default=0.0)
         if i and time.perf_counter() - t0 + longest > args.budget_s:
             cut = (f"{rotations} of {args.procs} runs per mode: another rotation ({longest:.0f} s) would end past "
                    f"the {args.budget_s:g} s budget")
             break
-        for s, m in rotation(i):
+        for s, m in rotation(i, modes):
             name = mode_name(s, m)
             folder = args.out / name / f"run-{i}"
             cmd = [sys.executable, "-m", "harness", "run", args.suite, "--quiet", "--out", str(folder),
@@ -175,11 +183,11 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
                 return 2
             runs[name].append(row_times(folder))
         rotations += 1
-    t = table(runs, args.tolerance)
-    first = args.out / mode_name(*MODES[0]) / "run-0"
+    t = table(runs, args.tolerance, l2)
+    first = args.out / mode_name(*modes[0]) / "run-0"
     dev = read_run_header(first).device
     device = dev.name or dev.type or "?"
-    header = (f"# Interleaved vs sequential sampling, hot and cold L2\n\n`harness run {args.suite} "
+    header = (f"# Interleaved vs sequential sampling, {' and '.join(l2)} L2\n\n`harness run {args.suite} "
               f"{' '.join(repr(c) for c in cases)} --backends {args.backends}` {' '.join(extra)}; device: {device}; "
               f"{rotations} fresh-process run(s) per mode, modes in rotation"
               + (f" ({cut})" if cut else "") + f"; {sum(walls):.0f} s of runs.\nEach cell: the median over runs "
