@@ -34,7 +34,7 @@ from harness.spec import load_suite
 
 ROOT = Path(__file__).resolve().parents[2]
 SUITE = ROOT / "suites" / "spec_decode.yaml"
-LOAN2 = ROOT / "reports" / "h100" / "2026-12-06" / "loan2"
+LOAN2 = ROOT / "tests" / "data" / "h100" / "loan2"  # a copy of reports/h100/2026-12-06/loan2
 BUDGET_S = 240.0  # the target; the limit is 300 s
 # Not installed on loan2: charged as this label's cell (see the docstring).
 STAND_IN = {"flash-attn-mla [fa_build=fa3-fwd]": "flash-attn [call_form=vllm,fa_version=3]",
