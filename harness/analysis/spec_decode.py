@@ -115,6 +115,13 @@ def crossovers(rows: Iterable[ResultRow], along: str = "q") -> list[dict[str, An
     return out
 
 
+def flip_point(flip: dict[str, Any]) -> str:
+    """Where a crossover record's series sits, in words: the model and the two fixed axes."""
+    model, a, b = flip["key"]
+    fixed = f"batch {a}, context {b}" if flip["along"] == "q" else f"q {a}, batch {b}"
+    return f"{model}, {fixed}"
+
+
 def flags(rec: dict[str, Any], facts: EngineFacts = TABLE_ONLY) -> dict[str, str]:
     """vLLM and SGLang flags for an answer record (empty where the engine has no such backend),
     from the runs' backend facts."""
@@ -154,8 +161,8 @@ def spec_markdown(rows: Iterable[ResultRow], facts: EngineFacts = TABLE_ONLY) ->
     if flips:
         lines += ["", "Ranking flips (effective time):", ""]
         for f in flips[:40]:
-            lines.append(f"- {f['key']}: {f['faster_before']} faster at {f['along']}={f['from']}, "
-                         f"{f['faster_after']} at {f['along']}={f['to']} ({f['a']} vs {f['b']})")
+            lines.append(f"- {flip_point(f)}: {f['faster_before']} faster at {f['along']}={f['from']}, "
+                         f"{f['faster_after']} at {f['along']}={f['to']}")
         if len(flips) > 40:
             lines.append(f"- ... {len(flips) - 40} more")
     return "\n".join(lines) + "\n"

@@ -203,6 +203,7 @@ def test_answer_and_crossover_read_the_effective_times(cpu_rows):
                for f in flips)
     md = spec_markdown(rows)
     assert "Speculative decoding" in md and "--speculative-config" not in md  # torch backends: no engine flags
+    assert ", batch 1, context " in md and "('" not in md  # a flip names its point in words, not a tuple
 
 
 def test_report_plots_step_time_vs_q_with_the_mode_marked(cpu_rows):
