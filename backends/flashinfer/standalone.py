@@ -9,8 +9,9 @@ from string import Template
 
 
 def standalone_source(workspace_mib: int, tensor_cores: bool, prefill_backend: str, call_form: str) -> str:
-    """Paged decode + paged prefill wrappers on one workspace; ``call_form`` fastest sends a batch
-    that mixes decodes and prefills through the prefill wrapper alone, in one run()."""
+    """Paged decode + paged prefill wrappers on one workspace (a pure-decode batch on a
+    ``use_cuda_graph=True`` decode wrapper, as the builder plans it); ``call_form`` fastest sends a
+    batch that mixes decodes and prefills through the prefill wrapper alone, in one run()."""
     text = files(__package__).joinpath("standalone_call.py.tmpl").read_text(encoding="utf-8")
     return Template(text).substitute(workspace_mib=int(workspace_mib), tensor_cores=bool(tensor_cores),
                                      prefill_backend=repr(str(prefill_backend)), call_form=repr(str(call_form)))

@@ -466,3 +466,17 @@ def test_other_kernels_suite_family_cells_skip_with_reason_on_cpu():
     assert {r.variant["prefill_backend"] for r in prefill} == set(families.PREFILL_BACKENDS)
     assert {r.status for r in rows} == {"skipped"}
     assert all("flashinfer is not installed" in r.reason for r in rows)
+
+
+def test_standalone_call_plans_a_pure_decode_batch_on_the_graph_wrapper():
+    """`harness repro`/`crosscheck` time the standalone source as the adapter's call: a pure-decode
+    batch on the use_cuda_graph=True decode wrapper the builder plans it on (the H100 crosscheck of
+    2026-12-06 saw the plain wrapper's plan 8% faster than the adapter's on decode-mqa-b256)."""
+    import ast
+
+    from backends.flashinfer.standalone import standalone_source
+
+    src = standalone_source(128, True, "auto", "vllm")
+    tree = ast.parse(src)  # the substituted template is Python
+    graph = [n for n in ast.walk(tree) if isinstance(n, ast.If) and "nd == n" in ast.unparse(n.test)]
+    assert graph and "use_cuda_graph=True" in ast.unparse(graph[0])
