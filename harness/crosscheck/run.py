@@ -155,13 +155,19 @@ def _first_line(e: BaseException) -> str:
 
 
 def judge(harness_us: float, outside: dict[str, dict[str, Any]], tol: float, gated_: bool,
-          row_mhz: float | None) -> dict[str, Any]:
+          row_mhz: float | None, host_bound: str = "") -> dict[str, Any]:
     """``verdict`` over the outside timers that ran in the row's state (their clock within 3% of
     the row's: harness/crosscheck/regime.py); when none did, "states differ" with the clocks,
-    neither flagged nor agreeing (ref_us and ratios then only for reading)."""
+    neither flagged nor agreeing (ref_us and ratios then only for reading). ``host_bound``
+    (``regime.host_bound_reason``): the row and the timers time different quantities, state
+    "host-bound", neither flagged nor agreeing."""
     from harness.crosscheck.regime import split_states
 
     same, differ = split_states(row_mhz, outside)
+    if host_bound:
+        out = verdict(harness_us, outside, tol, False)
+        out.update(flagged=False, noisy=False, reason=host_bound)
+        return {**out, "state": "host-bound", "states_differ": differ, "row_mhz": row_mhz, "host_bound": host_bound}
     if same:
         out = verdict(harness_us, same, tol, gated_)
     else:
@@ -300,7 +306,8 @@ def retime_row(row: ResultRow, tol: float, suite: str | None, min_run_s: float,
            "outside": outside, "timers_not_used": unused, "clock_regime": plan["regime"],
            "regime_how": plan["how"], "wait_scale": scale, "cost_s": cost,
            "outside_graph": outside_graph if on_gpu else None}
-    rec.update(judge(timing.median_us, outside, tol, gated(row.device, timing.method), plan["row_mhz"]))
+    rec.update(judge(timing.median_us, outside, tol, gated(row.device, timing.method), plan["row_mhz"],
+                     cr.host_bound_reason(row, outside_graph if on_gpu else None)))
     why = ex.explain(timing.median_us, rec["ref_us"], here, kernel, tol, adapter, outside=outside)
     rec.update(why)
     if rec["flagged"] or rec["noisy"]:
@@ -388,6 +395,7 @@ def crosscheck(rows: list[ResultRow], tol: float, suite: str | None = None, min_
         return {"tolerance": tol, "timers": timers, "rows": list(checked), "not_retimed": not_retimed + pending,
                 "flagged": sum(r["flagged"] for r in checked), "checked": len(checked), "complete": complete,
                 "states_differ": sum(r.get("state") == "states differ" for r in checked),
+                "host_bound": sum(r.get("state") == "host-bound" for r in checked),
                 "selected": len(order), "of_rows": len(rows), "elapsed_s": time.perf_counter() - start,
                 "deadline_s": deadline_s, "torch": torch.__version__,
                 "clock_regimes": sorted({r["clock_regime"] for r in checked if r.get("clock_regime")}),
@@ -400,7 +408,8 @@ def crosscheck(rows: list[ResultRow], tol: float, suite: str | None = None, min_
         if why is None and i in kept:
             rec = dict(kept[i])
             rec.update(judge(rec["harness_us"], rec["outside"], tol,
-                             gated(str(rec.get("device", "")), str(rec.get("clock", ""))), rec.get("row_mhz")))
+                             gated(str(rec.get("device", "")), str(rec.get("clock", ""))), rec.get("row_mhz"),
+                             str(rec.get("host_bound") or "")))
             # ... and its explanation from the recorded figures (what this version compares)
             from harness.crosscheck import explain as ex
 

@@ -41,7 +41,10 @@ def to_markdown(res: dict[str, Any], source: str) -> str:
            f"{res['checked']} row(s) re-timed{state}, **{res['flagged']} flagged** (more than {res['tolerance']:.0%} "
            "from the outside timers' median and outside their spread); "
            f"{res.get('states_differ', 0)} in states that differ (no outside timer ran within 3% of the row's SM "
-           f"clock: no verdict); {len(res['not_retimed'])} not re-timed.", "",
+           f"clock: no verdict); "
+           + (f"{res['host_bound']} host-bound (a sustained eager loop against graph replays: not compared); "
+              if res.get("host_bound") else "")
+           + f"{len(res['not_retimed'])} not re-timed.", "",
            "`adapter here`, `harness here`, `kernel` and `SM MHz` explain a verdict and are not part of the outside "
            "median: the harness's own timer in this process on the adapter's call and on the standalone call the "
            "outside timers time, the profiler's eager kernel time per call, the SM clock range around the timers.", ""]
@@ -66,6 +69,7 @@ def to_markdown(res: dict[str, Any], source: str) -> str:
                      "**FLAGGED**: " + r["reason"] if r["flagged"] else
                      "noisy, not flagged (CPU wall clock): " + r["reason"] if r.get("noisy") else
                      "states differ: " + r["reason"] if r.get("state") == "states differ" else
+                     r["reason"] if r.get("state") == "host-bound" else
                      "ok" + _excluded(r)]
             out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
         out.append("")

@@ -13,21 +13,9 @@ from harness.analysis.compare import compare_paths, compare_rows, to_markdown
 from harness.analysis.compare_clock import clock_explains, refuse_mixed_runs
 from harness.records.clocks import regime_of
 from harness.records.results import ResultRow, row_json
-from helpers.typed_rows import as_status, ran_row
+from helpers.typed_rows import as_status, gpu_row, ran_row
 
 STEADY = [("c1", 100.0), ("c2", 50.0), ("c3", 200.0), ("c4", 80.0), ("c5", 120.0)]
-
-
-def gpu_row(case: str, median: float, mhz: float | None = 1980.0, regime: str | None = "burst") -> ResultRow:
-    row = ran_row(median, median * 0.997, median * 1.003, case=case, device="cuda:0")
-    t = row.timing.model_dump()
-    if regime is not None:
-        t["clock_regime"] = regime
-        t["clocks"] = {"regime": regime, "source": "nvml (pynvml)", "reads": 20, "max_sm_mhz": 1980.0,
-                       "power_limit_w": 700.0}
-        if mhz is not None:
-            t["clocks"]["sm_mhz"] = {"min": mhz - 5, "median": mhz, "max": mhz + 5}
-    return ResultRow.model_validate({**row.model_dump(), "timing": t})
 
 
 def runs(moved: ResultRow, base_moved: ResultRow, regime: str = "burst") -> tuple[list[ResultRow], list[ResultRow]]:

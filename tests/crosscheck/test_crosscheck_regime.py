@@ -10,8 +10,7 @@ from harness.crosscheck.regime import (BURST_IDLE_MAX_S, BURST_IDLE_MIN_S, BURST
                                        regime_plan, split_states, timer_state, waits_of)
 from harness.crosscheck.run import judge
 from harness.crosscheck.table import to_markdown
-from test_compare_clock import gpu_row
-from helpers.typed_rows import ran_row
+from helpers.typed_rows import gpu_row, ran_row
 
 
 def _burst_row(idle: float | None = None, mhz: float = 1980.0):
@@ -132,3 +131,33 @@ def test_waits_shrink_to_fit_the_deadline():
     s = fit_scale(waits, 2.0, 150.0, 50)  # 3 s a row: 1 s for the waits
     assert 2.0 + s * waits == pytest.approx(3.0)
     assert fit_scale(waits, 2.0, 50.0, 50) == MIN_SCALE  # cannot fit: the floor, the deadline stops the rest
+
+
+def _with_launch(row, hidden_frac: float, graph_used: bool):
+    t = row.timing.model_dump()
+    t["launch"] = {"hidden_frac": hidden_frac, "hold_us": 0.0, "note": "no hold: 3 ms of work queued ahead"}
+    t["cuda_graph"] = {**t["cuda_graph"], "used": graph_used}
+    return type(row).model_validate({**row.model_dump(), "timing": t})
+
+
+def test_a_host_bound_sustained_eager_row_is_not_judged_against_graph_replays():
+    from harness.crosscheck.regime import host_bound_reason
+
+    # FA4's mixed step on the H100 (2026-12-06): the sustained eager row 249.8 us (queue ahead on 1%
+    # of samples), the graph-replaying timers 72.8 us.
+    eager = _with_launch(gpu_row("mixed-mqa", 249.8, mhz=1980.0, regime="sustained"), 0.01, False)
+    why = host_bound_reason(eager, outside_graph=True)
+    assert why.startswith("host-bound") and "1%" in why
+    assert host_bound_reason(eager, outside_graph=False) == ""  # eager timers time the same loop
+    assert host_bound_reason(_with_launch(gpu_row("m", 250.0, regime="sustained"), 0.9, False), True) == ""
+    assert host_bound_reason(_with_launch(gpu_row("m", 250.0, regime="sustained"), 0.01, True), True) == ""
+    assert host_bound_reason(_with_launch(gpu_row("m", 250.0, regime="burst"), 0.01, False), True) == ""
+    out = judge(249.8, {"a": _timer(72.8, 1980.0)}, 0.03, True, 1980.0, why)
+    assert out["state"] == "host-bound" and not out["flagged"] and out["reason"] == why
+    assert judge(249.8, {"a": _timer(72.8, 1980.0)}, 0.03, True, 1980.0)["flagged"]  # without the rule: flagged
+    rec = {"row": 0, "case": "c", "backend": "flash-attn", "variant": "fa_version=4", "device": "cuda:0",
+           "mode": "hot", "graph": False, "outside_graph": True, "clock": "cuda_event", "harness_us": 249.8,
+           "outside": {"t": _timer(72.8, 1980.0)}, "clock_regime": "sustained", "regime_how": "sustained", **out}
+    md = to_markdown({"timers": ["t"], "rows": [rec], "not_retimed": [], "checked": 1, "flagged": 0,
+                      "states_differ": 0, "host_bound": 1, "tolerance": 0.03}, "src")
+    assert "1 host-bound" in md and "FLAGGED" not in md and "host-bound: the sustained row" in md

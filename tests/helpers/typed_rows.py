@@ -66,3 +66,15 @@ def as_status(row: ResultRow, status: Status | str, reason: str) -> ResultRow:
         upd.update(check=None, timing=None, metrics=None, host=None, call=None)
     return ResultRow.model_validate({**row.model_dump(), **{k: (v.model_dump() if hasattr(v, "model_dump") else v)
                                                             for k, v in upd.items()}})
+
+
+def gpu_row(case: str, median: float, mhz: float | None = 1980.0, regime: str | None = "burst") -> ResultRow:
+    row = ran_row(median, median * 0.997, median * 1.003, case=case, device="cuda:0")
+    t = row.timing.model_dump()
+    if regime is not None:
+        t["clock_regime"] = regime
+        t["clocks"] = {"regime": regime, "source": "nvml (pynvml)", "reads": 20, "max_sm_mhz": 1980.0,
+                       "power_limit_w": 700.0}
+        if mhz is not None:
+            t["clocks"]["sm_mhz"] = {"min": mhz - 5, "median": mhz, "max": mhz + 5}
+    return ResultRow.model_validate({**row.model_dump(), "timing": t})
