@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 
@@ -101,6 +102,16 @@ TORCH_DTYPES: dict[str, torch.dtype] = {
     "fp8_e4m3": torch.float8_e4m3fn,
     "fp8_e5m2": torch.float8_e5m2,
 }
+FP8_DTYPES: frozenset[torch.dtype] = frozenset({torch.float8_e4m3fn, torch.float8_e5m2})
+
+
+def index_kv(t: torch.Tensor, *index: Any) -> torch.Tensor:
+    """``t[index]`` (advanced indexing, e.g. a paged cache read through block/offset tensors) for
+    any dtype: fp8 goes through its bytes, since torch 2.5-2.9 have no CPU index kernel for fp8
+    ("index_cpu" not implemented for 'Float8_e4m3fn'); a byte copy is bit-exact."""
+    if t.dtype in FP8_DTYPES:
+        return t.view(torch.uint8)[index].view(t.dtype)
+    return t[index]
 
 
 @dataclass

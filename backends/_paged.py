@@ -13,9 +13,11 @@ from attn_contract import (
     MLA_EXPANDED,
     AttentionConfig,
     AttentionMetadataBuilder,
+    FP8_DTYPES,
     CommonAttentionMetadata,
     HeadSizes,
     LayerParams,
+    index_kv,
 )
 
 # What the torch backends that run MLA add to their capabilities (both forms, any value head).
@@ -74,12 +76,12 @@ def gather_request_kv(
     t = torch.arange(seq_len, device=kv_cache.device)
     blocks = block_table_row[t // block_size].long()
     offsets = t % block_size
-    return kv_cache[blocks, 0, offsets], kv_cache[blocks, 1, offsets]
+    return index_kv(kv_cache, blocks, 0, offsets), index_kv(kv_cache, blocks, 1, offsets)
 
 
 def dequantize(k: torch.Tensor, v: torch.Tensor, layer: LayerParams, out_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """fp8 cache entries back to real values (stored * scale); other dtypes just cast."""
-    if k.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+    if k.dtype in FP8_DTYPES:
         return (k.float() * layer.k_scale).to(out_dtype), (v.float() * layer.v_scale).to(out_dtype)
     return k.to(out_dtype), v.to(out_dtype)
 
@@ -193,13 +195,14 @@ def gather_kv(kv_cache: torch.Tensor, key: torch.Tensor, value: torch.Tensor, pc
     kv_lora_rank values (values; a view of the keys), one KV head; MLA expanded: the packed
     key/value rows (attn_contract/mla.py)."""
     if cfg.attention_kind == MLA_ABSORBED:
-        lat = kv_cache[pc.blocks, pc.offsets]  # [b, smax, L + R]
+        lat = index_kv(kv_cache, pc.blocks, pc.offsets)  # [b, smax, L + R]
         lat, _ = dequantize(lat, lat, layer, out_dtype)
         lat = lat.unsqueeze(2)
         return lat, lat[..., : cfg.mla.kv_lora_rank]
     if cfg.attention_kind == MLA_EXPANDED:
         return key[pc.kv_tok].to(out_dtype), value[pc.kv_tok].to(out_dtype)
-    return dequantize(kv_cache[pc.blocks, 0, pc.offsets], kv_cache[pc.blocks, 1, pc.offsets], layer, out_dtype)
+    return dequantize(index_kv(kv_cache, pc.blocks, 0, pc.offsets), index_kv(kv_cache, pc.blocks, 1, pc.offsets),
+                      layer, out_dtype)
 
 
 def scatter_rows(out: torch.Tensor, o: torch.Tensor, pc: PaddedChunk, md: HostLoopMetadata) -> None:

@@ -43,6 +43,7 @@ from attn_contract import (
     CudaGraphSupport,
     HeadSizes,
     LayerParams,
+    index_kv,
 )
 from attn_contract.engines import EngineName
 from backends._paged import HostLoopMetadata, HostLoopMetadataBuilder, Segment, dequantize, plan_chunks
@@ -310,8 +311,8 @@ class FlexImpl(AttentionImpl[FlexMetadata]):
             if call.kv_tok is not None:  # MLA expanded: 192-wide keys, 128-wide values
                 k, v = key[call.kv_tok].to(dtype), value[call.kv_tok].to(dtype)
             else:
-                k, v = dequantize(kv_cache[call.blocks, 0, call.offsets], kv_cache[call.blocks, 1, call.offsets],
-                                  layer, dtype)
+                k, v = dequantize(index_kv(kv_cache, call.blocks, 0, call.offsets),
+                                  index_kv(kv_cache, call.blocks, 1, call.offsets), layer, dtype)
             q = query[call.q_src].to(dtype).transpose(0, 1).unsqueeze(0)  # [1, Hq, q_pad, D]
             k, v = k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0)  # [1, Hk, kv_pad, D]
             kwargs: dict[str, Any] = dict(

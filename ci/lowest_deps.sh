@@ -5,8 +5,7 @@
 # test files (records, spec, the floors' own reasons). A floor that no longer works fails here instead of at a user's import.
 # torch's floor comes from PyPI (the CUDA wheel; it runs CPU-only) with the machine's pip config
 # bypassed for that one install, so a cap in CI's own pip constraints cannot block the floor:
-# torch 2.10 with its CUDA libraries is 7.2 GB installed, 1 min 45 s of the job's 3 min on a
-# 2-core box (docs/ci.md).
+# torch 2.5 with its CUDA libraries is about 5 GB installed, most of the job's time (docs/ci.md).
 # LOWEST_TORCH=skip keeps the torch CI installs instead (from local disk, no download);
 # TORCH_INDEX=https://download.pytorch.org/whl/cpu takes the floor from an index with CPU builds
 # (no CUDA libraries) where one is reachable.
@@ -55,8 +54,8 @@ OUT=$(mktemp -d)
 "$H" --version
 "$H" validate ci/smoke.yaml
 "$H" run ci/smoke.yaml --device cpu --no-time --out "$OUT/run" > /dev/null
-# Statuses against the committed baseline: a cell that errors under a floor (torch 2.9 on the
-# CPU: "index_cpu" not implemented for fp8) fails the job, not only a crash.
+# Statuses against the committed baseline: a cell that errors under a floor (torch 2.4 on the
+# CPU: "index_put" not implemented for fp8) fails the job, not only a crash.
 "$H" gate --correctness-only --results "$OUT/run" > "$OUT/gate.md" || { cat "$OUT/gate.md"; exit 1; }
 "$H" report "$OUT/run" -o "$OUT/report.html" > /dev/null
 "$PY" -m pytest -q -n 2 -p no:cacheprovider tests/records/test_results_rows.py tests/spec/test_spec.py \

@@ -19,6 +19,7 @@ from attn_contract import (
     Capabilities,
     CommonAttentionMetadata,
     group_layout,
+    index_kv,
     merge_attn_states,
 )
 from backends.cascade.base import CascadeBackend, CascadeImpl, shifted_block_table
@@ -96,8 +97,8 @@ class TorchCascadeImpl(CascadeImpl[TorchCascadeMetadata]):
         p_lse = torch.full((t, hq), float("-inf"), dtype=compute, device=query.device)
         for grp in md.groups:
             # One read of the shared prefix for all of the group's queries.
-            k = kv_cache[grp.blocks, 0].flatten(0, 1)  # [P, Hk, D]
-            v = kv_cache[grp.blocks, 1].flatten(0, 1)
+            k = index_kv(kv_cache, grp.blocks, 0).flatten(0, 1)  # [P, Hk, D]
+            v = index_kv(kv_cache, grp.blocks, 1).flatten(0, 1)
             k, v = dequantize(k, v, self.layer, compute)
             rows = max(1, _MAX_SCORE_ELEMS // max(1, hq * grp.prefix_len))
             for lo in range(0, grp.token_index.numel(), rows):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from typing import Any
 
 from harness.records.formats import ROW_SCHEMA_VERSION, RUN_SCHEMA_VERSION
@@ -30,24 +31,60 @@ def run_schema() -> dict[str, Any]:
     return s
 
 
-_WORDS = frozenset({"description", "title", "$comment"})
+def _type_text(tp: Any, seen: tuple[type, ...]) -> str:
+    """A type annotation as text: nested models inlined as their fields, enums and literals as
+    their values (what a file holds), other classes by name."""
+    import enum
+    import types
+    import typing
+
+    from pydantic import BaseModel
+
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is typing.Literal:
+        return f"Literal[{', '.join(map(repr, args))}]"
+    if origin is typing.Annotated:
+        return f"Annotated[{_type_text(args[0], seen)}, {', '.join(map(repr, args[1:]))}]"
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join(_type_text(a, seen) for a in args)
+    if origin is not None:
+        return f"{getattr(origin, '__name__', repr(origin))}[{', '.join(_type_text(a, seen) for a in args)}]"
+    if tp is type(None):
+        return "None"
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return tp.__name__ if tp in seen else json.dumps(_fields(tp, seen), sort_keys=True)
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return f"Enum[{', '.join(repr(m.value) for m in tp)}]"
+    return getattr(tp, "__name__", repr(tp))
 
 
-def _shape(node: Any) -> Any:
-    if isinstance(node, dict):
-        return {k: _shape(v) for k, v in node.items() if k not in _WORDS or not isinstance(v, str)}
-    if isinstance(node, list):
-        return [_shape(v) for v in node]
-    return node
+def _fields(model: type[Any], seen: tuple[type, ...] = ()) -> dict[str, Any]:
+    """Each field of a pydantic model: its type as text, default and constraints (no docstrings)."""
+    from pydantic_core import PydanticUndefined
+
+    seen = (*seen, model)
+    out: dict[str, Any] = {"_extra": repr(model.model_config.get("extra"))}  # no field name starts with _
+    for name, f in model.model_fields.items():
+        if f.default_factory is not None:
+            default = f"factory {getattr(f.default_factory, '__name__', repr(f.default_factory))}"
+        else:
+            default = "required" if f.default is PydanticUndefined else repr(f.default)
+        # A serializer's repr holds its function's address: the address changes from run to run.
+        meta = [re.sub(r" at 0x[0-9a-f]+", "", repr(m)) for m in f.metadata]
+        out[name] = [_type_text(f.annotation, seen), default, meta,
+                     f.alias, repr(f.discriminator), f.exclude]
+    return out
 
 
-def fingerprint(schema: dict[str, Any]) -> str:
-    """A short hash of a JSON Schema's shape (fields, types, defaults, required), its words left
-    out: a docstring may change freely, a field may not without a schema_version bump
-    (harness/records/migrate.py; tests/records/schema_fingerprints.json keeps one per version)."""
+def fingerprint(model: type[Any]) -> str:
+    """A short hash of a record model's fields (name, type as text, default, constraints; nested
+    models recursively), its words left out: a docstring may change freely, a field may not without
+    a schema_version bump (harness/records/migrate.py; tests/records/schema_fingerprints.json keeps
+    one per version). Taken from the fields, not from the JSON Schema, which pydantic renders
+    differently from one release to the next (2.8 and 2.13 do)."""
     import hashlib
 
-    return hashlib.sha256(json.dumps(_shape(schema), sort_keys=True).encode()).hexdigest()[:16]
+    return hashlib.sha256(json.dumps(_fields(model), sort_keys=True).encode()).hexdigest()[:16]
 
 
 _LIST_KEYS = ("batch", "values", "tags", "sizes")  # lists by type, not sweep axes (harness/spec/expand.py)

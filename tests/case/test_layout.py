@@ -35,7 +35,8 @@ def test_layout_is_exactly_the_generated_batch(kw):
     assert lay.logical_kv_bytes == sum(k.numel() * k.element_size() + v.numel() * v.element_size()
                                        for k, v in zip(b.k_logical, b.v_logical))
     assert b.layout is not None and b.layout == lay  # generate computes nothing the layout has
-    assert generate(c, layout=lay).kv_cache.equal(b.kv_cache)
+    again = generate(c, layout=lay).kv_cache
+    assert again.view(torch.uint8).equal(b.kv_cache.view(torch.uint8))  # bytes: fp8 has no CPU equal before torch 2.10
 
 
 def test_one_dtype_table_gives_every_element_size():

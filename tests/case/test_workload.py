@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 
+from attn_contract import index_kv
 from harness.spec import CaseSpec
 from harness.case.workload import draw_lengths, generate, sample_lengths
 
@@ -44,8 +45,8 @@ def test_every_logical_token_has_one_slot_holding_its_kv(kv_cache_dtype):
         assert not seen & set(slots), "block tables alias without a shared prefix"
         seen |= set(slots)
         s = torch.tensor(slots)
-        k = b.kv_cache[s // bs, 0, s % bs]
-        v = b.kv_cache[s // bs, 1, s % bs]
+        k = index_kv(b.kv_cache, s // bs, 0, s % bs)
+        v = index_kv(b.kv_cache, s // bs, 1, s % bs)
         assert torch.equal(k.view(torch.uint8), b.k_logical[i].view(torch.uint8))
         assert torch.equal(v.view(torch.uint8), b.v_logical[i].view(torch.uint8))
 

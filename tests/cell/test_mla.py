@@ -55,6 +55,10 @@ def test_torch_backends_pass_every_cpu_cell(rows_by_backend, backend):
 
 def test_flex_runs_the_expanded_form_and_says_why_not_the_absorbed(rows_by_backend):
     rows = rows_by_backend["flex-attention"]
+    here = resolve("flex-attention").availability()
+    if not here.available:  # torch before flex_attention's AuxRequest: every cell says so, none errors
+        assert rows and all(r.status == "skipped" and "unavailable" in r.reason and "AuxRequest" in r.reason for r in rows)
+        pytest.skip(here.reason)
     by_kind = {k: [r for r in rows if r.config.attention_kind == k] for k in (MLA_ABSORBED, MLA_EXPANDED)}
     assert by_kind[MLA_EXPANDED] and all(r.status == "pass" for r in by_kind[MLA_EXPANDED])
     assert all(r.status == "unsupported" and "attention kind mla_absorbed not supported" in r.reason

@@ -14,7 +14,7 @@ from dataclasses import replace
 
 import torch
 
-from attn_contract import AlibiLse, SplitKV, merge_attn_states
+from attn_contract import AlibiLse, SplitKV, index_kv, merge_attn_states
 from backends._paged import TORCH_MATH_CALL, HostLoopMetadata, dequantize
 from backends.cascade.torch_cascade import TorchCascadeBackend, TorchCascadeImpl
 from backends.torch_math import MathImpl, TorchMathBackend
@@ -59,7 +59,7 @@ class _MaskedMathImpl(MathImpl):
             q_len = hi - lo
             t = torch.arange(s)
             blocks = md.block_table[r, t // md.block_size].long()
-            k, v = dequantize(kv_cache[blocks, 0, t % md.block_size], kv_cache[blocks, 1, t % md.block_size],
+            k, v = dequantize(index_kv(kv_cache, blocks, 0, t % md.block_size), index_kv(kv_cache, blocks, 1, t % md.block_size),
                               layer, torch.float32)
             k = k.repeat_interleave(g, 1).transpose(0, 1)
             v = v.repeat_interleave(g, 1).transpose(0, 1)
@@ -190,7 +190,7 @@ class _WrongKVTokensImpl(MathImpl):
             src = torch.arange(2, 10)
             blk, off = metadata.block_table[r, t // bs].long(), t % bs
             sblk, soff = metadata.block_table[r, src // bs].long(), src % bs
-            cache[blk, :, off] = kv_cache[sblk, :, soff]
+            cache[blk, :, off] = index_kv(kv_cache, sblk, slice(None), soff)
         return super().forward(query, key, value, cache, metadata, out, lse_out)
 
 

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import torch
 
-from attn_contract import AttentionBackend, AttentionImpl, AttentionMetadataBuilder, CommonAttentionMetadata
+from attn_contract import AttentionBackend, AttentionImpl, AttentionMetadataBuilder, CommonAttentionMetadata, index_kv
 
 
 _MOD = "mutants.gpu"  # the import name, also when run as a script (``python tests/mutants/gpu.py``)
@@ -170,7 +170,7 @@ class WrongKVTokens(Bug):
             src = torch.arange(2, 10, device=kv_cache.device)
             blk, off = common.block_table[r, t // bs].long(), t % bs
             sblk, soff = common.block_table[r, src // bs].long(), src % bs
-            cache[blk, :, off] = kv_cache[sblk, :, soff]
+            cache[blk, :, off] = index_kv(kv_cache, sblk, slice(None), soff)
         fwd(query, key, value, cache, out, lse_out)
 
 

@@ -36,16 +36,29 @@ def test_pydantic_floor_imports_the_records():
 
 
 def test_torch_floor_gathers_an_fp8_kv_cache_on_the_cpu():
-    # torch 2.5.0-2.9.1 raise "index_cpu" not implemented for 'Float8_e4m3fn' in backends/_paged.py's
-    # gather (every fp8-kv cell errors on the CPU); 2.10.0 is the lowest release the lowest-versions job
-    # and tests/spec, case, cell and records ran green with.
+    # torch 2.5-2.9 have no CPU index kernel for fp8 ("index_cpu" not implemented for 'Float8_e4m3fn'):
+    # the torch backends and the harness read fp8 caches through their bytes (attn_contract.index_kv).
+    # 2.5.0 is the lowest release the lowest-versions job and tests/spec, case, cell and records ran
+    # green with; 2.4.1 raises "index_put" not implemented for 'Float8_e4m3fn' filling the cache
+    # (harness/case/workload.py), so every fp8-KV cell errors.
     (req,) = [Requirement(d) for d in PROJECT["dependencies"] if Requirement(d).name == "torch"]
-    assert not req.specifier.contains("2.9.1") and req.specifier.contains("2.10.0")
+    assert not req.specifier.contains("2.4.1") and req.specifier.contains("2.5.0")
     import torch  # the torch under test (the floor itself in the lowest-versions job) does what the floor is for
 
+    from attn_contract import index_kv
+    from backends._paged import gather_request_kv
+
     for dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
-        cache = torch.arange(8, dtype=torch.float32).reshape(4, 2).to(dtype)
-        assert cache[torch.tensor([3, 1])].float().tolist() == [[6.0, 7.0], [2.0, 3.0]]
+        # (num_blocks, 2, block_size, Hk, D) in HND memory order (a strided view), 3 blocks of 2
+        real = torch.linspace(-3, 3, 3 * 2 * 2 * 1 * 4).reshape(3, 2, 1, 2, 4)
+        cache = real.to(dtype).transpose(2, 3)
+        k, v = gather_request_kv(cache, torch.tensor([2, 0], dtype=torch.int32), 3, 2)  # blocks 2, 0; 3 tokens
+        assert k.dtype == dtype and k.shape == (3, 1, 4)
+        want_k = torch.stack([cache[2, 0, 0], cache[2, 0, 1], cache[0, 0, 0]])  # plain indexing: every torch
+        want_v = torch.stack([cache[2, 1, 0], cache[2, 1, 1], cache[0, 1, 0]])
+        assert k.view(torch.uint8).tolist() == want_k.view(torch.uint8).tolist()  # bit-exact
+        assert v.float().tolist() == want_v.float().tolist()
+        assert index_kv(cache, torch.tensor([1]), 0).float().tolist() == [cache[1, 0].float().tolist()]
 
 
 def test_fa4_extra_is_capped_at_the_tested_release():

@@ -8,14 +8,16 @@ walking all of it, not a sample, is the point. It takes about 3 s on the 2-core 
 import gzip
 import json
 from pathlib import Path
+from typing import Any, Literal
 
 import pytest
+from pydantic import BaseModel, ConfigDict, create_model
 
 from harness.cli import main
 from harness.records.formats import ROW_SCHEMA_VERSION, RUN_SCHEMA_VERSION
 from harness.records.migrate import ROW_RETIRED, Migration
 from harness.records.load import load_run
-from harness.records.results import read_header, read_rows
+from harness.records.results import ResultRow, RunHeader, read_header, read_rows
 from harness.records.schema import fingerprint, row_schema, run_schema
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,8 +86,8 @@ def test_a_version_no_build_wrote_is_refused(tmp_path, version, says):
 
 def test_a_schema_change_bumps_the_version():
     recorded = json.loads(FINGERPRINTS.read_text())
-    for what, schema, version in (("row", row_schema(), ROW_SCHEMA_VERSION), ("run", run_schema(), RUN_SCHEMA_VERSION)):
-        now = fingerprint(schema)
+    for what, model, version in (("row", ResultRow, ROW_SCHEMA_VERSION), ("run", RunHeader, RUN_SCHEMA_VERSION)):
+        now = fingerprint(model)
         was = recorded[what].get(str(version))
         assert was == now, (
             f"the {what} schema changed (fingerprint {now}, recorded {was} for version {version}): bump "
@@ -95,14 +97,52 @@ def test_a_schema_change_bumps_the_version():
         assert list(recorded[what]) == sorted(recorded[what], key=int)
 
 
+class _Inner(BaseModel):
+    a: int = 0
+    """a docstring"""
+
+
+class _Outer(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    x: float | None = None
+    inner: _Inner | None = None
+    items: list[_Inner] = []
+    status: Literal["pass", "error"] = "pass"
+
+
+def _variant(**fields: Any) -> type[BaseModel]:
+    """_Outer with fields replaced (name -> (type, default)) or dropped (name -> None)."""
+    kept = {n: (f.annotation, f.default) for n, f in _Outer.model_fields.items() if fields.get(n, 1) is not None}
+    kept.update({n: f for n, f in fields.items() if f is not None})
+    return create_model("_Outer", __config__=ConfigDict(extra="forbid"), **kept)
+
+
 def test_a_fingerprint_ignores_words_but_not_fields():
-    s = row_schema()
-    worded = json.loads(json.dumps(s))
-    worded["description"] = "anything"
-    assert fingerprint(worded) == fingerprint(s)
-    changed = json.loads(json.dumps(s))
-    changed["properties"]["extra"] = {"type": "integer"}
-    assert fingerprint(changed) != fingerprint(s)
+    base = fingerprint(_Outer)
+    assert fingerprint(_variant()) == base  # the same fields, built another way
+
+    class Worded(BaseModel):  # the same field under another class name and docstring
+        a: int = 0
+        """other words"""
+
+    assert fingerprint(_variant(inner=(Worded | None, None))) == base
+    changed = {
+        "added": _variant(extra=(int, 0)),
+        "renamed": _variant(x=None, y=(float | None, None)),
+        "retyped": _variant(x=(int | None, None)),
+        "default": _variant(x=(float | None, 1.0)),
+        "nested retyped": _variant(inner=(create_model("_Inner", a=(str, "")) | None, None)),
+        "nested added": _variant(items=(list[create_model("_Inner", a=(int, 0), b=(int, 0))], [])),
+        "literal": _variant(status=(Literal["pass", "error", "timeout"], "pass")),
+        "extra allowed": create_model("_Outer", __config__=ConfigDict(extra="allow"),
+                                      **{n: (f.annotation, f.default) for n, f in _Outer.model_fields.items()}),
+    }
+    prints = {what: fingerprint(m) for what, m in changed.items()}
+    assert base not in prints.values() and len(set(prints.values())) == len(prints), prints
+    # The real models: one more field on a row or a run header changes its fingerprint.
+    for model in (ResultRow, RunHeader):
+        grown = create_model(model.__name__, __base__=model, added=(int, 0))
+        assert fingerprint(grown) != fingerprint(model)
 
 
 def test_report_and_export_read_a_run_with_a_retired_field(tmp_path, capsys):

@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from attn_contract import index_kv
 from harness.case.workload import Batch
 
 
@@ -73,8 +74,9 @@ def _slice_heads(batch: Batch, q_heads: list[int], kv_heads: list[int]) -> Batch
     ki = torch.tensor(kv_heads, device=batch.device)
     cfg = replace(batch.config, num_heads=len(q_heads), num_kv_heads=len(kv_heads))
     return replace(batch, config=cfg, query=batch.query[:, qi], key=batch.key[:, ki], value=batch.value[:, ki],
-                   k_logical=[k[:, ki] for k in batch.k_logical], v_logical=[v[:, ki] for v in batch.v_logical],
-                   kv_cache=batch.kv_cache[:, :, :, ki].contiguous())
+                   k_logical=[index_kv(k, slice(None), ki) for k in batch.k_logical],
+                   v_logical=[index_kv(v, slice(None), ki) for v in batch.v_logical],
+                   kv_cache=index_kv(batch.kv_cache, slice(None), slice(None), slice(None), ki).contiguous())
 
 
 def tp_batch(batch: Batch, tp_size: int, tp_rank: int) -> Batch:
@@ -109,7 +111,7 @@ def rank_batch(batch: Batch, degree: int, rank: int, sharding: str) -> RankBatch
             src_off = (p % bs).to(dev)
             loc = torch.arange(len(p), device=dev)
             dst_blk = torch.tensor(row, device=dev, dtype=torch.long)[loc // bs]
-            cache[dst_blk, :, loc % bs] = src_cache[src_blk, :, src_off]
+            cache[dst_blk, :, loc % bs] = index_kv(src_cache, src_blk, slice(None), src_off)
     width = max(1, max(nblk, default=1))
     sub_rows, sub_req, sub_len = [], [], []
     empty_rows = 0
@@ -138,8 +140,8 @@ def rank_batch(batch: Batch, degree: int, rank: int, sharding: str) -> RankBatch
     table = table.to(dev)
     # The "new" token of each single-query request is the last key of its prefix.
     last = torch.tensor([int(shards[i][c - 1]) for i, c in zip(sub_req, sub_len)])
-    k_log = [batch.k_logical[i][shards[i][:c].to(dev)] for i, c in zip(sub_req, sub_len)]
-    v_log = [batch.v_logical[i][shards[i][:c].to(dev)] for i, c in zip(sub_req, sub_len)]
+    k_log = [index_kv(batch.k_logical[i], shards[i][:c].to(dev)) for i, c in zip(sub_req, sub_len)]
+    v_log = [index_kv(batch.v_logical[i], shards[i][:c].to(dev)) for i, c in zip(sub_req, sub_len)]
     key = torch.stack([batch.k_logical[i][int(a)] for i, a in zip(sub_req, last)]).float()
     value = torch.stack([batch.v_logical[i][int(a)] for i, a in zip(sub_req, last)]).float()
     if cfg.is_fp8_kv:
