@@ -56,6 +56,14 @@ def check() -> None:
         _raise_for(signum)
 
 
+def pending() -> int | None:
+    """The signal that arrived and was not handled yet, or None. An exception other than
+    KeyboardInterrupt raised after one (an import the interrupt cut short fails on its retry:
+    numpy's "cannot load module more than once per process" under torch's import) is the
+    interrupt's consequence, not an error of the command."""
+    return _received
+
+
 def handled() -> None:
     """The command caught the interrupt and is about to return its exit code."""
     global _received, _handled

@@ -138,6 +138,10 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         raise
     except Exception as e:  # a SpecError, UsageError or unwritable output path; the suite models load only if something was raised
+        signum = interrupts.pending()
+        if signum is not None:  # an error the interrupt caused (an import it cut short): the interrupt's exit
+            interrupts.handled()
+            return _interrupted(args, argv, terminated=signum == signal.SIGTERM)
         if not is_bad_input(e):
             raise
         return print_error(e)

@@ -238,3 +238,29 @@ def test_repair_torn_tail(tmp_path):
     p.write_bytes(b'{"only": "torn')
     assert repair_torn_tail(p) == 14 and p.read_bytes() == b""
     assert repair_torn_tail(tmp_path / "missing.jsonl") == 0
+
+
+def test_an_error_an_interrupt_caused_exits_130_without_traceback(monkeypatch, tmp_path, capsys):
+    """Ctrl-C inside an import turns into another error on its retry (the CI box, 1.5 s into
+    `harness run`: numpy's "cannot load module more than once per process" under torch's import,
+    a traceback and exit 1): after an interrupt arrived, any error is the interrupt's, exit 130."""
+    import signal
+
+    from harness.cli.commands import validate
+
+    def interrupted_import(args):
+        try:
+            signal.raise_signal(signal.SIGINT)  # the handler harness.cli.main installed raises here
+        except KeyboardInterrupt:
+            raise ImportError("cannot load module more than once per process") from None
+
+    monkeypatch.setattr(validate, "run", interrupted_import)
+    suite = tmp_path / "s.yaml"
+    suite.write_text("suite: s\ncases: []\n")
+    assert main(["validate", str(suite)]) == 130
+    err = capsys.readouterr().err
+    assert "interrupted before the run started" in err and "Traceback" not in err
+    # without an interrupt the same error is not hidden
+    monkeypatch.setattr(validate, "run", lambda args: (_ for _ in ()).throw(ImportError("real")))
+    with pytest.raises(ImportError, match="real"):
+        main(["validate", str(suite)])
