@@ -33,7 +33,11 @@ LN2 = math.log(2.0)  # FlashInfer LSE is base 2: lse_e = lse_2 * ln 2
 CUDA_CORE_DECODE_GROUPS = frozenset({1, 2, 3, 4, 6, 8})
 VERIFIED_PAGE_SIZES = (1, 16, 32, 64, 128, 256, 512)  # decode, reports/h200/library-probe.txt
 DEFAULT_VARIANT: dict[str, Any] = {"decode_tensor_cores": True, "prefill_backend": "auto", "call_form": "vllm",
-                                   "decode_backend": "wrapper"}
+                                   "decode_backend": "wrapper", "verify_wrapper": "prefill"}
+# verify_wrapper: what runs a speculative-decode verify batch (every request q > 1 tokens over a
+# cached context). prefill: the paged prefill wrapper, as vLLM does. decode: the tensor-core decode
+# wrapper planned with q_len_per_req=q (flashinfer#3871, in 0.6.18), a uniform verify batch only.
+VERIFY_WRAPPERS = ("prefill", "decode")
 # call_form vllm: vLLM's FlashInferImpl (decode-first batch: decodes through the decode wrapper,
 # the rest through the paged prefill wrapper, each run() with out=). fastest: a batch that mixes
 # decodes with prefills goes through the paged prefill wrapper in ONE planned run() (one launch;
@@ -63,6 +67,30 @@ FA3_FP8_REASON = (
 
 
 # ---------------------------------------------------------------- host-side pure functions
+def verify_batch_reason(query_lens: torch.Tensor, seq_lens: torch.Tensor) -> str | None:
+    """Why the decode wrapper's ``q_len_per_req`` cannot take this batch (None if it can). Its
+    plan() takes one query length for every request (``q_len_per_req`` > 1 only with tensor
+    cores on fa2) and each request's KV (``seq_lens``: cached context plus the new tokens) must
+    be at least that long (flashinfer 0.6.18 decode.py, flashinfer#3871); a request without
+    cached context is a prefill, which this variant leaves to no one."""
+    qs = sorted({int(q) for q in query_lens.tolist()})
+    if not qs:
+        return "verify_wrapper=decode: empty batch"
+    if qs[0] == 1:
+        return ("verify_wrapper=decode: the batch holds single-token decodes (q = 1); the decode wrapper's "
+                "q_len_per_req takes one query length > 1 for every request (a uniform verify batch)")
+    if len(qs) > 1:
+        return (f"verify_wrapper=decode: query lengths {qs} differ; the decode wrapper's q_len_per_req takes "
+                "one length for every request (a uniform verify batch)")
+    context = seq_lens - query_lens
+    if bool((context <= 0).any()):
+        return ("verify_wrapper=decode: a request has no cached context (a prefill); the decode wrapper "
+                "takes verify batches only (each request's drafts over its cached context)")
+    if bool((seq_lens < qs[0]).any()):
+        return f"verify_wrapper=decode: every request needs kv_len >= q_len_per_req = {qs[0]} (flashinfer decode.py)"
+    return None
+
+
 def float_workspace_bound(num_qo_heads: int, num_kv_heads: int, head_dim: int, num_sms: int,
                           blocks_per_sm: int = 2, cta_tile_q: int = 128) -> int:
     """Upper bound of the float workspace FlashInfer 0.6's split-KV plans allocate.

@@ -37,7 +37,9 @@ from backends.flashinfer._host import (
     SINKS_REASON,
     UNATTRIBUTED_SCRATCH_BYTES,
     VERIFIED_PAGE_SIZES,
+    VERIFY_WRAPPERS,
     hardware_reason,
+    verify_batch_reason,
     workspace_size,
 )
 from backends.flashinfer.builder import FlashInferMetadataBuilder
@@ -47,17 +49,48 @@ from backends.flashinfer.impl import FlashInferImpl
 from backends.flashinfer.standalone import standalone_source
 
 
+VERIFY_CUDAGRAPH_SOURCE = (
+    "the harness's own level for FlashInfer 0.6.18's BatchDecodeWithPagedKVCacheWrapper(use_tensor_cores=True, "
+    "backend='fa2', use_cuda_graph=True) planned with q_len_per_req (flashinfer#3871: graph-safe on the fa2 path, "
+    "one wrapper per batch size and q); not vLLM's FlashInfer backend, which verifies through the prefill wrapper "
+    "and declares UNIFORM_SINGLE_TOKEN_DECODE on Hopper"
+)
+
+
+def verify_variant_reason(config: AttentionConfig, v: dict[str, Any]) -> str | None:
+    """Why verify_wrapper=decode cannot take this layer (None if it can, or for the other value).
+    The layer rules of the tensor-core decode (dtypes, fp8, window, soft-cap) are the ones
+    check_support applies to the decode wrapper already; these are what q_len_per_req adds."""
+    value = v.get("verify_wrapper", "prefill")
+    if value not in VERIFY_WRAPPERS:
+        return f"unknown verify_wrapper {value!r}; expected one of {', '.join(VERIFY_WRAPPERS)}"
+    if value != "decode":
+        return None
+    if v.get("decode_backend") != "wrapper":
+        return (f"verify_wrapper=decode runs BatchDecodeWithPagedKVCacheWrapper; decode_backend="
+                f"{v.get('decode_backend')} is another decode family")
+    if not v.get("decode_tensor_cores"):
+        return ("verify_wrapper=decode: q_len_per_req > 1 needs use_tensor_cores=True (flashinfer decode.py); "
+                "the CUDA-core decode kernel takes one query token per request")
+    if not config.causal:
+        return ("verify_wrapper=decode: the decode wrapper's q_len_per_req block is causal within each request "
+                "(flashinfer decode.py); a non-causal layer is not one it can take")
+    return None
+
+
 class FlashInferBackend(AttentionBackend):
     name = "flashinfer"
     tested_versions = {"flashinfer-python": ">=0.6.18,<0.7"}  # measured: 0.6.18.post1
     library_modules = ("flashinfer",)
     # vLLM (v0.25.1) decodes through the wrapper with tensor cores and lets FlashInfer pick its
-    # prefill: other values have no switch there.
+    # prefill: other values have no switch there. Both engines verify drafts through the prefill
+    # wrapper (verify_wrapper=decode is no engine's call yet).
     engine_names = {
         "vllm": EngineName("FLASHINFER", runs={"decode_tensor_cores": True, "prefill_backend": "auto",
-                                               "decode_backend": "wrapper"},
+                                               "decode_backend": "wrapper", "verify_wrapper": "prefill"},
                            aliases=("flashinfer",)),
-        "sglang": EngineName("flashinfer", runs={"prefill_backend": "auto", "decode_backend": "wrapper"},
+        "sglang": EngineName("flashinfer", runs={"prefill_backend": "auto", "decode_backend": "wrapper",
+                                                 "verify_wrapper": "prefill"},
                              caveat="SGLang picks FlashInfer's tensor-core decode by its own GQA-group rule"),
     }
     description = "FlashInfer batch decode + paged/ragged prefill wrappers (plan/run), as vLLM v1 uses them"
@@ -66,14 +99,19 @@ class FlashInferBackend(AttentionBackend):
     # fa3 on Hopper for bf16/fp16 KV, fa2 for fp8 KV), so some rows repeat a kernel;
     # describe_call's decode_kernel / prefill_backend_resolved say which ran. The other kernel
     # families (families.py) are opt-in values: a suite or --variant filter naming the axis runs them.
+    # verify_wrapper=decode (the tensor-core decode wrapper with q_len_per_req, uniform verify
+    # batches only) is opt-in too (suites/spec_decode.yaml names it).
     variant_axes = {"decode_tensor_cores": (True, False), "prefill_backend": families.PREFILL_BACKENDS,
-                    "call_form": CALL_FORMS, "decode_backend": families.DECODE_BACKENDS}
-    opt_in_axes = frozenset({"prefill_backend", "decode_backend"})
+                    "call_form": CALL_FORMS, "decode_backend": families.DECODE_BACKENDS,
+                    "verify_wrapper": VERIFY_WRAPPERS}
+    opt_in_axes = frozenset({"prefill_backend", "decode_backend", "verify_wrapper"})
     # Decodes (query length 1, reorder_batch_threshold) go to the decode family (the wrapper's
     # kernel picked by decode_tensor_cores); the rest go to the prefill wrappers prefill_backend
     # picks. On a batch of one kind the other axes cannot change a thing: the planner runs one.
+    # verify_wrapper changes only requests of q > 1 over a cached context (segment kind extend).
     variant_axis_kinds = {"decode_tensor_cores": frozenset({"decode"}),
                           "decode_backend": frozenset({"decode"}),
+                          "verify_wrapper": frozenset({"extend"}),
                           "prefill_backend": frozenset({"prefill", "extend"}),
                           "call_form": frozenset({"decode", "prefill", "extend"})}
 
@@ -84,7 +122,7 @@ class FlashInferBackend(AttentionBackend):
     @classmethod
     def default_variants(cls) -> list[dict[str, Any]]:
         return [v for v in cls.variants() if v["decode_backend"] == "wrapper"
-                and v["prefill_backend"] in families.DEFAULT_PREFILL_BACKENDS]
+                and v["prefill_backend"] in families.DEFAULT_PREFILL_BACKENDS and v["verify_wrapper"] == "prefill"]
 
     @classmethod
     def applicable_axes(cls, segment_kinds: Any) -> tuple[str, ...]:
@@ -119,6 +157,7 @@ class FlashInferBackend(AttentionBackend):
         v = {**DEFAULT_VARIANT, **(variant or {})}
         wrapper = v["decode_backend"] == "wrapper"
         cudnn_prefill = v["prefill_backend"] == "cudnn"
+        verify = v["verify_wrapper"] == "decode"
         return Capabilities(
             dtypes=frozenset({"float16", "bfloat16"}),
             kv_cache_dtypes=frozenset({"auto", "fp8_e4m3", "fp8_e5m2", NVFP4}),  # nvfp4: see check_support
@@ -139,11 +178,12 @@ class FlashInferBackend(AttentionBackend):
             returns_lse=wrapper and not cudnn_prefill,
             lse_base=2,  # the library's own: decode run() has no natural-log option
             devices=frozenset({"cuda"}),
-            cudagraph=CudaGraphSupport.UNIFORM_SINGLE_TOKEN_DECODE,
-            cudagraph_source='vLLM v0.25.1 FlashInferMetadataBuilder.get_cudagraph_support: UNIFORM_SINGLE_TOKEN_DECODE without trtllm-gen (Hopper), UNIFORM_BATCH with it (Blackwell)',
+            cudagraph=CudaGraphSupport.UNIFORM_BATCH if verify else CudaGraphSupport.UNIFORM_SINGLE_TOKEN_DECODE,
+            cudagraph_source=VERIFY_CUDAGRAPH_SOURCE if verify else 'vLLM v0.25.1 FlashInferMetadataBuilder.get_cudagraph_support: UNIFORM_SINGLE_TOKEN_DECODE without trtllm-gen (Hopper), UNIFORM_BATCH with it (Blackwell)',
             reorder_batch_threshold=1,
-            # fixed_split_size is honoured by the tensor-core decode only (FlashInfer's plan doc).
-            split_kv=SplitKV("split_kv_pages", 0, 1) if wrapper and v["decode_tensor_cores"] else None,
+            # fixed_split_size is honoured by the tensor-core decode only (FlashInfer's plan doc);
+            # with q_len_per_req > 1 not declared until a GPU run has checked it.
+            split_kv=SplitKV("split_kv_pages", 0, 1) if wrapper and v["decode_tensor_cores"] and not verify else None,
             notes=(
                 "any page size >= 1; decode verified on H200 with pages " + ",".join(map(str, VERIFIED_PAGE_SIZES)),
                 "decode_tensor_cores=False (CUDA-core decode) needs GQA group in {1,2,3,4,6,8}",
@@ -152,6 +192,9 @@ class FlashInferBackend(AttentionBackend):
                 "ALiBi and sinks declared unsupported (see check_support reasons)",
                 NVFP4_NOTE,
                 *families.DECODE_FAMILY_NOTES,
+                "verify_wrapper=decode: uniform verify batches (every request the same q > 1 over a cached "
+                "context) through the tensor-core decode wrapper (fa2) with q_len_per_req=q, on a "
+                "use_cuda_graph=True wrapper per (batch size, q); unverified on a GPU",
                 "plan() JIT-compiles on first use; the builder warms up so build() times plan only",
             ),
         )
@@ -178,6 +221,9 @@ class FlashInferBackend(AttentionBackend):
                     f"{sorted(CUDA_CORE_DECODE_GROUPS)}, not {config.gqa_group}")
         if v["prefill_backend"] == "fa3" and config.is_fp8_kv:
             return FA3_FP8_REASON
+        reason = verify_variant_reason(config, v)
+        if reason:
+            return reason
         return (families.decode_family_reason(config, str(v["decode_backend"]))
                 or families.prefill_family_reason(config, str(v["prefill_backend"])))
 
@@ -185,6 +231,8 @@ class FlashInferBackend(AttentionBackend):
     def check_batch_support(cls, common: CommonAttentionMetadata, variant: dict[str, Any],
                             config: AttentionConfig | None = None) -> str | None:
         v = {**DEFAULT_VARIANT, **(variant or {})}
+        if v["verify_wrapper"] == "decode":
+            return verify_batch_reason(common.query_lens_cpu, common.seq_lens_cpu)
         if v["prefill_backend"] == "cutlass" and not bool((common.context_lens_cpu == 0).all()):
             return ("prefill_backend=cutlass: only the ragged prefill wrapper takes it (flashinfer 0.6.18), "
                     "which needs a batch without cached context")
@@ -237,6 +285,11 @@ class FlashInferBackend(AttentionBackend):
             return None
         if v["decode_backend"] != "wrapper" or v["prefill_backend"] == "cudnn":
             return None  # the reproducer covers the wrapper families only
+        if v["verify_wrapper"] == "decode":
+            # The template plans vLLM's call forms (decode wrapper for q = 1, prefill wrapper for the
+            # rest); the q_len_per_req decode plan is not in it, and a reproducer of a call never run
+            # on a GPU would only repeat the adapter's guesses.
+            return None
         return standalone_source(workspace_size(config) // MiB, bool(v["decode_tensor_cores"]),
                                  str(v["prefill_backend"]), str(v["call_form"]))
 

@@ -28,6 +28,7 @@ from backends.flashinfer._host import (
     plan_growing_workspace,
     segment_csr,
     uses_ragged_path,
+    verify_batch_reason,
     workspace_size,
 )
 from backends.flashinfer.decode_kernels import DecodeCall, make_decode_family
@@ -42,6 +43,7 @@ class FlashInferMetadata:
     num_prefill_tokens: int
     decode: Any | None = None  # planned BatchDecodeWithPagedKVCacheWrapper, or None without decodes
     decode_graph_wrapper: bool = False  # decode planned on a use_cuda_graph=True wrapper (a pure-decode batch)
+    decode_q_len_per_req: int = 1  # > 1: a uniform verify batch on the decode wrapper (verify_wrapper=decode)
     prefill: Any | None = None  # planned BatchPrefillWithPagedKVCacheWrapper
     ragged: Any | None = None  # planned BatchPrefillWithRaggedKVCacheWrapper (encoder style)
     plan_ms: dict[str, float] = field(default_factory=dict)
@@ -66,9 +68,10 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder[FlashInferMetadata]):
         variant = {**DEFAULT_VARIANT, **(variant or {})}
         super().__init__(config, variant, device)
         self.workspace_grows = 0
-        # Pure-decode batches: one use_cuda_graph=True decode wrapper per batch size, as vLLM keeps
-        # (batch size -> (wrapper, pages its index buffer holds)); _make_wrappers clears it.
-        self._graph_decode: dict[int, tuple[Any, int]] = {}
+        # Pure-decode batches: one use_cuda_graph=True decode wrapper per batch size, as vLLM keeps,
+        # and (verify_wrapper=decode) per (batch size, q), which such a wrapper freezes:
+        # (batch size, q) -> (wrapper, pages its index buffer holds); _make_wrappers clears it.
+        self._graph_decode: dict[tuple[int, int], tuple[Any, int]] = {}
         self.decode_family = make_decode_family(variant, config, device)
         self.prefill_family = make_prefill_family(variant, config, device)
         self._make_wrappers(workspace_size(config, device))
@@ -112,36 +115,46 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder[FlashInferMetadata]):
             o_data_type=cfg.torch_dtype,
         )
 
-    def _graph_decode_wrapper(self, batch: int, pages: int) -> Any:
+    def _graph_decode_wrapper(self, batch: int, pages: int, q_len_per_req: int = 1) -> Any:
         """The decode wrapper vLLM runs a pure-decode batch with (its full CUDA graph replays it):
         ``use_cuda_graph=True`` on index buffers of fixed size that ``plan()`` fills in place. The
         plain wrapper's ``plan()`` replaces its index buffers with new tensors, so a graph captured
         on one plan reads freed memory after the next (reports/h100/2026-12-06: 256/256 requests
         wrong on a replay with new metadata, and an illegal memory access). The index buffer holds
         ``pages`` (the block table's size: every page these requests can address), regrown (a new
-        wrapper) only when a plan needs more."""
+        wrapper) only when a plan needs more.
+
+        ``q_len_per_req`` > 1 (verify_wrapper=decode): a uniform verify batch, which flashinfer
+        0.6.18 takes on the tensor-core decode with backend fa2 only ("auto" may resolve to fa3 on
+        sm90, which rejects it) and freezes per graph wrapper with the batch size (flashinfer#3871)."""
         import flashinfer  # lazy: only a GPU run with the library reaches this
 
-        held = self._graph_decode.get(batch)
+        key = (batch, q_len_per_req)
+        held = self._graph_decode.get(key)
         if held is not None and held[1] >= pages:
             return held[0]
         dev = self.device
+        kw: dict[str, Any] = {"use_tensor_cores": bool(self.variant["decode_tensor_cores"])}
+        if q_len_per_req > 1:
+            kw = {"use_tensor_cores": True, "backend": "fa2"}
         wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
-            self.workspace, kv_layout=self.config.kv_layout, use_cuda_graph=True,
-            use_tensor_cores=bool(self.variant["decode_tensor_cores"]),
+            self.workspace, kv_layout=self.config.kv_layout, use_cuda_graph=True, **kw,
             paged_kv_indptr_buffer=torch.zeros(batch + 1, dtype=torch.int32, device=dev),
             paged_kv_indices_buffer=torch.zeros(pages, dtype=torch.int32, device=dev),
             paged_kv_last_page_len_buffer=torch.zeros(batch, dtype=torch.int32, device=dev),
         )
-        self._graph_decode[batch] = (wrapper, pages)
+        self._graph_decode[key] = (wrapper, pages)
         return wrapper
 
-    def _plan_decode(self, csr: PagedKVCSR, wrapper: Any = None) -> None:
+    def _plan_decode(self, csr: PagedKVCSR, wrapper: Any = None, q_len_per_req: int = 1) -> None:
         cfg = self.config
         # Variant ``split_kv_pages`` (the split-kv invariant): 0 = disable_split_kv, N = a fixed
         # split of N pages (fixed_split_size, tensor-core decode only); absent = the heuristic.
         split = self.variant.get("split_kv_pages")
-        kw = {} if split is None else {"disable_split_kv": True} if int(split) == 0 else {"fixed_split_size": int(split)}
+        kw: dict[str, Any] = ({} if split is None else {"disable_split_kv": True} if int(split) == 0
+                              else {"fixed_split_size": int(split)})
+        if q_len_per_req > 1:  # only then: a q = 1 plan stays the call vLLM makes
+            kw["q_len_per_req"] = q_len_per_req
         (wrapper or self.decode_wrapper).plan(
             csr.indptr, csr.indices, csr.last_page_len, cfg.num_heads, cfg.num_kv_heads, cfg.head_size,
             cfg.block_size, pos_encoding_mode="NONE", **self._common_plan_kwargs(), **kw,
@@ -172,7 +185,14 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder[FlashInferMetadata]):
         one = torch.tensor([0, 1], dtype=torch.int32)
         csr = PagedKVCSR(indptr=one, indices=torch.zeros(1, dtype=torch.int32, device=self.device),
                          last_page_len=torch.ones(1, dtype=torch.int32))
-        if self.decode_family is None:
+        if self.decode_family is None and self.variant["verify_wrapper"] == "decode":
+            # The fa2 tensor-core module the verify plan uses (not the decode wrapper's "auto"):
+            # one request of 2 tokens over two pages (kv_len = page + 1 >= q_len_per_req).
+            two = PagedKVCSR(indptr=torch.tensor([0, 2], dtype=torch.int32),
+                             indices=torch.zeros(2, dtype=torch.int32, device=self.device),
+                             last_page_len=torch.ones(1, dtype=torch.int32))
+            self._plan_decode(two, self._graph_decode_wrapper(1, 2, 2), 2)
+        elif self.decode_family is None:
             self._plan_decode(csr)
         if self.prefill_family is None:
             self._plan_prefill(one, csr, causal=self.config.causal)
@@ -213,6 +233,8 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder[FlashInferMetadata]):
             return md
 
         csr = paged_kv_csr(common.block_table, common.seq_lens_cpu, common.block_size)
+        if self.variant["verify_wrapper"] == "decode":
+            return self._build_verify(common, csr, md)
         nd = split.num_decodes
         if md.call_form == "fastest" and nd and split.num_prefills:
             nd = 0  # every request, decodes included, in the one prefill-wrapper call below
@@ -249,6 +271,25 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder[FlashInferMetadata]):
             md.plan_ms["prefill"] = (time.perf_counter() - t0) * 1e3
             md.prefill = self.prefill_wrapper
             md.prefill_backend = resolved_backend(self.prefill_wrapper)
+        return md
+
+    def _build_verify(self, common: CommonAttentionMetadata, csr: PagedKVCSR,
+                      md: FlashInferMetadata) -> FlashInferMetadata:
+        """verify_wrapper=decode: the whole uniform verify batch (every request q > 1 tokens) as
+        one decode-wrapper call with q_len_per_req=q, on the graph wrapper of (batch size, q)."""
+        reason = verify_batch_reason(common.query_lens_cpu, common.seq_lens_cpu)
+        if reason:  # check_batch_support turns such a batch away first
+            raise ValueError(reason)
+        n = common.num_reqs
+        q = int(common.query_lens_cpu[0])
+        t0 = time.perf_counter()
+        wrapper = self._graph_decode_wrapper(n, max(int(common.block_table.numel()), int(csr.indices.numel())), q)
+        self._plan_decode(csr, wrapper, q)
+        md.plan_ms["decode"] = (time.perf_counter() - t0) * 1e3
+        md.decode, md.decode_graph_wrapper, md.decode_q_len_per_req = wrapper, True, q
+        md.decode_kernel = f"tensor-core ({resolved_backend(wrapper)}), q_len_per_req={q}"
+        md.num_decodes, md.num_decode_tokens = n, common.num_actual_tokens
+        md.num_prefills, md.num_prefill_tokens = 0, 0
         return md
 
 

@@ -128,9 +128,18 @@ def library_reason(decode_backend: str, prefill_backend: str = "auto") -> str | 
 def family_variants(axes: dict[str, tuple[Any, ...]]) -> list[dict[str, Any]]:
     """The backend's variants without the combinations that cannot differ: decode_tensor_cores
     picks the wrapper's kernel (the other decode families ignore it) and call_form=fastest sends
-    a mixed batch through the prefill wrapper alone (no decode family runs)."""
+    a mixed batch through the prefill wrapper alone (no decode family runs). verify_wrapper=decode
+    takes uniform verify batches only, through the tensor-core decode wrapper: no prefill wrapper
+    and no mixed batch, so it is one variant (tensor cores, prefill_backend auto, call_form vllm)."""
     combos: list[dict[str, Any]] = [{}]
     for axis, values in axes.items():
         combos = [{**c, axis: v} for c in combos for v in values]
-    return [v for v in combos if v.get("decode_backend", "wrapper") == "wrapper"
-            or (v.get("decode_tensor_cores", True) is True and v.get("call_form", "vllm") == "vllm")]
+
+    def verify_ok(v: dict[str, Any]) -> bool:
+        return v.get("verify_wrapper", "prefill") != "decode" or (
+            v.get("decode_backend", "wrapper") == "wrapper" and v.get("decode_tensor_cores", True) is True
+            and v.get("prefill_backend", "auto") == "auto" and v.get("call_form", "vllm") == "vllm")
+
+    return [v for v in combos if verify_ok(v) and (
+        v.get("decode_backend", "wrapper") == "wrapper"
+        or (v.get("decode_tensor_cores", True) is True and v.get("call_form", "vllm") == "vllm"))]

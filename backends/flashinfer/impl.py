@@ -50,6 +50,8 @@ class FlashInferImpl(AttentionImpl[FlashInferMetadata]):
             # No LSE from these families (their capabilities say so): the harness does not ask.
             md.decode_family.run(md.decode_call, query[:nd], cache, out[:nd], ks, vs)
         elif md.decode is not None:
+            # verify_wrapper=decode: nd is every token, [batch * q_len_per_req, H, D] as the decode
+            # wrapper planned with q_len_per_req takes them.
             q = query[:nd]
             run_into(lambda **kw: md.decode.run(q, cache, k_scale=ks, v_scale=vs, **kw),
                       out[:nd], None if lse_out is None else lse_out[:nd])
@@ -100,6 +102,9 @@ class FlashInferImpl(AttentionImpl[FlashInferMetadata]):
             "decode_kernel": md.decode_kernel,
             # vLLM's wrapper for a pure-decode batch (its full graph replays it): index buffers planned in place
             "decode_cuda_graph_wrapper": md.decode_graph_wrapper,
+            # > 1: verify_wrapper=decode, the whole uniform verify batch in one decode run() (flashinfer#3871)
+            "decode_q_len_per_req": md.decode_q_len_per_req,
+            "verify_wrapper": self.variant.get("verify_wrapper", "prefill"),
             "prefill_backend_requested": self.variant.get("prefill_backend", "auto"),
             "prefill_backend_resolved": md.prefill_backend,
             "plan_ms": {k: round(v, 3) for k, v in md.plan_ms.items()},

@@ -136,7 +136,8 @@ def test_capabilities_declared():
     # The wrapper families run by default (12: x call_form vllm/fastest); the other kernel
     # families are opt-in (test_flashinfer_families.py).
     assert len(FlashInferBackend.default_variants()) == 12
-    assert len(FlashInferBackend.variants()) == 2 * 6 * 2 + 3 * 6
+    # + verify_wrapper=decode, one variant (tensor cores, prefill_backend auto, call_form vllm)
+    assert len(FlashInferBackend.variants()) == 2 * 6 * 2 + 3 * 6 + 1
     assert registry.resolve("flashinfer") is FlashInferBackend
 
 
@@ -342,10 +343,11 @@ def test_family_axes_are_opt_in_so_default_runs_keep_their_cells():
     from harness.plan.cells import RunOptions
 
     opts = RunOptions(device=torch.device("cpu"))
-    assert FlashInferBackend.opt_in_axes == {"decode_backend", "prefill_backend"}
+    assert FlashInferBackend.opt_in_axes == {"decode_backend", "prefill_backend", "verify_wrapper"}
     for path in ("suites/decode.yaml", "suites/conformance.yaml", "suites/page_sizes.yaml"):
         picked = select_variants(FlashInferBackend, load_suite(path), opts)
         assert {v["decode_backend"] for v in picked} == {"wrapper"}, path
+        assert {v["verify_wrapper"] for v in picked} == {"prefill"}, path
         assert {v["prefill_backend"] for v in picked} <= set(families.DEFAULT_PREFILL_BACKENDS), path
     assert len(select_variants(FlashInferBackend, load_suite("suites/decode.yaml"), opts)) == 12
     # Naming the axis (a suite's variants: or --variant) runs the families.
@@ -480,3 +482,88 @@ def test_standalone_call_plans_a_pure_decode_batch_on_the_graph_wrapper():
     tree = ast.parse(src)  # the substituted template is Python
     graph = [n for n in ast.walk(tree) if isinstance(n, ast.If) and "nd == n" in ast.unparse(n.test)]
     assert graph and "use_cuda_graph=True" in ast.unparse(graph[0])
+
+
+# ---------------------------------------------------------------- verify_wrapper=decode
+VERIFY = {"verify_wrapper": "decode"}
+
+
+def verify_case(groups, **kw):
+    return CaseSpec.model_validate({"name": "v", "num_heads": 8, "num_kv_heads": 2, "head_size": 64,
+                                    "block_size": 16, "seed": 3, "batch": groups, **kw})
+
+
+def test_verify_wrapper_is_one_opt_in_variant_and_default_runs_keep_their_cells():
+    """The decode wrapper's q_len_per_req is one variant, planned only where a filter names the
+    axis: suites/decode.yaml plans the 72 FlashInfer cells main planned before the axis existed."""
+    from harness.plan.cells import RunOptions, plan_cells
+
+    ours = [v for v in FlashInferBackend.variants() if v["verify_wrapper"] == "decode"]
+    assert ours == [{"decode_tensor_cores": True, "prefill_backend": "auto", "call_form": "vllm",
+                     "decode_backend": "wrapper", "verify_wrapper": "decode"}]
+    assert all(v["verify_wrapper"] == "prefill" for v in FlashInferBackend.default_variants())
+    assert FlashInferBackend.variant_axis_kinds["verify_wrapper"] == {"extend"}
+    cells = plan_cells(load_suite("suites/decode.yaml"), [FlashInferBackend], RunOptions(device=torch.device("cpu")))
+    assert len(cells) == 72 and {c.variant["verify_wrapper"] for c in cells} == {"prefill"}
+
+
+def test_verify_wrapper_layer_reasons():
+    assert reason(VERIFY) is None
+    # The tensor-core decode's layer rules are the wrapper's: fp8, window and soft-cap pass.
+    assert reason(VERIFY, kv_cache_dtype="fp8_e4m3") is None
+    assert reason(VERIFY, sliding_window=512, softcap=30.0) is None
+    assert "use_tensor_cores=True" in reason({**VERIFY, "decode_tensor_cores": False})
+    assert "another decode family" in reason({**VERIFY, "decode_backend": "xqa"})
+    assert "causal within each request" in reason(VERIFY, causal=False)
+    assert "unknown verify_wrapper" in reason({"verify_wrapper": "ragged"})
+
+
+def test_verify_wrapper_batch_reasons():
+    def batch_reason(groups, variant=VERIFY):
+        return FlashInferBackend.check_batch_support(generate(verify_case(groups)).common_metadata(), variant)
+
+    ctx = {"dist": "uniform", "low": 20, "high": 90}
+    assert batch_reason([{"kind": "decode", "count": 3, "query_len": 4, "context_len": ctx}]) is None
+    assert "q = 1" in batch_reason([{"kind": "decode", "count": 3, "context_len": ctx}])
+    assert "differ" in batch_reason([{"kind": "decode", "count": 2, "query_len": 2, "context_len": ctx},
+                                     {"kind": "decode", "count": 2, "query_len": 4, "context_len": ctx}])
+    # A verify beside a chunked prefill (suites/spec_decode.yaml's mixed steps) or a prefill alone.
+    assert "differ" in batch_reason([{"kind": "decode", "count": 3, "query_len": 2, "context_len": ctx},
+                                     {"kind": "extend", "query_len": 24, "context_len": 90}])
+    assert "no cached context" in batch_reason([{"kind": "prefill", "count": 2, "query_len": 4}])
+    assert "q = 1" in batch_reason([{"kind": "decode", "count": 2, "query_len": 3, "context_len": ctx},
+                                    {"kind": "decode", "count": 2, "context_len": ctx}])
+    # The prefill wrapper (today's behaviour) takes every one of them.
+    assert batch_reason([{"kind": "decode", "count": 2, "query_len": 3, "context_len": ctx},
+                         {"kind": "decode", "count": 2, "context_len": ctx}], {}) is None
+
+
+def test_verify_wrapper_capabilities_and_graph_level():
+    """UNIFORM_BATCH from FlashInfer's own graph-safe q_len_per_req path (not a vLLM declaration):
+    a uniform verify batch is timed from a full graph, a mixed step is not."""
+    from harness.records.graph_modes import vllm_graph_mode
+    from harness.timing.graphs import graph_decision
+    from backends.flashinfer import FlashInferImpl, FlashInferMetadata
+
+    caps = FlashInferBackend.capabilities(VERIFY)
+    assert caps.cudagraph == CudaGraphSupport.UNIFORM_BATCH and caps.returns_lse and caps.split_kv is None
+    assert "q_len_per_req" in caps.cudagraph_source and "flashinfer#3871" in caps.cudagraph_source
+    assert "not vLLM's FlashInfer backend" in caps.cudagraph_source
+    plain = FlashInferBackend.capabilities({})
+    assert plain.cudagraph == CudaGraphSupport.UNIFORM_SINGLE_TOKEN_DECODE and "vLLM v0.25.1" in plain.cudagraph_source
+    assert graph_decision(caps.cudagraph, [4] * 8, None).use
+    assert not graph_decision(plain.cudagraph, [4] * 8, None).use
+    assert "UNIFORM_BATCH" in graph_decision(caps.cudagraph, [2, 2, 24], None).reason
+    assert vllm_graph_mode(caps.cudagraph.name, [4] * 8).mode == "full"
+    assert vllm_graph_mode(plain.cudagraph.name, [4] * 8).mode == "piecewise"
+    # The builder's metadata for such a batch: the decode wrapper alone, which graph_safe passes.
+    impl = FlashInferImpl(AttentionConfig(**LLAMA), {**VERIFY}, torch.device("cpu"), None)
+    md = FlashInferMetadata(num_decodes=8, num_decode_tokens=32, num_prefills=0, num_prefill_tokens=0,
+                            decode=object(), decode_graph_wrapper=True, decode_q_len_per_req=4)
+    assert impl.graph_safe(md) is None
+    assert impl.describe_call(md)["decode_q_len_per_req"] == 4
+    md.prefill = object()
+    assert "prefill plan" in impl.graph_safe(md)
+    # No reproducer for a call the template does not plan.
+    assert FlashInferBackend.standalone_call(AttentionConfig(**LLAMA), VERIFY) is None
+    assert FlashInferBackend.standalone_call(AttentionConfig(**LLAMA), {}) is not None
