@@ -34,6 +34,7 @@ from backends.flashinfer._host import (  # noqa: F401  (the package's public nam
     plan_growing_workspace,
     segment_csr,
     uses_ragged_path,
+    verify_batch_reason,
     workspace_size,
 )
 from backends.flashinfer.backend import FlashInferBackend  # noqa: F401

@@ -122,21 +122,47 @@ def flip_point(flip: dict[str, Any]) -> str:
     return f"{model}, {fixed}"
 
 
+def not_run(variant: dict[str, Any], runs: dict[str, Any]) -> dict[str, Any]:
+    """The axes where ``variant`` is not what the engine runs (its ``EngineName.runs``); a
+    variant without an axis ran its default, which ``runs`` names."""
+    return {k: variant[k] for k, want in runs.items() if k in variant and str(variant[k]) != str(want)}
+
+
 def flags(rec: dict[str, Any], facts: EngineFacts = TABLE_ONLY) -> dict[str, str]:
     """vLLM and SGLang flags for an answer record (empty where the engine has no such backend),
-    from the runs' backend facts."""
+    from the runs' backend facts. Where the engine has the backend but does not run this variant
+    (its ``runs`` differ), a sentence saying so instead of flags: they would run another call."""
     k = rec["q"] - 1
     out: dict[str, str] = {}
     vname = facts.engine_name(rec["backend"], "vllm")
     mode = "FULL_AND_PIECEWISE"
     if vname is not None:
-        spec = (SPEC_CONFIG % k + " ") if k else ""
-        out["vllm"] = f"{spec}--attention-backend {vname.name} {CUDAGRAPH % mode} ({VLLM_RELEASE})"
+        other = not_run(rec["variant"], vname.runs)
+        if other:
+            out["vllm"] = (f"no setting runs this call: {VLLM_RELEASE}'s {vname.name} runs "
+                           + ",".join(f"{a}={vname.runs[a]}" for a in other))
+        else:
+            spec = (SPEC_CONFIG % k + " ") if k else ""
+            out["vllm"] = f"{spec}--attention-backend {vname.name} {CUDAGRAPH % mode} ({VLLM_RELEASE})"
     s = facts.sglang_setting(rec["backend"], rec["variant"], rec["attention_kind"])
     if s is not None:
-        spec = (SGLANG_SPEC % (k, rec["q"]) + " ") if k else ""
-        out["sglang"] = f"{spec}--attention-backend {s['attention_backend']}"
+        decl = facts.engine_name(rec["backend"], "sglang")
+        other = not_run(rec["variant"], decl.runs if decl else {})
+        if other and decl is not None:
+            out["sglang"] = (f"no setting runs this call: SGLang's {s['attention_backend']} runs "
+                             + ",".join(f"{a}={decl.runs[a]}" for a in other))
+        else:
+            spec = (SGLANG_SPEC % (k, rec["q"]) + " ") if k else ""
+            out["sglang"] = f"{spec}--attention-backend {s['attention_backend']}"
     return out
+
+
+def no_engine_runs(rec: dict[str, Any], facts: EngineFacts = TABLE_ONLY) -> bool:
+    """True when no engine's setting runs this record's call (``flags`` has no flag for it): its
+    engine mode is then what vLLM would do with the level the backend declares, not a mode any
+    engine runs it in. False for a backend no engine names at all (nothing to tell apart)."""
+    fl = flags(rec, facts)
+    return bool(fl) and not any(f.startswith("--") for f in fl.values())
 
 
 def spec_markdown(rows: Iterable[ResultRow], facts: EngineFacts = TABLE_ONLY) -> str:
@@ -154,8 +180,12 @@ def spec_markdown(rows: Iterable[ResultRow], facts: EngineFacts = TABLE_ONLY) ->
     for r in recs:
         up = f"{r['runner_up']} (+{100 * r['margin']:.1f}%)" if r["runner_up"] else "-"
         cost = f"x{r['cost_vs_q1']:.2f}" if r["cost_vs_q1"] else "-"
-        fl = "; ".join(f"{e}: `{f}`" for e, f in flags(r, facts).items()) or "-"
-        lines.append(f"| {r['model']} | {r['q']} ({r['q'] - 1}) | {r['best']} | {'/'.join(r['engine_modes'])} | "
+        fl = "; ".join(f"{e}: `{f}`" if f.startswith("--") else f"{e}: {f}"
+                       for e, f in flags(r, facts).items()) or "-"
+        mode = "/".join(r["engine_modes"])
+        if no_engine_runs(r, facts):  # the declared level's mode, had an engine this call
+            mode += " (no engine runs this call yet)"
+        lines.append(f"| {r['model']} | {r['q']} ({r['q'] - 1}) | {r['best']} | {mode} | "
                      f"{r['declared']} | {r['effective_us']:.1f} | {up} | {cost} | {fl} |")
     flips = crossovers(rows) + crossovers(rows, "context")
     if flips:

@@ -238,3 +238,51 @@ def test_flags_name_the_drafts_the_backend_and_the_graph_mode():
     assert "--speculative-num-draft-tokens 3" in f["sglang"] and "--attention-backend fa3" in f["sglang"]
     one = flags({"q": 1, "backend": "flashinfer", "variant": {}, "attention_kind": "mha"})
     assert "speculative" not in one["vllm"] and "FLASHINFER" in one["vllm"]
+
+
+def test_flashinfer_verify_wrapper_cells_are_the_uniform_verifies():
+    from backends.flashinfer import verify_batch_reason
+    from harness.case.layout import case_layout
+
+    """verify_wrapper=decode gets a cell on every uniform q > 1 case of the suite (its batch
+    reason passes there), an unsupported reason on the mixed steps, and no cell at q = 1, where
+    the planner folds it into the prefill-wrapper row (the axis applies to q > 1 requests only)."""
+    fi = resolve("flashinfer")
+    suite = load_suite(SUITE)
+    cells = [c for c in plan_cells(suite, [fi], RunOptions(device=torch.device("cpu"), suite_path=str(SUITE)))
+             if c.case.attention != "mla"]
+    ours = {c.case.name: c for c in cells if c.variant["verify_wrapper"] == "decode"}
+    for c in cells:
+        if c.variant["verify_wrapper"] != "prefill" or c.variant["decode_backend"] != "wrapper":
+            continue
+        lay = case_layout(c.case)  # the lengths generate() gives, without the tensors (256 x 1k tokens)
+        qlens = set(lay.query_lens)
+        uniform_verify = len(qlens) == 1 and qlens != {1}
+        if qlens == {1}:
+            assert c.case.name not in ours
+            assert "verify_wrapper=decode" in " ".join((c.axes or {}).get("stands_for", [])), c.case.name
+        else:
+            assert c.case.name in ours, c.case.name
+            got = verify_batch_reason(torch.tensor(lay.query_lens), torch.tensor(lay.seq_lens))
+            assert (got is None) == uniform_verify, (c.case.name, got)
+    # check_batch_support applies that rule to the batch generate() builds
+    small = next(c for c in cells if c.case.name == "cpu-mixed[query_len=2]")
+    assert "differ" in fi.check_batch_support(generate(small.case).common_metadata(), ours[small.case.name].variant)
+    assert {n for n in ours if n.startswith("cpu-verify")} == {
+        f"cpu-verify[count={n},query_len={q}]" for n in (1, 3) for q in (2, 4, 8)}
+    assert any(n.startswith("llama3-8b-mixed") for n in ours)
+
+
+def test_flags_say_no_engine_runs_the_decode_verify_wrapper():
+    from harness.analysis.spec_decode import flags, no_engine_runs
+
+    rec = {"q": 4, "backend": "flashinfer", "variant": {"decode_backend": "wrapper", "verify_wrapper": "decode"},
+           "attention_kind": "mha"}
+    f = flags(rec)
+    assert set(f) == {"vllm", "sglang"} and not any("--attention-backend" in v for v in f.values())
+    assert "verify_wrapper=prefill" in f["vllm"] and "verify_wrapper=prefill" in f["sglang"]
+    assert no_engine_runs(rec)
+    prefill = flags({**rec, "variant": {"decode_backend": "wrapper", "verify_wrapper": "prefill"}})
+    assert "--attention-backend FLASHINFER" in prefill["vllm"]
+    assert not no_engine_runs({**rec, "variant": {}})  # a row before the axis ran the prefill wrapper
+    assert not no_engine_runs({**rec, "backend": "torch-math"})  # no engine names it at all
