@@ -191,11 +191,14 @@ def test_flashinfer_prefill_backend_collapses_on_decode_only_batches():
     assert len(cells) == 2 * 2  # two cases x decode_tensor_cores
     for c in cells:
         assert c.axes["applied"] == ["decode_tensor_cores", "decode_backend"] and c.axes["segment_kinds"] == ["decode"]
-        assert c.axes["not_applied"] == {"prefill_backend": ["auto", "fa2", "fa3"], "call_form": ["fastest", "vllm"]}
+        assert c.axes["not_applied"] == {"prefill_backend": ["auto", "fa2", "fa3"], "call_form": ["fastest", "vllm"],
+                                         "verify_wrapper": ["prefill"]}
         assert len(c.axes["stands_for"]) == 6 and c.variant["prefill_backend"] == "auto"
     assert len(plan_cells(decode, [FlashInferBackend], RunOptions(device=cpu, collapse_variants=False))) == 2 * 12
     mixed_cells = plan_cells(mixed_suite, [FlashInferBackend], RunOptions(device=cpu))
-    assert len(mixed_cells) == 2 * 12 and all(c.axes is None for c in mixed_cells)
+    # a mixed decode + prefill batch: every axis applies but verify_wrapper (extends only), at its default
+    assert len(mixed_cells) == 2 * 12
+    assert all(c.axes is None or c.axes["not_applied"] == {"verify_wrapper": ["prefill"]} for c in mixed_cells)
 
 
 def test_collapsed_rows_say_which_axes_applied(tmp_path):
