@@ -20,6 +20,7 @@ from backends.flashinfer._host import (  # noqa: F401  (the package's public nam
     CUDA_CORE_DECODE_GROUPS,
     DEFAULT_VARIANT,
     FA3_FP8_REASON,
+    GraphWrappers,
     MASK_FILL,
     MAX_WORKSPACE_BYTES,
     NONCAUSAL_WINDOW_REASON,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Hashable, TypeVar
 
 import torch
 
@@ -89,6 +89,30 @@ def verify_batch_reason(query_lens: torch.Tensor, seq_lens: torch.Tensor) -> str
     if bool((seq_lens < qs[0]).any()):
         return f"verify_wrapper=decode: every request needs kv_len >= q_len_per_req = {qs[0]} (flashinfer decode.py)"
     return None
+
+
+class GraphWrappers:
+    """``use_cuda_graph=True`` wrappers, one per shape the library freezes in one (the batch size,
+    and q for a multi-token decode), each with the pages its fixed index buffer holds. The same
+    wrapper is planned again while its buffer holds the batch's pages, so a graph captured on it
+    stays valid for the next plan (``plan()`` fills the buffers in place; a plain wrapper's swaps
+    in new ones, and a captured graph then reads freed memory: reports/h100/2026-12-06, loan2);
+    a batch needing more pages gets a new one. The FlashInfer decode and MLA builders keep one;
+    ``clear()`` when the workspace they share is remade."""
+
+    def __init__(self) -> None:
+        self._held: dict[Hashable, tuple[Any, int]] = {}
+
+    def get(self, key: Hashable, pages: int, make: Callable[[int], Any]) -> Any:
+        """The wrapper of ``key`` whose index buffer holds ``pages``; ``make(pages)`` builds one."""
+        held = self._held.get(key)
+        if held is None or held[1] < pages:
+            held = (make(pages), pages)
+            self._held[key] = held
+        return held[0]
+
+    def clear(self) -> None:
+        self._held.clear()
 
 
 def float_workspace_bound(num_qo_heads: int, num_kv_heads: int, head_dim: int, num_sms: int,

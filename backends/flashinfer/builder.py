@@ -22,6 +22,7 @@ from attn_contract import (
 from backends.flashinfer._host import (
     CALL_FORMS,
     DEFAULT_VARIANT,
+    GraphWrappers,
     PagedKVCSR,
     resolved_backend,
     paged_kv_csr,
@@ -69,9 +70,8 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder[FlashInferMetadata]):
         super().__init__(config, variant, device)
         self.workspace_grows = 0
         # Pure-decode batches: one use_cuda_graph=True decode wrapper per batch size, as vLLM keeps,
-        # and (verify_wrapper=decode) per (batch size, q), which such a wrapper freezes:
-        # (batch size, q) -> (wrapper, pages its index buffer holds); _make_wrappers clears it.
-        self._graph_decode: dict[tuple[int, int], tuple[Any, int]] = {}
+        # and (verify_wrapper=decode) per (batch size, q), which such a wrapper freezes.
+        self._graph_decode = GraphWrappers()
         self.decode_family = make_decode_family(variant, config, device)
         self.prefill_family = make_prefill_family(variant, config, device)
         self._make_wrappers(workspace_size(config, device))
@@ -85,7 +85,7 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder[FlashInferMetadata]):
         if hasattr(self, "workspace"):
             del self.workspace  # let the old buffer go before allocating the new one
         self.workspace = torch.zeros(nbytes, dtype=torch.uint8, device=self.device)  # must start zeroed
-        self._graph_decode = {}  # built on the old workspace
+        self._graph_decode.clear()  # built on the old workspace
         backend = variant["prefill_backend"]
         # cutlass is a ragged-wrapper backend only (check_batch_support keeps it to ragged batches);
         # cudnn runs its own call (prefill_kernels.py), every batch on the paged cache: no ragged wrapper.
@@ -121,30 +121,23 @@ class FlashInferMetadataBuilder(AttentionMetadataBuilder[FlashInferMetadata]):
         plain wrapper's ``plan()`` replaces its index buffers with new tensors, so a graph captured
         on one plan reads freed memory after the next (reports/h100/2026-12-06: 256/256 requests
         wrong on a replay with new metadata, and an illegal memory access). The index buffer holds
-        ``pages`` (the block table's size: every page these requests can address), regrown (a new
-        wrapper) only when a plan needs more.
+        ``pages`` (the block table's size: every page these requests can address; ``GraphWrappers``).
 
         ``q_len_per_req`` > 1 (verify_wrapper=decode): a uniform verify batch, which flashinfer
         0.6.18 takes on the tensor-core decode with backend fa2 only ("auto" may resolve to fa3 on
         sm90, which rejects it) and freezes per graph wrapper with the batch size (flashinfer#3871)."""
         import flashinfer  # lazy: only a GPU run with the library reaches this
 
-        key = (batch, q_len_per_req)
-        held = self._graph_decode.get(key)
-        if held is not None and held[1] >= pages:
-            return held[0]
         dev = self.device
         kw: dict[str, Any] = {"use_tensor_cores": bool(self.variant["decode_tensor_cores"])}
         if q_len_per_req > 1:
             kw = {"use_tensor_cores": True, "backend": "fa2"}
-        wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
+        return self._graph_decode.get((batch, q_len_per_req), pages, lambda n: flashinfer.BatchDecodeWithPagedKVCacheWrapper(
             self.workspace, kv_layout=self.config.kv_layout, use_cuda_graph=True, **kw,
             paged_kv_indptr_buffer=torch.zeros(batch + 1, dtype=torch.int32, device=dev),
-            paged_kv_indices_buffer=torch.zeros(pages, dtype=torch.int32, device=dev),
+            paged_kv_indices_buffer=torch.zeros(n, dtype=torch.int32, device=dev),
             paged_kv_last_page_len_buffer=torch.zeros(batch, dtype=torch.int32, device=dev),
-        )
-        self._graph_decode[key] = (wrapper, pages)
-        return wrapper
+        ))
 
     def _plan_decode(self, csr: PagedKVCSR, wrapper: Any = None, q_len_per_req: int = 1) -> None:
         cfg = self.config

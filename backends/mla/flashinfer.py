@@ -47,7 +47,7 @@ from backends.mla.common import (
     split_latent,
     split_query,
 )
-from backends.flashinfer import MiB, paged_kv_csr, plan_growing_workspace
+from backends.flashinfer import GraphWrappers, MiB, paged_kv_csr, plan_growing_workspace
 
 MLA_BACKENDS = ("fa2", "fa3")
 WORKSPACE_BYTES = 256 * MiB
@@ -79,9 +79,8 @@ class FlashInferMLAMetadataBuilder(AttentionMetadataBuilder[FlashInferMLAMetadat
     def __init__(self, config: AttentionConfig, variant: dict[str, Any], device: torch.device):
         super().__init__(config, {"mla_backend": "fa3", **(variant or {})}, device)
         # Uniform single-token decode batches (the ones a full graph replays): one
-        # use_cuda_graph=True wrapper per batch size, as SGLang's decode graphs use (batch size ->
-        # (wrapper, pages its index buffer holds)); _make clears it.
-        self._graph: dict[int, tuple[Any, int]] = {}
+        # use_cuda_graph=True wrapper per batch size, as SGLang's decode graphs use.
+        self._graph = GraphWrappers()
         self._make(WORKSPACE_BYTES)
         t0 = time.perf_counter()
         self._warm_up()
@@ -94,7 +93,7 @@ class FlashInferMLAMetadataBuilder(AttentionMetadataBuilder[FlashInferMLAMetadat
         if hasattr(self, "workspace"):
             del self.workspace  # let the old buffer go before allocating the new one
         self.workspace = torch.zeros(nbytes, dtype=torch.uint8, device=self.device)
-        self._graph = {}  # built on the old workspace
+        self._graph.clear()  # built on the old workspace
         backend = str(self.variant["mla_backend"])
         if self.config.attention_kind == MLA_ABSORBED:
             self.wrapper = BatchMLAPagedAttentionWrapper(self.workspace, backend=backend)
@@ -110,19 +109,14 @@ class FlashInferMLAMetadataBuilder(AttentionMetadataBuilder[FlashInferMLAMetadat
         buffers of fixed size that ``plan()`` fills in place. The plain wrapper's ``plan()``
         replaces them with new tensors, so a graph captured on one plan reads freed memory after
         the next (reports/h100/2026-12-06: 64/64 requests wrong on a replay with new metadata).
-        ``pages``: the block table's size, regrown (a new wrapper) only when a plan needs more."""
+        ``pages``: the block table's size (``GraphWrappers``)."""
         from flashinfer.mla import BatchMLAPagedAttentionWrapper
 
-        held = self._graph.get(batch)
-        if held is not None and held[1] >= pages:
-            return held[0]
         dev, i32 = self.device, torch.int32
-        wrapper = BatchMLAPagedAttentionWrapper(
+        return self._graph.get(batch, pages, lambda n: BatchMLAPagedAttentionWrapper(
             self.workspace, use_cuda_graph=True, qo_indptr=torch.zeros(batch + 1, dtype=i32, device=dev),
-            kv_indptr=torch.zeros(batch + 1, dtype=i32, device=dev), kv_indices=torch.zeros(pages, dtype=i32, device=dev),
-            kv_len_arr=torch.zeros(batch, dtype=i32, device=dev), backend=str(self.variant["mla_backend"]))
-        self._graph[batch] = (wrapper, pages)
-        return wrapper
+            kv_indptr=torch.zeros(batch + 1, dtype=i32, device=dev), kv_indices=torch.zeros(n, dtype=i32, device=dev),
+            kv_len_arr=torch.zeros(batch, dtype=i32, device=dev), backend=str(self.variant["mla_backend"])))
 
     def _plan_absorbed(self, qo_indptr: torch.Tensor, block_table: torch.Tensor, seq_lens: torch.Tensor,
                        causal: bool, wrapper: Any = None) -> None:

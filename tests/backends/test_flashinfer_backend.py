@@ -567,3 +567,24 @@ def test_verify_wrapper_capabilities_and_graph_level():
     # No reproducer for a call the template does not plan.
     assert FlashInferBackend.standalone_call(AttentionConfig(**LLAMA), VERIFY) is None
     assert FlashInferBackend.standalone_call(AttentionConfig(**LLAMA), {}) is not None
+
+
+def test_graph_wrappers_replan_the_same_wrapper_while_its_buffer_holds_the_pages():
+    """The one policy both FlashInfer builders keep their use_cuda_graph=True wrappers by: a graph
+    captured on a wrapper stays valid only while the next plan reuses that wrapper."""
+    from backends.flashinfer import GraphWrappers
+
+    made: list[int] = []
+
+    def make(pages: int) -> object:
+        made.append(pages)
+        return object()
+
+    w = GraphWrappers()
+    a = w.get((8, 1), 100, make)
+    assert w.get((8, 1), 60, make) is a and made == [100]  # fewer pages: the captured one serves
+    assert w.get((8, 2), 60, make) is not a  # another frozen shape: its own wrapper
+    b = w.get((8, 1), 120, make)
+    assert b is not a and made == [100, 60, 120] and w.get((8, 1), 100, make) is b
+    w.clear()
+    assert w.get((8, 1), 100, make) is not b
