@@ -17,8 +17,8 @@ median NVML SM clock while it ran against the row's median clock. More than STAT
 apart, the pair is "states differ" with both clocks, never "agrees" or "off" (``timer_state``).
 
 A sustained row of an eager call whose launches the queue could not keep ahead of the GPU
-(``launch.hidden_frac`` below HOST_BOUND_FRAC: most samples began on an idle GPU) times its
-continuous eager loop's rate, the host's enqueue included, as a serving loop of that call runs;
+(the row's ``timing.contains.host_time``, set by the timing loop when most samples began on an
+idle GPU: ``launch.hidden_frac`` below 0.5) times its continuous eager loop's rate, the host's enqueue included, as a serving loop of that call runs;
 outside timers that replay it from a graph time device work alone. Those are two quantities:
 "host-bound", neither flagged nor agreeing (``host_bound_reason``; H100 2026-12-06: FA4's
 mixed-step rows 3.4-4.5x their graph-replaying timers).
@@ -41,7 +41,6 @@ SUSTAIN_REWARM_S = 0.3
 SUSTAIN_REPEAT_MS = 100.0
 DRY_RUN_MS = 25.0
 STATE_TOL = 0.03
-HOST_BOUND_FRAC = 0.5  # as the sustained sampler's host-bound test: most samples began on an idle GPU
 WARM_CHUNK = 20  # calls enqueued between two waits while keeping the GPU busy
 MIN_SCALE = 0.2  # waits are shortened to fit a deadline, never below this share
 
@@ -83,13 +82,14 @@ def host_bound_reason(row: "ResultRow", outside_graph: bool | None) -> str:
     from harness.records.clocks import regime_of
 
     t = row.timing
-    if regime_of(row) != "sustained" or t is None or not outside_graph:
+    if regime_of(row) != "sustained" or t is None or not outside_graph or t.cuda_graph.used:
+        return ""
+    if t.contains is None or not t.contains.host_time:  # what the timing loop recorded the row's time holds
         return ""
     frac = t.launch.hidden_frac if t.launch is not None else None
-    if frac is None or frac >= HOST_BOUND_FRAC or t.cuda_graph.used:
-        return ""
-    return (f"host-bound: the sustained row is its eager loop's rate, the host's enqueue included (the queue was "
-            f"ahead on {frac:.0%} of samples); the outside timers replay a graph (device time): not compared")
+    ahead = f" (the queue was ahead on {frac:.0%} of samples)" if frac is not None else ""
+    return (f"host-bound: the sustained row is its eager loop's rate, the host's enqueue included{ahead}; "
+            "the outside timers replay a graph (device time): not compared")
 
 
 def keep_busy(fn: Callable[[], None], seconds: float, mark: Callable[[], Callable[[], None]],

@@ -134,9 +134,12 @@ def test_waits_shrink_to_fit_the_deadline():
 
 
 def _with_launch(row, hidden_frac: float, graph_used: bool):
+    from harness.timing.loop import time_contents
+
     t = row.timing.model_dump()
     t["launch"] = {"hidden_frac": hidden_frac, "hold_us": 0.0, "note": "no hold: 3 ms of work queued ahead"}
     t["cuda_graph"] = {**t["cuda_graph"], "used": graph_used}
+    t["contains"] = time_contents("cuda", graph_used, hidden_frac, 3)  # as the timing loop records it
     return type(row).model_validate({**row.model_dump(), "timing": t})
 
 
