@@ -139,12 +139,17 @@ def group_verdicts(rows: list[ResultRow]) -> dict[str, frozenset[str]]:
     return out
 
 
-def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+def split_run_flags(argv: list[str] | None) -> tuple[list[str], list[str]]:
+    """(the diagnostic's own arguments, the RUN_FLAGS after ``--`` that go to every `harness run`)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    extra: list[str] = []
-    if "--" in argv:
-        i = argv.index("--")
-        argv, extra = argv[:i], argv[i + 1:]
+    if "--" not in argv:
+        return argv, []
+    i = argv.index("--")
+    return argv[:i], argv[i + 1:]
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    argv, extra = split_run_flags(argv)
     p = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     p.add_argument("out", type=Path)
     p.add_argument("--suite", default="suites/decode.yaml")

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.records.results import read_rows, read_run_header
-from harness.tools.diag.decode_minute import run_in_checkout
+from harness.tools.diag.decode_minute import run_in_checkout, split_run_flags
 
 
 CASES = ["mha[count=1]", "llama3-70b-tp8[count=128,context_len=low=128,high=1024]"]
@@ -124,11 +124,7 @@ def markdown(t: dict[str, Any], header: str) -> str:
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    extra: list[str] = []
-    if "--" in argv:
-        i = argv.index("--")
-        argv, extra = argv[:i], argv[i + 1:]
+    argv, extra = split_run_flags(argv)
     p = argparse.ArgumentParser(prog=prog, description="Interleaved vs sequential sampling, hot and cold L2, "
                                 "in fresh processes: the table and the verdict 'every row within 1%'.")
     p.add_argument("--out", type=Path, required=True, help="folder for the runs, interleave.md and summary.json")
