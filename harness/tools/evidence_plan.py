@@ -88,6 +88,16 @@ def _pack(results: Path, archive: Path) -> None:
         tar.add(results, arcname=results.name)
 
 
+def selected_steps(plan: Plan, only: list[str] | None) -> list[Step]:
+    """The steps to run: all in the file's order, or those ``only`` names in the order it names
+    them (a session fires a dependent step after the one it reads from; the file's order is
+    the order the steps were written in)."""
+    if not only:
+        return list(plan.steps)
+    by_name = {s.name: s for s in plan.steps}
+    return [by_name[n] for n in dict.fromkeys(only) if n in by_name]
+
+
 def run_plan(plan: Plan, results: Path, archive: Path | None, only: list[str] | None,
              deadline_s: float | None) -> dict[str, Any]:
     results.mkdir(parents=True, exist_ok=True)
@@ -95,9 +105,7 @@ def run_plan(plan: Plan, results: Path, archive: Path | None, only: list[str] | 
     env = {**os.environ, **plan.env, "RESULTS": str(results)}
     t_start = time.monotonic()
     record: dict[str, Any] = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "steps": []}
-    for step in plan.steps:
-        if only and step.name not in only:
-            continue
+    for step in selected_steps(plan, only):
         limit: float = step.timeout_s
         if deadline_s is not None:
             left = deadline_s - (time.monotonic() - t_start)

@@ -48,6 +48,18 @@ steps:
     assert not (tmp_path / "r2" / "plan.json").exists()  # both skipped: under 15 s left for each
 
 
+def test_only_runs_steps_in_the_order_it_names_them(tmp_path):
+    # the H200 loan of 2026-12-06 asked for setup,decode,gate where the file had gate first:
+    # the gate ran before the runs it compares and failed
+    plan = _plan(tmp_path, """
+steps:
+  - {name: gate, run: "test -f $RESULTS/made", timeout_s: 5}
+  - {name: make, run: "touch $RESULTS/made", timeout_s: 5}
+""")
+    assert main(["plan", str(plan), "--results", str(tmp_path / "r"), "--only", "make,gate"]) == 0
+    assert [s["name"] for s in json.loads((tmp_path / "r" / "plan.json").read_text())["steps"]] == ["make", "gate"]
+
+
 def test_bad_plans_are_one_error_exit_2(tmp_path, capsys):
     cases = {
         "steps: []": "field steps",

@@ -15,7 +15,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--results", default="plan-results", help="folder for every step's output and log "
                                                              "(steps see it as $RESULTS)")
     p.add_argument("--archive", metavar="FILE.tgz", help="re-pack the results folder here after every step")
-    p.add_argument("--only", help="comma-separated step names to run (default: all, in order)")
+    p.add_argument("--only", help="comma-separated step names to run, in the order given (default: all, "
+                                  "in the file's order)")
     p.add_argument("--deadline", type=float, metavar="SECONDS",
                    help="a bound on the whole plan: each step's limit is cut to what is left")
     p.add_argument("--dry-run", action="store_true", help="validate the plan and print its steps; run nothing")
@@ -23,7 +24,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.tools.evidence_plan import PlanError, load_plan, run_plan
+    from harness.tools.evidence_plan import PlanError, load_plan, run_plan, selected_steps
 
     try:
         plan = load_plan(Path(args.plan))
@@ -37,9 +38,8 @@ def run(args: argparse.Namespace) -> int:
               f"steps: {', '.join(s.name for s in plan.steps)}", file=sys.stderr)
         return 2
     if args.dry_run:
-        for s in plan.steps:
-            if not only or s.name in only:
-                print(f"{s.name} ({s.timeout_s} s): {s.run}")
+        for s in selected_steps(plan, only):
+            print(f"{s.name} ({s.timeout_s} s): {s.run}")
         return 0
     record = run_plan(plan, Path(args.results), Path(args.archive) if args.archive else None, only, args.deadline)
     failed = [s["name"] for s in record["steps"] if s.get("rc") not in (0, None)]
