@@ -58,10 +58,18 @@ def _point(r: ResultRow) -> tuple[int, int]:
     return (r.batch.num_reqs or 0, (r.batch.max_seq_len or 0) - (r.batch.max_query_len or 1))
 
 
-def answer(rows: Iterable[ResultRow]) -> list[dict[str, Any]]:
-    """One record per (model, q): the best backend+variant by geometric-mean effective time over
-    the (batch, context) points every candidate ran, its engine mode there, the runner-up, and its
-    cost against the best q = 1 backend on the same points."""
+def _rec(model: str, q: int, r: ResultRow) -> dict[str, Any]:
+    """What ``flags`` reads of a candidate (its sample row at model and q)."""
+    return {"model": model, "q": q, "backend": r.backend, "variant": dict(r.variant),
+            "attention_kind": (r.config.attention_kind if r.config else None) or "mha"}
+
+
+def answer(rows: Iterable[ResultRow], facts: EngineFacts = TABLE_ONLY) -> list[dict[str, Any]]:
+    """One record per (model, q): the best backend+variant an engine can run (by geometric-mean
+    effective time over the (batch, context) points every candidate ran), its engine mode there,
+    the runner-up among those, its cost against the best q = 1 backend on the same points, and
+    the fastest call no engine runs where one beats it (``unrun_faster``: a finding, not an
+    answer: its flags would be a sentence, not a setting)."""
     by: dict[tuple[str, int], dict[str, dict[tuple[int, int], ResultRow]]] = defaultdict(lambda: defaultdict(dict))
     for r in spec_rows(rows):
         by[(model_of(r), r.batch.max_query_len or 1)][r.label][_point(r)] = r
@@ -74,22 +82,29 @@ def answer(rows: Iterable[ResultRow]) -> list[dict[str, Any]]:
         def gm(label: str, pts: set = common, table: dict = cands) -> float:
             return math.exp(sum(math.log(effective_us(table[label][p])) for p in pts) / len(pts))
 
+        def runnable(label: str, table: dict = cands, pts: set = common, q_: int = q) -> bool:
+            return not no_engine_runs(_rec(model, q_, table[label][min(pts)]), facts)
+
         ranked = sorted(cands, key=gm)
-        best = ranked[0]
+        usable = [lab for lab in ranked if runnable(lab)] or ranked
+        best = usable[0]
+        # ahead by at least 0.1%: a hair's breadth is not "faster"
+        ahead = [lab for lab in ranked[:ranked.index(best)] if not runnable(lab) and gm(lab) < 0.999 * gm(best)]
         base = by.get((model, 1), {})
         base_pts = common & _shared_points(base) if base else set()
         cost = None
         if base_pts and q > 1:
-            best1 = min(base, key=lambda lab: gm(lab, base_pts, base))
+            base_usable = [lab for lab in base if runnable(lab, base, base_pts, 1)] or list(base)
+            best1 = min(base_usable, key=lambda lab: gm(lab, base_pts, base))
             cost = gm(best, base_pts) / gm(best1, base_pts, base)
         sample = cands[best][min(common)]
         modes = sorted({graph_modes_of(cands[best][p]).engine for p in common})
-        out.append({"model": model, "q": q, "best": best, "backend": sample.backend, "variant": dict(sample.variant),
-                    "attention_kind": (sample.config.attention_kind if sample.config else None) or "mha",
-                    "effective_us": gm(best), "engine_modes": modes, "declared": graph_modes_of(sample).declared,
-                    "runner_up": ranked[1] if len(ranked) > 1 else None,
-                    "margin": gm(ranked[1]) / gm(best) - 1 if len(ranked) > 1 else None,
-                    "cost_vs_q1": cost, "points": len(common)})
+        up = usable[1] if len(usable) > 1 else None
+        out.append({**_rec(model, q, sample), "best": best, "effective_us": gm(best), "engine_modes": modes,
+                    "declared": graph_modes_of(sample).declared, "runner_up": up,
+                    "margin": gm(up) / gm(best) - 1 if up else None, "cost_vs_q1": cost, "points": len(common),
+                    "unrun_faster": ({"label": ahead[0], "effective_us": gm(ahead[0]),
+                                      "ahead": 1 - gm(ahead[0]) / gm(best)} if ahead else None)})
     return out
 
 
@@ -168,15 +183,17 @@ def no_engine_runs(rec: dict[str, Any], facts: EngineFacts = TABLE_ONLY) -> bool
 def spec_markdown(rows: Iterable[ResultRow], facts: EngineFacts = TABLE_ONLY) -> str:
     """The recommend section; empty without graph-modes rows."""
     rows = list(rows)
-    recs = answer(rows)
+    recs = answer(rows, facts)
     if not recs:
         return ""
     lines = ["## Speculative decoding: backend and graph mode per model and draft length", "",
              "Effective time: the mode vLLM runs the batch in (full graph replay, or attention eager "
              "between piecewise graphs, launches included), geometric mean over the batch x context "
-             "points every backend ran; cost vs q=1: against the best single-token decode on the same points.", "",
-             "| model | q (drafts) | backend | vLLM mode | declared | effective us | runner-up (+%) | cost vs q=1 | flags |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "points every backend ran; cost vs q=1: against the best single-token decode on the same points. "
+             "The answer is a call an engine runs; a faster call no engine runs (yet) is named in the last column.", "",
+             "| model | q (drafts) | backend | vLLM mode | declared | effective us | runner-up (+%) | cost vs q=1 | flags "
+             "| faster, no engine runs it |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in recs:
         up = f"{r['runner_up']} (+{100 * r['margin']:.1f}%)" if r["runner_up"] else "-"
         cost = f"x{r['cost_vs_q1']:.2f}" if r["cost_vs_q1"] else "-"
@@ -185,8 +202,10 @@ def spec_markdown(rows: Iterable[ResultRow], facts: EngineFacts = TABLE_ONLY) ->
         mode = "/".join(r["engine_modes"])
         if no_engine_runs(r, facts):  # the declared level's mode, had an engine this call
             mode += " (no engine runs this call yet)"
+        un = r["unrun_faster"]
+        unrun = f"{un['label']}: {un['effective_us']:.1f} us (-{100 * un['ahead']:.1f}%)" if un else "-"
         lines.append(f"| {r['model']} | {r['q']} ({r['q'] - 1}) | {r['best']} | {mode} | "
-                     f"{r['declared']} | {r['effective_us']:.1f} | {up} | {cost} | {fl} |")
+                     f"{r['declared']} | {r['effective_us']:.1f} | {up} | {cost} | {fl} | {unrun} |")
     flips = crossovers(rows) + crossovers(rows, "context")
     if flips:
         lines += ["", "Ranking flips (effective time):", ""]

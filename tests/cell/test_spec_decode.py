@@ -206,6 +206,30 @@ def test_answer_and_crossover_read_the_effective_times(cpu_rows):
     assert ", batch 1, context " in md and "('" not in md  # a flip names its point in words, not a tuple
 
 
+def test_the_answer_is_a_call_an_engine_runs(cpu_rows):
+    """A faster call no engine runs (FlashInfer's decode wrapper at q > 1, as on the H200 of
+    2026-12-06) is named beside the answer, not given as the answer: its flags would be a
+    sentence, not a setting."""
+    from harness.analysis.spec_decode import answer, spec_markdown
+
+    def as_(r, backend, variant, us):
+        return r.model_copy(update={"backend": backend, "variant": variant,
+                                    "variant_label": ",".join(f"{k}={v}" for k, v in sorted(variant.items())),
+                                    "graph_modes": r.graph_modes.model_copy(update={"effective_us": us})})
+
+    base = [r for r in cpu_rows["sdpa"] if r.case.startswith("cpu-verify")]
+    rows = [as_(r, "flash-attn", {"fa_version": 3}, 10.0) for r in base]
+    rows += [as_(r, "flashinfer", {"decode_backend": "wrapper", "verify_wrapper": "decode"}, 8.0)
+             for r in base if r.batch.max_query_len != 1]
+    recs = {r["q"]: r for r in answer(rows)}
+    assert recs[4]["backend"] == "flash-attn" and recs[4]["runner_up"] is None
+    assert "verify_wrapper=decode" in recs[4]["unrun_faster"]["label"]
+    assert abs(recs[4]["unrun_faster"]["ahead"] - 0.2) < 1e-9
+    assert recs[1]["unrun_faster"] is None
+    md = spec_markdown(rows)
+    assert "--attention-backend FLASH_ATTN" in md and "8.0 us (-20.0%)" in md
+
+
 def test_report_plots_step_time_vs_q_with_the_mode_marked(cpu_rows):
     import pandas as pd
 

@@ -69,14 +69,16 @@ def spec_decode(df: pd.DataFrame) -> list[Block]:
                      x=0.0, ha="left")
         legend_right(fig, list(handles.values()), list(handles), "backend [variant]")
         out.append(Figure(fig, alt=f"effective step time vs q, {model}"))
-    recs = answer(rows)
     facts = EngineFacts.of(df.attrs.get("runs", []))  # the runs' backend facts, over the table
+    recs = answer(rows, facts)
     if recs:
         table = pd.DataFrame([{
             "model": r["model"], "q": r["q"], "backend": r["best"], "vLLM mode": "/".join(r["engine_modes"]),
             "declared": r["declared"], "effective us": f"{r['effective_us']:.2f}",
             "cost vs q=1": f"x{r['cost_vs_q1']:.2f}" if r["cost_vs_q1"] else "",
             "runner-up": f"{r['runner_up']} (+{100 * r['margin']:.1f}%)" if r["runner_up"] else "",
-            "flags": "; ".join(f"{e}: {f}" for e, f in flags(r, facts).items())} for r in recs])
+            "flags": "; ".join(f"{e}: {f}" for e, f in flags(r, facts).items()),
+            "faster, no engine runs it": (f"{r['unrun_faster']['label']} (-{100 * r['unrun_faster']['ahead']:.1f}%)"
+                                          if r["unrun_faster"] else "")} for r in recs])
         out.append(Table(table, title="Per model and draft length: the backend to use", wrap=("flags",)))
     return out
