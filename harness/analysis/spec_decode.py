@@ -82,8 +82,8 @@ def answer(rows: Iterable[ResultRow], facts: EngineFacts = TABLE_ONLY) -> list[d
         def gm(label: str, pts: set = common, table: dict = cands) -> float:
             return math.exp(sum(math.log(effective_us(table[label][p])) for p in pts) / len(pts))
 
-        def runnable(label: str, table: dict = cands, pts: set = common, q_: int = q) -> bool:
-            return not no_engine_runs(_rec(model, q_, table[label][min(pts)]), facts)
+        def runnable(label: str, table: dict = cands, pts: set = common, q_: int = q, m: str = model) -> bool:
+            return not no_engine_runs(_rec(m, q_, table[label][min(pts)]), facts)
 
         ranked = sorted(cands, key=gm)
         usable = [lab for lab in ranked if runnable(lab)] or ranked
