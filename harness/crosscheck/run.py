@@ -308,7 +308,8 @@ def retime_row(row: ResultRow, tol: float, suite: str | None, min_run_s: float,
            "outside_graph": outside_graph if on_gpu else None}
     rec.update(judge(timing.median_us, outside, tol, gated(row.device, timing.method), plan["row_mhz"],
                      cr.host_bound_reason(row, outside_graph if on_gpu else None)))
-    why = ex.explain(timing.median_us, rec["ref_us"], here, kernel, tol, adapter, outside=outside)
+    why = ex.explain(timing.median_us, rec["ref_us"], here, kernel, tol, adapter, outside=outside,
+                     row_mhz=plan["row_mhz"])
     rec.update(why)
     if rec["flagged"] or rec["noisy"]:
         rec["reason"] += "; " + ("; ".join(why["because"]) if why["because"] else
@@ -416,7 +417,7 @@ def crosscheck(rows: list[ResultRow], tol: float, suite: str | None = None, min_
             here_rec = rec.get("here") if isinstance(rec.get("here"), dict) else None
             adapter_rec = rec.get("here_adapter") if isinstance(rec.get("here_adapter"), dict) else None
             rec.update(ex.explain(rec["harness_us"], rec["ref_us"], here_rec, rec.get("kernel", ex.NA_CPU), tol,
-                                  adapter_rec, outside=rec["outside"]))
+                                  adapter_rec, outside=rec["outside"], row_mhz=rec.get("row_mhz")))
             if (rec["flagged"] or rec["noisy"]) and rec.get("because"):
                 rec["reason"] += "; " + "; ".join(rec["because"])
             checked.append(rec)
