@@ -168,7 +168,9 @@ def test_the_table_says_states_differ_with_both_clocks():
 
 def test_waits_shrink_to_fit_the_deadline():
     plan = regime_plan(gpu_row("x", 1.0, regime="sustained"))
-    waits = waits_of(plan, 2)
+    # the harness timer here ran just before: every timer gets the short re-warm
+    assert waits_of(plan, 2) == pytest.approx(2 * SUSTAIN_REWARM_S)
+    waits = waits_of(plan, 2, here_ran=False)
     assert waits == pytest.approx(SUSTAIN_WARM_S + SUSTAIN_REWARM_S)
     assert waits_of(regime_plan(_burst_row()), 2) == pytest.approx(2 * BURST_IDLE_S)
     assert fit_scale(waits, 2.0, None, 50) == 1.0  # no deadline
@@ -209,3 +211,20 @@ def test_a_host_bound_sustained_eager_row_is_not_judged_against_graph_replays():
     md = to_markdown({"timers": ["t"], "rows": [rec], "not_retimed": [], "checked": 1, "flagged": 0,
                       "states_differ": 0, "host_bound": 1, "tolerance": 0.03}, "src")
     assert "1 host-bound" in md and "FLAGGED" not in md and "host-bound: the sustained row" in md
+
+
+def test_the_eta_at_start_says_whether_the_deadline_lets_every_row_be_re_timed():
+    from harness.crosscheck.regime import FIRST_ROW_S, ROW_COST_S, eta_s
+    from harness.crosscheck.run import eta_line
+
+    rows = [gpu_row(f"c{i}", 300.0, mhz=1440.0, regime="sustained") for i in range(57)]
+    full, least = eta_s([regime_plan(r) for r in rows])
+    assert full == pytest.approx(FIRST_ROW_S + 57 * (ROW_COST_S["sustained"] + 2 * SUSTAIN_REWARM_S))
+    assert least == pytest.approx(FIRST_ROW_S + 57 * (ROW_COST_S["sustained"] + 2 * SUSTAIN_REWARM_S * MIN_SCALE))
+    # the H200 loan's step: 120 s for 57 sustained rows (27 re-timed)
+    short = eta_line(rows, list(range(57)), 120.0)
+    assert short.startswith(f"57 rows to re-time (57 sustained), about {full:.0f} s") and "is short of" in short
+    assert "--deadline 250 or more" in short
+    assert "allows them all" in eta_line(rows, list(range(57)), 300.0)
+    assert "shortens the waits" in eta_line(rows, list(range(57)), 260.0)
+    assert eta_line(rows, [], 120.0) == "0 rows to re-time (), about 0 s"
