@@ -7,9 +7,9 @@ compares like with like, and the rule that says when it does not.
   repeat_time_ms=5)``, ``do_bench_cudagraph(rep=5)``. Their 100 ms loops throttle where the
   row's few ms of samples do not (H200 2026-12-02: 1455-1560 MHz against the row's 1980).
 - ``sustained`` rows: each outside timer's long loop (100 ms) after the call back to back with
-  no gap (``keep_busy``): SUSTAIN_WARM_S before the first timer of a row, SUSTAIN_REWARM_S
-  before the next (the previous timer's loop kept the GPU hot), as the row was sampled in its
-  call's settled continuous loop.
+  no gap (``keep_busy``): SUSTAIN_REWARM_S before each (the harness timer here, or the previous
+  timer's loop, just kept the GPU hot; SUSTAIN_WARM_S before the first where the harness timer
+  here failed), as the row was sampled in its call's settled continuous loop.
 - CPU rows and rows of no regime: as before.
 
 Whatever the preparation, a timer's clock is what decides whether it timed the row's state.
