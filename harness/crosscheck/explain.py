@@ -12,7 +12,8 @@ Per re-timed row, none of it part of the outside median:
   kernels' and copies' self time summed over a few calls, per call). Kernel vs the outside
   median compares the kernels alone with a graph replay / event loop around them.
 - ``clocks``: on a GPU, the SM clock (NVML) before and after each timer and the median of the
-  reads taken while it ran (``during``).
+  reads taken while it ran (``during``); the clock a timer ran at is defined once, in
+  harness/crosscheck/regime.py (``timer_clock``).
 
 On a CPU the GPU-only figures say ``n/a on cpu``.
 """
@@ -153,8 +154,6 @@ def _off(a: float, b: float, tol: float) -> bool:
     return abs(a / b - 1) > tol
 
 
-CLOCK_DROP = 0.05  # a fall of more than this between the harness timer and the outside timers is named
-
 
 def _ratio(comps: dict[str, Any], because: list[str], key: str, a: float, b: float, tol: float, why: str) -> None:
     """One comparison: ``comps[key]`` is a / b and whether it is more than ``tol`` off; when it
@@ -166,12 +165,16 @@ def _ratio(comps: dict[str, Any], because: list[str], key: str, a: float, b: flo
 
 def explain(harness_us: float, ref_us: float, here: dict[str, Any] | None, kernel: dict[str, Any] | str,
             tol: float, adapter: dict[str, Any] | None = None,
-            outside: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+            outside: dict[str, dict[str, Any]] | None = None, row_mhz: float | None = None) -> dict[str, Any]:
     """Which comparison fails: row vs here (the row's conditions), here vs outside (the timer),
     kernel vs the outside median (graph replay / launch gaps around the kernels); with the
     adapter's call timed here too, row vs that (the same call: only the conditions differ) and
     adapter vs standalone (the same timer and process: the call source differs). Each entry:
-    ratio and whether it is more than ``tol`` off; ``because`` lists the failing ones in words."""
+    ratio and whether it is more than ``tol`` off; ``because`` lists the failing ones in words.
+    On a GPU, ``clock`` holds each timer's clock (``regime.timer_clock``) and names those more
+    than STATE_TOL from ``row_mhz`` (the row's median clock), as ``regime.split_states`` does."""
+    from harness.crosscheck.regime import STATE_TOL, mhz_text, timer_clock, timer_state
+
     comps: dict[str, Any] = {}
     because: list[str] = []
     if adapter is not None:
@@ -193,23 +196,25 @@ def explain(harness_us: float, ref_us: float, here: dict[str, Any] | None, kerne
         _ratio(comps, because, "row_vs_here", harness_us, h, tol,
                f"the row's conditions (the harness timer here gives {h:.4g} us on the same call)")
         _ratio(comps, because, "here_vs_outside", h, ref_us, tol, "the timers disagree on one call in one process")
-    # The GPU's clock during the timers (NVML, before/after each): the outside timers repeat the
-    # call for 100+ ms, the harness samples for a few ms, and a power-limited SM clock makes
-    # rows read slower outside (docs/measurement.md §12).
-    def mhz(rec: dict[str, Any] | None) -> list[float]:
-        c = (rec or {}).get("sm_clock_mhz")
-        return ([c[k] for k in ("before", "during", "after") if isinstance(c.get(k), (int, float))]
-                if isinstance(c, dict) else [])  # CPU: a note
-
-    here_mhz = mhz(here)
-    out_mhz = [x for o in (outside or {}).values() for x in mhz(o)]
-    if here_mhz and out_mhz:
-        lo, top = min(out_mhz), min(here_mhz)
-        comps["clock"] = {"here_mhz": top, "outside_min_mhz": lo, "off": lo < (1 - CLOCK_DROP) * top}
-        if comps["clock"]["off"]:
-            because.append(f"clock: the SM clock fell to {lo:.0f} MHz during the outside timers' longer loops "
-                           f"(the harness timer here ran at {top:.0f} MHz): they time a sustained, power-limited "
-                           "clock, the harness's short sampling a boost clock")
+    # The clock each timer ran at against the row's, by the definition the state split uses
+    # (regime.timer_clock / timer_state): a timer more than 3% off the row's clock timed another
+    # GPU state, whatever its time says (docs/measurement.md §13).
+    clocked: dict[str, tuple[float, float]] = {}
+    for name, t in [("harness here", here), *(outside or {}).items()]:
+        c = timer_clock(t) if isinstance(t, dict) else None
+        if c is not None:
+            clocked[name] = c
+    here_mhz = clocked.get("harness here")
+    ref = row_mhz or (here_mhz[0] if here_mhz else None)  # a record without the row's clock: the timer here
+    if ref and clocked:
+        differ = {k: v for k, v in clocked.items() if timer_state(ref, v)}
+        comps["clock"] = {"row_mhz": row_mhz, "timers_mhz": {k: list(v) for k, v in clocked.items()},
+                          "states_differ": sorted(differ), "off": bool(differ)}
+        if differ:
+            whose = "the row" if row_mhz else "the harness timer here"
+            because.append("clock: states differ: " + ", ".join(f"{k} ran at {mhz_text(v)}" for k, v in differ.items())
+                           + f", {whose} at {ref:.0f} MHz (more than {STATE_TOL:.0%} apart): another GPU state, "
+                           "not the timer")
     if isinstance(kernel, dict):
         k = kernel["per_call_us"]
         _ratio(comps, because, "kernel_vs_outside", k, ref_us, tol,

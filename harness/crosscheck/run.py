@@ -30,6 +30,7 @@ import ast
 import functools
 import gc
 import json
+import math
 import statistics
 import time
 from typing import Any, Callable
@@ -308,7 +309,8 @@ def retime_row(row: ResultRow, tol: float, suite: str | None, min_run_s: float,
            "outside_graph": outside_graph if on_gpu else None}
     rec.update(judge(timing.median_us, outside, tol, gated(row.device, timing.method), plan["row_mhz"],
                      cr.host_bound_reason(row, outside_graph if on_gpu else None)))
-    why = ex.explain(timing.median_us, rec["ref_us"], here, kernel, tol, adapter, outside=outside)
+    why = ex.explain(timing.median_us, rec["ref_us"], here, kernel, tol, adapter, outside=outside,
+                     row_mhz=plan["row_mhz"])
     rec.update(why)
     if rec["flagged"] or rec["noisy"]:
         rec["reason"] += "; " + ("; ".join(why["because"]) if why["because"] else
@@ -334,7 +336,6 @@ class _Null:
 
 # ------------------------------------------------------------------ the table
 DEADLINE_REASON = "not re-timed: deadline"
-FIXED_GUESS_S = 2.0  # a row's cost beside its waits, until the first row measured it
 PENDING_REASON = "not re-timed yet: the command stopped before this row"
 
 
@@ -368,6 +369,26 @@ def reusable(previous: dict[str, Any] | None, rows: list[ResultRow]) -> dict[int
     return keep
 
 
+def eta_line(rows: list[ResultRow], todo: list[int], deadline_s: float | None) -> str:
+    """"57 rows to re-time, about N s": what the rows cost by the measured per-row costs
+    (regime.eta_s), and whether ``deadline_s`` lets them all be re-timed."""
+    from harness.crosscheck import regime as cr
+
+    plans = [cr.regime_plan(rows[i]) for i in todo]
+    full, least = cr.eta_s(plans)
+    regimes = ", ".join(f"{n} {r or 'no regime'}" for r, n in sorted(
+        {p["regime"]: sum(q["regime"] == p["regime"] for q in plans) for p in plans}.items(), key=lambda x: str(x[0])))
+    line = f"{len(plans)} rows to re-time ({regimes}), about {full:.0f} s"
+    if deadline_s is None or not plans:
+        return line
+    if deadline_s >= full:
+        return line + f"; the deadline {deadline_s:g} s allows them all"
+    if deadline_s >= least:
+        return line + f"; the deadline {deadline_s:g} s shortens the waits before the outside timers to fit"
+    return (line + f"; the deadline {deadline_s:g} s is short of the {least:.0f} s they need with the waits shortened: "
+                   f"rows will be left 'not re-timed: deadline' (give --deadline {math.ceil(least / 10) * 10:g} or more)")
+
+
 def crosscheck(rows: list[ResultRow], tol: float, suite: str | None = None, min_run_s: float = 0.2,
                log: Callable[[str], None] = lambda m: None, *, deadline_s: float | None = None,
                selected: list[int] | None = None, previous: dict[str, Any] | None = None,
@@ -388,6 +409,7 @@ def crosscheck(rows: list[ResultRow], tol: float, suite: str | None = None, min_
     # are shortened (harness/crosscheck/regime.py fit_scale) so every row fits the deadline.
     todo = {i for i in order if i not in kept and skip_reason(rows[i]) is None}
     fixed_costs: list[float] = []
+    log(eta_line(rows, [i for i in order if i in todo], deadline_s))
 
     def table(done: int, complete: bool) -> dict[str, Any]:
         pending = [{**_ident(i, rows[i]), "reason": PENDING_REASON} for i in order[done:]] if not complete else []
@@ -416,7 +438,7 @@ def crosscheck(rows: list[ResultRow], tol: float, suite: str | None = None, min_
             here_rec = rec.get("here") if isinstance(rec.get("here"), dict) else None
             adapter_rec = rec.get("here_adapter") if isinstance(rec.get("here_adapter"), dict) else None
             rec.update(ex.explain(rec["harness_us"], rec["ref_us"], here_rec, rec.get("kernel", ex.NA_CPU), tol,
-                                  adapter_rec, outside=rec["outside"]))
+                                  adapter_rec, outside=rec["outside"], row_mhz=rec.get("row_mhz")))
             if (rec["flagged"] or rec["noisy"]) and rec.get("because"):
                 rec["reason"] += "; " + "; ".join(rec["because"])
             checked.append(rec)
@@ -430,8 +452,10 @@ def crosscheck(rows: list[ResultRow], tol: float, suite: str | None = None, min_
             attempted += 1
             t0 = time.perf_counter()
             left = None if deadline_s is None else deadline_s - (t0 - start)
-            scale = cr.fit_scale(cr.waits_of(cr.regime_plan(row), 2),
-                                 statistics.median(fixed_costs) if fixed_costs else FIXED_GUESS_S, left,
+            plan = cr.regime_plan(row)
+            # a row's cost beside its waits: the rows so far, else the measured cost of its regime
+            scale = cr.fit_scale(cr.waits_of(plan, cr.OUTSIDE_TIMERS),
+                                 statistics.median(fixed_costs) if fixed_costs else cr.row_cost_s(plan), left,
                                  sum(1 for j in order[n:] if j in todo))
             try:
                 rec = retime_row(row, tol, suite, min_run_s, batches, scale)

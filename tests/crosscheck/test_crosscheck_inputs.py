@@ -125,18 +125,23 @@ def test_explain_names_the_failing_comparison():
     assert [b.split(" ")[0:3] for b in timer["because"]] == [["here", "vs", "outside"]]
 
 
-def test_explain_names_a_clock_drop_during_the_outside_timers():
-    # The H200 pattern (2026-12-02 crosscheck.json row 0): the harness timer at 1980 MHz, the
-    # outside timers ending at 1560 and 1455 MHz, 0.87x apart on the same call.
-    here = {"median_us": 438.8, "sm_clock_mhz": {"before": 1980.0, "after": 1980.0}}
+def test_explain_names_the_timers_whose_clock_is_not_the_rows():
+    # The H200 pattern (2026-12-02 crosscheck.json row 0): the row and the harness timer at
+    # 1980 MHz, the outside timers ending at 1560 and 1455 MHz, 0.87x apart on the same call.
+    here = {"median_us": 438.8, "sm_clock_mhz": {"before": 1980.0, "during": 1980.0, "after": 1980.0}}
     outside = {"flashinfer.bench_gpu_time": {"median_us": 503.4, "sm_clock_mhz": {"before": 1980.0, "after": 1560.0}},
                "triton.do_bench_cudagraph": {"median_us": 502.7, "sm_clock_mhz": {"before": 1560.0, "after": 1455.0}}}
-    why = explain(438.4, 503.0, here, "n/a on cpu", 0.03, outside=outside)
-    assert why["comparisons"]["clock"] == {"here_mhz": 1980.0, "outside_min_mhz": 1455.0, "off": True}
-    assert any(b.startswith("clock: the SM clock fell to 1455 MHz") for b in why["because"])
+    why = explain(438.4, 503.0, here, "n/a on cpu", 0.03, outside=outside, row_mhz=1980.0)
+    c = why["comparisons"]["clock"]
+    assert c["off"] and c["states_differ"] == ["flashinfer.bench_gpu_time", "triton.do_bench_cudagraph"]
+    assert c["timers_mhz"]["harness here"] == [1980.0, 1980.0]
+    clock = [b for b in why["because"] if b.startswith("clock: states differ")]
+    assert len(clock) == 1 and "bench_gpu_time ran at 1560 MHz" in clock[0] and "the row at 1980 MHz" in clock[0]
     steady = {k: {**v, "sm_clock_mhz": {"before": 1980.0, "after": 1965.0}} for k, v in outside.items()}
-    calm = explain(438.4, 503.0, here, "n/a on cpu", 0.03, outside=steady)
+    calm = explain(438.4, 503.0, here, "n/a on cpu", 0.03, outside=steady, row_mhz=1980.0)
     assert calm["comparisons"]["clock"]["off"] is False and not any(b.startswith("clock") for b in calm["because"])
+    # without the row's clock (an older record) the harness timer here is the reference
+    assert explain(438.4, 503.0, here, "n/a on cpu", 0.03, outside=outside)["comparisons"]["clock"]["off"]
     # on the CPU there is no clock: no clock comparison at all
     assert "clock" not in explain(100.0, 101.0, {"median_us": 100.5}, "n/a on cpu", 0.03)["comparisons"]
 

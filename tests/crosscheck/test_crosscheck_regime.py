@@ -7,7 +7,8 @@ import pytest
 
 from harness.crosscheck.regime import (BURST_IDLE_MAX_S, BURST_IDLE_MIN_S, BURST_IDLE_S, BURST_REPEAT_MS, MIN_SCALE,
                                        SUSTAIN_REWARM_S, SUSTAIN_WARM_S, WARM_CHUNK, fit_scale, keep_busy, prepare,
-                                       regime_plan, split_states, timer_state, waits_of)
+                                       regime_plan, split_states, timer_clock, timer_state,
+                                       waits_of)
 from harness.crosscheck.run import judge
 from harness.crosscheck.table import to_markdown
 from helpers.typed_rows import gpu_row, ran_row
@@ -109,6 +110,50 @@ def test_states_differ_is_never_agrees_nor_off():
     assert off["state"] == "matched" and off["flagged"]
 
 
+def test_the_states_differ_rule_on_synthetic_clocks_whatever_the_times_say():
+    # 4% below the row's clock: another state even though its time agrees with the row's
+    four = judge(440.0, {"a": _timer(440.0, 1900.8, after=1900.8)}, 0.03, True, 1980.0)
+    assert four["state"] == "states differ" and not four["flagged"] and set(four["states_differ"]) == {"a"}
+    assert "1980 MHz" in four["reason"] and "1901 MHz" in four["reason"] and "agree" not in four["reason"]
+    # 2% below: the same state, judged on its time
+    two = judge(440.0, {"a": _timer(440.0, 1940.4, after=1940.4)}, 0.03, True, 1980.0)
+    assert two["state"] == "matched" and not two["flagged"] and two["states_differ"] == {}
+    assert judge(480.0, {"a": _timer(440.0, 1940.4, after=1940.4)}, 0.03, True, 1980.0)["flagged"]
+
+
+def test_a_timer_is_in_the_rows_state_only_when_its_median_and_its_read_after_both_are():
+    assert timer_clock(_timer(1.0, 1980.0, after=1590.0)) == (1590.0, 1980.0)
+    assert timer_clock(_timer(1.0, None, after=1590.0)) == (1590.0, 1590.0)
+    assert timer_clock({"median_us": 1.0, "sm_clock_mhz": "n/a on cpu"}) is None
+    # H200 2026-12-06 sustained row 19: do_bench_cudagraph's 1 s loop at a median 1665 MHz, 1425
+    # after it, its time that of the higher clock; the row at 1410: not the row's state
+    assert timer_state(1410.0, (1425.0, 1665.0)).startswith("states differ")
+    assert "1425-1665 MHz" in timer_state(1410.0, (1425.0, 1665.0))
+    assert timer_state(1410.0, (1400.0, 1430.0)) == ""
+
+
+def test_burst_row_15_of_the_h200_is_judged_on_the_timer_that_ran_at_its_clock():
+    # H200 2026-12-06 burst crosscheck.json row 15 (mixed-gqa-step-p16, FlashInfer fastest form):
+    # bench_gpu_time's reads had a median of 1980 MHz but 1590 after its 5 ms loop (1487 us);
+    # do_bench_cudagraph ran at 1965 (1311 us); the row at 1965 (1299 us). e803f23 judged both
+    # timers "matched" (median only) and flagged 0.928x while the explanation said the clock fell.
+    from harness.crosscheck.explain import explain
+
+    outside = {"flashinfer.bench_gpu_time": {"median_us": 1487.46, "sm_clock_mhz": {
+                   "before": 1980.0, "during": 1980.0, "after": 1590.0, "reads": 50}},
+               "triton.do_bench_cudagraph": {"median_us": 1310.99, "sm_clock_mhz": {
+                   "before": 1965.0, "during": 1965.0, "after": 1965.0, "reads": 24}}}
+    out = judge(1298.74, outside, 0.03, True, 1965.0)
+    assert out["state"] == "matched" and not out["flagged"] and out["ref_us"] == 1310.99
+    assert set(out["states_differ"]) == {"flashinfer.bench_gpu_time"}
+    assert "1590-1980 MHz" in out["states_differ"]["flashinfer.bench_gpu_time"]
+    here = {"median_us": 1317.06, "sm_clock_mhz": {"before": 1980.0, "during": 1920.0, "after": 1845.0}}
+    why = explain(1298.74, out["ref_us"], here, "n/a on cpu", 0.03, outside=outside, row_mhz=1965.0)
+    # the explanation names the same timers the state split left out (and the harness timer here,
+    # 1845 after its own samples): one definition of a timer's clock on both sides
+    assert why["comparisons"]["clock"]["states_differ"] == ["flashinfer.bench_gpu_time", "harness here"]
+
+
 def test_the_table_says_states_differ_with_both_clocks():
     rec = {"row": 0, "case": "c", "backend": "flash-attn", "variant": "fa_version=3", "device": "cuda:0",
            "mode": "hot", "graph": True, "clock": "cuda_event", "harness_us": 440.0,
@@ -123,7 +168,9 @@ def test_the_table_says_states_differ_with_both_clocks():
 
 def test_waits_shrink_to_fit_the_deadline():
     plan = regime_plan(gpu_row("x", 1.0, regime="sustained"))
-    waits = waits_of(plan, 2)
+    # the harness timer here ran just before: every timer gets the short re-warm
+    assert waits_of(plan, 2) == pytest.approx(2 * SUSTAIN_REWARM_S)
+    waits = waits_of(plan, 2, here_ran=False)
     assert waits == pytest.approx(SUSTAIN_WARM_S + SUSTAIN_REWARM_S)
     assert waits_of(regime_plan(_burst_row()), 2) == pytest.approx(2 * BURST_IDLE_S)
     assert fit_scale(waits, 2.0, None, 50) == 1.0  # no deadline
@@ -164,3 +211,20 @@ def test_a_host_bound_sustained_eager_row_is_not_judged_against_graph_replays():
     md = to_markdown({"timers": ["t"], "rows": [rec], "not_retimed": [], "checked": 1, "flagged": 0,
                       "states_differ": 0, "host_bound": 1, "tolerance": 0.03}, "src")
     assert "1 host-bound" in md and "FLAGGED" not in md and "host-bound: the sustained row" in md
+
+
+def test_the_eta_at_start_says_whether_the_deadline_lets_every_row_be_re_timed():
+    from harness.crosscheck.regime import FIRST_ROW_S, ROW_COST_S, eta_s
+    from harness.crosscheck.run import eta_line
+
+    rows = [gpu_row(f"c{i}", 300.0, mhz=1440.0, regime="sustained") for i in range(57)]
+    full, least = eta_s([regime_plan(r) for r in rows])
+    assert full == pytest.approx(FIRST_ROW_S + 57 * (ROW_COST_S["sustained"] + 2 * SUSTAIN_REWARM_S))
+    assert least == pytest.approx(FIRST_ROW_S + 57 * (ROW_COST_S["sustained"] + 2 * SUSTAIN_REWARM_S * MIN_SCALE))
+    # the H200 loan's step: 120 s for 57 sustained rows (27 re-timed)
+    short = eta_line(rows, list(range(57)), 120.0)
+    assert short.startswith(f"57 rows to re-time (57 sustained), about {full:.0f} s") and "is short of" in short
+    assert "--deadline 250 or more" in short
+    assert "allows them all" in eta_line(rows, list(range(57)), 300.0)
+    assert "shortens the waits" in eta_line(rows, list(range(57)), 260.0)
+    assert eta_line(rows, [], 120.0) == "0 rows to re-time (), about 0 s"

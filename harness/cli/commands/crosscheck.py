@@ -28,7 +28,8 @@ def add_parser(sub: Any) -> None:
                    help="CPU: blocked_autorange's min_run_time per row (default 0.2)")
     p.add_argument("--deadline", type=float, metavar="SECONDS",
                    help="start no new row after this many seconds (at least one row is re-timed); the rest are "
-                        "listed as 'not re-timed: deadline'. The table is rewritten after every row either way")
+                        "listed as 'not re-timed: deadline'. The table is rewritten after every row either way; "
+                        "the first line says how long the rows take by measured per-row costs and whether this fits")
     p.add_argument("--case", action="append", metavar="GLOB", help="only rows whose case matches (repeatable)")
     p.add_argument("--backend", action="append", metavar="GLOB", help="only rows whose backend matches (repeatable)")
     p.add_argument("--resume", action="store_true",
