@@ -169,7 +169,7 @@ class Timing(Payload):
     rounds: int | None = None
     """Interleaved sampling: the case's complete rounds (= this row's samples; every candidate of the case has as many)."""
     settled_sm_clock_mhz: float | None = None
-    """Sustained: the median SM clock of the call's own continuous loop just before sampling (harness/timing/sustained.py)."""
+    """Sustained: the median SM clock of the call's own continuous loop over its sampling, read every 10 ms; at the power limit over one controller cycle, elsewhere with the settle's last 0.12 s (harness/timing/sustained.py). Rows before 2026-12-07: over the 0.12 s just before sampling."""
 
     _omit_if_none = frozenset({"stop_criterion", "launch", "raw_us", "cold_check", "cold_l2", "breakdown", "energy",
                                "contains", "clock_regime", "clocks", "sampling", "warm_calls", "rounds",

@@ -46,6 +46,7 @@ class ClockRead:
 
     sm_mhz: float | None
     power_w: float | None
+    power_instant_w: float | None = None  # NVML's instantaneous power where the driver has it (sustained.py)
 
 
 class ClockReader(Protocol):
@@ -65,8 +66,15 @@ class _NvmlReader:
     source: str
     max_sm_mhz: float | None
     power_limit_w: float | None
+    instant: bool = False  # the driver answers the instantaneous power field (probed once)
 
     def read(self) -> ClockRead:
+        instant: float | None = None
+        if self.instant:
+            try:
+                instant = self.nvml.power_instant_mw(self.handle) / 1e3
+            except Exception:
+                instant = None
         try:
             mhz: float | None = float(self.nvml.sm_clock_mhz(self.handle))
         except Exception:
@@ -75,7 +83,7 @@ class _NvmlReader:
             watts: float | None = self.nvml.power_mw(self.handle) / 1e3
         except Exception:
             watts = None
-        return ClockRead(mhz, watts)
+        return ClockRead(mhz, watts, instant)
 
 
 def _maybe(fn: Callable[[], float]) -> float | None:
@@ -102,6 +110,7 @@ def nvml_reader(device: Any) -> tuple[ClockReader | None, str]:
     reader = _NvmlReader(nvml, handle, f"nvml ({nvml.source})",
                          _maybe(lambda: nvml.max_sm_clock_mhz(handle)),
                          _maybe(lambda: nvml.power_limit_mw(handle) / 1e3))
+    reader.instant = _maybe(lambda: nvml.power_instant_mw(handle)) is not None
     if reader.read().sm_mhz is None:
         return None, "NVML does not report this device's SM clock"
     return reader, reader.source

@@ -31,6 +31,24 @@ NVML_SUCCESS = 0
 # two identical runs and mean powers above the board's limit (docs/measurement.md §12), while costing 0.1 s per cell.
 DISABLED = "off (--energy-window 0, the default): pass --energy-window SECONDS, e.g. 1 (docs/measurement.md: Energy)"
 NVML_CLOCK_SM = 1
+NVML_FI_DEV_POWER_INSTANT = 186  # nvml.h
+
+
+class _Value(ctypes.Union):
+    _fields_ = [("dVal", ctypes.c_double), ("uiVal", ctypes.c_uint), ("ulVal", ctypes.c_ulong),
+                ("ullVal", ctypes.c_ulonglong), ("sllVal", ctypes.c_longlong), ("siVal", ctypes.c_int),
+                ("usVal", ctypes.c_ushort)]
+
+
+class _FieldValue(ctypes.Structure):
+    """nvml.h's nvmlFieldValue_t (the ctypes path's nvmlDeviceGetFieldValues)."""
+
+    _fields_ = [("fieldId", ctypes.c_uint32), ("scopeId", ctypes.c_uint32), ("timestamp", ctypes.c_int64),
+                ("latencyUsec", ctypes.c_int64), ("valueType", ctypes.c_int), ("nvmlReturn", ctypes.c_int),
+                ("value", _Value)]
+
+
+_VALUE_FIELDS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}  # nvmlValueType_t
 
 
 class _Nvml:
@@ -99,6 +117,23 @@ class _Nvml:
     def power_mw(self, handle: Any) -> int:
         """Board power in milliwatts (the driver's averaging window: about 1 s on Hopper)."""
         return self._uint("nvmlDeviceGetPowerUsage", handle)
+
+    def power_instant_mw(self, handle: Any) -> int:
+        """Instantaneous board power in milliwatts (field NVML_FI_DEV_POWER_INSTANT, newer drivers
+        only; raises where the driver or GPU does not answer it). Unlike ``power_mw`` it shows a
+        new load's power at once, not a second later."""
+        if self._py is not None:
+            v = self._py.nvmlDeviceGetFieldValues(handle, [NVML_FI_DEV_POWER_INSTANT])[0]
+        else:
+            v = (_FieldValue * 1)()
+            v[0].fieldId = NVML_FI_DEV_POWER_INSTANT
+            rc = self._lib.nvmlDeviceGetFieldValues(handle, ctypes.c_int(1), ctypes.byref(v))
+            if rc != NVML_SUCCESS:
+                raise OSError(f"nvmlDeviceGetFieldValues returned {rc}")
+            v = v[0]
+        if v.nvmlReturn != NVML_SUCCESS:
+            raise OSError(f"NVML_FI_DEV_POWER_INSTANT: return code {v.nvmlReturn}")
+        return int(getattr(v.value, _VALUE_FIELDS.get(int(v.valueType), "uiVal")))
 
     def max_sm_clock_mhz(self, handle: Any) -> int:
         return self._uint("nvmlDeviceGetMaxClockInfo", handle, NVML_CLOCK_SM)

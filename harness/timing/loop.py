@@ -115,7 +115,7 @@ TimingRun = Generator[Candidate, Sampled, dict[str, Any]]
 def _run_alone(run: TimingRun, opts: TimingOptions) -> dict[str, Any]:
     c = next(run)
     try:
-        run.send(Sampled(*_loop(c.take, opts, c.host_bound, c.warm)))
+        run.send(Sampled(*_loop(c.take, opts, c.host_bound, c.warm, _window_open(c))))
     except StopIteration as done:
         return done.value
     raise RuntimeError("a timing run did not finish")  # a harness bug: the generator yields once
@@ -189,7 +189,7 @@ def time_in_turn(calls: dict[str, tuple[Callable[[], object], GraphDecision | No
             try:
                 if isinstance(c.take, SustainedSampler):
                     c.take.run_settle()
-                run.send(Sampled(*_loop(c.take, opts, c.host_bound, c.warm)))
+                run.send(Sampled(*_loop(c.take, opts, c.host_bound, c.warm, _window_open(c))))
             except StopIteration as done:
                 out[name] = done.value
             except Exception as e:
@@ -197,10 +197,18 @@ def time_in_turn(calls: dict[str, tuple[Callable[[], object], GraphDecision | No
         return {name: out[name] for name in calls}
 
 
+def _window_open(c: Candidate) -> Callable[[], bool] | None:
+    """A sustained candidate's rule that sampling goes on over one controller cycle at the limit."""
+    return c.take.window_open if isinstance(c.take, SustainedSampler) else None
+
+
 def _loop(take: Callable[[], float | None], opts: TimingOptions, host_bound: Callable[[], bool] | None = None,
-          warm: Callable[[], object] | None = None) -> tuple[list[float], str, float]:
+          warm: Callable[[], object] | None = None,
+          window_open: Callable[[], bool] | None = None) -> tuple[list[float], str, float]:
     """Sample one call alone until the criterion says stop; ``warm`` (the hot warm-up) runs right
-    before every take, as in rounds, so hot means the same in both orders."""
+    before every take, as in rounds, so hot means the same in both orders. While ``window_open``
+    says so (sustained at the power limit: the samples must span a controller cycle) the loop
+    goes on past the criterion."""
     criterion = criterion_for(opts)
     samples: list[float] = []
     sorted_s: list[float] = []
@@ -217,7 +225,7 @@ def _loop(take: Callable[[], float | None], opts: TimingOptions, host_bound: Cal
         bisect.insort(sorted_s, x)
         elapsed = time.perf_counter() - start
         reason = ask(criterion, sorted_s, elapsed, host_bound is not None and host_bound())
-        if reason:
+        if reason and not (window_open is not None and window_open()):
             return samples, reason, elapsed
 
 
@@ -338,7 +346,8 @@ def _cuda_run(fn: Callable[[], object], device: torch.device, opts: TimingOption
     regime = RegimeSampler(opts.clock_regime, reader, why_no_reader, threshold=opts.throttle_threshold,
                            recovery_s=opts.throttle_recovery_s, max_time_s=opts.max_time_s, device_key=str(device))
     sustained = (SustainedSampler(device, work, k, min(estimates) * k, reader, opts.max_time_s,
-                                  flusher.flush if flusher else None) if opts.clock_regime == "sustained" else None)
+                                  flusher.flush if flusher else None, opts.max_samples)
+                 if opts.clock_regime == "sustained" else None)
     if sustained is not None and settle_now:
         sustained.run_settle()
     started: list[float] = []  # the first sample's start: interleaved runs are set up long before
@@ -396,8 +405,9 @@ def _cuda_run(fn: Callable[[], object], device: torch.device, opts: TimingOption
     if sustained is not None:  # a full queue of the call's own work: no hold, no host-bound class, no warm-up
         got = yield Candidate(sustained, None, None)
         sustained.leave()
-        count["works"] += len(got.samples)
-        count["busy_s"] += sum(got.samples) * k
+        # at the limit only every stride-th work is timed: the untimed ones ran too (energy per call)
+        count["works"] += sustained.works_sampled
+        count["busy_s"] += statistics.mean(got.samples) * k * sustained.works_sampled if got.samples else 0.0
     else:
         got = yield Candidate(take, host_bound, warm if warm_calls else None)
     samples = got.samples

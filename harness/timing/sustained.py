@@ -22,21 +22,53 @@ Here, instead: samples are CUDA-event pairs around the timed work (a graph repla
 calls), enqueued ``QUEUE_AHEAD_S`` of GPU time ahead of the one the host waits on, so the host's
 work between samples overlaps queued work and the GPU never idles (a sample after which the
 queue had run dry is not sustained: discarded). Before sampling, the same queue runs until
-``settled_reason`` says the state is settled: the GPU continuously busy for at least
-``POWER_WINDOW_S`` (the power average holds only this load) and this call's own work for at
-least ``SETTLE_MIN_OWN_S``, and over the last ``SETTLE_WINDOW_S`` either the power at the
-enforced limit (the controller holds it there: the clock it sets is the state) or power and
-clock steady. Samples taken before that are not sustained samples and are discarded (counted
-in ``clocks.discard_reasons``). The candidates of one case run in one stream back to back
-(``harness.timing.loop.time_in_turn``): the GPU stays busy from one to the next, so
-only the first pays the full power window after idle.
+``settled_reason`` says the state is settled; samples taken before that are not sustained
+samples and are discarded (counted in ``clocks.discard_reasons``). The candidates of one case
+run in one stream back to back (``harness.timing.loop.time_in_turn``): the GPU stays busy from
+one to the next.
 
-The row records the clock of the plain continuous loop just before sampling
-(``timing.settled_sm_clock_mhz``: the median NVML clock over the settle's last window) beside
-the clocks read while sampling (``clocks.sm_mhz``), and the settle itself (``clocks.settle``).
+What "settled" is, from the 2026-12-06 probes (reports/h100/2026-12-06/loan3/clocks/probe.json,
+reports/h200/2026-12-06/loan1/clocks/probe.json: NVML every ~38 ms over a 3 s graph loop after
+1 s idle):
 
-``settled_reason`` and ``first_settled`` are pure (CPU tests drive them with synthetic traces);
-``SustainedSampler`` needs a CUDA device.
+- At the 700 W limit the clock never settles to one value: the controller acts on the ~1 s
+  power average, so the dip that brings the average to the limit (H100 FA3: 1725 -> 1170 MHz at
+  0.84 s) stays in the average for a second and lets the clock climb back; it falls again when
+  the dip leaves (1.77 s, 2.77 s): a cycle of about ``CONTROLLER_CYCLE_S`` whose swing shrinks
+  (troughs 1170, 1380, 1440 MHz). The earlier rule (steady over 0.12 s) took a plateau of that
+  cycle: 1680 MHz (H100) / 1410 MHz (H200) against the loop's last-second medians 1530 / 1365.
+  Even a full one-second median taken right where the average reaches the limit is the first,
+  hot cycle: 1.069x (H100) and 1.044x (H200) the last-second median; from one cycle later it is
+  within 1.2% on all three power-limited traces (tests/timing/test_timing_sustained.py). So at
+  the limit: settled once the power average holds only this call's work (``POWER_WINDOW_S`` of
+  its own) and one cycle has passed since the average first reached the limit; then the row's
+  samples are spread over one cycle (a sample every ``stride`` works, so that ``max_samples``
+  span it; sampling goes on until the cycle is covered) and the settled clock
+  (``timing.settled_sm_clock_mhz``) is the median NVML clock over that same stretch, read every
+  ``READ_EVERY_S``: the row's clock and the settled clock describe the same second, no extra loop.
+- Below the limit nothing throttles the call for power, so its sustained clock is its burst
+  clock; a full power window is not needed to know that. With the clock at its maximum and the
+  call's steady power predicted below ``BELOW_LIMIT_MARGIN`` of the limit, it is settled at once
+  (after ``SETTLE_MIN_OWN_S``). The prediction: NVML's instantaneous power field where the driver
+  has it (``NVML_FI_DEV_POWER_INSTANT``, the highest over the last ``SETTLE_WINDOW_S``), else the
+  averaged power's linear ramp (the average of a step is a straight line for one window) fitted
+  over readings whose window holds only this call's work and a load known to be flat before it
+  (idle since the previous cell's queue ran out, or the previous call of the case), extrapolated
+  to where the window holds only this call (``predicted_power``). H100 FlashInfer (592 W steady)
+  fires; FA3 (clock 1680-1725 MHz before the limit, ramp towards ~750 W) and H200 FlashInfer
+  (ramp towards 740-810 W: it does reach the limit) do not. Its settled clock: the median over
+  the sampling and the settle's last ``SETTLE_WINDOW_S`` (a few ms of samples hold a reading or two).
+- Otherwise (clock below maximum, power neither predictably low nor at the limit): busy for
+  ``POWER_WINDOW_S``, this call's work for ``SETTLE_MIN_OWN_S`` and power and clock steady over
+  ``SETTLE_WINDOW_S``, as before.
+
+Cost (tests/timing/test_sustained_cost.py's model of reports/h100/2026-12-06/loan3/decode-sustained):
+every power-limited row pays its own power window plus a cycle of sampling, about 2 s, 3 s after
+idle: 83 of the main job's 251 timed rows on the H100, a floor of ~5.9x burst's wall (issue 46
+asked for 2x; docs/measurement.md, "Clock regimes").
+
+``settled_reason``, ``first_settled``, ``predicted_power`` and ``settled_clock`` are pure (CPU
+tests drive them with the probes' traces); ``SustainedSampler`` needs a CUDA device.
 """
 
 from __future__ import annotations
@@ -51,22 +83,31 @@ from typing import Any, Callable, Sequence
 from harness.timing.clocks import CLOCK_TOL, POWER_TOL, ClockRead, ClockReader
 
 POWER_WINDOW_S = 1.0  # NVML's board power (and the controller's input) averages about this long on Hopper
+# The power controller's cycle at the limit: the clock's drops 0.84 -> 1.77 -> 2.77 s (H100 FA3),
+# 0.81 -> 1.80 s (H200 FA3), 0.82 -> 1.81 -> 2.75 s (H200 FlashInfer) in the 2026-12-06 probes:
+# 0.93-1.0 s, one power window (the dip that brought the average to the limit leaves it).
+CONTROLLER_CYCLE_S = 1.0
 SETTLE_MIN_OWN_S = 0.1  # this call's own work before its state counts, after another call kept the GPU busy
-# Steady over this long: NVML's clock updates about every 0.1 s (the H200 probe's reads 50 ms apart
-# came in equal pairs), so the window spans at least one update; each candidate after the first
-# of a case pays about this much (the case's first pays the power window).
+# Readings over this long judge "steady" and the below-limit shortcut: NVML's clock updates about
+# every 0.1 s (the H200 probe's reads 50 ms apart came in equal pairs), so it spans an update.
 SETTLE_WINDOW_S = 0.12
-SETTLE_MAX_S = 3.0  # a settle that never steadies stops here and says so
+SETTLE_MAX_S = 4.0  # a settle that never settles stops here and says so (at the limit it takes ~2 s after idle)
 POWER_LIMITED = 0.97  # power at or above this share of the enforced limit: the controller holds it
-# At the limit the controller moves the clock in steps (1230-1440 MHz on the H200 probe, about a
-# second apart); a clock still moving more than this over the window is a transition, e.g. from the
-# previous call's clock to this one's.
-LIMITED_CLOCK_BAND = 0.03
+# Below-limit shortcut: predicted steady power under this share of the limit, the clock at its
+# maximum. H100 FlashInfer's 592 W is 0.85 of 700 W; the ramp's prediction came out 2-4% high.
+BELOW_LIMIT_MARGIN = 0.90
+# The ramp fit needs this many of NVML's power updates (about every 0.1 s) spanning RAMP_MIN_S: with
+# three, H100 FlashInfer's prediction came out 5% low (562 W for 592 W), with four 2-4% high.
+RAMP_POINTS = 4
+RAMP_MIN_S = 0.25
 QUEUE_AHEAD_S = 0.003  # GPU time kept queued behind the sample the host waits on
 LEAVE_AHEAD_S = 0.01  # work left queued at the end of a cell's sampling (covers the host's row-writing)
-READ_EVERY_S = 0.01  # NVML reads while settling (every sample while sampling)
+READ_EVERY_S = 0.01  # NVML reads while settling and over the settled clock's window
 BEFORE_SETTLED = "taken before the settled state"
 QUEUE_DRY = "the queue had run dry before it (it started on an idle GPU)"
+AT_LIMIT = "at the power limit"
+BELOW_LIMIT = "below the limit"
+STEADY = "steady"
 
 
 Reading = tuple[float, ClockRead]  # (seconds on the host clock, the reading)
@@ -77,19 +118,77 @@ def _moved(xs: Sequence[float]) -> float:
     return (hi - lo) / hi if hi > 0 else 0.0
 
 
+def _fit(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """Least-squares line (slope, intercept) through (t, y) points."""
+    n = len(points)
+    mt = sum(t for t, _ in points) / n
+    my = sum(y for _, y in points) / n
+    var = sum((t - mt) ** 2 for t, _ in points)
+    slope = sum((t - mt) * (y - my) for t, y in points) / var if var > 0 else 0.0
+    return slope, my - slope * mt
+
+
+def predicted_power(reads: Sequence[Reading], now: float, *, own_since: float,
+                    flat_since: float | None, window_s: float = SETTLE_WINDOW_S) -> tuple[float, str] | None:
+    """The board power this call's continuous loop settles at, predicted early, and how; None when
+    it cannot be told yet. ``flat_since``: since when the load before ``own_since`` was one flat
+    load (idle, or the previous call's work; None: unknown).
+
+    NVML's instantaneous power (``ClockRead.power_instant_w``) where read: the highest over the last
+    ``window_s`` of this call's work. Else the averaged power: while its ~1 s window holds only the
+    flat load and this call's, it is a straight line reaching the call's power when the window
+    holds only this call (at ``own_since + POWER_WINDOW_S``). The line is fitted through the
+    readings where a new value appeared (about when the driver updated it: a held value's later
+    readings would bend the fit), RAMP_POINTS or more spanning RAMP_MIN_S; none of them while the
+    window still reaches back before ``flat_since``. On the probes' traces it came out 2-4% above
+    the steady power (H100 FlashInfer: 604-615 W for 592 W)."""
+    recent = [r for t, r in reads if now - window_s <= t <= now and t >= own_since]
+    inst = [r.power_instant_w for r in recent if r.power_instant_w is not None]
+    if inst:
+        return max(inst), "instantaneous power"
+    if flat_since is None:
+        return None
+    fit_from = max(own_since, flat_since + POWER_WINDOW_S)  # the average's window no older than the flat load
+    pts: list[tuple[float, float]] = []  # where a new value appeared: about when the driver updated it
+    prev: float | None = None
+    for t, r in reads:
+        if t < own_since or t > min(now, own_since + POWER_WINDOW_S) or r.power_w is None:
+            continue
+        if prev is not None and r.power_w != prev and t >= fit_from:
+            pts.append((t, r.power_w))
+        prev = r.power_w
+    if len(pts) < RAMP_POINTS or pts[-1][0] - pts[0][0] < RAMP_MIN_S:
+        return None
+    slope, at0 = _fit(pts)
+    return at0 + slope * (own_since + POWER_WINDOW_S), "the averaged power's ramp"
+
+
+def _limit_reached(reads: Sequence[Reading], own_since: float, power_limit_w: float) -> float | None:
+    """When the averaged power first read at the limit during this call's work."""
+    return next((t for t, r in reads if t >= own_since and r.power_w is not None
+                 and r.power_w >= POWER_LIMITED * power_limit_w), None)
+
+
 def settled_reason(reads: Sequence[Reading], now: float, *, busy_since: float, own_since: float,
-                   power_limit_w: float | None, min_busy_s: float = POWER_WINDOW_S,
-                   min_own_s: float = SETTLE_MIN_OWN_S, window_s: float = SETTLE_WINDOW_S) -> str | None:
+                   power_limit_w: float | None, max_sm_mhz: float | None = None, flat_since: float | None = None,
+                   min_busy_s: float = POWER_WINDOW_S, min_own_s: float = SETTLE_MIN_OWN_S,
+                   window_s: float = SETTLE_WINDOW_S, cycle_s: float = CONTROLLER_CYCLE_S) -> str | None:
     """Why the GPU's state at ``now`` is the settled state of the work it runs, or None.
 
     ``reads``: NVML readings taken while the work ran, oldest first; ``busy_since``: since when
     the GPU has been busy without a gap (any call's work); ``own_since``: since when it has run
-    this call's work. Settled: busy for ``min_busy_s`` (the power average holds only load), this
-    call for ``min_own_s``, readings covering the last ``window_s`` and over them either the power
-    at POWER_LIMITED of ``power_limit_w`` (the controller holds it at the limit) with the clock
-    within LIMITED_CLOCK_BAND (not in a transition), or both the power (< POWER_TOL) and the SM
-    clock (< CLOCK_TOL) steady."""
-    if now - busy_since < min_busy_s or now - own_since < min_own_s:
+    this call's work; ``flat_since``: see ``predicted_power``. Settled (readings covering the last
+    ``window_s``, this call's work for ``min_own_s``), the first that holds:
+
+    - below the limit: the clock at ``max_sm_mhz`` (within CLOCK_TOL) and the predicted steady
+      power under BELOW_LIMIT_MARGIN of ``power_limit_w``: nothing will throttle it for power;
+    - at the power limit: the power at POWER_LIMITED of the limit over the window, this call's
+      own work for ``min_busy_s`` (the average holds only it) and ``cycle_s`` since the average
+      first reached the limit during it (the first cycle after reaching it runs hot); the
+      sampler then samples over one cycle (``needs_cycle``);
+    - steady: busy for ``min_busy_s``, power (< POWER_TOL) and clock (< CLOCK_TOL) steady over
+      the window, the power below the limit."""
+    if now - own_since < min_own_s:
         return None
     start = now - window_s
     if not reads or reads[0][0] > start:
@@ -99,18 +198,34 @@ def settled_reason(reads: Sequence[Reading], now: float, *, busy_since: float, o
         return None
     watts = [r.power_w for r in recent if r.power_w is not None]
     mhz = [r.sm_mhz for r in recent if r.sm_mhz is not None]
-    if (watts and power_limit_w and min(watts) >= POWER_LIMITED * power_limit_w
-            and (not mhz or _moved(mhz) < LIMITED_CLOCK_BAND)):
-        return (f"at the power limit: over {window_s:g} s the power stayed >= {POWER_LIMITED:.0%} of "
-                f"{power_limit_w:g} W and the SM clock within {LIMITED_CLOCK_BAND:.0%} after {now - busy_since:.2f} s busy")
+    if power_limit_w and max_sm_mhz and mhz and min(mhz) >= (1 - CLOCK_TOL) * max_sm_mhz:
+        got = predicted_power(reads, now, own_since=own_since, flat_since=flat_since, window_s=window_s)
+        if got is not None and got[0] < BELOW_LIMIT_MARGIN * power_limit_w:
+            return (f"{BELOW_LIMIT}: SM clock at its maximum {max_sm_mhz:g} MHz and steady power predicted "
+                    f"{got[0]:.0f} W from {got[1]} (< {BELOW_LIMIT_MARGIN:.0%} of {power_limit_w:g} W) "
+                    f"after {now - own_since:.2f} s of its own work")
+    if power_limit_w and watts and min(watts) >= POWER_LIMITED * power_limit_w:
+        reached = _limit_reached(reads, own_since, power_limit_w)
+        if now - own_since < min_busy_s or reached is None or now - reached < cycle_s:
+            return None
+        return (f"{AT_LIMIT}: power >= {POWER_LIMITED:.0%} of {power_limit_w:g} W, {now - own_since:.2f} s of its "
+                f"own work, {now - reached:.2f} s since the average reached the limit; samples and the settled "
+                f"clock over the next {cycle_s:g} s (one controller cycle)")
+    if now - busy_since < min_busy_s:
+        return None
     if (not watts or _moved(watts) < POWER_TOL) and (not mhz or _moved(mhz) < CLOCK_TOL):
-        return (f"steady: over {window_s:g} s the SM clock moved < {CLOCK_TOL:.0%} and power < {POWER_TOL:.0%} "
+        return (f"{STEADY}: over {window_s:g} s the SM clock moved < {CLOCK_TOL:.0%} and power < {POWER_TOL:.0%} "
                 f"after {now - busy_since:.2f} s busy")
     return None
 
 
+def needs_cycle(reason: str) -> bool:
+    """Whether a state settled for ``reason`` is sampled over one controller cycle (at the limit)."""
+    return reason.startswith(AT_LIMIT)
+
+
 def first_settled(reads: Sequence[Reading], *, busy_since: float, own_since: float,
-                  power_limit_w: float | None, **kw: float) -> float | None:
+                  power_limit_w: float | None, **kw: Any) -> float | None:
     """The host time of the first reading at which ``settled_reason`` says settled, or None.
     A sample that ended before it is not a sustained sample."""
     for i, (t, _) in enumerate(reads):
@@ -120,20 +235,24 @@ def first_settled(reads: Sequence[Reading], *, busy_since: float, own_since: flo
     return None
 
 
-def settled_clock(reads: Sequence[Reading], until: float, window_s: float = SETTLE_WINDOW_S) -> float | None:
-    """Median SM clock over the readings of the last ``window_s`` up to ``until``."""
-    xs = [r.sm_mhz for t, r in reads if until - window_s <= t <= until and r.sm_mhz is not None]
+def settled_clock(reads: Sequence[Reading], since: float, until: float = math.inf) -> float | None:
+    """Median SM clock over the readings from ``since`` to ``until``: over a sustained row's
+    sampling, which at the limit spans one controller cycle."""
+    xs = [r.sm_mhz for t, r in reads if since <= t <= until and r.sm_mhz is not None]
     return statistics.median(xs) if xs else None
 
 
 @dataclass
 class Stream:
-    """The device's queue as sustained cells leave it: the end event of the last work enqueued
-    and since when the GPU has been busy without a gap. One per process (a worker owns its
-    device); consecutive cells of a case continue it."""
+    """The device's queue as sustained cells leave it: the end event of the last work enqueued,
+    since when the GPU has been busy without a gap, since when the last cell ran its own work and
+    when its queued work was to run out (host clock). One per process (a worker owns its device);
+    consecutive cells of a case continue it."""
 
     tail: Any = None
     busy_since: float | None = None
+    own_since: float | None = None
+    idle_from: float | None = None
 
 
 STREAMS: dict[str, Stream] = {}
@@ -147,7 +266,9 @@ def _stats(xs: Sequence[float]) -> dict[str, float] | None:
 class SustainedSampler:
     """One cell's sustained sampling on its device's stream (CUDA). ``work`` runs the timed work
     (``calls`` forwards), ``est_s`` is its rough GPU time; ``flush`` (cold mode) runs before each
-    sample. ``settle()`` then ``take()`` per sample (seconds per call, or None: discarded)."""
+    sample; ``max_samples`` (the stopping rule's cap) sets how sparsely samples are taken over a
+    controller cycle. ``settle()`` then ``take()`` per sample (seconds per call, or None:
+    discarded) while the loop also asks ``window_open()``."""
 
     device: Any
     work: Callable[[], None]
@@ -156,13 +277,19 @@ class SustainedSampler:
     reader: ClockReader | None
     max_time_s: float
     flush: Callable[[], None] | None = None
+    max_samples: int = 500
     clock: Callable[[], float] = time.perf_counter
     trace: list[Reading] = field(default_factory=list)  # settle readings
+    window: list[Reading] = field(default_factory=list)  # readings every READ_EVERY_S while sampling
     sample_reads: list[ClockRead] = field(default_factory=list)
     discarded: dict[str, int] = field(default_factory=dict)
     kept_dry: int = 0
     settle: dict[str, Any] | None = None
     settled_sm_clock_mhz: float | None = None
+    cycle: bool = False  # settled at the limit: samples spread over one controller cycle
+    stride: int = 1  # works per sample while sampling (the sample is the last one)
+    extra_reads: int = 0  # reads after a sample that fell between two window reads
+    works_sampled: int = 0  # works run while sampling, the untimed ones between spread samples included
 
     def __post_init__(self) -> None:
         import torch
@@ -211,20 +338,21 @@ class SustainedSampler:
         e1.synchronize()
         return e0.elapsed_time(e1) / 1e3, gap
 
-    def _start(self) -> tuple[float, bool]:
-        """This call's start on the stream, and whether earlier work was still queued (then its
-        own work begins once that has run: at most LEAVE_AHEAD_S later)."""
+    def _start(self) -> tuple[float, bool, float | None]:
+        """This call's start on the stream, whether earlier work was still queued (then its own
+        work begins once that has run: at most LEAVE_AHEAD_S later), and since when the load
+        before it was flat: the previous call's own start, or when the queue last ran out."""
         now = self.clock()
         tail = self.stream.tail
         if tail is None or self.stream.busy_since is None or tail.query():
             self.stream.busy_since = now  # the GPU has nothing queued: a busy span starts here
-            return now, False
-        return now + LEAVE_AHEAD_S, True
+            return now, False, (self.stream.idle_from if tail is not None else -math.inf)
+        return now + LEAVE_AHEAD_S, True, self.stream.own_since
 
     # -------------------------------------------------------------- the phases
     def run_settle(self) -> None:
         """Run the work back to back until ``settled_reason`` says settled (at most SETTLE_MAX_S)."""
-        own, previous_busy = self._start()
+        own, previous_busy, flat_since = self._start()
         first = self.reader.read() if self.reader is not None else None
         last_read = -math.inf
         before = 0
@@ -241,7 +369,8 @@ class SustainedSampler:
                 self.trace.append((now, self.reader.read()))
                 last_read = now
                 why = settled_reason(self.trace, now, busy_since=self.stream.busy_since or own, own_since=own,
-                                     power_limit_w=self.reader.power_limit_w)
+                                     power_limit_w=self.reader.power_limit_w, max_sm_mhz=self.reader.max_sm_mhz,
+                                     flat_since=flat_since)
                 if why:
                     reason = why
                     break
@@ -249,9 +378,12 @@ class SustainedSampler:
                 reason = f"time cap {SETTLE_MAX_S:g} s (not settled: clock or power still moving)"
                 break
         end = max(self.clock(), own)
+        self.stream.own_since = own
         if before:
             self.discarded[BEFORE_SETTLED] = before
-        self.settled_sm_clock_mhz = settled_clock(self.trace, end)
+        self.cycle = needs_cycle(reason)
+        if self.cycle:  # max_samples samples span the cycle; a noise rule met earlier waits for it
+            self.stride = max(1, math.floor(CONTROLLER_CYCLE_S / (self.max_samples * max(self.est_s, 1e-6))))
         last = self.trace[-1][1] if self.trace else None
         if self.host_bound:
             reason += f"; host-bound: {self.gaps} of {self.enqueued} samples started on an idle GPU"
@@ -263,14 +395,36 @@ class SustainedSampler:
                        "power_w_end": last.power_w if last else None}
         self.sampling_from = end
 
+    def window_open(self) -> bool:
+        """Sampling must go on: settled at the limit and one controller cycle not yet covered."""
+        return self.cycle and self.sampling_from is not None and self.clock() - self.sampling_from < CONTROLLER_CYCLE_S
+
+    def _read_window(self, now: float) -> ClockRead | None:
+        if self.reader is None:
+            return None
+        if self.window and now - self.window[-1][0] < READ_EVERY_S:
+            return None
+        r = self.reader.read()
+        self.window.append((now, r))
+        return r
+
     def take(self) -> float | None:
         """One sustained sample (seconds per call), or None: the queue ran dry before it (kept for a
-        host-bound call, or once the time budget is spent; counted in ``kept_dry``)."""
+        host-bound call, or once the time budget is spent; counted in ``kept_dry``). At the limit
+        the sample is the last of ``stride`` works, so the row's samples spread over the cycle."""
         if self.settle is None:
             self.run_settle()
+        for _ in range(self.stride - 1):  # untimed: the loop's continuous work between spread samples
+            self._next()
+            self._read_window(self.clock())
         gpu_s, dry = self._next()
+        self.works_sampled += self.stride
         if self.reader is not None:
-            self.sample_reads.append(self.reader.read())
+            r = self._read_window(self.clock())
+            if r is None:
+                r = self.reader.read()
+                self.extra_reads += 1
+            self.sample_reads.append(r)
         if dry:  # the sample started on an idle GPU
             if self.host_bound or (self.sampling_from is not None
                                    and self.clock() - self.sampling_from > self.max_time_s):
@@ -290,23 +444,29 @@ class SustainedSampler:
         end = self._torch.cuda.Event()
         end.record()
         self.stream.tail = end
+        self.stream.idle_from = self.clock() + LEAVE_AHEAD_S  # about when the queued work runs out
         self.pending.clear()
 
     def record(self, base: dict[str, Any], sampling_s: float) -> dict[str, Any]:
         """The row's ``clocks`` (``base``: the regime's common fields) with this sampling's reads,
         discards and settle."""
         reads = self.sample_reads
+        if self.sampling_from is not None:  # below the limit also the settle's last window, where it was judged
+            since = self.sampling_from - (0.0 if self.cycle else SETTLE_WINDOW_S)
+            self.settled_sm_clock_mhz = settled_clock(self.trace + self.window, since)
         out = dict(base)
         cost = out.get("read_cost_us")
-        out["read_share"] = cost * len(reads) / (sampling_s * 1e6) if cost is not None and sampling_s > 0 else None
+        n_reads = len(self.window) + self.extra_reads
+        out["read_share"] = cost * n_reads / (sampling_s * 1e6) if cost is not None and sampling_s > 0 else None
         out.update(sm_mhz=_stats([r.sm_mhz for r in reads if r.sm_mhz is not None]),
                    power_w=_stats([r.power_w for r in reads if r.power_w is not None]),
-                   reads=len(reads) + len(self.trace), discarded=sum(self.discarded.values()),
+                   reads=n_reads + len(self.trace), discarded=sum(self.discarded.values()),
                    discard_reasons=dict(self.discarded), throttled_kept=self.kept_dry, settle=self.settle,
                    warmup=None, pad=None)
         return out
 
 
-__all__ = ["BEFORE_SETTLED", "POWER_LIMITED", "POWER_WINDOW_S", "QUEUE_AHEAD_S", "QUEUE_DRY", "SETTLE_MAX_S",
-           "SETTLE_MIN_OWN_S", "SETTLE_WINDOW_S", "LIMITED_CLOCK_BAND", "STREAMS", "Stream", "SustainedSampler", "first_settled",
+__all__ = ["AT_LIMIT", "BEFORE_SETTLED", "BELOW_LIMIT", "BELOW_LIMIT_MARGIN", "CONTROLLER_CYCLE_S", "POWER_LIMITED",
+           "POWER_WINDOW_S", "QUEUE_AHEAD_S", "QUEUE_DRY", "SETTLE_MAX_S", "SETTLE_MIN_OWN_S", "SETTLE_WINDOW_S",
+           "STEADY", "STREAMS", "Stream", "SustainedSampler", "first_settled", "needs_cycle", "predicted_power",
            "settled_clock", "settled_reason"]

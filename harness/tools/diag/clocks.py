@@ -86,7 +86,7 @@ def _mmm(xs: list[float]) -> list[float] | None:
 
 
 def _load(g: torch.cuda.CUDAGraph, seconds: float, reader: Any) -> list[list[float | None]]:
-    """Back-to-back replays for ``seconds``; (t, MHz, W) every ~50 ms."""
+    """Back-to-back replays for ``seconds``; (t, MHz, W, instantaneous W or None) every ~50 ms."""
     trace = []
     t0 = time.perf_counter()
     while (t := time.perf_counter() - t0) < seconds:
@@ -94,7 +94,8 @@ def _load(g: torch.cuda.CUDAGraph, seconds: float, reader: Any) -> list[list[flo
             g.replay()
         torch.cuda.synchronize()
         r = reader.read() if reader is not None else None
-        trace.append([round(t, 3), r.sm_mhz if r else None, r.power_w if r else None])
+        trace.append([round(t, 3), r.sm_mhz if r else None, r.power_w if r else None,
+                      r.power_instant_w if r else None])
     return trace
 
 
@@ -113,7 +114,7 @@ def loop_settled_mhz(trace: list[list[float | None]], last_s: float = 1.0) -> fl
     if not trace:
         return None
     end = trace[-1][0] or 0.0
-    xs = [m for t, m, _ in trace if t is not None and m is not None and t >= end - last_s]
+    xs = [row[1] for row in trace if row[0] is not None and row[1] is not None and row[0] >= end - last_s]
     return statistics.median(xs) if xs else None
 
 
@@ -211,7 +212,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
             print(f"  harness sustained clock {row_mhz:.0f} MHz / the {args.load:g} s loop's last second "
                   f"{loop_mhz:.0f} MHz = {row_mhz / loop_mhz:.3f} (within 3%: {abs(row_mhz / loop_mhz - 1) <= 0.03}); "
                   f"the row's own settled-loop clock {hs.get('settled_sm_clock_mhz')} MHz, settle "
-                  f"{((hs.get('clocks') or {}).get('settle') or {}).get('seconds', float('nan')):.2f} s")
+                  f"{((hs.get('clocks') or {}).get('settle') or {}).get('seconds', float('nan')):.2f} s, sampling "
+                  f"{hs.get('sampling_s', float('nan')):.2f} s ({((hs.get('clocks') or {}).get('settle') or {}).get('reason')})")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({**head, "libraries": recs}, indent=2) + "\n")
