@@ -8,42 +8,26 @@ within 3% of their own settled clock. docs/measurement.md §13's table comes fro
 
 from __future__ import annotations
 
-import gzip
-import json
 import statistics
 import sys
 from pathlib import Path
-from typing import Any
+
+from harness.records.clocks import sm_clock
+from harness.records.load import load_run
+from harness.records.results import ResultRow
 
 TOL = 0.03
 
 
-def rows(folder: Path) -> list[dict[str, Any]]:
-    """The passed, timed rows of one results folder (results.jsonl or .jsonl.gz)."""
-    path = next((p for p in (folder / "results.jsonl.gz", folder / "results.jsonl") if p.is_file()), None)
-    if path is None:
-        raise Bad(f"{folder}: no results.jsonl(.gz)")
-    opener = gzip.open if path.suffix == ".gz" else open
-    out = []
-    with opener(path, "rt", encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                out.append(json.loads(line))
-            except ValueError as e:
-                raise Bad(f"{path}: line {n} is not JSON ({e})") from None
-    return [r for r in out if r.get("status") == "pass" and r.get("timing")]
+def rows(folder: Path) -> list[ResultRow]:
+    """The passed, timed rows of one results folder, read through the one reader (harness/records/load.py)."""
+    return [r for r in load_run(folder).rows if r.status == "pass" and r.timing is not None]
 
 
-class Bad(Exception):
-    """Bad input: one line on stderr, exit 2."""
-
-
-def label(r: dict[str, Any]) -> str:
-    v = r.get("variant") or {}
-    name = {"3": "FA3", "4": "FA4"}.get(str(v.get("fa_version")), r["backend"]) if r["backend"] == "flash-attn" \
-        else {"flashinfer": "FlashInfer"}.get(r["backend"], r["backend"])
+def label(r: ResultRow) -> str:
+    v = r.variant or {}
+    name = {"3": "FA3", "4": "FA4"}.get(str(v.get("fa_version")), r.backend) if r.backend == "flash-attn" \
+        else {"flashinfer": "FlashInfer"}.get(r.backend, r.backend)
     return f"{name}, {v.get('call_form', '-')}"
 
 
@@ -57,16 +41,13 @@ def main(argv: list[str]) -> int:
         return 2
     try:
         return table(Path(argv[0]))
-    except Bad as e:
+    except (FileNotFoundError, ValueError) as e:  # the reader's one-line errors (folder, line, field)
         print(f"error: {e}", file=sys.stderr)
-        return 2
-    except (KeyError, TypeError, ZeroDivisionError) as e:
-        print(f"error: {argv[0]}: a row lacks a field this table reads ({type(e).__name__}: {e})", file=sys.stderr)
         return 2
 
 
 def table(base: Path) -> int:
-    by: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    by: dict[str, dict[str, list[ResultRow]]] = {}
     for regime in ("burst", "sustained"):
         for r in rows(base / regime):
             by.setdefault(label(r), {"burst": [], "sustained": []})[regime].append(r)
@@ -74,19 +55,28 @@ def table(base: Path) -> int:
           "| settled-loop SM MHz | sustained rows within 3% of their settled clock | sustained / burst |")
     print("|---|---|---|---|---|---|---|---|---|")
     allin = [0, 0]
+
+    def us(r: ResultRow) -> float:
+        assert r.timing is not None  # rows() keeps timed rows only
+        return r.timing.median_us
+
+    def clocks(rs: list[ResultRow]) -> list[float]:
+        return [c for c in map(sm_clock, rs) if c is not None]
+
     for name in sorted(by):
         b, s = by[name]["burst"], by[name]["sustained"]
-        clk = lambda r: r["timing"]["clocks"]["sm_mhz"]["median"]  # noqa: E731
-        pairs = [(clk(r), r["timing"]["settled_sm_clock_mhz"]) for r in s if r["timing"].get("settled_sm_clock_mhz")]
+        pairs = [(c, r.timing.settled_sm_clock_mhz) for r in s
+                 if r.timing is not None and r.timing.settled_sm_clock_mhz and (c := sm_clock(r)) is not None]
         within = sum(abs(c / st - 1) <= TOL for c, st in pairs)
         allin[0] += within
         allin[1] += len(pairs)
         # sustained / burst per cell (same case), then the median
-        bt = {r["case"]: r["timing"]["median_us"] for r in b}
-        ratios = [r["timing"]["median_us"] / bt[r["case"]] for r in s if r["case"] in bt]
-        print(f"| {name} | {len(b)} / {len(s)} | {med([r['timing']['median_us'] for r in b])} | {med([clk(r) for r in b])} "
-              f"| {med([r['timing']['median_us'] for r in s])} | {med([clk(r) for r in s])} | {med([p[1] for p in pairs])} "
-              f"| {within}/{len(pairs)} | {med(ratios)} ({min(ratios):.3f}-{max(ratios):.3f}) |")
+        bt = {r.case: us(r) for r in b}
+        ratios = [us(r) / bt[r.case] for r in s if r.case in bt]
+        span = f" ({min(ratios):.3f}-{max(ratios):.3f})" if ratios else ""
+        print(f"| {name} | {len(b)} / {len(s)} | {med([us(r) for r in b])} | {med(clocks(b))} "
+              f"| {med([us(r) for r in s])} | {med(clocks(s))} | {med([p[1] for p in pairs])} "
+              f"| {within}/{len(pairs)} | {med(ratios)}{span} |")
     print(f"\nsustained rows within {TOL:.0%} of their settled clock: {allin[0]}/{allin[1]}")
     return 0
 
