@@ -167,6 +167,9 @@ class RunFlags(BaseModel):
         "--warm-samples", "GPU: untimed warm-ups before every timed sample (hot: copies of the sample's work; "
                           "cold: calls before the flush; default 1, 0 for none)", group=TIMING, metavar="N",
         problem="a count >= 0")] = None
+    keep_raw: Annotated[bool, Flag(
+        "--keep-raw", "keep every sample's time in the row (timing.raw_us: its distribution, e.g. two levels or "
+                      "a drift, behind a median); rows grow by the samples", group=TIMING, action="store_true")] = False
 
     resume: Annotated[str | None, Flag(
         "--resume", "continue an interrupted run in DIR: run only the cells it lacks", group=ROBUSTNESS,
@@ -307,7 +310,7 @@ class RunFlags(BaseModel):
                 cpu_clock=self.cpu_clock, energy_window_s=self.energy_window,
                 clock_regime=self.clock_regime or suite_regime, throttle_threshold=self.throttle_threshold,
                 throttle_recovery_s=self.throttle_recovery_delay, sampling=self.sampling,
-                warm_samples=self.warm_samples, **extra)
+                warm_samples=self.warm_samples, **{"keep_raw": self.keep_raw or None, **extra})
         except ValueError as e:
             raise UsageError(f"timing options: {e}") from None
 

@@ -155,3 +155,17 @@ def test_a_clean_run_has_no_failure_line(tiny, tmp_path, capsys):
     rc = main(["run", str(tiny), "--backends", "torch-math", "--device", "cpu", "--out", str(tmp_path / "r"),
                "--quiet", "--no-time", "--no-isolation"])
     assert rc == 0 and "failed" not in capsys.readouterr().err
+
+
+def test_keep_raw_keeps_every_sample_in_the_row(tmp_path):
+    from harness.records.load import load_run
+
+    suite = Path(__file__).resolve().parents[2] / "suites" / "conformance-cpu.yaml"
+    for flag, out in ((["--keep-raw"], tmp_path / "raw"), ([], tmp_path / "plain")):
+        assert main(["run", str(suite), "--case", "mixed*", "--backends", "sdpa", "--min-samples", "3",
+                     "--max-samples", "4", "--quiet", "--out", str(out), *flag]) == 0
+    raw = [r.timing for r in load_run(tmp_path / "raw").rows if r.timing is not None]
+    plain = [r.timing for r in load_run(tmp_path / "plain").rows if r.timing is not None]
+    assert raw and plain
+    assert all(t.raw_us is not None and len(t.raw_us) == t.samples for t in raw)
+    assert all(t.raw_us is None for t in plain)
