@@ -229,6 +229,6 @@ def eta_s(plans: list[dict[str, Any]]) -> tuple[float, float]:
     return fixed + waits, fixed + MIN_SCALE * waits
 
 
-__all__ = ["BURST_IDLE_S", "FIRST_ROW_S", "ROW_COST_S", "eta_s", "row_cost_s", "BURST_REPEAT_MS", "STATE_TOL", "SUSTAIN_REWARM_S", "SUSTAIN_WARM_S", "fit_scale",
-           "keep_busy", "mhz_text", "prepare", "regime_plan", "row_clock", "split_states", "timer_clock", "timer_state",
-           "waits_of"]
+__all__ = ["BURST_IDLE_S", "BURST_REPEAT_MS", "FIRST_ROW_S", "ROW_COST_S", "STATE_TOL", "SUSTAIN_REWARM_S",
+           "SUSTAIN_WARM_S", "eta_s", "fit_scale", "keep_busy", "mhz_text", "prepare", "regime_plan", "row_clock",
+           "row_cost_s", "split_states", "timer_clock", "timer_state", "waits_of"]
