@@ -181,6 +181,7 @@ def test_main_from_a_script_without_guard_and_from_stdin(tiny, tmp_path):
         assert "Traceback" not in stderr, stderr
 
 
+@pytest.mark.slow  # subprocess runs (~8-11 s): the slow job (CI) keeps the test command under 4 minutes
 def test_sigterm_keeps_rows_and_prints_the_resume_command(tmp_path):
     suite = tmp_path / "s.yaml"
     suite.write_text(TINY.replace("block_size: 16", "block_size: [8, 16, 32]"))

@@ -106,6 +106,7 @@ def test_bad_input_is_one_clear_error(tmp_path, capsys, suite_text, args, messag
     assert not out.exists(), "nothing is written for bad input"
 
 
+@pytest.mark.slow  # subprocess runs (~8-11 s): the slow job (CI) keeps the test command under 4 minutes
 def test_cli_subprocess_exit_code_and_list():
     root = Path(__file__).resolve().parents[2]
     r = subprocess.run([sys.executable, "-m", "harness.cli", "run", "suites/does-not-exist.yaml"], cwd=root,
@@ -157,6 +158,7 @@ def test_a_clean_run_has_no_failure_line(tiny, tmp_path, capsys):
     assert rc == 0 and "failed" not in capsys.readouterr().err
 
 
+@pytest.mark.slow  # two CPU runs (~7 s): the slow job (CI) keeps the test command under 4 minutes
 def test_keep_raw_keeps_every_sample_in_the_row(tmp_path):
     from harness.records.load import load_run
 

@@ -8,6 +8,8 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from attn_contract import AttentionBackend
 from harness import cli
 from harness.records.results import RESULTS_FILE
@@ -47,6 +49,7 @@ def test_the_light_results_file_name_is_the_real_one():
     assert cli.RESULTS_FILE == RESULTS_FILE
 
 
+@pytest.mark.slow  # subprocess runs (~8-11 s): the slow job (CI) keeps the test command under 4 minutes
 def test_version_names_harness_torch_and_every_backend_library():
     r = subprocess.run([sys.executable, "-m", "harness", "--version"], cwd=ROOT, env=ENV, capture_output=True,
                        text=True, timeout=120)
@@ -126,6 +129,7 @@ def test_logging_is_quiet_by_default_and_v_turns_it_on(tmp_path):
     assert "debug-line" in stderr("-vv")
 
 
+@pytest.mark.slow  # a whole run in a subprocess (~10-14 s): the slow job (CI) keeps the test command under 4 minutes
 def test_vv_logs_the_workers_and_rows_of_a_run(tmp_path):
     args = [sys.executable, "-m", "harness", "run", "ci/smoke.yaml", "--device", "cpu", "--backends", "torch-math",
             "--case", "decode-gqa[block_size=16,count=1]", "--no-time", "--quiet"]

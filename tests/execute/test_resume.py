@@ -104,6 +104,7 @@ def suite(tmp_path):
     return p
 
 
+@pytest.mark.slow  # a whole run in a subprocess (~10-14 s): the slow job (CI) keeps the test command under 4 minutes
 def test_sigkill_midway_then_resume_matches_uninterrupted_run(suite, tmp_path):
     baseline = tmp_path / "baseline"
     assert main(["run", str(suite), "--device", "cpu", "--backends", BACKENDS, "--out", str(baseline),
@@ -143,6 +144,7 @@ def test_sigkill_midway_then_resume_matches_uninterrupted_run(suite, tmp_path):
     assert header["command"].startswith("harness run") and header["suite"] == "resume"
 
 
+@pytest.mark.slow  # a whole run in a subprocess (~10-14 s): the slow job (CI) keeps the test command under 4 minutes
 def test_ctrl_c_saves_rows_and_exits_130(suite, tmp_path):
     out = tmp_path / "interrupted"
     proc = _start(suite, out)
@@ -181,7 +183,7 @@ def _resume_as_told(err, suite, out):
 
 
 @pytest.mark.parametrize("module, when", [("harness.cli", 0.3), ("harness", 0.3), ("harness", 1.5),
-                                          ("harness.cli", "header")])
+                                          pytest.param("harness.cli", "header", marks=pytest.mark.slow)])
 def test_ctrl_c_at_any_moment_of_startup_exits_130_without_traceback(suite, tmp_path, module, when):
     # While torch imports, while workers start, before any row: one line, never a traceback.
     out = tmp_path / "early"

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import subprocess_env
 from harness.cli import main
 
@@ -27,6 +29,7 @@ def _case_args() -> list[str]:
     return [a for p in SUBSET for a in ("--case", p)]
 
 
+@pytest.mark.slow  # subprocess runs (~8-11 s): the slow job (CI) keeps the test command under 4 minutes
 def test_the_example_backend_passes_the_conformance_subset_as_documented(tmp_path):
     out = tmp_path / "naive"
     r = subprocess.run(

@@ -7,11 +7,14 @@ import runpy
 import shutil
 from pathlib import Path
 
+import pytest
+
 from harness.cli import main as harness
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow  # a CPU run (~5-11 s): the slow job (CI) keeps the test command under 4 minutes
 def test_table_from_a_burst_and_a_sustained_folder(tmp_path, capsys):
     tool = runpy.run_path(str(ROOT / "tools" / "callforms_clocks.py"))
     assert harness(["run", str(ROOT / "suites" / "conformance-cpu.yaml"), "--case", "mixed*", "--backends", "sdpa",

@@ -87,6 +87,7 @@ def test_recommend_reads_the_facts_its_results_recorded(tmp_path, capsys):
     assert "--attention-backend FLASH_ATTN_AS_RECORDED" in after and "--attention-backend FLASH_ATTN " not in after
 
 
+@pytest.mark.slow  # subprocess runs (~8-11 s): the slow job (CI) keeps the test command under 4 minutes
 def test_report_and_recommend_load_no_backend_and_no_torch(tmp_path):
     """Reading records needs no backend class: a report and recommend --engine on H200 rows with
     cascade cells (the cascade fit, the engine section) never import the registry, a backend or
