@@ -115,7 +115,7 @@ TimingRun = Generator[Candidate, Sampled, dict[str, Any]]
 def _run_alone(run: TimingRun, opts: TimingOptions) -> dict[str, Any]:
     c = next(run)
     try:
-        run.send(Sampled(*_loop(c.take, opts, c.host_bound, c.warm, _window_open(c))))
+        run.send(Sampled(*_loop(c.take, opts, c.host_bound, c.warm)))
     except StopIteration as done:
         return done.value
     raise RuntimeError("a timing run did not finish")  # a harness bug: the generator yields once
@@ -189,7 +189,7 @@ def time_in_turn(calls: dict[str, tuple[Callable[[], object], GraphDecision | No
             try:
                 if isinstance(c.take, SustainedSampler):
                     c.take.run_settle()
-                run.send(Sampled(*_loop(c.take, opts, c.host_bound, c.warm, _window_open(c))))
+                run.send(Sampled(*_loop(c.take, opts, c.host_bound, c.warm)))
             except StopIteration as done:
                 out[name] = done.value
             except Exception as e:
@@ -197,18 +197,13 @@ def time_in_turn(calls: dict[str, tuple[Callable[[], object], GraphDecision | No
         return {name: out[name] for name in calls}
 
 
-def _window_open(c: Candidate) -> Callable[[], bool] | None:
-    """A sustained candidate's rule that sampling goes on over one controller cycle at the limit."""
-    return c.take.window_open if isinstance(c.take, SustainedSampler) else None
-
-
 def _loop(take: Callable[[], float | None], opts: TimingOptions, host_bound: Callable[[], bool] | None = None,
-          warm: Callable[[], object] | None = None,
-          window_open: Callable[[], bool] | None = None) -> tuple[list[float], str, float]:
+          warm: Callable[[], object] | None = None) -> tuple[list[float], str, float]:
     """Sample one call alone until the criterion says stop; ``warm`` (the hot warm-up) runs right
-    before every take, as in rounds, so hot means the same in both orders. While ``window_open``
-    says so (sustained at the power limit: the samples must span a controller cycle) the loop
-    goes on past the criterion."""
+    before every take, as in rounds, so hot means the same in both orders. A sustained sampler's
+    ``window_open`` (at the power limit the samples must span a controller cycle) keeps the loop
+    going past the criterion."""
+    window_open = take.window_open if isinstance(take, SustainedSampler) else None
     criterion = criterion_for(opts)
     samples: list[float] = []
     sorted_s: list[float] = []
