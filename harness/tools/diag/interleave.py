@@ -39,7 +39,14 @@ CASES = ["mha[count=1]", "llama3-70b-tp8[count=128,context_len=low=128,high=1024
 BACKENDS = "flashinfer,flash-attn"
 SAMPLINGS = ("interleaved", "sequential")
 L2_MODES = ("hot", "cold")
-MODES = [(s, m) for m in L2_MODES for s in SAMPLINGS]  # interleaved-hot, sequential-hot, ...
+
+
+def modes_of(l2: tuple[str, ...] | list[str]) -> list[tuple[str, str]]:
+    """(sampling, L2 mode) for every L2 mode of ``l2``: interleaved-hot, sequential-hot, ..."""
+    return [(s, m) for m in l2 for s in SAMPLINGS]
+
+
+MODES = modes_of(L2_MODES)
 
 
 def mode_name(sampling: str, l2: str) -> str:
@@ -79,7 +86,7 @@ def table(runs: dict[str, list[dict[str, dict[str, Any]]]], tolerance: float,
     missing: list[str] = []
     for key in keys:
         row: dict[str, Any] = {"row": key}
-        for s, m in [(s, m) for m in l2 for s in SAMPLINGS]:
+        for s, m in modes_of(l2):
             xs = [run[key]["median_us"] for run in runs.get(mode_name(s, m), []) if key in run]
             row[mode_name(s, m)] = {"median_us": statistics.median(xs) if xs else None, "runs": len(xs),
                                     "spread": spread(xs)}
@@ -112,7 +119,7 @@ def markdown(t: dict[str, Any], header: str) -> str:
         return "-" if x is None else f"{x:.3f}"
 
     l2 = t.get("l2", list(L2_MODES))
-    modes = [(s, m) for m in l2 for s in SAMPLINGS]
+    modes = modes_of(l2)
     lines = [header, "", "| row | " + " | ".join(f"{mode_name(s, m)} us (spread, runs)" for s, m in modes)
              + "".join(f" | I/S {m}" for m in l2) + " |", "|---|" + "---|" * (len(modes) + len(l2))]
     for r in t["rows"]:
@@ -141,7 +148,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     l2 = [m.strip() for m in args.l2.split(",")]
     if not l2 or any(m not in L2_MODES for m in l2) or len(set(l2)) != len(l2):
         p.error(f"--l2 {args.l2!r}: expected hot, cold or hot,cold")
-    modes = [(s, m) for m in l2 for s in SAMPLINGS]
+    modes = modes_of(l2)
     if args.procs < 1 or args.budget_s <= 0 or not 0 < args.tolerance < 1:
         p.error("--procs must be at least 1, --budget-s positive, --tolerance a fraction in (0, 1)")
     cases = args.case or CASES
