@@ -194,7 +194,7 @@ class FlashInferBackend(AttentionBackend):
                 *families.DECODE_FAMILY_NOTES,
                 "verify_wrapper=decode: uniform verify batches (every request the same q > 1 over a cached "
                 "context) through the tensor-core decode wrapper (fa2) with q_len_per_req=q, on a "
-                "use_cuda_graph=True wrapper per (batch size, q); unverified on a GPU",
+                "use_cuda_graph=True wrapper per (batch size, q); checked and replayed on an H200 (docs/spec_decode.md)",
                 "plan() JIT-compiles on first use; the builder warms up so build() times plan only",
             ),
         )
