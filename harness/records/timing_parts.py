@@ -165,6 +165,8 @@ class ColdProbe(Part):
 
     method: str | None = None
     """How L2 was flushed."""
+    l2_factor: int | None = None
+    """The flush streamed this many times the L2 (absent before schema 5: 2)."""
     flush: str | None = None
     """The flush, in words."""
     verified: bool | None = None
@@ -181,6 +183,12 @@ class ColdProbe(Part):
     """cold_us / hot_us."""
     min_ratio: float | None = None
     """The ratio that counts as flushed."""
+    reference_us: float | None = None
+    """The probe read after the coldest reference flush (8x the L2, read or write), microseconds."""
+    coldness: float | None = None
+    """(cold_us - hot_us) / (reference_us - hot_us): how much of what the reference evicts this flush evicts."""
+    min_coldness: float | None = None
+    """The coldness that counts as flushed (with the ratio)."""
     hot_tbps: float | None = None
     """Hot read bandwidth, TB/s."""
     cold_tbps: float | None = None

@@ -327,7 +327,7 @@ def _cuda_run(fn: Callable[[], object], device: torch.device, opts: TimingOption
                 fn()
 
     cold_check = select_flush(device, opts.flush_method) if cold else None
-    flusher = L2Flusher(device, cold_check["method"]) if cold_check else None
+    flusher = L2Flusher(device, cold_check["method"], cold_check["l2_factor"]) if cold_check else None
     clock_before = sm_clock_mhz(device)
     state = {"hold": hold_for(enqueue_s), "raises": 0, "hidden": 0, "unhidden": 0}
     clocks: list[float] = []
