@@ -126,7 +126,7 @@ def _measure(device: torch.device, method: str, factor: int, reps: int = 15) -> 
     hold = int(cycles_per_us(device) * 50) if sampler.can_hold else 0
 
     def read() -> None:
-        torch.sum(probe, dim=0, out=sink)
+        torch.sum(probe, dim=0, out=sink)  # noqa: F821  (deleted below; read runs before that)
 
     hot, cold = [], []
     for _ in range(reps):
