@@ -167,6 +167,11 @@ class RunFlags(BaseModel):
         "--warm-samples", "GPU: untimed warm-ups before every timed sample (hot: copies of the sample's work; "
                           "cold: calls before the flush; default 1, 0 for none)", group=TIMING, metavar="N",
         problem="a count >= 0")] = None
+    flush: Annotated[Literal["auto", "read", "write"] | None, Flag(
+        "--flush", "cold mode's L2 flush: auto (default: the first of read, write, a write of 8x the L2 that "
+                   "evicts at least 90%% of what a reference flush does; docs/measurement.md, Cold L2), read or "
+                   "write (twice the L2, used as asked; the row says whether the probe verified it)",
+        group=TIMING)] = None
     keep_raw: Annotated[bool, Flag(
         "--keep-raw", "keep every sample's time in the row (timing.raw_us: its distribution, e.g. two levels or "
                       "a drift, behind a median); rows grow by the samples", group=TIMING, action="store_true")] = False
@@ -310,7 +315,8 @@ class RunFlags(BaseModel):
                 cpu_clock=self.cpu_clock, energy_window_s=self.energy_window,
                 clock_regime=self.clock_regime or suite_regime, throttle_threshold=self.throttle_threshold,
                 throttle_recovery_s=self.throttle_recovery_delay, sampling=self.sampling,
-                warm_samples=self.warm_samples, **{"keep_raw": self.keep_raw or None, **extra})
+                warm_samples=self.warm_samples, flush_method=self.flush,
+                **{"keep_raw": self.keep_raw or None, **extra})
         except ValueError as e:
             raise UsageError(f"timing options: {e}") from None
 

@@ -85,3 +85,15 @@ def test_the_chosen_flush_evicts_what_the_reference_evicts():
     assert f.nbytes >= FLUSH_FACTOR * check["probe_mib"] * 2 * 2**20 - 2**20  # at least twice the L2
     with pytest.raises(ValueError, match="at least twice"):
         L2Flusher(dev, "read", 1)
+
+
+def test_the_flush_flag_reaches_the_timing_options_and_refuses_other_values(tmp_path, capsys):
+    from harness.cli.entry import main
+    from harness.cli.run_flags import RunFlags
+
+    cpu = torch.device("cpu")
+    assert RunFlags.parse({"suite": "s.yaml"}).timing_options(cpu).flush_method == "auto"
+    assert RunFlags.parse({"suite": "s.yaml", "flush": "write"}).timing_options(cpu).flush_method == "write"
+    with pytest.raises(SystemExit) as e:  # argparse's own one-line usage error
+        main(["run", "ci/smoke.yaml", "--device", "cpu", "--flush", "rotate", "--out", str(tmp_path / "r")])
+    assert e.value.code == 2 and "--flush" in capsys.readouterr().err and not (tmp_path / "r").exists()
