@@ -6,10 +6,11 @@ A flush is verified when a probe read right after it is both clearly slower than
 than the L2 (``MIN_COLDNESS`` of the way from hot to the reference). The second test exists
 because the first was not enough: on the H200 (2026-12-06) the read flush of twice the L2 passed
 the ratio (1.22) yet left the probe at 15.5 us where the write flush left it at 17.6 us, hot
-being 12.6 us: it evicted about 60% of what it should have. Rows the previous sample had just
-read survived it in part, so a candidate timed alone ("sequential") read some of its own data
-from L2 and a candidate timed in rounds did not (FlashInfer's tensor-core decode on
-llama3-70b-tp8[count=128]: interleaved 1.016-1.025x sequential, cold only; issue 44)."""
+being 12.6 us; on an H100 (2026-12-07) a read of twice or of eight times the L2 went 65% of the
+way to the reference, a write 98% (docs/measurement.md, "Cold is verified"). What a row had just
+read survived the read flush in part, which fits a candidate timed alone being faster in cold L2
+than one timed in rounds (FlashInfer's tensor-core decode on llama3-70b-tp8[count=128] on the
+H200: interleaved 1.016-1.025x sequential; issue 44)."""
 
 from __future__ import annotations
 
