@@ -6,6 +6,10 @@ Per re-timed row, none of it part of the outside median:
   same standalone call, in the cross-check process, just before the outside timers. Row vs here
   compares the conditions (the run's process, GPU state, history); here vs outside compares the
   timers on one call in one process.
+- ``here_graph``: for an eager GPU row whose outside timers replay a graph, the same timer
+  replaying the same call from a CUDA graph, just after ``here``: here (graph) vs outside
+  compares the timers like with like, row vs here (graph) is the eager launches' cost
+  (harness/crosscheck/eager.py).
 - ``adapter``: the same timer on the adapter's own timed call (``prepare_cell`` on the batch):
   row vs adapter isolates the conditions, adapter vs here the standalone source.
 - ``kernel``: on a GPU, the eager kernel time of one call from ``torch.profiler`` (the CUDA
@@ -54,9 +58,11 @@ def time_here(fn: Callable[[], None], device: torch.device, recorded: TimingOpti
 
     opts = row_timing_options(recorded, device)
     m = time_callable(fn, device, opts, graph=GraphDecision(graph, "" if graph else "the row was timed eagerly"))
-    used = bool((m.get("cuda_graph") or {}).get("used"))
+    info = m.get("cuda_graph") or {}
+    used = bool(info.get("used"))
     return {"median_us": float(m["median_us"]), "q1_us": float(m["q1_us"]), "q3_us": float(m["q3_us"]),
-            "n": int(m["samples"]), "graph": used, "method": m.get("method"),
+            "n": int(m["samples"]), "graph": used, "graph_reason": str(info.get("reason") or ""),
+            "method": m.get("method"),
             "settings": f"harness time_callable({'graph' if used else 'eager'}, {opts.mode}, "
                         f"max_time_s={opts.max_time_s:g}, stop={opts.stop_criterion})"}
 
@@ -165,14 +171,19 @@ def _ratio(comps: dict[str, Any], because: list[str], key: str, a: float, b: flo
 
 def explain(harness_us: float, ref_us: float, here: dict[str, Any] | None, kernel: dict[str, Any] | str,
             tol: float, adapter: dict[str, Any] | None = None,
-            outside: dict[str, dict[str, Any]] | None = None, row_mhz: float | None = None) -> dict[str, Any]:
+            outside: dict[str, dict[str, Any]] | None = None, row_mhz: float | None = None,
+            here_graph: dict[str, Any] | None = None, eager_vs_graph: bool = False) -> dict[str, Any]:
     """Which comparison fails: row vs here (the row's conditions), here vs outside (the timer),
     kernel vs the outside median (graph replay / launch gaps around the kernels); with the
     adapter's call timed here too, row vs that (the same call: only the conditions differ) and
     adapter vs standalone (the same timer and process: the call source differs). Each entry:
     ratio and whether it is more than ``tol`` off; ``because`` lists the failing ones in words.
     On a GPU, ``clock`` holds each timer's clock (``regime.timer_clock``) and names those more
-    than STATE_TOL from ``row_mhz`` (the row's median clock), as ``regime.split_states`` does."""
+    than STATE_TOL from ``row_mhz`` (the row's median clock), as ``regime.split_states`` does.
+    ``here_graph`` (an eager row against graph replays, ``eager.graph_here_of``): here vs outside
+    compares it, the like of the outside timers, and ``eager_vs_graph_here`` records the row
+    over it (the eager launches' cost: not a failing comparison). ``eager_vs_graph`` without it:
+    here (eager) vs outside (graph replays) cannot tell the timers from the eager launches."""
     from harness.crosscheck.regime import STATE_TOL, mhz_text, timer_clock, timer_state
 
     comps: dict[str, Any] = {}
@@ -195,12 +206,21 @@ def explain(harness_us: float, ref_us: float, here: dict[str, Any] | None, kerne
         h = here["median_us"]
         _ratio(comps, because, "row_vs_here", harness_us, h, tol,
                f"the row's conditions (the harness timer here gives {h:.4g} us on the same call)")
-        _ratio(comps, because, "here_vs_outside", h, ref_us, tol, "the timers disagree on one call in one process")
+        if here_graph is None:
+            _ratio(comps, because, "here_vs_outside", h, ref_us, tol,
+                   "the harness timer here times eager launches, the outside timers a graph replay: the eager "
+                   "launches' gaps or the timers, not told apart" if eager_vs_graph else
+                   "the timers disagree on one call in one process")
+    if here_graph is not None:
+        g = here_graph["median_us"]
+        _ratio(comps, because, "here_vs_outside", g, ref_us, tol,
+               "the timers disagree on one call in one process (both replay a graph)")
+        comps["eager_vs_graph_here"] = {"ratio": harness_us / g, "off": False}
     # The clock each timer ran at against the row's, by the definition the state split uses
     # (regime.timer_clock / timer_state): a timer more than 3% off the row's clock timed another
     # GPU state, whatever its time says (docs/measurement.md §13).
     clocked: dict[str, tuple[float, float]] = {}
-    for name, t in [("harness here", here), *(outside or {}).items()]:
+    for name, t in [("harness here", here), ("harness here (graph)", here_graph), *(outside or {}).items()]:
         c = timer_clock(t) if isinstance(t, dict) else None
         if c is not None:
             clocked[name] = c

@@ -18,7 +18,9 @@ A row is flagged when its median is more than the tolerance away from the median
 timers' medians *and* outside their own spread (the range of their medians; one timer: its
 interquartile range), whichever is wider. Flags set exit status 1; rows that cannot be re-timed
 are listed with the reason. Beside the outside timers, each row gets the harness's own timer on
-the adapter's call and on the same standalone call here, the profiler's kernel time and the SM
+the adapter's call and on the same standalone call here (an eager row whose outside timers replay
+a graph: also on that call as a graph, so the timers are compared like with like and the eager
+launches' cost is named: harness/crosscheck/eager.py), the profiler's kernel time and the SM
 clock (harness/crosscheck/explain.py), and a flag names the comparison that fails. The table goes to ``crosscheck.md`` /
 ``crosscheck.json`` in the results folder (or ``--out FILE``), rewritten after every row, where
 the report's cross-check section reads it.
@@ -177,6 +179,39 @@ def judge(harness_us: float, outside: dict[str, dict[str, Any]], tol: float, gat
     return {**out, "state": "matched" if same else "states differ", "states_differ": differ, "row_mhz": row_mhz}
 
 
+def judge_record(rec: dict[str, Any], tol: float, row_mhz: float | None, host_bound: str = "") -> dict[str, Any]:
+    """The verdict and its explanation from a row's record (its figures only: a fresh row's and a
+    ``--resume``d one's alike): ``judge``, then for an eager GPU row against graph replays the
+    like-with-like verdict (harness/crosscheck/eager.py), then the comparisons that name why a
+    flagged or noisy row is off (harness/crosscheck/explain.py)."""
+    from harness.crosscheck import eager
+    from harness.crosscheck import explain as ex
+
+    harness_us, outside = rec["harness_us"], rec["outside"]
+    gated_ = gated(str(rec.get("device", "")), str(rec.get("clock", "")))
+    out = judge(harness_us, outside, tol, gated_, row_mhz, host_bound)
+    here = rec.get("here") if isinstance(rec.get("here"), dict) else None
+    adapter = rec.get("here_adapter") if isinstance(rec.get("here_adapter"), dict) else None
+    graph_here: dict[str, Any] | None = None
+    if eager.applies(rec):
+        graph_here, why_not = eager.graph_here_of(rec.get("here_graph"), row_mhz)
+        if out["state"] != "matched":
+            graph_here = None
+        same = {k: v for k, v in outside.items() if k not in out["states_differ"]}
+        timer = verdict(graph_here["median_us"], same, tol, gated_) if graph_here is not None and same else None
+        out.update(eager.eager_verdict(harness_us, out, here, graph_here, why_not, timer, tol))
+    else:
+        out["eager"] = None
+    why = ex.explain(harness_us, out["ref_us"], here, rec.get("kernel", ex.NA_CPU), tol, adapter, outside=outside,
+                     row_mhz=row_mhz, here_graph=graph_here, eager_vs_graph=eager.applies(rec))
+    out.update(why)
+    if out["flagged"] or out["noisy"]:
+        out["reason"] += "; " + ("; ".join(why["because"]) if why["because"] else
+                                 f"no single comparison (row vs here, here vs outside, kernel vs outside) is "
+                                 f"more than {tol:.0%} off")
+    return out
+
+
 def retime_row(row: ResultRow, tol: float, suite: str | None, min_run_s: float,
                batches: BatchCache | None = None, scale: float = 1.0) -> dict[str, Any]:
     """One row's cross-check record; raises CrosscheckError with the reason it cannot be re-timed.
@@ -251,6 +286,17 @@ def retime_row(row: ResultRow, tol: float, suite: str | None, min_run_s: float,
         except Exception as e:
             here, here_error = None, f"failed: {_first_line(e)}"
         cost["here"] = time.perf_counter() - t1
+        # An eager hot row's outside timers replay a graph: the same timer replaying the same call
+        # here, so the timers are compared like with like and the row's excess over it is the
+        # eager launches' (harness/crosscheck/eager.py).
+        here_graph: dict[str, Any] | str | None = None
+        if on_gpu and not graph and not cold:
+            t1 = time.perf_counter()
+            try:
+                here_graph = ex.with_clocks(dev, True, lambda: ex.time_here(fn, dev, timing.options, True))  # noqa: F821  (deleted later; the lambda runs before)
+            except Exception as e:
+                here_graph = f"failed: {_first_line(e)}"
+            cost["here_graph"] = time.perf_counter() - t1
         gc.collect()
         outside: dict[str, dict[str, Any]] = {}
         unused: dict[str, str] = {}
@@ -272,7 +318,8 @@ def retime_row(row: ResultRow, tol: float, suite: str | None, min_run_s: float,
                     try:
                         t2 = time.perf_counter()
                         # the harness timer here just left the GPU in the row's state: a shorter warm-up
-                        cr.prepare(plan, fn, torch.cuda.synchronize, first=not outside and here is None,
+                        cr.prepare(plan, fn, torch.cuda.synchronize,
+                                   first=not outside and here is None and not isinstance(here_graph, dict),
                                    scale=scale, mark=_gpu_mark)
                         t3 = time.perf_counter()
                         outside[name] = ex.with_clocks(dev, True, functools.partial(t, fn))
@@ -303,19 +350,12 @@ def retime_row(row: ResultRow, tol: float, suite: str | None, min_run_s: float,
            "mode": timing.mode, "graph": graph, "clock": timing.method, "harness_us": timing.median_us,
            "inputs": f"harness batch (generate on {dev.type})", "setup_s": setup_s,
            "here": here if here is not None else here_error,
-           "here_adapter": adapter if adapter is not None else adapter_error, "kernel": kernel,
+           "here_adapter": adapter if adapter is not None else adapter_error, "here_graph": here_graph,
+           "kernel": kernel,
            "outside": outside, "timers_not_used": unused, "clock_regime": plan["regime"],
            "regime_how": plan["how"], "wait_scale": scale, "cost_s": cost,
            "outside_graph": outside_graph if on_gpu else None}
-    rec.update(judge(timing.median_us, outside, tol, gated(row.device, timing.method), plan["row_mhz"],
-                     cr.host_bound_reason(row, outside_graph if on_gpu else None)))
-    why = ex.explain(timing.median_us, rec["ref_us"], here, kernel, tol, adapter, outside=outside,
-                     row_mhz=plan["row_mhz"])
-    rec.update(why)
-    if rec["flagged"] or rec["noisy"]:
-        rec["reason"] += "; " + ("; ".join(why["because"]) if why["because"] else
-                                 f"no single comparison (row vs here, here vs outside, kernel vs outside) is "
-                                 f"more than {tol:.0%} off")
+    rec.update(judge_record(rec, tol, plan["row_mhz"], cr.host_bound_reason(row, outside_graph if on_gpu else None)))
     return rec
 
 
@@ -429,18 +469,8 @@ def crosscheck(rows: list[ResultRow], tol: float, suite: str | None = None, min_
         why = skip_reason(row)
         if why is None and i in kept:
             rec = dict(kept[i])
-            rec.update(judge(rec["harness_us"], rec["outside"], tol,
-                             gated(str(rec.get("device", "")), str(rec.get("clock", ""))), rec.get("row_mhz"),
-                             str(rec.get("host_bound") or "")))
-            # ... and its explanation from the recorded figures (what this version compares)
-            from harness.crosscheck import explain as ex
-
-            here_rec = rec.get("here") if isinstance(rec.get("here"), dict) else None
-            adapter_rec = rec.get("here_adapter") if isinstance(rec.get("here_adapter"), dict) else None
-            rec.update(ex.explain(rec["harness_us"], rec["ref_us"], here_rec, rec.get("kernel", ex.NA_CPU), tol,
-                                  adapter_rec, outside=rec["outside"], row_mhz=rec.get("row_mhz")))
-            if (rec["flagged"] or rec["noisy"]) and rec.get("because"):
-                rec["reason"] += "; " + "; ".join(rec["because"])
+            # the verdict and its explanation again from the recorded figures (what this version compares)
+            rec.update(judge_record(rec, tol, rec.get("row_mhz"), str(rec.get("host_bound") or "")))
             checked.append(rec)
             log(f"{tag}: kept from the earlier cross-check (--resume)")
         elif why is None and deadline_s is not None and attempted and time.perf_counter() - start >= deadline_s:
@@ -484,5 +514,5 @@ def result_json(res: dict[str, Any]) -> str:
     return json.dumps(results._clean(res), indent=2, allow_nan=False, default=str) + "\n"
 
 
-__all__ = ["build_call", "build_call_in", "cells_of", "crosscheck", "result_json", "split_call", "to_markdown",
-           "verdict"]
+__all__ = ["build_call", "build_call_in", "cells_of", "crosscheck", "judge_record", "result_json", "split_call",
+           "to_markdown", "verdict"]

@@ -12,8 +12,8 @@ def _us(x: Any) -> str:
 
 def cells_of(r: dict[str, Any]) -> dict[str, str]:
     """The explaining columns of one record as text (the markdown and the report both show them)."""
-    here, kernel = r.get("here"), r.get("kernel")
-    clocks = [o.get("sm_clock_mhz") for o in [here, r.get("here_adapter"), *(r.get("outside") or {}).values()]
+    here, kernel, graph = r.get("here"), r.get("kernel"), r.get("here_graph")
+    clocks = [o.get("sm_clock_mhz") for o in [here, graph, r.get("here_adapter"), *(r.get("outside") or {}).values()]
               if isinstance(o, dict)]
     if any(c == "n/a on cpu" for c in clocks) or not r.get("device", "").startswith("cuda"):
         clock = "n/a on cpu"
@@ -22,7 +22,11 @@ def cells_of(r: dict[str, Any]) -> dict[str, str]:
                if v is not None]
         clock = f"{min(mhz):.0f}-{max(mhz):.0f}" if mhz else "-"
     adapter = r.get("here_adapter")
-    return {"harness here us": _us(here.get("median_us")) if isinstance(here, dict) else str(here or "-"),
+    here_us = _us(here.get("median_us")) if isinstance(here, dict) else str(here or "-")
+    if graph is not None:  # an eager row against graph replays: the same call replayed as a graph here too
+        here_us += "; as a graph " + (_us(graph.get("median_us")) + ("" if graph.get("graph") else " (no graph: eager)")
+                                      if isinstance(graph, dict) else str(graph))
+    return {"harness here us": here_us,
             "adapter here us": _us(adapter.get("median_us")) if isinstance(adapter, dict) else str(adapter or "-"),
             "kernel us (profiler)": _us(kernel.get("per_call_us")) if isinstance(kernel, dict) else str(kernel or "-"),
             "SM MHz": clock}
@@ -47,7 +51,10 @@ def to_markdown(res: dict[str, Any], source: str) -> str:
            + f"{len(res['not_retimed'])} not re-timed.", "",
            "`adapter here`, `harness here`, `kernel` and `SM MHz` explain a verdict and are not part of the outside "
            "median: the harness's own timer in this process on the adapter's call and on the standalone call the "
-           "outside timers time, the profiler's eager kernel time per call, the SM clock range around the timers.", ""]
+           "outside timers time (as the row was timed; an eager row whose outside timers replay a graph also "
+           "`as a graph`: that replay is compared with the outside timers, and the row's excess over it is the "
+           "eager launches' cost, named in the verdict), the profiler's eager kernel time per call, the SM clock "
+           "range around the timers.", ""]
     hows = sorted({r["regime_how"] for r in res["rows"] if r.get("regime_how")})
     if hows:  # which GPU state each comparison is in (harness/crosscheck/regime.py)
         out += ["Clock regime of the comparisons: " + "; ".join(hows) + ".", ""]
@@ -70,7 +77,7 @@ def to_markdown(res: dict[str, Any], source: str) -> str:
                      "noisy, not flagged (CPU wall clock): " + r["reason"] if r.get("noisy") else
                      "states differ: " + r["reason"] if r.get("state") == "states differ" else
                      r["reason"] if r.get("state") == "host-bound" else
-                     "ok" + _excluded(r)]
+                     "ok" + (f" ({r['reason']})" if r.get("reason") else "") + _excluded(r)]
             out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
         out.append("")
     if res["not_retimed"]:

@@ -214,17 +214,21 @@ def test_a_host_bound_sustained_eager_row_is_not_judged_against_graph_replays():
 
 
 def test_the_eta_at_start_says_whether_the_deadline_lets_every_row_be_re_timed():
-    from harness.crosscheck.regime import FIRST_ROW_S, ROW_COST_S, eta_s
+    from harness.crosscheck.regime import FIRST_ROW_S, GRAPH_HERE_S, ROW_COST_S, eta_s
     from harness.crosscheck.run import eta_line
 
+    # eager rows (gpu_row's): each also timed as a graph here (harness/crosscheck/eager.py)
     rows = [gpu_row(f"c{i}", 300.0, mhz=1440.0, regime="sustained") for i in range(57)]
+    per_row = ROW_COST_S["sustained"] + GRAPH_HERE_S["sustained"]
     full, least = eta_s([regime_plan(r) for r in rows])
-    assert full == pytest.approx(FIRST_ROW_S + 57 * (ROW_COST_S["sustained"] + 2 * SUSTAIN_REWARM_S))
-    assert least == pytest.approx(FIRST_ROW_S + 57 * (ROW_COST_S["sustained"] + 2 * SUSTAIN_REWARM_S * MIN_SCALE))
+    assert full == pytest.approx(FIRST_ROW_S + 57 * (per_row + 2 * SUSTAIN_REWARM_S))
+    assert least == pytest.approx(FIRST_ROW_S + 57 * (per_row + 2 * SUSTAIN_REWARM_S * MIN_SCALE))
+    graphed = [regime_plan(r) | {"graph_here": False} for r in rows]  # graph-timed rows: no extra timing
+    assert eta_s(graphed)[0] == pytest.approx(full - 57 * GRAPH_HERE_S["sustained"])
     # the H200 loan's step: 120 s for 57 sustained rows (27 re-timed)
     short = eta_line(rows, list(range(57)), 120.0)
     assert short.startswith(f"57 rows to re-time (57 sustained), about {full:.0f} s") and "is short of" in short
-    assert "--deadline 250 or more" in short
-    assert "allows them all" in eta_line(rows, list(range(57)), 300.0)
-    assert "shortens the waits" in eta_line(rows, list(range(57)), 260.0)
+    assert f"--deadline {-(-least // 10) * 10:g} or more" in short
+    assert "allows them all" in eta_line(rows, list(range(57)), full + 1)
+    assert "shortens the waits" in eta_line(rows, list(range(57)), (full + least) / 2)
     assert eta_line(rows, [], 120.0) == "0 rows to re-time (), about 0 s"

@@ -32,9 +32,12 @@ def _num(x: object) -> str:
 def _explaining(r: dict) -> dict[str, str]:
     """The harness's timer here (adapter call, standalone call) and the profiler's kernel time: a
     number, or the text saying why not."""
-    here, kernel, adapter = r.get("here"), r.get("kernel"), r.get("here_adapter")
+    here, kernel, adapter, graph = r.get("here"), r.get("kernel"), r.get("here_adapter"), r.get("here_graph")
+    here_us = _num(here.get("median_us")) if isinstance(here, dict) else str(here or "-")
+    if graph is not None:  # an eager row against graph replays: the same call replayed as a graph here too
+        here_us += "; as a graph " + (_num(graph.get("median_us")) if isinstance(graph, dict) else str(graph))
     return {"adapter here us": _num(adapter.get("median_us")) if isinstance(adapter, dict) else str(adapter or "-"),
-            "harness here us": _num(here.get("median_us")) if isinstance(here, dict) else str(here or "-"),
+            "harness here us": here_us,
             "kernel us (profiler)": _num(kernel.get("per_call_us")) if isinstance(kernel, dict) else str(kernel or "-")}
 
 
@@ -89,11 +92,14 @@ def crosscheck(df: pd.DataFrame) -> list[Block]:
             "verdict": ("FLAGGED: " + str(r.get("reason", ""))) if r.get("flagged") else
                        ("noisy, not flagged (CPU wall clock): " + str(r.get("reason", ""))) if r.get("noisy") else
                        # no outside timer ran at the row's clock (within 3%): no verdict either way
-                       ("states differ: " + str(r.get("reason", ""))) if r.get("state") == "states differ" else "ok",
+                       ("states differ: " + str(r.get("reason", ""))) if r.get("state") == "states differ" else
+                       str(r.get("reason", "")) if r.get("state") == "host-bound" else
+                       # an eager row against graph replays names the eager launches' cost
+                       "ok" + (f" ({r['reason']})" if r.get("reason") else ""),
         } for r in rows])
         if not table.empty:
             classes = pd.DataFrame("", index=table.index, columns=table.columns)
-            classes["verdict"] = ["warn" if r.get("flagged") else "" if r.get("state") == "states differ" else "good"
+            classes["verdict"] = ["warn" if r.get("flagged") else "" if r.get("state") in ("states differ", "host-bound") else "good"
                                   for r in rows]
             out.append(Table(table, classes=classes, wrap=("verdict",), title="Re-timed rows"))
         skipped = pd.DataFrame([{"row": r.get("row"), "case": r.get("case"),
