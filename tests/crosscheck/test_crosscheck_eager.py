@@ -1,7 +1,8 @@
 """An eager GPU row against graph-replaying outside timers (harness/crosscheck/eager.py), judged
 like with like: the harness's graph replay of the call against the outside timers, the row's
 excess over it named as the eager launches' cost. On the committed H100 cross-check's records
-(reports/h100/2026-12-07/callforms/burst/crosscheck.json rows 43-45), each given the graph timing
+(reports/h100/2026-12-07/callforms/burst/crosscheck.json rows 43-45, copied with their results
+under tests/data/h100/2026-12-07/callforms, crosscheck.json gzipped), each given the graph timing
 here that this version adds (the figures of ``here_graph`` below are not measured: they stand for
 the cases the verdict must tell apart)."""
 
@@ -19,14 +20,19 @@ from harness.crosscheck.run import judge_record
 from harness.crosscheck.table import to_markdown
 from harness.records.results import ResultRow
 
-RUN = Path(__file__).resolve().parents[2] / "reports/h100/2026-12-07/callforms"
+RUN = Path(__file__).resolve().parents[1] / "data/h100/2026-12-07/callforms"
 AT_1980 = {"before": 1980.0, "during": 1980.0, "after": 1980.0, "reads": 20}
 TOL = 0.03
 
 
+def _crosscheck(regime: str) -> dict:
+    with gzip.open(RUN / regime / "crosscheck.json.gz", "rt") as f:
+        return json.load(f)
+
+
 def _record(row: int, regime: str = "burst") -> dict:
     """The committed record, less what its verdict added (judge_record recomputes it)."""
-    data = json.loads((RUN / regime / "crosscheck.json").read_text())
+    data = _crosscheck(regime)
     rec = next(r for r in data["rows"] if r["row"] == row)
     keep = ("row", "case", "backend", "variant", "device", "mode", "graph", "clock", "harness_us", "here",
             "here_adapter", "kernel", "outside", "outside_graph", "clock_regime", "regime_how", "row_mhz")
@@ -144,7 +150,8 @@ def test_the_report_shows_the_eager_verdict_and_the_graph_timing_here(tmp_path):
 
     folder = tmp_path / "burst"
     shutil.copytree(RUN / "burst", folder)
-    data = json.loads((folder / "crosscheck.json").read_text())
+    (folder / "crosscheck.json.gz").unlink()
+    data = _crosscheck("burst")
     rows = [_judged({**r, "here_graph": _graph(104.1)}) if r["row"] == 44 else r for r in data["rows"]]
     (folder / "crosscheck.json").write_text(json.dumps({**data, "rows": rows, "flagged": 0}))
     sec = build_sections(load([folder]), only=["crosscheck"])[0]
