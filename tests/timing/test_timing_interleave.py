@@ -303,7 +303,7 @@ def test_cells_that_do_not_fit_together_are_sampled_one_after_another():
 
 
 def test_the_interleave_diagnostic_rotates_modes_and_judges_every_row():
-    from harness.tools.diag.interleave import MODES, rotation, table
+    from harness.tools.diag.interleave import MODES, markdown, rotation, table
 
     assert [rotation(i)[0] for i in range(4)] == MODES and all(sorted(rotation(i)) == sorted(MODES) for i in range(9))
 
@@ -325,6 +325,18 @@ def test_the_interleave_diagnostic_rotates_modes_and_judges_every_row():
     gone = runs(1.0, 1.0)
     gone["sequential-cold"] = []  # a mode without runs is not a pass
     assert not table(gone, 0.01)["ok"] and not table({}, 0.01)["ok"]
+    # each run's fastest sample: a ratio of it beside the judged one (a shift of the whole distribution
+    # moves both; H100 2026-12-07: medians 0.982, fastest samples 0.98)
+    with_min = runs(1.0, 0.982)
+    for mode, rs in with_min.items():
+        for run in rs:
+            for v in run.values():
+                v["min_us"] = v["median_us"] * 0.98
+    shifted = table(with_min, 0.01)
+    assert shifted["rows"][0]["fastest_ratio_cold"] == pytest.approx(0.982, rel=1e-3)
+    assert shifted["rows"][0]["fastest_ratio_hot"] == pytest.approx(1.0, rel=1e-3)
+    assert table(runs(1.0, 1.0), 0.01)["rows"][0]["fastest_ratio_cold"] is None  # runs without it: none, no error
+    assert "| 0.982 (0.982) |" in markdown(shifted, "# t")
     hot_only = {k: v for k, v in runs(1.004, 1.5).items() if k.endswith("-hot")}
     assert table(hot_only, 0.01, ["hot"])["ok"]  # --l2 hot: judged on hot alone
     assert not table(hot_only, 0.01)["ok"]  # both asked, cold missing

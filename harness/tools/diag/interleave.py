@@ -11,7 +11,8 @@ mode: in rotations of the four (each rotation starting one mode later, so no mod
 the same one) for as long as another whole rotation fits in ``--budget-s`` (every mode ends with
 the same number of runs; the summary says when the budget cut them below ``--procs``). Per timed
 row (case, backend, variant): the median over the runs of its median per mode, the spread over
-the runs ((max - min) / median), interleaved / sequential per L2 mode; and one verdict line,
+the runs ((max - min) / median), interleaved / sequential per L2 mode (and, to tell a moved
+distribution from a slow tail, the same ratio of each run's fastest sample, not judged); and one verdict line,
 "every row within 1%" or the rows outside. Writes DIR/<mode>/run-<i> (results folders),
 DIR/<mode>/run-<i>.log, DIR/interleave.md (the table) and DIR/summary.json.
 
@@ -66,7 +67,8 @@ def row_times(folder: Path) -> dict[str, dict[str, Any]]:
         if r.timing is None or not r.timing.median_us:
             continue
         key = f"{r.case} {r.backend}" + (f" [{r.variant_label}]" if r.variant_label else "")
-        out[key] = {"median_us": r.timing.median_us, "samples": r.timing.samples, "rounds": r.timing.rounds,
+        out[key] = {"median_us": r.timing.median_us, "min_us": r.timing.min_us, "samples": r.timing.samples,
+                    "rounds": r.timing.rounds,
                     "warm_calls": r.timing.warm_calls, "sampling": r.timing.sampling}
     return out
 
@@ -88,12 +90,16 @@ def table(runs: dict[str, list[dict[str, dict[str, Any]]]], tolerance: float,
         row: dict[str, Any] = {"row": key}
         for s, m in modes_of(l2):
             xs = [run[key]["median_us"] for run in runs.get(mode_name(s, m), []) if key in run]
+            # each run's fastest sample: a whole distribution that moves shifts it too, a slow tail does not
+            fast = [run[key]["min_us"] for run in runs.get(mode_name(s, m), []) if run.get(key, {}).get("min_us")]
             row[mode_name(s, m)] = {"median_us": statistics.median(xs) if xs else None, "runs": len(xs),
-                                    "spread": spread(xs)}
+                                    "spread": spread(xs), "fastest_us": statistics.median(fast) if fast else None}
         for m in l2:
             a, b = row[mode_name("interleaved", m)]["median_us"], row[mode_name("sequential", m)]["median_us"]
             ratio = a / b if a and b else None
             row[f"ratio_{m}"] = ratio
+            fa, fb = row[mode_name("interleaved", m)]["fastest_us"], row[mode_name("sequential", m)]["fastest_us"]
+            row[f"fastest_ratio_{m}"] = fa / fb if fa and fb else None  # explains a ratio; not judged
             if ratio is None:
                 missing.append(f"{key} ({m})")
             elif abs(ratio - 1) > tolerance:
@@ -121,11 +127,12 @@ def markdown(t: dict[str, Any], header: str) -> str:
     l2 = t.get("l2", list(L2_MODES))
     modes = modes_of(l2)
     lines = [header, "", "| row | " + " | ".join(f"{mode_name(s, m)} us (spread, runs)" for s, m in modes)
-             + "".join(f" | I/S {m}" for m in l2) + " |", "|---|" + "---|" * (len(modes) + len(l2))]
+             + "".join(f" | I/S {m} (fastest)" for m in l2) + " |", "|---|" + "---|" * (len(modes) + len(l2))]
     for r in t["rows"]:
         cells = [f"{us(r[mode_name(s, m)]['median_us'])} ({pct(r[mode_name(s, m)]['spread'])}, "
                  f"{r[mode_name(s, m)]['runs']})" for s, m in modes]
-        lines.append(f"| {r['row']} | " + " | ".join(cells) + "".join(f" | {ratio(r[f'ratio_{m}'])}" for m in l2) + " |")
+        lines.append(f"| {r['row']} | " + " | ".join(cells)
+                     + "".join(f" | {ratio(r[f'ratio_{m}'])} ({ratio(r.get(f'fastest_ratio_{m}'))})" for m in l2) + " |")
     lines += ["", f"Verdict: {t['verdict']}"]
     return "\n".join(lines) + "\n"
 
@@ -194,7 +201,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
               f"{' '.join(repr(c) for c in cases)} --backends {args.backends}` {' '.join(extra)}; device: {device}; "
               f"{rotations} fresh-process run(s) per mode, modes in rotation"
               + (f" ({cut})" if cut else "") + f"; {sum(walls):.0f} s of runs.\nEach cell: the median over runs "
-              "of the row's median, (max - min) / median over runs, runs. I/S: interleaved / sequential.")
+              "of the row's median, (max - min) / median over runs, runs. I/S: interleaved / sequential; in "
+              "brackets the same of the median over runs of each run's fastest sample (explains, not judged).")
     md = markdown(t, header)
     (args.out / "interleave.md").write_text(md)
     summary = {"suite": args.suite, "cases": cases, "backends": args.backends, "run_flags": extra,
