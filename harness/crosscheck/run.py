@@ -511,7 +511,7 @@ def crosscheck(rows: list[ResultRow], tol: float, suite: str | None = None, min_
 
 def result_json(res: dict[str, Any]) -> str:
     """The cross-check's record as strict JSON (NaN and infinities as null)."""
-    return json.dumps(results._clean(res), indent=2, allow_nan=False, default=str) + "\n"
+    return json.dumps(results.finite_json(res), indent=2, allow_nan=False, default=str) + "\n"
 
 
 __all__ = ["build_call", "build_call_in", "cells_of", "crosscheck", "judge_record", "result_json", "split_call",

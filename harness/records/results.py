@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Status", "RAN", "FAILED", "NOT_RUN", "TIMED_OK", "UNCHECKED_REASON", "Check", "Timing", "Metrics", "Host", "Call",
            "Worker", "ResultRow", "RunHeader", "rows_frame", "read_rows", "read_header",
-           "read_run_header", "write_header", "ResultWriter", "variant_label",
+           "read_run_header", "write_header", "ResultWriter", "variant_label", "finite_json",
            # the nested parts (harness/records/parts.py)
            "BatchSummary", "ClockStats", "Clocks", "ColdCheck", "CudaGraphInfo", "Energy", "InvariantResult",
            "KindCheck", "Launch", "Recheck",
@@ -272,18 +272,19 @@ def variant_label(variant: dict[str, Any]) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(variant.items()))
 
 
-def _clean(x: Any) -> Any:
+def finite_json(x: Any) -> Any:
+    """``x`` with every non-finite float as None, so it dumps as strict JSON (allow_nan=False)."""
     if isinstance(x, float):
         return x if math.isfinite(x) else None
     if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
+        return {k: finite_json(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
+        return [finite_json(v) for v in x]
     return x
 
 
 def dumps(obj: Any) -> str:
-    return json.dumps(_clean(obj), allow_nan=False, sort_keys=False)
+    return json.dumps(finite_json(obj), allow_nan=False, sort_keys=False)
 
 
 def row_json(row: ResultRow) -> str:
@@ -316,7 +317,7 @@ class ResultWriter:
 
 def write_header(out_dir: Path, header: RunHeader) -> None:
     """Write ``run.json`` from its typed header, atomically (temp file + rename): never half-written."""
-    atomic_write_text(Path(out_dir) / HEADER_FILE, json.dumps(_clean(header.as_json()), indent=2, allow_nan=False) + "\n")
+    atomic_write_text(Path(out_dir) / HEADER_FILE, json.dumps(finite_json(header.as_json()), indent=2, allow_nan=False) + "\n")
 
 
 def results_file(path: str | Path) -> Path:
