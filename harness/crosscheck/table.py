@@ -22,14 +22,37 @@ def cells_of(r: dict[str, Any]) -> dict[str, str]:
                if v is not None]
         clock = f"{min(mhz):.0f}-{max(mhz):.0f}" if mhz else "-"
     adapter = r.get("here_adapter")
-    here_us = _us(here.get("median_us")) if isinstance(here, dict) else str(here or "-")
-    if graph is not None:  # an eager row against graph replays: the same call replayed as a graph here too
-        here_us += "; as a graph " + (_us(graph.get("median_us")) + ("" if graph.get("graph") else " (no graph: eager)")
-                                      if isinstance(graph, dict) else str(graph))
-    return {"harness here us": here_us,
+    return {"harness here us": here_cell(r),
             "adapter here us": _us(adapter.get("median_us")) if isinstance(adapter, dict) else str(adapter or "-"),
             "kernel us (profiler)": _us(kernel.get("per_call_us")) if isinstance(kernel, dict) else str(kernel or "-"),
             "SM MHz": clock}
+
+
+def here_cell(r: dict[str, Any]) -> str:
+    """The harness timer here on the standalone call, and for an eager row whose outside timers
+    replay a graph also the same call replayed as a graph here (the markdown and the report)."""
+    here, graph = r.get("here"), r.get("here_graph")
+    out = _us(here.get("median_us")) if isinstance(here, dict) else str(here or "-")
+    if graph is not None:
+        out += "; as a graph " + (_us(graph.get("median_us")) + ("" if graph.get("graph") else " (no graph: eager)")
+                                  if isinstance(graph, dict) else str(graph))
+    return out
+
+
+def verdict_text(r: dict[str, Any], flagged: str = "**FLAGGED**: ", excluded: bool = True) -> str:
+    """A record's verdict in words (the markdown; the report with its own ``flagged`` mark and
+    without the timers left out): flagged, noisy, states differ, host-bound, or ok with what an
+    eager row's verdict names."""
+    reason = str(r.get("reason") or "")
+    if r.get("flagged"):
+        return flagged + reason
+    if r.get("noisy"):
+        return "noisy, not flagged (CPU wall clock): " + reason
+    if r.get("state") == "states differ":  # no outside timer ran at the row's clock (within 3%): no verdict
+        return "states differ: " + reason
+    if r.get("state") == "host-bound":
+        return reason
+    return "ok" + (f" ({reason})" if reason else "") + (_excluded(r) if excluded else "")
 
 
 def _excluded(r: dict[str, Any]) -> str:
@@ -72,12 +95,7 @@ def to_markdown(res: dict[str, Any], source: str) -> str:
             cells = [str(r["row"]), r["case"], f"{r['backend']} [{r['variant']}]", f"{mode}, {r['mode']}{regime}",
                      f"{r['harness_us']:.4g}", ex["adapter here us"], ex["harness here us"], ex["kernel us (profiler)"],
                      *[f"{r['outside'][t]['median_us']:.4g}" if t in r["outside"] else "-" for t in timers],
-                     f"{r['ref_us']:.4g}", f"{r['ratio']:.3f}", ex["SM MHz"],
-                     "**FLAGGED**: " + r["reason"] if r["flagged"] else
-                     "noisy, not flagged (CPU wall clock): " + r["reason"] if r.get("noisy") else
-                     "states differ: " + r["reason"] if r.get("state") == "states differ" else
-                     r["reason"] if r.get("state") == "host-bound" else
-                     "ok" + (f" ({r['reason']})" if r.get("reason") else "") + _excluded(r)]
+                     f"{r['ref_us']:.4g}", f"{r['ratio']:.3f}", ex["SM MHz"], verdict_text(r)]
             out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
         out.append("")
     if res["not_retimed"]:
@@ -87,4 +105,4 @@ def to_markdown(res: dict[str, Any], source: str) -> str:
     return "\n".join(out)
 
 
-__all__ = ["cells_of", "to_markdown"]
+__all__ = ["cells_of", "here_cell", "to_markdown", "verdict_text"]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness.crosscheck.table import here_cell, verdict_text
 from harness.report.core import Block, Table, Text, section
 
 JSON_FILE = "crosscheck.json"  # harness/crosscheck/run.py writes it (the report does not import commands)
@@ -32,12 +33,9 @@ def _num(x: object) -> str:
 def _explaining(r: dict) -> dict[str, str]:
     """The harness's timer here (adapter call, standalone call) and the profiler's kernel time: a
     number, or the text saying why not."""
-    here, kernel, adapter, graph = r.get("here"), r.get("kernel"), r.get("here_adapter"), r.get("here_graph")
-    here_us = _num(here.get("median_us")) if isinstance(here, dict) else str(here or "-")
-    if graph is not None:  # an eager row against graph replays: the same call replayed as a graph here too
-        here_us += "; as a graph " + (_num(graph.get("median_us")) if isinstance(graph, dict) else str(graph))
+    kernel, adapter = r.get("kernel"), r.get("here_adapter")
     return {"adapter here us": _num(adapter.get("median_us")) if isinstance(adapter, dict) else str(adapter or "-"),
-            "harness here us": here_us,
+            "harness here us": here_cell(r),
             "kernel us (profiler)": _num(kernel.get("per_call_us")) if isinstance(kernel, dict) else str(kernel or "-")}
 
 
@@ -89,13 +87,7 @@ def crosscheck(df: pd.DataFrame) -> list[Block]:
                for t in timers},
             "harness / outside": f"{r.get('ratio', float('nan')):.3f}",
             "SM MHz": _clock(r),
-            "verdict": ("FLAGGED: " + str(r.get("reason", ""))) if r.get("flagged") else
-                       ("noisy, not flagged (CPU wall clock): " + str(r.get("reason", ""))) if r.get("noisy") else
-                       # no outside timer ran at the row's clock (within 3%): no verdict either way
-                       ("states differ: " + str(r.get("reason", ""))) if r.get("state") == "states differ" else
-                       str(r.get("reason", "")) if r.get("state") == "host-bound" else
-                       # an eager row against graph replays names the eager launches' cost
-                       "ok" + (f" ({r['reason']})" if r.get("reason") else ""),
+            "verdict": verdict_text(r, flagged="FLAGGED: ", excluded=False),
         } for r in rows])
         if not table.empty:
             classes = pd.DataFrame("", index=table.index, columns=table.columns)
