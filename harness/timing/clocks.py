@@ -99,11 +99,10 @@ def nvml_reader(device: Any) -> tuple[ClockReader | None, str]:
     counter's session, harness/timing/energy.py). None on the CPU."""
     if getattr(device, "type", "cpu") != "cuda":
         return None, f"no GPU clock on {getattr(device, 'type', device)}"
-    import torch
-
+    from harness.timing.device import device_index
     from harness.timing.energy import nvml_handle
 
-    index = device.index if device.index is not None else torch.cuda.current_device()
+    index = device_index(device)
     nvml, handle = nvml_handle(f"cuda:{index}")
     if nvml is None:
         return None, f"NVML unavailable: {handle}"

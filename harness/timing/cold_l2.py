@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from harness.timing.device import cycles_per_us, EventSampler, l2_bytes
+from harness.timing.device import cycles_per_us, device_index, EventSampler, l2_bytes
 from harness.timing.options import FLUSH_METHODS
 
 COLD_PROBE_MIN_RATIO = 1.2  # a probe read after the flush must be this much slower than a hot one
@@ -109,14 +109,10 @@ def judge_probe(hot_us: float, cold_us: float, reference_us: float | None) -> di
 _MEASURED: dict[tuple[int, str, int], dict[str, Any]] = {}
 
 
-def _index(device: torch.device) -> int:
-    return device.index if device.index is not None else torch.cuda.current_device()
-
-
 def _measure(device: torch.device, method: str, factor: int, reps: int = 15) -> dict[str, Any]:
     """Time a read of a probe of half the L2 right after reading it (hot) and right after the
     flush (cold). Cached per device, method and factor."""
-    key = (_index(device), method, factor)
+    key = (device_index(device), method, factor)
     if key in _MEASURED:
         return _MEASURED[key]
     l2 = l2_bytes(device)
@@ -167,7 +163,7 @@ def verify_cold_l2(device: torch.device, method: str = "read", factor: int = FLU
     """Check that the flush really evicts (cf. flashinfer#4468, where a 'cold' mode measured a
     warm L2), against the ratio and the reference flushes (``judge_probe``). Cached per device,
     method and factor."""
-    key = (_index(device), method, factor)
+    key = (device_index(device), method, factor)
     if key in _COLD_CHECK:
         return _COLD_CHECK[key]
     if not l2_bytes(device):
@@ -218,7 +214,7 @@ def select_flush(device: torch.device, requested: str = "auto") -> dict[str, Any
     every cold row."""
     if requested not in FLUSH_METHODS:
         raise ValueError(f"flush method {requested!r}: expected one of {', '.join(FLUSH_METHODS)}")
-    key = (_index(device), requested)
+    key = (device_index(device), requested)
     if key in _FLUSH_CHOICE:
         return _FLUSH_CHOICE[key]
     wanted = AUTO_ORDER if requested == "auto" else ((requested, FLUSH_FACTOR),)

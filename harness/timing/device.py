@@ -23,8 +23,13 @@ def short_reason(e: BaseException) -> str:
     return f"{type(e).__name__}: {lines[0] if lines else ''}"[:300]
 
 
+def device_index(device: torch.device) -> int:
+    """The CUDA index of ``device`` (``cuda`` alone: the current device)."""
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
 def _nvidia_smi_id(device: torch.device) -> str:
-    idx = device.index if device.index is not None else torch.cuda.current_device()
+    idx = device_index(device)
     p = torch.cuda.get_device_properties(idx)
     bus = getattr(p, "pci_bus_id", None)
     if bus is None:
@@ -54,7 +59,7 @@ def sm_clock_mhz(device: torch.device) -> tuple[float | None, str]:
 
 
 def l2_bytes(device: torch.device) -> int:
-    idx = device.index if device.index is not None else torch.cuda.current_device()
+    idx = device_index(device)
     return int(getattr(torch.cuda.get_device_properties(idx), "L2_cache_size", 0) or 0)
 
 
@@ -98,7 +103,7 @@ _CYCLES_PER_US: dict[int, float] = {}
 
 def cycles_per_us(device: torch.device) -> float:
     """SM cycles per microsecond from a timed spin kernel (cached per device)."""
-    idx = device.index if device.index is not None else torch.cuda.current_device()
+    idx = device_index(device)
     if idx not in _CYCLES_PER_US:
         torch.cuda._sleep(1000)
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
