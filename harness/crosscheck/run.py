@@ -289,8 +289,9 @@ def retime_row(row: ResultRow, tol: float, suite: str | None, min_run_s: float,
         # An eager hot row's outside timers replay a graph: the same timer replaying the same call
         # here, so the timers are compared like with like and the row's excess over it is the
         # eager launches' (harness/crosscheck/eager.py).
+        plan = cr.regime_plan(row)  # the outside timers in the row's clock regime, and whether it is such a row
         here_graph: dict[str, Any] | str | None = None
-        if on_gpu and not graph and not cold:
+        if plan["graph_here"]:
             t1 = time.perf_counter()
             try:
                 here_graph = ex.with_clocks(dev, True, lambda: ex.time_here(fn, dev, timing.options, True))  # noqa: F821  (deleted later; the lambda runs before)
@@ -301,7 +302,6 @@ def retime_row(row: ResultRow, tol: float, suite: str | None, min_run_s: float,
         outside: dict[str, dict[str, Any]] = {}
         unused: dict[str, str] = {}
         outside_graph = graph
-        plan = cr.regime_plan(row)  # the outside timers in the row's clock regime
         cost["waits"] = cost["timers"] = 0.0
         if on_gpu:
             # An eager hot row's time is device time (its samples hide the host's enqueue behind a
