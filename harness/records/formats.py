@@ -7,7 +7,10 @@
   ``check.per_request[].last_row_rel_l2_err`` (the last-query-row gate) and ``call.untimed_work``
   (MLA prefill); both optional, so versions 1-3 read as they are. 5 adds the cold-L2 probe's
   ``l2_factor``, ``reference_us``, ``coldness`` and ``min_coldness`` (a flush is judged against a
-  reference flush of 8x the L2); all optional, so versions 1-4 read as they are.
+  reference flush of 8x the L2); all optional, so versions 1-4 read as they are. 6 adds the clock
+  statistics' ``mean``, the sustained rows' time-stepped ``clocks.window_sm_mhz`` and, under
+  ``--keep-raw``, each sample's clock (``clocks.raw_sm_mhz``); all optional, so versions 1-5 read
+  as they are.
 - run.json: 1 = absent, 2 = carries it, 3 = every key declared (harness/records/header.py; the
   files are the same: versions 1 and 2 read as they are), 4 adds ``models`` (where each model's
   config came from) and ``backend_facts.*.engine_names.*.mla_prefill`` (vLLM's MLA prefill name);
@@ -21,6 +24,6 @@ harness/records/schema.py."""
 
 from __future__ import annotations
 
-ROW_SCHEMA_VERSION = 5
+ROW_SCHEMA_VERSION = 6
 RUN_SCHEMA_VERSION = 4
 

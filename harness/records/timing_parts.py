@@ -48,6 +48,9 @@ class ClockStats(Part):
     """Median value."""
     max: float
     """Largest value."""
+    mean: float | None = None
+    """Mean value (schema 6; absent before). Where the clock swings within a power controller's
+    cycle its reads are bimodal and the median jumps with small changes of weight; the mean does not."""
 
 
 class ClockWarmup(Part):
@@ -147,6 +150,13 @@ class Clocks(Part):
     """Sustained rows written before ``settle``: samples' worth of work queued before each sample."""
     settle: ClockSettle | None = None
     """Sustained: how the GPU's state settled before sampling (harness/timing/sustained.py)."""
+    window_sm_mhz: ClockStats | None = None
+    """Sustained (schema 6): the SM clock read at a fixed time step over the stretch the settled
+    clock is taken from (``timing.settled_sm_clock_mhz`` is its median); ``sm_mhz`` is read once
+    a sample, so it weighs the same stretch by work, not by time."""
+    raw_sm_mhz: list[float | None] | None = None
+    """Sustained: the SM clock read after each kept sample, in the samples' order (MHz; None: no
+    reading; ``--keep-raw`` only, schema 6)."""
 
 
 class Launch(Part):

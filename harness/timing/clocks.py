@@ -126,7 +126,7 @@ def read_cost_us(reader: ClockReader, reads: int = 20, clock: Callable[[], float
 
 
 def _stats(xs: Sequence[float]) -> dict[str, float] | None:
-    return {"min": min(xs), "median": statistics.median(xs), "max": max(xs)} if xs else None
+    return {"min": min(xs), "median": statistics.median(xs), "max": max(xs), "mean": statistics.fmean(xs)} if xs else None
 
 
 @dataclass

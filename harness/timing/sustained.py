@@ -259,7 +259,7 @@ STREAMS: dict[str, Stream] = {}
 
 
 def _stats(xs: Sequence[float]) -> dict[str, float] | None:
-    return {"min": min(xs), "median": statistics.median(xs), "max": max(xs)} if xs else None
+    return {"min": min(xs), "median": statistics.median(xs), "max": max(xs), "mean": statistics.fmean(xs)} if xs else None
 
 
 @dataclass
@@ -290,6 +290,7 @@ class SustainedSampler:
     stride: int = 1  # works per sample while sampling (the sample is the last one)
     extra_reads: int = 0  # reads after a sample that fell between two window reads
     works_sampled: int = 0  # works run while sampling, the untimed ones between spread samples included
+    kept_mhz: list[float | None] = field(default_factory=list)  # the clock after each kept sample
 
     def __post_init__(self) -> None:
         import torch
@@ -419,6 +420,7 @@ class SustainedSampler:
             self._read_window(self.clock())
         gpu_s, dry = self._next()
         self.works_sampled += self.stride
+        r = None
         if self.reader is not None:
             r = self._read_window(self.clock())
             if r is None:
@@ -426,12 +428,12 @@ class SustainedSampler:
                 self.extra_reads += 1
             self.sample_reads.append(r)
         if dry:  # the sample started on an idle GPU
-            if self.host_bound or (self.sampling_from is not None
-                                   and self.clock() - self.sampling_from > self.max_time_s):
-                self.kept_dry += 1
-                return gpu_s / self.calls
-            self.discarded[QUEUE_DRY] = self.discarded.get(QUEUE_DRY, 0) + 1
-            return None
+            if not (self.host_bound or (self.sampling_from is not None
+                                        and self.clock() - self.sampling_from > self.max_time_s)):
+                self.discarded[QUEUE_DRY] = self.discarded.get(QUEUE_DRY, 0) + 1
+                return None
+            self.kept_dry += 1
+        self.kept_mhz.append(r.sm_mhz if r is not None else None)
         return gpu_s / self.calls
 
     __call__ = take  # the sampler is the loop's ``take``
@@ -451,9 +453,11 @@ class SustainedSampler:
         """The row's ``clocks`` (``base``: the regime's common fields) with this sampling's reads,
         discards and settle."""
         reads = self.sample_reads
+        window = None
         if self.sampling_from is not None:  # below the limit also the settle's last window, where it was judged
             since = self.sampling_from - (0.0 if self.cycle else SETTLE_WINDOW_S)
             self.settled_sm_clock_mhz = settled_clock(self.trace + self.window, since)
+            window = _stats([r.sm_mhz for t, r in self.trace + self.window if t >= since and r.sm_mhz is not None])
         out = dict(base)
         cost = out.get("read_cost_us")
         n_reads = len(self.window) + self.extra_reads
@@ -462,8 +466,12 @@ class SustainedSampler:
                    power_w=_stats([r.power_w for r in reads if r.power_w is not None]),
                    reads=n_reads + len(self.trace), discarded=sum(self.discarded.values()),
                    discard_reasons=dict(self.discarded), throttled_kept=self.kept_dry, settle=self.settle,
-                   warmup=None, pad=None)
+                   warmup=None, pad=None, window_sm_mhz=window)
         return out
+
+    def kept_clocks(self) -> list[float | None]:
+        """The SM clock read after each sample it kept, in the samples' order (MHz; None: no reading)."""
+        return list(self.kept_mhz)
 
 
 __all__ = ["AT_LIMIT", "BEFORE_SETTLED", "BELOW_LIMIT", "BELOW_LIMIT_MARGIN", "CONTROLLER_CYCLE_S", "POWER_LIMITED",
