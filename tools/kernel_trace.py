@@ -1,0 +1,71 @@
+"""Every GPU kernel of a `harness run`, as the profiler saw it: per kernel name, how many ran, the
+median duration and the median idle gap before it on the device. For a row whose time differs
+between two runs (issue 44: FlashInfer's tensor-core decode, cold L2, interleaved against
+sequential sampling), it tells whether the difference is inside a kernel, or between kernels.
+
+    python tools/kernel_trace.py OUT.json -- suites/decode.yaml --case ... --sampling interleaved ...
+
+The arguments after ``--`` go to ``harness run`` as they are; the run is in this process
+(``--no-isolation`` is added), under ``torch.profiler`` with CUDA activity only. The profiler's
+per-kernel cost falls on every kernel alike, so compare runs traced the same way, never a traced
+row with an untraced one.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def summarize(events: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per kernel name: count, median duration (us) and median gap (us) since the device's
+    previous kernel ended, from chrome-trace kernel events (``ts``/``dur`` in us)."""
+    kernels = sorted((e for e in events if e.get("cat") == "kernel"), key=lambda e: e["ts"])
+    durs: dict[str, list[float]] = {}
+    gaps: dict[str, list[float]] = {}
+    end = None
+    for e in kernels:
+        name = e["name"]
+        durs.setdefault(name, []).append(float(e["dur"]))
+        if end is not None:
+            gaps.setdefault(name, []).append(float(e["ts"]) - end)
+        end = float(e["ts"]) + float(e["dur"])
+    return {n: {"count": len(d), "median_us": statistics.median(d), "min_us": min(d),
+                "median_gap_us": statistics.median(gaps[n]) if gaps.get(n) else float("nan")}
+            for n, d in sorted(durs.items())}
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 3 or argv[1] != "--":
+        print(__doc__, file=sys.stderr)
+        return 2
+    out, run_args = Path(argv[0]), argv[2:]
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    if not torch.cuda.is_available():
+        print("error: kernel_trace needs a CUDA device (it traces GPU kernels)", file=sys.stderr)
+        return 2
+
+    from harness.cli.entry import main as harness_main
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        rc = harness_main(["run", *run_args, "--no-isolation"])
+        torch.cuda.synchronize()
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(trace))
+        events = json.loads(trace.read_text()).get("traceEvents", [])
+    table = summarize(events)
+    out.write_text(json.dumps({"harness_run": run_args, "rc": rc, "kernels": table}, indent=1))
+    for name, s in sorted(table.items(), key=lambda kv: -kv[1]["count"])[:30]:
+        print(f"{s['count']:7d}  {s['median_us']:9.2f} us  gap {s['median_gap_us']:8.2f} us  {name[:110]}")
+    return rc
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
