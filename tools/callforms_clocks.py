@@ -79,8 +79,8 @@ def table(base: Path) -> int:
               f"| {within}/{len(pairs)} | {med(ratios)}{span} |")
     print(f"\nsustained rows within {TOL:.0%} of their settled clock: {allin[0]}/{allin[1]}")
     # Rows written from schema 6 also carry the means: the samples' (read once a sample) and the
-    # settled stretch's (read at a fixed time step). At the power limit the clock swings within the
-    # controller's cycle and its reads are bimodal, where a median jumps and a mean does not.
+    # settled stretch's (read at a fixed time step). At the power limit NVML's clock takes about ten
+    # levels a second: a median can land on a neighbouring level, 75 MHz away; a mean does not.
     means = []
     for name in sorted(by):
         for r in by[name]["sustained"]:

@@ -49,8 +49,9 @@ class ClockStats(Part):
     max: float
     """Largest value."""
     mean: float | None = None
-    """Mean value (schema 6; absent before). Where the clock swings within a power controller's
-    cycle its reads are bimodal and the median jumps with small changes of weight; the mean does not."""
+    """Mean value (schema 6; absent before). At the power limit NVML's clock takes about ten levels
+    a second, and a median can jump between neighbouring levels with a small change of weight;
+    the mean does not."""
 
 
 class ClockWarmup(Part):
