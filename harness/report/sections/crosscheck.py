@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.crosscheck.table import here_cell, verdict_text
+from harness.crosscheck.table import cells_of, verdict_text
 from harness.report.core import Block, Table, Text, section
 
 JSON_FILE = "crosscheck.json"  # harness/crosscheck/run.py writes it (the report does not import commands)
@@ -26,17 +26,10 @@ def _found(src: str) -> tuple[Path, dict] | None:
     return f, data if isinstance(data, dict) else {"error": "not a JSON object"}
 
 
-def _num(x: object) -> str:
-    return f"{x:.4g}" if isinstance(x, (int, float)) else "-"
-
-
 def _explaining(r: dict) -> dict[str, str]:
-    """The harness's timer here (adapter call, standalone call) and the profiler's kernel time: a
-    number, or the text saying why not."""
-    kernel, adapter = r.get("kernel"), r.get("here_adapter")
-    return {"adapter here us": _num(adapter.get("median_us")) if isinstance(adapter, dict) else str(adapter or "-"),
-            "harness here us": here_cell(r),
-            "kernel us (profiler)": _num(kernel.get("per_call_us")) if isinstance(kernel, dict) else str(kernel or "-")}
+    """The harness's timer here (adapter call, standalone call) and the profiler's kernel time, as
+    the markdown shows them; the SM clock column is the report's own (``_clock``)."""
+    return {k: v for k, v in cells_of(r).items() if k != "SM MHz"}
 
 
 def _clock(r: dict) -> str:
