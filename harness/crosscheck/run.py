@@ -193,7 +193,8 @@ def judge_record(rec: dict[str, Any], tol: float, row_mhz: float | None, host_bo
     here = rec.get("here") if isinstance(rec.get("here"), dict) else None
     adapter = rec.get("here_adapter") if isinstance(rec.get("here_adapter"), dict) else None
     graph_here: dict[str, Any] | None = None
-    if eager.applies(rec):
+    eager_row = eager.applies(rec)
+    if eager_row:
         graph_here, why_not = eager.graph_here_of(rec.get("here_graph"), row_mhz)
         if out["state"] != "matched":
             graph_here = None
@@ -203,7 +204,7 @@ def judge_record(rec: dict[str, Any], tol: float, row_mhz: float | None, host_bo
     else:
         out["eager"] = None
     why = ex.explain(harness_us, out["ref_us"], here, rec.get("kernel", ex.NA_CPU), tol, adapter, outside=outside,
-                     row_mhz=row_mhz, here_graph=graph_here, eager_vs_graph=eager.applies(rec))
+                     row_mhz=row_mhz, here_graph=graph_here, eager_vs_graph=eager_row)
     out.update(why)
     if out["flagged"] or out["noisy"]:
         out["reason"] += "; " + ("; ".join(why["because"]) if why["because"] else
