@@ -125,7 +125,8 @@ def read_cost_us(reader: ClockReader, reads: int = 20, clock: Callable[[], float
     return statistics.median(costs)
 
 
-def _stats(xs: Sequence[float]) -> dict[str, float] | None:
+def clock_stats(xs: Sequence[float]) -> dict[str, float] | None:
+    """min, median, max and mean of a series of reads (a row's ``ClockStats``); None for none."""
     return {"min": min(xs), "median": statistics.median(xs), "max": max(xs), "mean": statistics.fmean(xs)} if xs else None
 
 
@@ -148,8 +149,8 @@ class ClockTrace:
         return sum(self.discarded.values())
 
     def summary(self) -> dict[str, Any]:
-        return {"sm_mhz": _stats([r.sm_mhz for r in self.reads if r.sm_mhz is not None]),
-                "power_w": _stats([r.power_w for r in self.reads if r.power_w is not None]),
+        return {"sm_mhz": clock_stats([r.sm_mhz for r in self.reads if r.sm_mhz is not None]),
+                "power_w": clock_stats([r.power_w for r in self.reads if r.power_w is not None]),
                 "reads": len(self.reads), "discarded": self.discarded_count,
                 "discard_reasons": dict(self.discarded), "throttled_kept": self.throttled_kept}
 

@@ -456,7 +456,7 @@ def _cuda_run(fn: Callable[[], object], device: torch.device, opts: TimingOption
         out["clocks"] = sustained.record(out["clocks"], got.elapsed)
         out["settled_sm_clock_mhz"] = sustained.settled_sm_clock_mhz
         if opts.keep_raw:
-            out["clocks"]["raw_sm_mhz"] = sustained.kept_clocks()
+            out["clocks"]["raw_sm_mhz"] = list(sustained.kept_mhz)
         # hidden: the share of samples the queue ahead covered (the rest began on an idle GPU)
         hidden_frac = 1.0 - sustained.gaps / sustained.enqueued if sustained.enqueued else None
         out["launch"].update(hidden_frac=hidden_frac, hold_us=0.0,

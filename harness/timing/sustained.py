@@ -80,7 +80,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from harness.timing.clocks import CLOCK_TOL, POWER_TOL, ClockRead, ClockReader
+from harness.timing.clocks import CLOCK_TOL, POWER_TOL, ClockRead, ClockReader, clock_stats
 
 POWER_WINDOW_S = 1.0  # NVML's board power (and the controller's input) averages about this long on Hopper
 # The power controller's cycle at the limit: the clock's drops 0.84 -> 1.77 -> 2.77 s (H100 FA3),
@@ -256,10 +256,6 @@ class Stream:
 
 
 STREAMS: dict[str, Stream] = {}
-
-
-def _stats(xs: Sequence[float]) -> dict[str, float] | None:
-    return {"min": min(xs), "median": statistics.median(xs), "max": max(xs), "mean": statistics.fmean(xs)} if xs else None
 
 
 @dataclass
@@ -457,21 +453,17 @@ class SustainedSampler:
         if self.sampling_from is not None:  # below the limit also the settle's last window, where it was judged
             since = self.sampling_from - (0.0 if self.cycle else SETTLE_WINDOW_S)
             self.settled_sm_clock_mhz = settled_clock(self.trace + self.window, since)
-            window = _stats([r.sm_mhz for t, r in self.trace + self.window if t >= since and r.sm_mhz is not None])
+            window = clock_stats([r.sm_mhz for t, r in self.trace + self.window if t >= since and r.sm_mhz is not None])
         out = dict(base)
         cost = out.get("read_cost_us")
         n_reads = len(self.window) + self.extra_reads
         out["read_share"] = cost * n_reads / (sampling_s * 1e6) if cost is not None and sampling_s > 0 else None
-        out.update(sm_mhz=_stats([r.sm_mhz for r in reads if r.sm_mhz is not None]),
-                   power_w=_stats([r.power_w for r in reads if r.power_w is not None]),
+        out.update(sm_mhz=clock_stats([r.sm_mhz for r in reads if r.sm_mhz is not None]),
+                   power_w=clock_stats([r.power_w for r in reads if r.power_w is not None]),
                    reads=n_reads + len(self.trace), discarded=sum(self.discarded.values()),
                    discard_reasons=dict(self.discarded), throttled_kept=self.kept_dry, settle=self.settle,
                    warmup=None, pad=None, window_sm_mhz=window)
         return out
-
-    def kept_clocks(self) -> list[float | None]:
-        """The SM clock read after each sample it kept, in the samples' order (MHz; None: no reading)."""
-        return list(self.kept_mhz)
 
 
 __all__ = ["AT_LIMIT", "BEFORE_SETTLED", "BELOW_LIMIT", "BELOW_LIMIT_MARGIN", "CONTROLLER_CYCLE_S", "POWER_LIMITED",
