@@ -26,24 +26,6 @@ def _found(src: str) -> tuple[Path, dict] | None:
     return f, data if isinstance(data, dict) else {"error": "not a JSON object"}
 
 
-def _explaining(r: dict) -> dict[str, str]:
-    """The harness's timer here (adapter call, standalone call) and the profiler's kernel time, as
-    the markdown shows them; the SM clock column is the report's own (``_clock``)."""
-    return {k: v for k, v in cells_of(r).items() if k != "SM MHz"}
-
-
-def _clock(r: dict) -> str:
-    """The SM clock range (MHz) around the row's timers; "n/a on cpu" off a GPU."""
-    recs = [o for o in [r.get("here"), r.get("here_adapter"), *(r.get("outside") or {}).values()] if isinstance(o, dict)]
-    clocks = [o.get("sm_clock_mhz") for o in recs if "sm_clock_mhz" in o]
-    if not clocks:
-        return "-"
-    if any(isinstance(c, str) for c in clocks):
-        return next(c for c in clocks if isinstance(c, str))
-    mhz = [v for c in clocks if isinstance(c, dict) for v in (c.get("before"), c.get("after")) if isinstance(v, (int, float))]
-    return f"{min(mhz):.0f}-{max(mhz):.0f}" if mhz else "-"
-
-
 @section("crosscheck", "Outside timers: harness vs the libraries' own timers", order=150,
          looked_for=f"{JSON_FILE} next to the results (written by `harness crosscheck RESULTS`)")
 def crosscheck(df: pd.DataFrame) -> list[Block]:
@@ -71,17 +53,18 @@ def crosscheck(df: pd.DataFrame) -> list[Block]:
             out.append(Text(f"{f}: incomplete: the cross-check was stopped (or is running); rows it had not reached "
                             "are listed as not re-timed.", cls="warn"))
         # Older tables (no harness-here / kernel / clock columns) show "-" there.
+        cells = [cells_of(r) for r in rows]  # the markdown's explaining columns and clock, one reading
         table = pd.DataFrame([{
             "row": r.get("row"), "case": r.get("case"), "backend": f"{r.get('backend')} [{r.get('variant')}]",
             "timed as": ("graph" if r.get("graph") else "eager") + f", {r.get('mode')}",
             "harness us": f"{r.get('harness_us', float('nan')):.4g}",
-            **_explaining(r),
+            **{k: v for k, v in c.items() if k != "SM MHz"},
             **{f"{t} us": (f"{r['outside'][t]['median_us']:.4g}" if t in (r.get("outside") or {}) else "-")
                for t in timers},
             "harness / outside": f"{r.get('ratio', float('nan')):.3f}",
-            "SM MHz": _clock(r),
+            "SM MHz": c["SM MHz"],
             "verdict": verdict_text(r, flagged="FLAGGED: ", excluded=False),
-        } for r in rows])
+        } for r, c in zip(rows, cells)])
         if not table.empty:
             classes = pd.DataFrame("", index=table.index, columns=table.columns)
             classes["verdict"] = ["warn" if r.get("flagged") else "" if r.get("state") in ("states differ", "host-bound") else "good"
