@@ -164,8 +164,8 @@ class RunFlags(BaseModel):
                       "another; on a GPU prepared and held together as rounds hold them, where they fit)",
         group=TIMING, bench=True)] = None
     warm_samples: Annotated[int | None, Field(ge=0), Flag(
-        "--warm-samples", "GPU: untimed warm-ups before every timed sample (hot: copies of the sample's work; "
-                          "cold: calls before the flush; default 1, 0 for none)", group=TIMING, metavar="N",
+        "--warm-samples", "GPU: untimed copies of the sample's work before every timed sample (cold: before "
+                          "the flush; default 1, 0 for none)", group=TIMING, metavar="N",
         problem="a count >= 0")] = None
     flush: Annotated[Literal["auto", "read", "write"] | None, Flag(
         "--flush", "cold mode's L2 flush: auto (default: the first of read, write, a write of 8x the L2 that "

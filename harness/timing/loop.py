@@ -348,21 +348,21 @@ def _cuda_run(fn: Callable[[], object], device: torch.device, opts: TimingOption
     started: list[float] = []  # the first sample's start: interleaved runs are set up long before
 
     # Before every timed sample (the sampling loop runs it, in rounds and alone alike) the GPU is
-    # put in the state a sequential sample finds it in, whatever candidate ran before: hot, one
-    # untimed copy of the sample's own work (the same graph replay or eager calls), so the L2's
-    # contents and replacement state, the TLBs and the instruction caches are what the previous
-    # sample of this row left; cold, one untimed call before the flush, which evicts the data but
-    # not the kernel's code. One call was not enough on an H100: interleaved hot rows stayed
-    # 1-5% slower than sequential, cold ones up to 3% (reports/h100/2026-12-06, first loan).
+    # put in the state a sequential sample finds it in, whatever candidate ran before: one untimed
+    # copy of the sample's own work (the same graph replay or eager calls; cold, that is one call,
+    # before the flush, which evicts the data but not the kernel's code), so the L2's contents and
+    # replacement state, the TLBs, the instruction caches and the last graph launched are what the
+    # previous sample of this row left. One eager call was not enough on an H100: interleaved hot
+    # rows stayed 1-5% slower than sequential, cold ones up to 3% (reports/h100/2026-12-06, first
+    # loan). Cold took one eager call before: the graph replay timed after the flush then
+    # followed another candidate's graph in rounds and its own in sequence (a guess about the one
+    # cold row still outside 1%, docs/measurement.md §13).
     warm_samples = opts.warm_samples
-    warm_calls = (1 if cold else k) * warm_samples
+    warm_calls = k * warm_samples  # k is 1 in cold mode (calls_from_estimates)
 
     def warm() -> None:
         for _ in range(warm_samples):
-            if cold:
-                fn()
-            else:
-                work()
+            work()
         count["warm"] += warm_calls
 
     def take() -> float | None:

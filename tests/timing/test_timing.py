@@ -467,6 +467,35 @@ def test_a_graph_capture_leaves_no_global_state_behind(how):
 
 
 @cuda
+def test_the_cold_warm_up_replays_the_rows_own_graph():
+    """Cold mode's warm-up before the flush is a copy of the sample's work: for a graph-replayed
+    row, its graph, so the timed replay follows the row's own graph in rounds as in sequence; no
+    eager call of the Python function while sampling (with or without the warm-up, the same
+    number of eager calls: those of the set-up)."""
+    from harness.timing import GraphDecision
+
+    dev = torch.device("cuda")
+    x = torch.ones(1 << 16, device=dev)
+    calls = [0]
+
+    def fn():
+        calls[0] += 1
+        x.add_(1)
+
+    def eager_calls(warm: int) -> tuple[int, dict]:
+        calls[0] = 0
+        got = time_callable(fn, dev, TimingOptions.for_device(dev, mode="cold", max_time_s=0.3, warm_samples=warm),
+                            graph=GraphDecision(True, ""))
+        return calls[0], got
+
+    without, plain = eager_calls(0)
+    with_warm, warmed = eager_calls(1)
+    assert plain["cuda_graph"]["used"] and warmed["cuda_graph"]["used"]
+    assert warmed["warm_calls"] == 1 and warmed["samples"] >= 10
+    assert with_warm == without, (with_warm, without, warmed["samples"])
+
+
+@cuda
 def test_a_hot_sample_reads_its_own_data_from_l2_in_interleaved_rounds():
     """Hot mode in rounds: a candidate that writes twice the L2 evicts the reader's data before
     each of the reader's samples. Without the warm-up call the reader's interleaved time moves
