@@ -4,7 +4,8 @@ regimes are not compared) and whether a time shift is explained by an SM-clock s
 The rule (docs/reports.md, "Clock-shifted rows"). A row judged slower (or faster) beyond the noise
 is *clock-shifted*, reported and never failed, when
 
-- both rows recorded the SM clock over their samples (``timing.clocks.sm_mhz.median``),
+- both rows recorded the SM clock over their samples (``timing.clocks.sm_mhz``: its mean when both
+  rows have one, schema 6, else its median; harness.records.clocks.pair_sm_clocks says why),
 - the clock moved by more than CLOCK_NOISE (2%: the clock's own spread between identical runs at
   one state is a few MHz of ~1980; a power-limited state moves it 10-40%), and
 - the time moved the way the clock explains (slower at a lower clock, faster at a higher one)
@@ -22,19 +23,19 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from harness.records.clocks import run_regimes, sm_clock
+from harness.records.clocks import pair_sm_clocks, run_regimes
 
 if TYPE_CHECKING:
     from harness.records.results import ResultRow
 
-CLOCK_NOISE = 0.02  # an SM-clock median moved by less than this is unchanged
+CLOCK_NOISE = 0.02  # an SM clock moved by less than this is unchanged
 MIN_SLACK = 0.01
 
 
 def clock_explains(base: "ResultRow", new: "ResultRow", time_ratio: float, band: float) -> str:
     """Why the time shift ``time_ratio`` (new/base) is explained by the SM clock ("" when it is not):
     see the module's rule. ``band``: the device class's noise band (a fraction; 0 unknown)."""
-    cb, cn = sm_clock(base), sm_clock(new)
+    cb, cn = pair_sm_clocks(base, new)
     if cb is None or cn is None or not time_ratio > 0:
         return ""
     clock_ratio = cn / cb
@@ -53,7 +54,7 @@ def clock_explains(base: "ResultRow", new: "ResultRow", time_ratio: float, band:
 
 def clock_note(base: "ResultRow", new: "ResultRow") -> str:
     """The clocks of a pair, for a regression's message ("" when either is unknown)."""
-    cb, cn = sm_clock(base), sm_clock(new)
+    cb, cn = pair_sm_clocks(base, new)
     if cb is None or cn is None:
         return ""
     return f"SM clock {cb:.0f} -> {cn:.0f} MHz ({(cn / cb - 1) * 100:+.1f}%)"

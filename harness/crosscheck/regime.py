@@ -57,7 +57,7 @@ MIN_SCALE = 0.2  # waits are shortened to fit a deadline, never below this share
 
 
 def row_clock(row: "ResultRow") -> float | None:
-    """The row's median SM clock over its samples (NVML), or None."""
+    """The row's SM clock over its samples (NVML; their mean where recorded, else their median), or None."""
     from harness.records.clocks import sm_clock
 
     return sm_clock(row)

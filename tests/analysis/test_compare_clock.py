@@ -199,3 +199,31 @@ def test_a_slowdown_is_not_confirmed_by_a_remeasurement_the_clock_explains():
     confirm_slowdowns(comp, [[gpu_row("fa3", 292.0, mhz=1800.0)]])
     d = next(x for x in comp.diffs if x.key[1] == "fa3")
     assert d.speed == "ambiguous" and not comp.regressed
+
+
+# Two read sets of one second of one power-limited loop, measured (reports/h100/2026-12-07/
+# fifth-session/callforms/sustained, FA4 vllm orient-gqa-b16-32k-p64): the samples' reads and the
+# settled stretch's. Same state; medians 3.5% apart, means 0.06%.
+LIMIT_HIGH_MEDIAN = {"min": 1605.0, "median": 1740.0, "max": 1815.0, "mean": 1711.5}
+LIMIT_LOW_MEDIAN = {"min": 1605.0, "median": 1680.0, "max": 1815.0, "mean": 1710.6}
+
+
+def test_a_median_that_jumps_a_clock_level_does_not_excuse_a_slowdown():
+    # +4% at the same power-limited state, judged at a 3% threshold (`--threshold 0.03`): by the
+    # medians (1740 -> 1680 MHz, -3.4%) the clock would explain it; by the means the clock did
+    # not move, so it is a regression.
+    base, new = runs(gpu_row("fa4", 104.0, regime="sustained", sm_mhz=LIMIT_LOW_MEDIAN),
+                     gpu_row("fa4", 100.0, regime="sustained", sm_mhz=LIMIT_HIGH_MEDIAN), regime="sustained")
+    comp = compare_rows(base, new, threshold=0.03)
+    d = next(x for x in comp.diffs if x.key[1] == "fa4")
+    assert d.speed == "slower" and comp.regressed
+    assert "does not explain it" in d.problem
+
+
+def test_a_row_without_a_mean_is_compared_by_medians():
+    # A baseline written before schema 6 has no mean: both sides use the median, so a real clock
+    # fall (1980 -> 1800 MHz) still explains a +9.5% shift when the new row also has a mean.
+    new_clock = {"min": 1780.0, "median": 1800.0, "max": 1815.0, "mean": 1900.0}
+    base, new = runs(gpu_row("fa3", 292.7, sm_mhz=new_clock), gpu_row("fa3", 267.2, mhz=1980.0))
+    d = next(x for x in compare_rows(base, new).diffs if x.key[1] == "fa3")
+    assert d.speed == "clock-shifted" and "1980 -> 1800 MHz" in d.info

@@ -68,7 +68,10 @@ def as_status(row: ResultRow, status: Status | str, reason: str) -> ResultRow:
                                                             for k, v in upd.items()}})
 
 
-def gpu_row(case: str, median: float, mhz: float | None = 1980.0, regime: str | None = "burst") -> ResultRow:
+def gpu_row(case: str, median: float, mhz: float | None = 1980.0, regime: str | None = "burst",
+            sm_mhz: dict[str, float] | None = None) -> ResultRow:
+    """A GPU-timed row; ``sm_mhz`` replaces the clock statistics (min / median / max / mean) that
+    ``mhz`` would give."""
     row = ran_row(median, median * 0.997, median * 1.003, case=case, device="cuda:0")
     t = row.timing.model_dump()
     if regime is not None:
@@ -77,4 +80,6 @@ def gpu_row(case: str, median: float, mhz: float | None = 1980.0, regime: str | 
                        "power_limit_w": 700.0}
         if mhz is not None:
             t["clocks"]["sm_mhz"] = {"min": mhz - 5, "median": mhz, "max": mhz + 5}
+        if sm_mhz is not None:
+            t["clocks"]["sm_mhz"] = dict(sm_mhz)
     return ResultRow.model_validate({**row.model_dump(), "timing": t})
