@@ -33,7 +33,8 @@ def sm_clock(row: "ResultRow", stat: str | None = None) -> float | None:
     s = c.sm_mhz if c is not None else None
     if s is None:
         return None
-    value = s.median if stat == "median" else s.mean if stat == "mean" or s.mean is not None else s.median
+    use_median = stat == "median" or (stat is None and s.mean is None)
+    value = s.median if use_median else s.mean
     return value if value is not None and value > 0 else None
 
 

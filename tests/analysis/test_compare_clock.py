@@ -203,7 +203,7 @@ def test_a_slowdown_is_not_confirmed_by_a_remeasurement_the_clock_explains():
 
 # Two read sets of one second of one power-limited loop, measured (reports/h100/2026-12-07/
 # fifth-session/callforms/sustained, FA4 vllm orient-gqa-b16-32k-p64): the samples' reads and the
-# settled stretch's. Same state; medians 3.5% apart, means 0.06%.
+# settled stretch's. Same state; medians 3.5% apart, means 0.05%.
 LIMIT_HIGH_MEDIAN = {"min": 1605.0, "median": 1740.0, "max": 1815.0, "mean": 1711.5}
 LIMIT_LOW_MEDIAN = {"min": 1605.0, "median": 1680.0, "max": 1815.0, "mean": 1710.6}
 
