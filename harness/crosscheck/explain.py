@@ -179,7 +179,7 @@ def explain(harness_us: float, ref_us: float, here: dict[str, Any] | None, kerne
     adapter vs standalone (the same timer and process: the call source differs). Each entry:
     ratio and whether it is more than ``tol`` off; ``because`` lists the failing ones in words.
     On a GPU, ``clock`` holds each timer's clock (``regime.timer_clock``) and names those more
-    than STATE_TOL from ``row_mhz`` (the row's median clock), as ``regime.split_states`` does.
+    than STATE_TOL from ``row_mhz`` (the row's clock, records.clocks.sm_clock), as ``regime.split_states`` does.
     ``here_graph`` (an eager row against graph replays, ``eager.graph_here_of``): here vs outside
     compares it, the like of the outside timers, and ``eager_vs_graph_here`` records the row
     over it (the eager launches' cost: not a failing comparison). ``eager_vs_graph`` without it:
@@ -239,7 +239,28 @@ def explain(harness_us: float, ref_us: float, here: dict[str, Any] | None, kerne
         k = kernel["per_call_us"]
         _ratio(comps, because, "kernel_vs_outside", k, ref_us, tol,
                f"the profiler's eager kernel time {k:.4g} us differs from the graph replay / timed loop")
+    _outside_spread(comps, because, harness_us, outside, set(comps.get("clock", {}).get("states_differ", ())), tol)
     return {"comparisons": comps, "because": because}
+
+
+def _outside_spread(comps: dict[str, Any], because: list[str], harness_us: float,
+                    outside: dict[str, dict[str, Any]] | None, differ: set[str], tol: float) -> None:
+    """The outside timers in the row's state against each other: with two timers their median is
+    their mean, so when they are more than ``tol`` apart the reference is the middle of a
+    disagreement (H100 2026-12-07: Triton's graph loop 5% above FlashInfer's on 60 us FA3 calls,
+    with the row within 1% of FlashInfer's and of the profiler's kernel time); ``because`` names
+    the timers and which of them the row agrees with."""
+    meds = {k: float(v["median_us"]) for k, v in (outside or {}).items()
+            if k not in differ and isinstance(v, dict) and v.get("median_us")}
+    if len(meds) < 2:
+        return
+    lo, hi = min(meds.values()), max(meds.values())
+    comps["outside_spread"] = {"ratio": hi / lo, "off": _off(hi, lo, tol)}
+    if comps["outside_spread"]["off"]:
+        near = [k for k, v in meds.items() if not _off(harness_us, v, tol)]
+        timers = ", ".join(f"{k} {v:.4g}" for k, v in meds.items())
+        because.append(f"outside timers {hi / lo:.3f} apart ({timers} us): they disagree with each other"
+                       + (f"; the row is within {tol:.0%} of {', '.join(near)}" if near else ""))
 
 
 __all__ = ["NA_CPU", "clock_now", "explain", "kernel_time", "row_timing_options", "time_adapter", "time_here",

@@ -151,3 +151,24 @@ def test_repro_inputs_and_the_batch_binding_define_every_contract_name(case_name
     _b, _r, _batch, _view, ns_b, ns_r = _namespaces(_case(case_name), "torch-math")
     assert [k for k in STANDALONE_NAMES if k not in ns_r] == []  # harness repro's script
     assert [k for k in STANDALONE_NAMES if k not in ns_b] == []  # harness crosscheck's binding
+
+
+def test_explain_says_when_the_outside_timers_disagree_with_each_other():
+    # H100 2026-12-07 fifth session, sustained row 48 (FA3 fastest decode-mqa-b256-1k-p64): the
+    # row 61.65 us, bench_gpu_time 62.15, do_bench_cudagraph 65.08, all at 1980 MHz.
+    at = {"sm_clock_mhz": {"before": 1980.0, "during": 1980.0, "after": 1980.0}}
+    outside = {"flashinfer.bench_gpu_time": {"median_us": 62.15, **at},
+               "triton.do_bench_cudagraph": {"median_us": 65.08, **at}}
+    why = explain(61.65, 63.62, {"median_us": 62.72, **at}, {"per_call_us": 61.85}, 0.03, outside=outside,
+                  row_mhz=1980.0)
+    assert why["comparisons"]["outside_spread"]["off"]
+    spread = [b for b in why["because"] if b.startswith("outside timers 1.047 apart")]
+    assert len(spread) == 1 and spread[0].endswith("the row is within 3% of flashinfer.bench_gpu_time")
+    # Timers that agree with each other add nothing; a timer in another state is not counted.
+    agree = {k: {**v, "median_us": 62.3} for k, v in outside.items()}
+    assert not explain(61.65, 62.3, None, "n/a on cpu", 0.03, outside=agree, row_mhz=1980.0)["comparisons"][
+        "outside_spread"]["off"]
+    hot = {**outside, "triton.do_bench_cudagraph": {"median_us": 65.08,
+                                                    "sm_clock_mhz": {"before": 1700.0, "after": 1700.0}}}
+    assert "outside_spread" not in explain(61.65, 62.15, None, "n/a on cpu", 0.03, outside=hot,
+                                           row_mhz=1980.0)["comparisons"]
