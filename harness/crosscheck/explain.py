@@ -184,7 +184,7 @@ def explain(harness_us: float, ref_us: float, here: dict[str, Any] | None, kerne
     compares it, the like of the outside timers, and ``eager_vs_graph_here`` records the row
     over it (the eager launches' cost: not a failing comparison). ``eager_vs_graph`` without it:
     here (eager) vs outside (graph replays) cannot tell the timers from the eager launches."""
-    from harness.crosscheck.regime import STATE_TOL, mhz_text, timer_clock, timer_state
+    from harness.crosscheck.regime import STATE_TOL, mhz_text, split_states, timer_clock, timer_state
 
     comps: dict[str, Any] = {}
     because: list[str] = []
@@ -239,19 +239,19 @@ def explain(harness_us: float, ref_us: float, here: dict[str, Any] | None, kerne
         k = kernel["per_call_us"]
         _ratio(comps, because, "kernel_vs_outside", k, ref_us, tol,
                f"the profiler's eager kernel time {k:.4g} us differs from the graph replay / timed loop")
-    _outside_spread(comps, because, harness_us, outside, set(comps.get("clock", {}).get("states_differ", ())), tol)
+    _outside_spread(comps, because, harness_us, split_states(row_mhz, outside or {})[0], tol)
     return {"comparisons": comps, "because": because}
 
 
 def _outside_spread(comps: dict[str, Any], because: list[str], harness_us: float,
-                    outside: dict[str, dict[str, Any]] | None, differ: set[str], tol: float) -> None:
-    """The outside timers in the row's state against each other: with two timers their median is
+                    same: dict[str, dict[str, Any]], tol: float) -> None:
+    """The outside timers in the row's state (``same``, as ``regime.split_states`` gives them to the
+    verdict's median) against each other: with two timers their median is
     their mean, so when they are more than ``tol`` apart the reference is the middle of a
     disagreement (H100 2026-12-07: Triton's graph loop 5% above FlashInfer's on 60 us FA3 calls,
     with the row within 1% of FlashInfer's and of the profiler's kernel time); ``because`` names
     the timers and which of them the row agrees with."""
-    meds = {k: float(v["median_us"]) for k, v in (outside or {}).items()
-            if k not in differ and isinstance(v, dict) and v.get("median_us")}
+    meds = {k: float(v["median_us"]) for k, v in same.items() if isinstance(v, dict) and v.get("median_us")}
     if len(meds) < 2:
         return
     lo, hi = min(meds.values()), max(meds.values())
