@@ -196,18 +196,29 @@ def test_gpu_sustained_group_samples_in_the_settled_state():
                                 "y": (lambda: torch.matmul(a, a, out=o2), GraphDecision(True, ""), o2)},
                                dev, TimingOptions.for_device(dev, clock_regime="sustained", max_time_s=0.5))
     x, y = got["x"], got["y"]
-    for t in (x, y):
-        assert isinstance(t, dict)
+    for name, t in (("x", x), ("y", y)):
+        assert isinstance(t, dict), name
         Timing.model_validate({k: v for k, v in t.items() if k != "host_enqueue_us"})  # the cell keeps it in the row's host trace
-        assert t["sampling"] == "sequential" and t["clocks"]["discarded"] >= 1
-        if t["clocks"]["source"] is None:
+        clocks = t["clocks"]
+        assert t["sampling"] == "sequential" and clocks["discarded"] >= 1, (name, t["sampling"], clocks["discarded"])
+        if clocks["source"] is None:
             continue  # no NVML here
-        settle = t["clocks"]["settle"]
-        assert settle["reason"]
+        settle = clocks["settle"]
+        assert settle["reason"], name
         if needs_cycle(settle["reason"]):  # at the limit: its own power window, samples over a cycle
-            assert settle["seconds"] >= POWER_WINDOW_S and t["sampling_s"] >= CONTROLLER_CYCLE_S
-        # the samples' clock is the continuous loop's over the same stretch (within 3%)
-        assert abs(t["clocks"]["sm_mhz"]["median"] / t["settled_sm_clock_mhz"] - 1) <= 0.03
+            assert settle["seconds"] >= POWER_WINDOW_S and t["sampling_s"] >= CONTROLLER_CYCLE_S, \
+                (name, settle, t["sampling_s"])
+        # the samples' clock is the continuous loop's over the same stretch (within 3%), read as
+        # records.clocks.sm_clock reads rows: by the means (a median of one second at the power
+        # limit can land a level away: 1500 against 1455 MHz on an H100, 2026-12-07)
+        got_mhz, loop_mhz = clocks["sm_mhz"]["mean"], clocks["window_sm_mhz"]["mean"]
+        assert abs(got_mhz / loop_mhz - 1) <= 0.03, (name, clocks["sm_mhz"], clocks["window_sm_mhz"])
     # the second call continued the first one's queue
-    assert y["clocks"]["settle"]["previous_busy"]
-    assert abs(x["median_us"] / y["median_us"] - 1) < 0.05
+    assert y["clocks"]["settle"]["previous_busy"], y["clocks"]["settle"]
+    # and timed the same work: in cycles (time x mean clock) when NVML read both, since at the
+    # limit one call's cycle can sit a clock level or two above the other's
+    def cycles(t: dict) -> float:
+        sm = (t["clocks"].get("sm_mhz") or {}) if t["clocks"]["source"] else {}
+        return t["median_us"] * (sm.get("mean") or 1.0)
+    assert abs(cycles(x) / cycles(y) - 1) < 0.05, (x["median_us"], y["median_us"], x["clocks"].get("sm_mhz"),
+                                                  y["clocks"].get("sm_mhz"))
