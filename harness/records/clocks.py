@@ -41,8 +41,10 @@ def sm_clock(row: "ResultRow", stat: str | None = None) -> float | None:
 def pair_sm_clocks(a: "ResultRow", b: "ResultRow") -> tuple[float | None, float | None]:
     """Two rows' SM clocks by one statistic: the mean when both record it, else both medians (a row
     written before schema 6 has no mean, and a median against a mean would compare two things)."""
-    stat = "mean" if sm_clock(a, "mean") is not None and sm_clock(b, "mean") is not None else "median"
-    return sm_clock(a, stat), sm_clock(b, stat)
+    ma, mb = sm_clock(a, "mean"), sm_clock(b, "mean")
+    if ma is not None and mb is not None:
+        return ma, mb
+    return sm_clock(a, "median"), sm_clock(b, "median")
 
 
 def run_regimes(rows: "list[ResultRow]") -> set[str]:
