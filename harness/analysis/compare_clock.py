@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from harness.records.clocks import pair_sm_clocks, run_regimes
+from harness.records.clocks import below_max_reasons, pair_sm_clocks, reasons_text, run_regimes
 
 if TYPE_CHECKING:
     from harness.records.results import ResultRow
@@ -47,9 +47,15 @@ def clock_explains(base: "ResultRow", new: "ResultRow", time_ratio: float, band:
     slack = math.log1p(max(band, MIN_SLACK))
     if abs(lt) > abs(lc) + slack:
         return ""
-    return (f"SM clock {cb:.0f} -> {cn:.0f} MHz ({(clock_ratio - 1) * 100:+.1f}%) explains the "
-            f"{(time_ratio - 1) * 100:+.1f}% time shift (at most {(1 / clock_ratio - 1) * 100:+.1f}% "
+    return (f"SM clock {cb:.0f} -> {cn:.0f} MHz ({(clock_ratio - 1) * 100:+.1f}%{_why(base, new, clock_ratio)}) "
+            f"explains the {(time_ratio - 1) * 100:+.1f}% time shift (at most {(1 / clock_ratio - 1) * 100:+.1f}% "
             f"for a compute-bound kernel, ±{max(band, MIN_SLACK) * 100:.1f}% noise)")
+
+
+def _why(base: "ResultRow", new: "ResultRow", clock_ratio: float) -> str:
+    """NVML's reasons on the side with the lower clock, for the message ("" unrecorded)."""
+    text = reasons_text(below_max_reasons(new if clock_ratio < 1 else base))
+    return f"; NVML's reasons below the max, reads: {text}" if text else ""
 
 
 def clock_note(base: "ResultRow", new: "ResultRow") -> str:
@@ -57,7 +63,7 @@ def clock_note(base: "ResultRow", new: "ResultRow") -> str:
     cb, cn = pair_sm_clocks(base, new)
     if cb is None or cn is None:
         return ""
-    return f"SM clock {cb:.0f} -> {cn:.0f} MHz ({(cn / cb - 1) * 100:+.1f}%)"
+    return f"SM clock {cb:.0f} -> {cn:.0f} MHz ({(cn / cb - 1) * 100:+.1f}%{_why(base, new, cn / cb)})"
 
 
 def refuse_mixed_runs(base_rows: "list[ResultRow]", new_rows: "list[ResultRow]") -> str | None:

@@ -47,6 +47,21 @@ def pair_sm_clocks(a: "ResultRow", b: "ResultRow") -> tuple[float | None, float 
     return sm_clock(a, "median"), sm_clock(b, "median")
 
 
+def reasons_text(counts: "dict[str, int] | None") -> str:
+    """NVML's clock-event reasons over a row's reads below the maximum SM clock, most frequent
+    first ("sw_power_cap 12, none 3"); "" where none were read (schema 7 rows only)."""
+    if not counts:
+        return ""
+    return ", ".join(f"{k} {n}" for k, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def below_max_reasons(row: "ResultRow") -> "dict[str, int] | None":
+    """The row's ``clocks.below_max_reasons`` (None: not recorded)."""
+    t = row.timing
+    c = t.clocks if t is not None else None
+    return c.below_max_reasons if c is not None else None
+
+
 def run_regimes(rows: "list[ResultRow]") -> set[str]:
     """The clock regimes of a run's GPU-timed rows."""
     return {r for r in (regime_of(x) for x in rows) if r is not None}
@@ -77,6 +92,12 @@ def clock_summary(rows: "list[ResultRow]") -> str | None:
                                          " (rows written before clocks were recorded)" if not clocks else "")
     dropped = sum(c.discarded or 0 for c in clocks)
     short = sum(1 for c in clocks if c.short_of_clean)
+    reasons: dict[str, int] = {}
+    for c in clocks:
+        for k, n in (c.below_max_reasons or {}).items():
+            reasons[k] = reasons.get(k, 0) + n
+    if reasons:
+        text += f"; NVML's reasons below the max SM clock (reads): {reasons_text(reasons)}"
     if dropped:
         text += f"; {dropped} sample(s) discarded as throttled"
     if short:
@@ -84,4 +105,5 @@ def clock_summary(rows: "list[ResultRow]") -> str | None:
     return text
 
 
-__all__ = ["UNRECORDED", "clock_summary", "pair_sm_clocks", "regime_of", "run_regimes", "sm_clock"]
+__all__ = ["UNRECORDED", "below_max_reasons", "clock_summary", "pair_sm_clocks", "reasons_text", "regime_of",
+           "run_regimes", "sm_clock"]

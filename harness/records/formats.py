@@ -10,7 +10,8 @@
   reference flush of 8x the L2); all optional, so versions 1-4 read as they are. 6 adds the clock
   statistics' ``mean``, the sustained rows' time-stepped ``clocks.window_sm_mhz`` and, under
   ``--keep-raw``, each sample's clock (``clocks.raw_sm_mhz``); all optional, so versions 1-5 read
-  as they are.
+  as they are. 7 adds ``clocks.below_max_reasons`` (NVML's clock-event reasons over the reads
+  below the maximum SM clock); optional, so versions 1-6 read as they are.
 - run.json: 1 = absent, 2 = carries it, 3 = every key declared (harness/records/header.py; the
   files are the same: versions 1 and 2 read as they are), 4 adds ``models`` (where each model's
   config came from) and ``backend_facts.*.engine_names.*.mla_prefill`` (vLLM's MLA prefill name);
@@ -24,6 +25,6 @@ harness/records/schema.py."""
 
 from __future__ import annotations
 
-ROW_SCHEMA_VERSION = 6
+ROW_SCHEMA_VERSION = 7
 RUN_SCHEMA_VERSION = 4
 

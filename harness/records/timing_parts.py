@@ -121,6 +121,10 @@ class Clocks(Part):
     """SM clock over the samples, MHz."""
     power_w: ClockStats | None = None
     """Board power over the samples, W."""
+    below_max_reasons: dict[str, int] | None = None
+    """Over the samples' readings below ``max_sm_mhz``: how many had each of NVML's clock-event
+    reasons set (``sw_power_cap``, ``hw_slowdown``, ``sw_thermal_slowdown``, ...; ``none``: no
+    bit set). None: no reading below the maximum, or a driver without the query (schema 7)."""
     reads: int | None = None
     """Readings taken."""
     max_sm_mhz: float | None = None

@@ -38,6 +38,13 @@ DEFAULT_RECOVERY_S = 0.05  # nvbench's --throttle-recovery-delay default
 # power less than POWER_TOL over its window.
 CLOCK_TOL = 0.01
 POWER_TOL = 0.02
+# nvml.h's nvmlClocksEventReason* bits: why the clocks are below their maximum. Read only when a
+# reading is below the maximum SM clock (at the maximum there is nothing to explain, and the
+# query would add host time to every burst read); the H100 of 2026-12-07 dropped to 1785 MHz at
+# a sixth of its power limit with nothing recorded to say why.
+CLOCK_EVENT_REASONS = {0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap",
+                       0x8: "hw_slowdown", 0x10: "sync_boost", 0x20: "sw_thermal_slowdown",
+                       0x40: "hw_thermal_slowdown", 0x80: "hw_power_brake_slowdown", 0x100: "display_clock_setting"}
 
 
 @dataclass(frozen=True)
@@ -47,6 +54,7 @@ class ClockRead:
     sm_mhz: float | None
     power_w: float | None
     power_instant_w: float | None = None  # NVML's instantaneous power where the driver has it (sustained.py)
+    reasons: int | None = None  # NVML's clock-event reasons bitmask; read only below the maximum SM clock
 
 
 class ClockReader(Protocol):
@@ -67,6 +75,7 @@ class _NvmlReader:
     max_sm_mhz: float | None
     power_limit_w: float | None
     instant: bool = False  # the driver answers the instantaneous power field (probed once)
+    reasons: bool = False  # the driver answers the clock-event reasons query (probed once)
 
     def read(self) -> ClockRead:
         instant: float | None = None
@@ -83,7 +92,13 @@ class _NvmlReader:
             watts: float | None = self.nvml.power_mw(self.handle) / 1e3
         except Exception:
             watts = None
-        return ClockRead(mhz, watts, instant)
+        reasons: int | None = None
+        if self.reasons and mhz is not None and self.max_sm_mhz and mhz < self.max_sm_mhz:
+            try:
+                reasons = self.nvml.clock_event_reasons(self.handle)
+            except Exception:
+                reasons = None
+        return ClockRead(mhz, watts, instant, reasons)
 
 
 def _maybe(fn: Callable[[], float]) -> float | None:
@@ -110,6 +125,7 @@ def nvml_reader(device: Any) -> tuple[ClockReader | None, str]:
                          _maybe(lambda: nvml.max_sm_clock_mhz(handle)),
                          _maybe(lambda: nvml.power_limit_mw(handle) / 1e3))
     reader.instant = _maybe(lambda: nvml.power_instant_mw(handle)) is not None
+    reader.reasons = _maybe(lambda: nvml.clock_event_reasons(handle)) is not None
     if reader.read().sm_mhz is None:
         return None, "NVML does not report this device's SM clock"
     return reader, reader.source
@@ -123,6 +139,21 @@ def read_cost_us(reader: ClockReader, reads: int = 20, clock: Callable[[], float
         reader.read()
         costs.append((clock() - t0) * 1e6)
     return statistics.median(costs)
+
+
+def below_max_reasons(reads: Sequence[ClockRead]) -> dict[str, int] | None:
+    """Over the readings below the maximum SM clock whose reasons were read: how many had each
+    clock-event reason set (``none``: no bit set; an unknown bit by its hex value). None when no
+    reading had its reasons read (all at the maximum, or a reader without the query)."""
+    masks = [r.reasons for r in reads if r.reasons is not None]
+    if not masks:
+        return None
+    out: dict[str, int] = {}
+    for m in masks:
+        names = [CLOCK_EVENT_REASONS.get(1 << b, hex(1 << b)) for b in range(64) if m >> b & 1] or ["none"]
+        for n in names:
+            out[n] = out.get(n, 0) + 1
+    return out
 
 
 def clock_stats(xs: Sequence[float]) -> dict[str, float] | None:
@@ -151,6 +182,7 @@ class ClockTrace:
     def summary(self) -> dict[str, Any]:
         return {"sm_mhz": clock_stats([r.sm_mhz for r in self.reads if r.sm_mhz is not None]),
                 "power_w": clock_stats([r.power_w for r in self.reads if r.power_w is not None]),
+                "below_max_reasons": below_max_reasons(self.reads),
                 "reads": len(self.reads), "discarded": self.discarded_count,
                 "discard_reasons": dict(self.discarded), "throttled_kept": self.throttled_kept}
 
@@ -247,6 +279,6 @@ class RegimeSampler:
         return out
 
 
-__all__ = ["BUSY", "CLOCK_TOL", "DEFAULT_RECOVERY_S", "DEFAULT_REGIME", "DEFAULT_THROTTLE_THRESHOLD", "POWER_TOL",
+__all__ = ["BUSY", "CLOCK_EVENT_REASONS", "CLOCK_TOL", "DEFAULT_RECOVERY_S", "DEFAULT_REGIME", "DEFAULT_THROTTLE_THRESHOLD", "POWER_TOL",
            "REGIMES", "BusyLog", "RegimeSampler", "ClockRead", "ClockReader", "ClockTrace",
-           "nvml_reader", "read_cost_us", "throttled"]
+           "below_max_reasons", "nvml_reader", "read_cost_us", "throttled"]

@@ -135,6 +135,26 @@ class _Nvml:
             raise OSError(f"NVML_FI_DEV_POWER_INSTANT: return code {v.nvmlReturn}")
         return int(getattr(v.value, _VALUE_FIELDS.get(int(v.valueType), "uiVal")))
 
+    def clock_event_reasons(self, handle: Any) -> int:
+        """NVML's bitmask of why the clocks are below their maximum now (``nvmlClocksEventReasons``:
+        idle, power cap, thermal, ...); the older name (``...ThrottleReasons``) where the driver
+        has only that."""
+        names = ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons")
+        if self._py is not None:
+            fn = next((getattr(self._py, n) for n in names if hasattr(self._py, n)), None)
+            if fn is None:
+                raise OSError("pynvml has no clock-event reasons query")
+            return int(fn(handle))
+        c = ctypes.c_ulonglong()
+        for n in names:
+            fn = getattr(self._lib, n, None)
+            if fn is not None:
+                rc = fn(handle, ctypes.byref(c))
+                if rc != NVML_SUCCESS:
+                    raise OSError(f"{n} returned {rc}")
+                return int(c.value)
+        raise OSError("the driver's NVML has no clock-event reasons query")
+
     def max_sm_clock_mhz(self, handle: Any) -> int:
         return self._uint("nvmlDeviceGetMaxClockInfo", handle, NVML_CLOCK_SM)
 

@@ -80,7 +80,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from harness.timing.clocks import CLOCK_TOL, POWER_TOL, ClockRead, ClockReader, clock_stats
+from harness.timing.clocks import CLOCK_TOL, POWER_TOL, ClockRead, ClockReader, below_max_reasons, clock_stats
 
 POWER_WINDOW_S = 1.0  # NVML's board power (and the controller's input) averages about this long on Hopper
 # The power controller's cycle at the limit: the clock's drops 0.84 -> 1.77 -> 2.77 s (H100 FA3),
@@ -460,7 +460,7 @@ class SustainedSampler:
         out["read_share"] = cost * n_reads / (sampling_s * 1e6) if cost is not None and sampling_s > 0 else None
         out.update(sm_mhz=clock_stats([r.sm_mhz for r in reads if r.sm_mhz is not None]),
                    power_w=clock_stats([r.power_w for r in reads if r.power_w is not None]),
-                   reads=n_reads + len(self.trace), discarded=sum(self.discarded.values()),
+                   below_max_reasons=below_max_reasons(reads), reads=n_reads + len(self.trace), discarded=sum(self.discarded.values()),
                    discard_reasons=dict(self.discarded), throttled_kept=self.kept_dry, settle=self.settle,
                    warmup=None, pad=None, window_sm_mhz=window)
         return out

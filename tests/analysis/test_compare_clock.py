@@ -35,6 +35,17 @@ def test_a_shift_the_clock_explains_is_clock_shifted_not_a_regression():
     assert "Clock-shifted" in to_markdown(comp)
 
 
+def test_a_clock_shift_names_nvmls_reasons_on_the_slower_side():
+    # schema 7 rows carry why the clock was below its maximum; the message names the lower side's
+    base, new = runs(gpu_row("fa3", 292.7, mhz=1800.0, reasons={"sw_power_cap": 12, "none": 3}),
+                     gpu_row("fa3", 267.2, mhz=1980.0))
+    d = next(x for x in compare_rows(base, new).diffs if x.key[1] == "fa3")
+    assert d.speed == "clock-shifted" and "sw_power_cap 12, none 3" in d.info
+    base, new = runs(gpu_row("fa3", 267.2, mhz=1980.0), gpu_row("fa3", 292.7, mhz=1800.0, reasons={"hw_slowdown": 4}))
+    d = next(x for x in compare_rows(base, new).diffs if x.key[1] == "fa3")
+    assert d.speed == "clock-shifted" and "hw_slowdown 4" in d.info
+
+
 def test_the_same_shift_at_the_same_clock_fails():
     base, new = runs(gpu_row("fa3", 292.7, mhz=1975.0), gpu_row("fa3", 267.2, mhz=1980.0))
     comp = compare_rows(base, new)
@@ -124,6 +135,10 @@ def test_clock_summary_says_which_state_the_numbers_are_from():
     assert text.startswith("GPU clock regime: burst") and "1950-1980 MHz" in text and "(max 1980)" in text
     mixed = clock_summary(rows + [gpu_row("c", 100.0, regime="sustained")])
     assert "burst and sustained (mixed" in mixed
+    assert "reasons" not in text  # nothing recorded, nothing said
+    why = clock_summary(rows + [gpu_row("e", 1.0, mhz=1785.0, reasons={"none": 2, "sw_power_cap": 1}),
+                                gpu_row("f", 1.0, mhz=1785.0, reasons={"sw_power_cap": 4})])
+    assert "below the max SM clock (reads): sw_power_cap 5, none 2" in why
     assert clock_summary([ran_row(1.0, device="cpu")]) is None  # CPU rows: no regime
     old = clock_summary([gpu_row("d", 1.0, regime=None)])
     assert "burst" in old and "not read" in old

@@ -69,9 +69,9 @@ def as_status(row: ResultRow, status: Status | str, reason: str) -> ResultRow:
 
 
 def gpu_row(case: str, median: float, mhz: float | None = 1980.0, regime: str | None = "burst",
-            sm_mhz: dict[str, float] | None = None) -> ResultRow:
+            sm_mhz: dict[str, float] | None = None, reasons: dict[str, int] | None = None) -> ResultRow:
     """A GPU-timed row; ``sm_mhz`` replaces the clock statistics (min / median / max / mean) that
-    ``mhz`` would give."""
+    ``mhz`` would give; ``reasons``: its ``clocks.below_max_reasons``."""
     row = ran_row(median, median * 0.997, median * 1.003, case=case, device="cuda:0")
     t = row.timing.model_dump()
     if regime is not None:
@@ -82,4 +82,6 @@ def gpu_row(case: str, median: float, mhz: float | None = 1980.0, regime: str | 
             t["clocks"]["sm_mhz"] = {"min": mhz - 5, "median": mhz, "max": mhz + 5}
         if sm_mhz is not None:
             t["clocks"]["sm_mhz"] = dict(sm_mhz)
+        if reasons is not None:
+            t["clocks"]["below_max_reasons"] = dict(reasons)
     return ResultRow.model_validate({**row.model_dump(), "timing": t})

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from harness.timing import TimingOptions
-from harness.timing.clocks import BusyLog, ClockRead, ClockTrace, RegimeSampler, read_cost_us, throttled
+from harness.timing.clocks import (BusyLog, ClockRead, ClockTrace, RegimeSampler, below_max_reasons, read_cost_us,
+                                   throttled)
 from harness.timing.loop import _loop
 from harness.timing.stopping import STOP_TIME
 
@@ -144,6 +145,18 @@ def test_trace_summary():
     assert ClockTrace().summary()["sm_mhz"] is None
 
 
+def test_clock_event_reasons_are_counted_over_the_reads_below_the_maximum():
+    # bits of nvml.h: 0x4 SW power cap, 0x20 SW thermal slowdown; 0x200 is none this build names
+    reads = [ClockRead(1980, 300), ClockRead(1785, 150, reasons=0x0), ClockRead(1500, 700, reasons=0x4),
+             ClockRead(1410, 700, reasons=0x4 | 0x20), ClockRead(1600, 650, reasons=0x200)]
+    assert below_max_reasons(reads) == {"none": 1, "sw_power_cap": 2, "sw_thermal_slowdown": 1, "0x200": 1}
+    assert below_max_reasons([ClockRead(1980, 300), ClockRead(1900, 300)]) is None  # reasons never read
+    t = ClockTrace()
+    for r in reads:
+        t.add(r)
+    assert t.summary()["below_max_reasons"]["sw_power_cap"] == 2
+
+
 def test_regime_is_a_timing_option_with_one_clear_error():
     assert TimingOptions.for_device(torch.device("cpu")).clock_regime == "burst"
     with pytest.raises(ValueError, match="clock regime 'hot'"):
@@ -164,6 +177,7 @@ def test_cpu_rows_carry_no_clocks():
 def test_gpu_rows_record_clocks_in_both_regimes():
     from harness.records.results import Timing
     from harness.timing import GraphDecision, time_callable
+    from harness.timing.clocks import nvml_reader
 
     dev = torch.device("cuda")
     a = torch.randn(2048, 2048, device=dev, dtype=torch.bfloat16)
@@ -182,6 +196,10 @@ def test_gpu_rows_record_clocks_in_both_regimes():
             continue
         assert c["sm_mhz"]["min"] > 100 and c["reads"] >= t["samples"]
         assert c["read_cost_us"] > 0 and c["max_sm_mhz"] >= c["sm_mhz"]["min"]
+        reader, _ = nvml_reader(dev)
+        if getattr(reader, "reasons", False) and c["sm_mhz"]["min"] < c["max_sm_mhz"]:
+            # a read below the maximum asks NVML why: at least that read is counted
+            assert c["below_max_reasons"] and sum(c["below_max_reasons"].values()) >= 1, c
         if regime == "sustained":
             assert c["settle"]["seconds"] >= 0.15 and c["settle"]["reason"] and c["settle"]["busy_s"] >= 1.0
             assert c["discard_reasons"].get("taken before the settled state", 0) >= 1
