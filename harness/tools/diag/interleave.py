@@ -4,6 +4,7 @@ means hot".)
 
     harness diag interleave --out DIR [--procs 8] [--budget-s 230] [--suite suites/decode.yaml]
         [--case NAME ...] [--backends flashinfer,flash-attn] [--tolerance 0.01] [-- RUN_FLAGS...]
+    harness diag interleave --out DIR --read EARLIER_OUT [--read ...] [--l2 hot]   # pool, run nothing
 
 Runs `harness run SUITE --case ... --backends ... --sampling S --timing-mode M` in a fresh process
 per run, for the four modes (interleaved, sequential) x (hot, cold), up to ``--procs`` runs per
@@ -12,8 +13,9 @@ the same one) for as long as another whole rotation fits in ``--budget-s`` (ever
 the same number of runs; the summary says when the budget cut them below ``--procs``). Per timed
 row (case, backend, variant): the median over the runs of its median per mode, the spread over
 the runs ((max - min) / median), interleaved / sequential per L2 mode (and, to tell a moved
-distribution from a slow tail, the same ratio of each run's fastest sample, not judged); and one verdict line,
-"every row within 1%" or the rows outside. Writes DIR/<mode>/run-<i> (results folders),
+distribution from a slow tail, the same ratio of each run's fastest sample, not judged), a bootstrap
+95% interval of interleaved / sequential over the runs (does the runs' spread cover 1?); and one
+verdict line, "every row within 1%" or the rows outside, each saying whether its runs resolve it. Writes DIR/<mode>/run-<i> (results folders),
 DIR/<mode>/run-<i>.log, DIR/interleave.md (the table) and DIR/summary.json.
 
 Defaults: the two cases where interleaving moved small rows by 4-10% on an H100 (mha[count=1] and
@@ -73,6 +75,25 @@ def row_times(folder: Path) -> dict[str, dict[str, Any]]:
     return out
 
 
+def ratio_ci(a: list[float], b: list[float], level: float = 0.95, draws: int = 2000,
+             seed: int = 0) -> tuple[float, float] | None:
+    """A bootstrap interval of median(a) / median(b), resampling the runs of each mode (seeded:
+    the same runs give the same interval); None with fewer than 3 runs on a side. Why: each
+    fresh process has its own level (the H100 of 2026-12-07: per-run medians 3-6% apart within a
+    mode), so a ratio of medians over 6-9 runs can be 1% off by chance; the interval says whether
+    the runs resolve a shift of that size."""
+    if len(a) < 3 or len(b) < 3:
+        return None
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    xa, xb = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    ra = np.median(rng.choice(xa, size=(draws, len(xa))), axis=1)
+    rb = np.median(rng.choice(xb, size=(draws, len(xb))), axis=1)
+    q = np.quantile(ra / rb, [(1 - level) / 2, (1 + level) / 2])
+    return float(q[0]), float(q[1])
+
+
 def spread(xs: list[float]) -> float | None:
     return (max(xs) - min(xs)) / statistics.median(xs) if len(xs) > 1 and statistics.median(xs) > 0 else None
 
@@ -98,12 +119,18 @@ def table(runs: dict[str, list[dict[str, dict[str, Any]]]], tolerance: float,
             a, b = row[mode_name("interleaved", m)]["median_us"], row[mode_name("sequential", m)]["median_us"]
             ratio = a / b if a and b else None
             row[f"ratio_{m}"] = ratio
+            per_run = {s: [run[key]["median_us"] for run in runs.get(mode_name(s, m), []) if key in run]
+                       for s in SAMPLINGS}
+            ci = ratio_ci(per_run["interleaved"], per_run["sequential"])
+            row[f"ci_{m}"] = list(ci) if ci else None  # explains a ratio: does the spread cover 1?
             fa, fb = row[mode_name("interleaved", m)]["fastest_us"], row[mode_name("sequential", m)]["fastest_us"]
             row[f"fastest_ratio_{m}"] = fa / fb if fa and fb else None  # explains a ratio; not judged
             if ratio is None:
                 missing.append(f"{key} ({m})")
             elif abs(ratio - 1) > tolerance:
-                outside.append(f"{key} ({m}: {ratio:.3f})")
+                within = f", 95% CI {ci[0]:.3f}-{ci[1]:.3f}" + (": 1 inside, the runs do not resolve it"
+                                                                 if ci[0] <= 1 <= ci[1] else "") if ci else ""
+                outside.append(f"{key} ({m}: {ratio:.3f}{within})")
         rows.append(row)
     ok = bool(rows) and not outside and not missing
     verdict = (f"every row within {tolerance:.0%}: interleaved / sequential in {' and '.join(l2)} L2 ({len(rows)} rows)"
@@ -124,17 +151,62 @@ def markdown(t: dict[str, Any], header: str) -> str:
     def ratio(x: float | None) -> str:
         return "-" if x is None else f"{x:.3f}"
 
+    def ci(x: list[float] | None) -> str:
+        return "" if not x else f" [{x[0]:.3f}-{x[1]:.3f}]"
+
     l2 = t.get("l2", list(L2_MODES))
     modes = modes_of(l2)
     lines = [header, "", "| row | " + " | ".join(f"{mode_name(s, m)} us (spread, runs)" for s, m in modes)
-             + "".join(f" | I/S {m} (fastest)" for m in l2) + " |", "|---|" + "---|" * (len(modes) + len(l2))]
+             + "".join(f" | I/S {m} (fastest) [95% CI]" for m in l2) + " |", "|---|" + "---|" * (len(modes) + len(l2))]
     for r in t["rows"]:
         cells = [f"{us(r[mode_name(s, m)]['median_us'])} ({pct(r[mode_name(s, m)]['spread'])}, "
                  f"{r[mode_name(s, m)]['runs']})" for s, m in modes]
         lines.append(f"| {r['row']} | " + " | ".join(cells)
-                     + "".join(f" | {ratio(r[f'ratio_{m}'])} ({ratio(r.get(f'fastest_ratio_{m}'))})" for m in l2) + " |")
+                     + "".join(f" | {ratio(r[f'ratio_{m}'])} ({ratio(r.get(f'fastest_ratio_{m}'))}){ci(r.get(f'ci_{m}'))}"
+                               for m in l2) + " |")
     lines += ["", f"Verdict: {t['verdict']}"]
     return "\n".join(lines) + "\n"
+
+
+def pooled(folders: list[Path], out: Path, l2: list[str], tolerance: float) -> int:
+    """``--read``: the table over the runs of earlier experiments' folders (their summary.json),
+    pooled per mode; exit 2 with one line where a folder has no summary or lacks a mode."""
+    runs: dict[str, list[dict[str, dict[str, Any]]]] = {mode_name(s, m): [] for s, m in modes_of(l2)}
+    devices: list[str] = []
+    for f in folders:
+        try:
+            summary = json.loads((f / "summary.json").read_text())
+            per_run = summary["per_run"]
+        except (OSError, ValueError, KeyError) as e:
+            print(f"interleave: --read {f}: no readable summary.json of a `harness diag interleave` run ({e})",
+                  file=sys.stderr)
+            return 2
+        for name in runs:
+            if not per_run.get(name):
+                print(f"interleave: --read {f}: no {name} runs (its --l2 was {','.join(summary.get('l2', []))}); "
+                      f"pass --l2 with the modes every folder has", file=sys.stderr)
+                return 2
+            runs[name].extend(per_run[name])
+        try:
+            dev = read_run_header(f / mode_name(*modes_of(l2)[0]) / "run-0").device
+            devices.append(dev.name or dev.type or "?")
+        except (OSError, ValueError):
+            devices.append("?")
+    t = table(runs, tolerance, l2)
+    n = {k: len(v) for k, v in runs.items()}
+    header = (f"# Interleaved vs sequential sampling, {' and '.join(l2)} L2, pooled\n\nThe runs of "
+              + ", ".join(f"`{f}` ({d})" for f, d in zip(folders, devices))
+              + f": {', '.join(f'{k} {v}' for k, v in n.items())} fresh-process runs.\nEach cell: the median over "
+              "runs of the row's median, (max - min) / median over runs, runs. I/S: interleaved / sequential; in "
+              "brackets the same of each run's fastest sample, then a bootstrap 95% interval of I/S over the runs.")
+    md = markdown(t, header)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "interleave.md").write_text(md)
+    (out / "summary.json").write_text(json.dumps({"read": [str(f) for f in folders], "devices": devices,
+                                                  "tolerance": tolerance, **t, "per_run": runs}, indent=1))
+    print(md, end="")
+    print(f"verdict: {t['verdict']}")
+    return 0
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
@@ -151,6 +223,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     p.add_argument("--tolerance", type=float, default=0.01, help="interleaved / sequential allowed off 1 (default 0.01)")
     p.add_argument("--timeout", type=float, default=180.0, help="seconds per run")
     p.add_argument("--l2", default=",".join(L2_MODES), help="L2 modes to run, of hot,cold (default both)")
+    p.add_argument("--read", type=Path, action="append", metavar="DIR",
+                   help="run nothing: judge the runs of earlier --out folders (repeatable: their runs are pooled, "
+                        "e.g. two experiments on one card) and write the table to --out")
     args = p.parse_args(argv)
     l2 = [m.strip() for m in args.l2.split(",")]
     if not l2 or any(m not in L2_MODES for m in l2) or len(set(l2)) != len(l2):
@@ -158,6 +233,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     modes = modes_of(l2)
     if args.procs < 1 or args.budget_s <= 0 or not 0 < args.tolerance < 1:
         p.error("--procs must be at least 1, --budget-s positive, --tolerance a fraction in (0, 1)")
+    if args.read:
+        return pooled(args.read, args.out, l2, args.tolerance)
     cases = args.case or CASES
     args.out = args.out.resolve()  # the runs start in the checkout
     if "--device" not in extra:
