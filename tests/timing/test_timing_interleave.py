@@ -370,18 +370,28 @@ def test_the_interleave_diagnostic_says_whether_its_runs_resolve_a_ratio_outside
 def test_the_interleave_diagnostic_pools_earlier_runs_without_running(tmp_path, capsys):
     from harness.tools.diag.interleave import main
 
-    root = Path(__file__).resolve().parents[2] / "reports/h100/2026-12-07/seventh-session"
-    a, b = root / "interleave-hot", root / "interleave-hot-fi"  # 6 and 8 runs a mode, hot L2, one H100
+    def experiment(name: str, inter: list[float], seq: list[float]) -> Path:
+        # what `harness diag interleave --l2 hot` writes in summary.json: each mode's runs, row -> figures
+        folder = tmp_path / name
+        folder.mkdir()
+        per_run = {"interleaved-hot": [{"r": {"median_us": x, "min_us": x * 0.99}} for x in inter],
+                   "sequential-hot": [{"r": {"median_us": x, "min_us": x * 0.99}} for x in seq]}
+        (folder / "summary.json").write_text(json.dumps({"l2": ["hot"], "per_run": per_run}))
+        return folder
+
+    # two experiments of 4 runs a mode on one row, 1.02 and 1.00 alone: pooled, 8 runs a mode
+    a = experiment("a", [10.2, 10.25, 10.15, 10.2], [10.0, 10.05, 9.95, 10.0])
+    b = experiment("b", [10.0, 10.05, 9.95, 10.0], [10.0, 10.05, 9.95, 10.0])
     assert main(["--out", str(tmp_path / "pooled"), "--l2", "hot", "--read", str(a), "--read", str(b)]) == 0
     summary = json.loads((tmp_path / "pooled" / "summary.json").read_text())
-    row = next(r for r in summary["rows"] if r["row"].startswith("mha[count=1] flashinfer")
-               and "decode_tensor_cores=False" in r["row"])
-    assert row["interleaved-hot"]["runs"] == 14 and row["sequential-hot"]["runs"] == 14
+    row = summary["rows"][0]
+    assert row["interleaved-hot"]["runs"] == 8 and row["sequential-hot"]["runs"] == 8
+    assert row["ratio_hot"] == pytest.approx(10.1 / 10.0)  # medians over the pooled runs (not of the two ratios)
     lo, hi = row["ci_hot"]
-    assert lo <= row["ratio_hot"] <= hi
+    assert lo <= row["ratio_hot"] <= hi and summary["devices"] == ["?", "?"]  # no run folders: device unknown
     assert "pooled" in (tmp_path / "pooled" / "interleave.md").read_text()
     # a folder without the asked mode, and one without a summary: one line each, exit 2
     assert main(["--out", str(tmp_path / "x"), "--l2", "cold", "--read", str(a)]) == 2
     assert "no interleaved-cold runs" in capsys.readouterr().err
-    assert main(["--out", str(tmp_path / "x"), "--l2", "hot", "--read", str(tmp_path)]) == 2
+    assert main(["--out", str(tmp_path / "x"), "--l2", "hot", "--read", str(tmp_path / "x")]) == 2
     assert "no readable summary.json" in capsys.readouterr().err
