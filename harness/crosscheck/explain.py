@@ -131,17 +131,19 @@ def with_clocks(device: torch.device, on_gpu: bool, run: Callable[[], dict[str, 
     import statistics
     import threading
 
-    from harness.timing.clocks import nvml_reader
+    from harness.timing.clocks import ClockRead, below_max_reasons, nvml_reader
 
     reader, _why = nvml_reader(device)
     reads: list[float] = []
+    events: list[ClockRead] = []
     stop = threading.Event()
 
     def poll() -> None:
         while not stop.wait(POLL_S):
-            mhz = reader.read().sm_mhz if reader is not None else None
-            if mhz is not None:
-                reads.append(mhz)
+            r = reader.read() if reader is not None else None
+            if r is not None and r.sm_mhz is not None:
+                reads.append(r.sm_mhz)
+                events.append(r)
 
     before = clock_now(device)
     poller = threading.Thread(target=poll, daemon=True)
@@ -152,7 +154,8 @@ def with_clocks(device: torch.device, on_gpu: bool, run: Callable[[], dict[str, 
         stop.set()
         poller.join()
     rec["sm_clock_mhz"] = {"before": before, "after": clock_now(device),
-                           "during": statistics.median(reads) if reads else None, "reads": len(reads)}
+                           "during": statistics.median(reads) if reads else None, "reads": len(reads),
+                           "reasons": below_max_reasons(events)}  # NVML's, over the reads below the max
     return rec
 
 

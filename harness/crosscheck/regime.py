@@ -40,6 +40,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
+from harness.records.clocks import reasons_text
+
 if TYPE_CHECKING:
     from harness.records.results import ResultRow
 
@@ -177,7 +179,9 @@ def split_states(row_mhz: float | None, outside: dict[str, dict[str, Any]],
     for name, rec in outside.items():
         why = timer_state(row_mhz, timer_clock(rec), tol)
         if why:
-            differ[name] = why
+            c = rec.get("sm_clock_mhz")
+            reasons = reasons_text(c.get("reasons")) if isinstance(c, dict) else ""
+            differ[name] = why + (f"; NVML's reasons while it ran, reads below the max: {reasons}" if reasons else "")
         else:
             same[name] = rec
     return same, differ

@@ -92,6 +92,11 @@ def test_a_timer_more_than_3_percent_off_the_rows_clock_is_states_differ():
     same, differ = split_states(1980.0, {"a": _timer(500.0, 1455.0), "b": _timer(440.0, 1975.0),
                                          "c": _timer(441.0, None, after=1970.0)})
     assert set(same) == {"b", "c"} and set(differ) == {"a"}
+    assert "reasons" not in differ["a"]  # none recorded, none said
+    throttled = _timer(500.0, 1455.0)
+    throttled["sm_clock_mhz"]["reasons"] = {"sw_power_cap": 40, "sw_thermal_slowdown": 2}
+    _, differ = split_states(1980.0, {"a": throttled})
+    assert differ["a"].startswith("states differ") and "reads below the max: sw_power_cap 40, sw_thermal_slowdown 2" in differ["a"]
 
 
 def test_states_differ_is_never_agrees_nor_off():
