@@ -237,3 +237,24 @@ def test_the_eta_at_start_says_whether_the_deadline_lets_every_row_be_re_timed()
     assert "allows them all" in eta_line(rows, list(range(57)), full + 1)
     assert "shortens the waits" in eta_line(rows, list(range(57)), (full + least) / 2)
     assert eta_line(rows, [], 120.0) == "0 rows to re-time (), about 0 s"
+
+
+@pytest.mark.gpu
+def test_gpu_a_timers_clock_record_has_the_reads_and_their_reasons():
+    import torch
+
+    from harness.crosscheck.explain import with_clocks
+
+    dev = torch.device("cuda")
+    a = torch.randn(4096, 4096, device=dev, dtype=torch.bfloat16)
+
+    def run() -> dict:
+        for _ in range(200):  # ~0.1-0.2 s of tensor-core work: the poller reads every 2 ms
+            a @ a
+        torch.cuda.synchronize(dev)
+        return {"median_us": 1.0}
+
+    c = with_clocks(dev, True, run)["sm_clock_mhz"]
+    assert c["reads"] > 0 and c["during"] > 100, c
+    # NVML's reasons over the reads below the max: absent only when every read was at the max
+    assert c["reasons"] is None or (c["reasons"] and all(n > 0 for n in c["reasons"].values())), c
