@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from harness.records.results import ResultRow
+    from harness.records.timing_parts import ClockStats
 
 UNRECORDED = "burst"  # rows written before regimes were recorded were sampled as burst is now
 
@@ -30,7 +31,12 @@ def sm_clock(row: "ResultRow", stat: str | None = None) -> float | None:
     medians -1.3% to +4.0% apart (5 of 57 rows beyond 2%) and means within 0.65%."""
     t = row.timing
     c = t.clocks if t is not None else None
-    s = c.sm_mhz if c is not None else None
+    return clock_value(c.sm_mhz if c is not None else None, stat)
+
+
+def clock_value(s: "ClockStats | None", stat: str | None = None) -> float | None:
+    """``sm_clock``'s rule on one set of clock statistics (a row's, or a timing record's before it
+    is a row, as `harness diag clocks` has): the mean where recorded, else the median."""
     if s is None:
         return None
     use_median = stat == "median" or (stat is None and s.mean is None)
@@ -105,5 +111,5 @@ def clock_summary(rows: "list[ResultRow]") -> str | None:
     return text
 
 
-__all__ = ["UNRECORDED", "below_max_reasons", "clock_summary", "pair_sm_clocks", "reasons_text", "regime_of",
+__all__ = ["UNRECORDED", "below_max_reasons", "clock_summary", "clock_value", "pair_sm_clocks", "reasons_text", "regime_of",
            "run_regimes", "sm_clock"]

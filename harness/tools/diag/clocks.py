@@ -36,6 +36,9 @@ from typing import Any, Callable
 
 import torch
 
+from harness.records.clocks import clock_value
+from harness.records.timing_parts import ClockStats
+
 LIBS = {"fa3": "FA3 with_kvcache", "flashinfer": "FlashInfer decode (tensor cores)", "fa4": "FA4 paged varlen"}
 
 
@@ -208,8 +211,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         print(_line("harness burst", rec["harness_burst"]))
         print(_line("harness sustained", rec["harness_sustained"]))
         hs = rec["harness_sustained"]
-        sm = (hs.get("clocks") or {}).get("sm_mhz") or {}
-        row_mhz = sm.get("mean") or sm.get("median")  # the mean where the row has one (schema 6)
+        sm = (hs.get("clocks") or {}).get("sm_mhz")
+        row_mhz = clock_value(ClockStats.model_validate(sm) if sm else None)  # as records.clocks.sm_clock reads a row
         loop_mhz = rec.get("loop_settled_sm_mhz")
         if row_mhz and loop_mhz:
             print(f"  harness sustained clock {row_mhz:.0f} MHz / the {args.load:g} s loop's last second "
