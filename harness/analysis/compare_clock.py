@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from harness.records.clocks import below_max_reasons, pair_sm_clocks, reasons_text, run_regimes
+from harness.records.clocks import pair_sm_clocks, reasons_text, row_reasons, run_regimes
 
 if TYPE_CHECKING:
     from harness.records.results import ResultRow
@@ -54,7 +54,7 @@ def clock_explains(base: "ResultRow", new: "ResultRow", time_ratio: float, band:
 
 def _why(base: "ResultRow", new: "ResultRow", clock_ratio: float) -> str:
     """NVML's reasons on the side with the lower clock, for the message ("" unrecorded)."""
-    text = reasons_text(below_max_reasons(new if clock_ratio < 1 else base))
+    text = reasons_text(row_reasons(new if clock_ratio < 1 else base))
     return f"; NVML's reasons below the max, reads: {text}" if text else ""
 
 

@@ -134,16 +134,14 @@ def with_clocks(device: torch.device, on_gpu: bool, run: Callable[[], dict[str, 
     from harness.timing.clocks import ClockRead, below_max_reasons, nvml_reader
 
     reader, _why = nvml_reader(device)
-    reads: list[float] = []
-    events: list[ClockRead] = []
+    reads: list[ClockRead] = []
     stop = threading.Event()
 
     def poll() -> None:
         while not stop.wait(POLL_S):
             r = reader.read() if reader is not None else None
             if r is not None and r.sm_mhz is not None:
-                reads.append(r.sm_mhz)
-                events.append(r)
+                reads.append(r)
 
     before = clock_now(device)
     poller = threading.Thread(target=poll, daemon=True)
@@ -154,8 +152,8 @@ def with_clocks(device: torch.device, on_gpu: bool, run: Callable[[], dict[str, 
         stop.set()
         poller.join()
     rec["sm_clock_mhz"] = {"before": before, "after": clock_now(device),
-                           "during": statistics.median(reads) if reads else None, "reads": len(reads),
-                           "reasons": below_max_reasons(events)}  # NVML's, over the reads below the max
+                           "during": statistics.median(r.sm_mhz for r in reads if r.sm_mhz is not None) if reads else None,
+                           "reads": len(reads), "reasons": below_max_reasons(reads)}  # NVML's, over the reads below the max
     return rec
 
 

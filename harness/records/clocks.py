@@ -4,6 +4,7 @@ clock regime, its SM clock, and one line on a set of rows for the places numbers
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ def reasons_text(counts: "dict[str, int] | None") -> str:
     return ", ".join(f"{k} {n}" for k, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
-def below_max_reasons(row: "ResultRow") -> "dict[str, int] | None":
+def row_reasons(row: "ResultRow") -> "dict[str, int] | None":
     """The row's ``clocks.below_max_reasons`` (None: not recorded)."""
     t = row.timing
     c = t.clocks if t is not None else None
@@ -98,10 +99,9 @@ def clock_summary(rows: "list[ResultRow]") -> str | None:
                                          " (rows written before clocks were recorded)" if not clocks else "")
     dropped = sum(c.discarded or 0 for c in clocks)
     short = sum(1 for c in clocks if c.short_of_clean)
-    reasons: dict[str, int] = {}
+    reasons: Counter[str] = Counter()
     for c in clocks:
-        for k, n in (c.below_max_reasons or {}).items():
-            reasons[k] = reasons.get(k, 0) + n
+        reasons.update(c.below_max_reasons or {})
     if reasons:
         text += f"; NVML's reasons below the max SM clock (reads): {reasons_text(reasons)}"
     if dropped:
@@ -111,5 +111,5 @@ def clock_summary(rows: "list[ResultRow]") -> str | None:
     return text
 
 
-__all__ = ["UNRECORDED", "below_max_reasons", "clock_summary", "clock_value", "pair_sm_clocks", "reasons_text", "regime_of",
+__all__ = ["UNRECORDED", "clock_summary", "clock_value", "pair_sm_clocks", "reasons_text", "regime_of", "row_reasons",
            "run_regimes", "sm_clock"]

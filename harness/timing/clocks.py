@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Protocol, Sequence
 
@@ -148,12 +149,11 @@ def below_max_reasons(reads: Sequence[ClockRead]) -> dict[str, int] | None:
     masks = [r.reasons for r in reads if r.reasons is not None]
     if not masks:
         return None
-    out: dict[str, int] = {}
-    for m in masks:
-        names = [CLOCK_EVENT_REASONS.get(1 << b, hex(1 << b)) for b in range(64) if m >> b & 1] or ["none"]
-        for n in names:
-            out[n] = out.get(n, 0) + 1
-    return out
+
+    def names(mask: int) -> list[str]:
+        return [CLOCK_EVENT_REASONS.get(1 << b, hex(1 << b)) for b in range(64) if mask >> b & 1] or ["none"]
+
+    return dict(Counter(n for m in masks for n in names(m)))
 
 
 def clock_stats(xs: Sequence[float]) -> dict[str, float] | None:
