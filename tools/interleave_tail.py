@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from harness.records.load import load_run
+from harness.tools.diag.interleave import row_key
 
 Runs = list[dict[str, list[float]]]  # per run: row -> its samples (us), in the order taken
 
@@ -68,7 +69,7 @@ def read_runs(folders: list[Path], mode: str, case_prefix: str, backend: str | N
                     continue
                 if backend and r.backend != backend:
                     continue
-                run[f"{r.case} {r.backend}" + (f" [{r.variant_label}]" if r.variant_label else "")] = list(r.timing.raw_us)
+                run[row_key(r)] = list(r.timing.raw_us)
             runs.append(run)
     return runs
 

@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.records.results import read_rows, read_run_header
+from harness.records.results import ResultRow, read_rows, read_run_header
 from harness.tools.diag.decode_minute import run_in_checkout, split_run_flags
 
 
@@ -62,14 +62,18 @@ def rotation(i: int, modes: list[tuple[str, str]] = MODES) -> list[tuple[str, st
     return modes[k:] + modes[:k]
 
 
+def row_key(r: ResultRow) -> str:
+    """A row's name in the table: 'case backend [variant]'."""
+    return f"{r.case} {r.backend}" + (f" [{r.variant_label}]" if r.variant_label else "")
+
+
 def row_times(folder: Path) -> dict[str, dict[str, Any]]:
-    """Per timed row of one run, keyed 'case backend [variant]': its median and how it was sampled."""
+    """Per timed row of one run, keyed by ``row_key``: its median and how it was sampled."""
     out: dict[str, dict[str, Any]] = {}
     for r in read_rows(folder):
         if r.timing is None or not r.timing.median_us:
             continue
-        key = f"{r.case} {r.backend}" + (f" [{r.variant_label}]" if r.variant_label else "")
-        out[key] = {"median_us": r.timing.median_us, "min_us": r.timing.min_us, "samples": r.timing.samples,
+        out[row_key(r)] = {"median_us": r.timing.median_us, "min_us": r.timing.min_us, "samples": r.timing.samples,
                     "rounds": r.timing.rounds,
                     "warm_calls": r.timing.warm_calls, "sampling": r.timing.sampling}
     return out
