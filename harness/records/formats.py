@@ -11,7 +11,9 @@
   statistics' ``mean``, the sustained rows' time-stepped ``clocks.window_sm_mhz`` and, under
   ``--keep-raw``, each sample's clock (``clocks.raw_sm_mhz``); all optional, so versions 1-5 read
   as they are. 7 adds ``clocks.below_max_reasons`` (NVML's clock-event reasons over the reads
-  below the maximum SM clock); optional, so versions 1-6 read as they are.
+  below the maximum SM clock); optional, so versions 1-6 read as they are. 8 adds, under
+  ``--keep-raw``, the SM clock over each sample's spin hold (``launch.raw_hold_mhz``); optional,
+  so versions 1-7 read as they are.
 - run.json: 1 = absent, 2 = carries it, 3 = every key declared (harness/records/header.py; the
   files are the same: versions 1 and 2 read as they are), 4 adds ``models`` (where each model's
   config came from) and ``backend_facts.*.engine_names.*.mla_prefill`` (vLLM's MLA prefill name);
@@ -25,6 +27,6 @@ harness/records/schema.py."""
 
 from __future__ import annotations
 
-ROW_SCHEMA_VERSION = 7
+ROW_SCHEMA_VERSION = 8
 RUN_SCHEMA_VERSION = 4
 

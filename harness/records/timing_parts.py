@@ -173,6 +173,10 @@ class Launch(Part):
     """How long the spin kernel held the stream, microseconds."""
     note: str | None = None
     """Why it was (not) used."""
+    raw_hold_mhz: list[float | None] | None = None
+    """``--keep-raw``, samples behind a spin kernel (schema 8): the SM clock over each kept
+    sample's hold, right before its timed work (the spin's cycles over its event-timed length),
+    in the samples' order (MHz; None: that sample had no hold)."""
 
 
 class ColdProbe(Part):

@@ -224,6 +224,20 @@ def _loop(take: Callable[[], float | None], opts: TimingOptions, host_bound: Cal
             return samples, reason, elapsed
 
 
+def kept_clocks(taken: list[tuple[float, float | None]], kept: list[float]) -> list[float | None]:
+    """The hold's clock of each kept sample, in order: ``kept`` is ``taken``'s values with the
+    samples of dropped rounds left out (a round is dropped when another candidate got no sample),
+    so each kept value is matched to the next accepted take of that value. Pure."""
+    out: list[float | None] = []
+    i = 0
+    for x in kept:
+        while i < len(taken) and taken[i][0] != x:
+            i += 1
+        out.append(taken[i][1] if i < len(taken) else None)
+        i += 1
+    return out
+
+
 def _finish(got: Sampled, opts: TimingOptions) -> dict[str, Any]:
     us = [x * 1e6 for x in got.samples]
     out = summarize(us, opts.confidence)
@@ -346,6 +360,7 @@ def _cuda_run(fn: Callable[[], object], device: torch.device, opts: TimingOption
     if sustained is not None and settle_now:
         sustained.run_settle()
     started: list[float] = []  # the first sample's start: interleaved runs are set up long before
+    taken: list[tuple[float, float | None]] = []  # --keep-raw: every accepted take and its hold's clock
 
     # Before every timed sample (the sampling loop runs it, in rounds and alone alike) the GPU is
     # put in the state a sequential sample finds it in, whatever candidate ran before: one untimed
@@ -384,6 +399,8 @@ def _cuda_run(fn: Callable[[], object], device: torch.device, opts: TimingOption
             state["hidden"] += 1
         else:  # not held, or held too briefly (e.g. the forward waits on the GPU itself)
             state["unhidden"] += 1
+        if opts.keep_raw:
+            taken.append((gpu_s / k, mhz))
         return gpu_s / k
 
     # NVML energy around the loop itself (harness/timing/energy.py); hot mode only: in cold
@@ -452,6 +469,8 @@ def _cuda_run(fn: Callable[[], object], device: torch.device, opts: TimingOption
         clocks=regime.finish(len(samples), opts.min_samples, got.elapsed),
         sampling=sampling,
     )
+    if opts.keep_raw and sustained is None and cyc_per_us:
+        out["launch"]["raw_hold_mhz"] = kept_clocks(taken, samples)
     if sustained is not None:
         out["clocks"] = sustained.record(out["clocks"], got.elapsed)
         out["settled_sm_clock_mhz"] = sustained.settled_sm_clock_mhz

@@ -217,11 +217,15 @@ def test_gpu_calls_timed_in_interleaved_rounds():
     o1, o2 = torch.empty_like(a), torch.empty_like(a)
     got = time_interleaved({"x": (lambda: torch.matmul(a, a, out=o1), GraphDecision(True, ""), o1),
                             "y": (lambda: torch.matmul(a, a, out=o2), GraphDecision(True, ""), o2)},
-                           dev, TimingOptions.for_device(dev, max_time_s=0.5))
+                           dev, TimingOptions.for_device(dev, max_time_s=0.5, keep_raw=True))
     for t in got.values():
         t.pop("host_enqueue_us")  # the cell keeps it in the row's host trace, not in Timing (harness/cell/run.py)
         Timing.model_validate(t)
         assert t["sampling"] == "interleaved" and t["cuda_graph"]["used"]
+        # --keep-raw: every kept sample's hold clock, in step with its time (a spin kernel held each one)
+        held = t["launch"]["raw_hold_mhz"]
+        assert len(held) == len(t["raw_us"]) == t["samples"]
+        assert all(m is not None and 100 < m < 5000 for m in held), held
     # the same call twice, in rounds: within a few percent of each other
     assert abs(got["x"]["median_us"] / got["y"]["median_us"] - 1) < 0.05
 

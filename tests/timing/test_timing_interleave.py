@@ -19,7 +19,7 @@ from harness.timing import TimingOptions
 from harness.timing.interleave import (CASE_ALL_MET, CASE_DROPPED, CASE_OVERTIME, MAX_DROPPED_ROUNDS,
                                        MAX_REJECTS_PER_ROUND, Candidate, rank_from_rounds, round_ratios,
                                        sample_rounds, stop_sentence)
-from harness.timing.loop import _loop
+from harness.timing.loop import _loop, kept_clocks
 
 DRIFT = 0.001  # +0.1% per sample taken anywhere: 40 + 40 samples drift by 8%
 
@@ -395,3 +395,11 @@ def test_the_interleave_diagnostic_pools_earlier_runs_without_running(tmp_path, 
     assert "no interleaved-cold runs" in capsys.readouterr().err
     assert main(["--out", str(tmp_path / "x"), "--l2", "hot", "--read", str(tmp_path / "x")]) == 2
     assert "no readable summary.json" in capsys.readouterr().err
+
+
+def test_each_kept_sample_keeps_its_own_hold_clock_when_rounds_were_dropped():
+    # five accepted takes; the second and fourth fell in rounds another candidate could not sample
+    taken = [(1.0, 1980.0), (1.2, 1700.0), (1.1, 1965.0), (1.0, 1800.0), (1.3, None)]
+    assert kept_clocks(taken, [1.0, 1.1, 1.3]) == [1980.0, 1965.0, None]
+    assert kept_clocks(taken, [1.0, 1.0]) == [1980.0, 1800.0]  # equal values: matched in order
+    assert kept_clocks(taken, []) == []

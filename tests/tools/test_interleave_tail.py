@@ -24,6 +24,12 @@ def test_disturbed_samples_that_share_rounds_are_counted_against_independence():
     assert t["rows"]["a"]["samples"] == 20 and t["rows"]["a"]["q"][3] == pytest.approx(1.03, abs=0.005)
     pair = t["pairs"]["a & b"]
     assert pair["rounds"] == 20 and pair["both"] == 4 and pair["expected"] == pytest.approx(6 * 4 / 20)
+    assert "mhz_disturbed" not in t["rows"]["a"]  # no hold clocks given
+    # with each sample's hold clock: the disturbed rounds ran at 1755 MHz, the others at 1980
+    mhz = [{"a": [1755.0 if i in (2, 4, 7) else 1980.0 for i in range(10)], "b": [None] * 10}] * 2
+    t = TOOL["tail_stats"]([run(17.0, 13.0), run(17.2, 13.1)], 0.015, mhz)
+    assert t["rows"]["a"]["mhz_disturbed"] == 1755.0 and t["rows"]["a"]["mhz_other"] == 1980.0
+    assert t["rows"]["b"]["mhz_disturbed"] is None and t["rows"]["b"]["mhz_other"] is None  # no readings
     # undisturbed runs: nothing counted
     quiet = TOOL["tail_stats"]([{"a": [10.0, 10.01, 10.02], "b": [5.0, 5.01, 5.0]}], 0.015)
     assert quiet["rows"]["a"]["disturbed"] == 0 and quiet["pairs"]["a & b"]["both"] == 0
