@@ -28,6 +28,14 @@ def test_kernels_summarized_by_name_with_the_gap_before_each():
     assert t["flush"]["median_gap_us"] == pytest.approx(55.5)  # 100 - 44.5; the first has no kernel before it
 
 
+def test_the_upper_tail_of_durations_and_gaps_is_its_own_figure():
+    # nine decodes of 10 us and one of 13: the median stays, the 90th percentile moves
+    ev = [{"cat": "kernel", "name": "decode", "ts": 100.0 * i, "dur": 13.0 if i == 9 else 10.0} for i in range(10)]
+    t = TOOL["summarize"](ev)["decode"]
+    assert t["median_us"] == 10.0 and t["p90_us"] > 12.0
+    assert t["median_gap_us"] == 90.0 and t["p90_gap_us"] == pytest.approx(90.0)
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU message")
 def test_without_a_gpu_one_error_line_and_exit_2(tmp_path, capsys):
     assert TOOL["main"]([str(tmp_path / "k.json"), "--", "suites/decode.yaml"]) == 2
