@@ -1,5 +1,6 @@
 """Every GPU kernel of a `harness run`, as the profiler saw it: per kernel name, how many ran, the
-median and 90th-percentile duration and idle gap before it on the device. For a row whose time differs
+median and 90th-percentile duration and idle gap before it on the device, and the median
+duration after the spin kernel's hold (the timed sample) and before it (the hot warm-up copy). For a row whose time differs
 between two runs (issue 44: FlashInfer's tensor-core decode, cold L2, interleaved against
 sequential sampling), it tells whether the difference is inside a kernel, or between kernels.
 
@@ -21,23 +22,44 @@ from pathlib import Path
 from typing import Any
 
 
+SPIN = "spin_kernel"  # torch.cuda._sleep's kernel: the hold right before every timed sample
+IDLE_US = 10.0  # a gap this long ends a busy stretch (the host's turn between samples)
+
+
 def summarize(events: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """Per kernel name: count, median duration (us) and median gap (us) since the device's
-    previous kernel ended, from chrome-trace kernel events (``ts``/``dur`` in us)."""
+    """Per kernel name: count, median and 90th-percentile duration (us) and gap (us) since the
+    device's previous kernel ended, from chrome-trace kernel events (``ts``/``dur`` in us); and,
+    where the run held its samples behind a spin kernel, the median duration of the kernels
+    after a hold (``timed_median_us``: the timed sample's) and before it in the same busy
+    stretch (``untimed_median_us``: the untimed warm-up copy right before a hot sample)."""
     kernels = sorted((e for e in events if e.get("cat") == "kernel"), key=lambda e: e["ts"])
     durs: dict[str, list[float]] = {}
     gaps: dict[str, list[float]] = {}
+    by_role: dict[tuple[str, bool], list[float]] = {}
     end = None
+    timed = False
     for e in kernels:
         name = e["name"]
         durs.setdefault(name, []).append(float(e["dur"]))
         if end is not None:
-            gaps.setdefault(name, []).append(float(e["ts"]) - end)
+            gap = float(e["ts"]) - end
+            gaps.setdefault(name, []).append(gap)
+            if gap > IDLE_US:
+                timed = False
+        if SPIN in name:
+            timed = True
+        else:
+            by_role.setdefault((name, timed), []).append(float(e["dur"]))
         end = float(e["ts"]) + float(e["dur"])
-    return {n: {"count": len(d), "median_us": statistics.median(d), "min_us": min(d), "p90_us": _p90(d),
-                "median_gap_us": statistics.median(gaps[n]) if gaps.get(n) else float("nan"),
-                "p90_gap_us": _p90(gaps[n]) if gaps.get(n) else float("nan")}
-            for n, d in sorted(durs.items())}
+    out = {}
+    for n, d in sorted(durs.items()):
+        out[n] = {"count": len(d), "median_us": statistics.median(d), "min_us": min(d), "p90_us": _p90(d),
+                  "median_gap_us": statistics.median(gaps[n]) if gaps.get(n) else float("nan"),
+                  "p90_gap_us": _p90(gaps[n]) if gaps.get(n) else float("nan")}
+        for key, role in (("timed", True), ("untimed", False)):
+            xs = by_role.get((n, role))
+            out[n][f"{key}_median_us"] = statistics.median(xs) if xs else float("nan")
+    return out
 
 
 def _p90(xs: list[float]) -> float:
@@ -69,8 +91,9 @@ def main(argv: list[str]) -> int:
     table = summarize(events)
     out.write_text(json.dumps({"harness_run": run_args, "rc": rc, "kernels": table}, indent=1))
     for name, s in sorted(table.items(), key=lambda kv: -kv[1]["count"])[:30]:
-        print(f"{s['count']:7d}  {s['median_us']:9.2f} us (p90 {s['p90_us']:9.2f})  gap {s['median_gap_us']:8.2f} us "
-              f"(p90 {s['p90_gap_us']:8.2f})  {name[:100]}")
+        print(f"{s['count']:7d}  {s['median_us']:9.2f} us (p90 {s['p90_us']:9.2f}; after the hold "
+              f"{s['timed_median_us']:9.2f}, before {s['untimed_median_us']:9.2f})  gap {s['median_gap_us']:8.2f} us "
+              f"(p90 {s['p90_gap_us']:8.2f})  {name[:90]}")
     return rc
 
 

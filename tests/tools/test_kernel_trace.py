@@ -41,3 +41,19 @@ def test_without_a_gpu_one_error_line_and_exit_2(tmp_path, capsys):
     assert TOOL["main"]([str(tmp_path / "k.json"), "--", "suites/decode.yaml"]) == 2
     assert "needs a CUDA device" in capsys.readouterr().err
     assert TOOL["main"]([]) == 2
+
+
+def test_kernels_after_the_hold_are_the_timed_sample_and_those_before_it_the_warm_up():
+    # two samples: [warm decode 12 us][spin][timed decode 10 us], an idle gap (the host), again
+    spin = "at::cuda::(anonymous namespace)::spin_kernel(long)"
+    ev = []
+    for t0 in (0.0, 1000.0):
+        ev += [{"cat": "kernel", "name": "decode", "ts": t0, "dur": 12.0},
+               {"cat": "kernel", "name": spin, "ts": t0 + 14.0, "dur": 200.0},
+               {"cat": "kernel", "name": "decode", "ts": t0 + 214.0, "dur": 10.0}]
+    t = TOOL["summarize"](ev)
+    assert t["decode"]["timed_median_us"] == 10.0 and t["decode"]["untimed_median_us"] == 12.0
+    assert t["decode"]["median_us"] == 11.0 and t[spin]["count"] == 2
+    # no hold in the run: every kernel is "before", nothing is "after"
+    plain = TOOL["summarize"]([e for e in ev if e["name"] == "decode"])["decode"]
+    assert plain["untimed_median_us"] == 11.0 and plain["timed_median_us"] != plain["timed_median_us"]  # nan
