@@ -1,8 +1,9 @@
 """Every GPU kernel of a `harness run`, as the profiler saw it: per kernel name, how many ran, the
 median and 90th-percentile duration and idle gap before it on the device, and the median
-duration after the spin kernel's hold (the timed sample) and before it (the hot warm-up copy). For a row whose time differs
-between two runs (issue 44: FlashInfer's tensor-core decode, cold L2, interleaved against
-sequential sampling), it tells whether the difference is inside a kernel, or between kernels.
+duration after the spin kernel's hold (the timed sample) and before it (the hot warm-up copy).
+For a row whose time differs between two runs (issue 44: FlashInfer's decode, interleaved
+against sequential sampling), it tells whether the difference is inside a kernel, or between
+kernels.
 
     python tools/kernel_trace.py OUT.json -- suites/decode.yaml --case ... --sampling interleaved ...
 
