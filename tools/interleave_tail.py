@@ -3,9 +3,10 @@ run with `-- --keep-raw` (every sample kept): per row and mode, each sample over
 (quartiles and 90th percentile) and the share of "disturbed" samples (more than ``--threshold``
 over the run's fastest); per pair of rows of one case, how many rounds had both disturbed
 against the count if the two were independent; where the rows kept each sample's hold clock
-(schema 8), the median clock of the disturbed samples against the others'. Interleaved rounds are complete (every candidate
-one sample a round), so sample i of two rows of a run is round i; sequential rows are sampled one
-after another, so their pairs are printed but say nothing about time.
+(schema 8), the median clock of the disturbed samples against the others'. Interleaved rounds
+are complete (every candidate one sample a round), so sample i of two rows of a run is round i;
+sequential rows are sampled one after another, so their pairs are printed but say nothing about
+time.
 
     python tools/interleave_tail.py DIR [DIR ...] [--case-prefix mha] [--backend flashinfer] [--threshold 0.015]
 
