@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from harness.records.results import ResultRow
-    from harness.records.timing_parts import ClockStats
+    from harness.records.timing_parts import Clocks, ClockStats
 
 UNRECORDED = "burst"  # rows written before regimes were recorded were sampled as burst is now
 
@@ -30,9 +30,13 @@ def sm_clock(row: "ResultRow", stat: str | None = None) -> float | None:
     median is whichever level holds the middle read. Two read sets of one second of one loop (a
     sustained row's samples and its settled stretch, reports/h100/2026-12-07/fifth-session) had
     medians -1.3% to +4.0% apart (5 of 57 rows beyond 2%) and means within 0.65%."""
-    t = row.timing
-    c = t.clocks if t is not None else None
+    c = _row_clocks(row)
     return clock_value(c.sm_mhz if c is not None else None, stat)
+
+
+def _row_clocks(row: "ResultRow") -> "Clocks | None":
+    t = row.timing
+    return t.clocks if t is not None else None
 
 
 def clock_value(s: "ClockStats | None", stat: str | None = None) -> float | None:
@@ -64,8 +68,7 @@ def reasons_text(counts: "dict[str, int] | None") -> str:
 
 def row_reasons(row: "ResultRow") -> "dict[str, int] | None":
     """The row's ``clocks.below_max_reasons`` (None: not recorded)."""
-    t = row.timing
-    c = t.clocks if t is not None else None
+    c = _row_clocks(row)
     return c.below_max_reasons if c is not None else None
 
 
@@ -85,7 +88,7 @@ def clock_summary(rows: "list[ResultRow]") -> str | None:
     text = f"GPU clock regime: {' and '.join(regimes)}"
     if len(regimes) > 1:
         text += " (mixed: rows of different regimes measure different GPU states)"
-    clocks = [c for c in (r.timing.clocks for r in gpu if r.timing is not None) if c is not None]
+    clocks = [c for c in map(_row_clocks, gpu) if c is not None]
     mhz = [c.sm_mhz.median for c in clocks if c.sm_mhz is not None]
     watts = [c.power_w.median for c in clocks if c.power_w is not None]
     if mhz:

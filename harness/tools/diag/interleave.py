@@ -192,8 +192,7 @@ def pooled(folders: list[Path], out: Path, l2: list[str], tolerance: float) -> i
                 return 2
             runs[name].extend(per_run[name])
         try:
-            dev = read_run_header(f / mode_name(*modes_of(l2)[0]) / "run-0").device
-            devices.append(dev.name or dev.type or "?")
+            devices.append(device_name(f / mode_name(*modes_of(l2)[0]) / "run-0"))
         except (OSError, ValueError):
             devices.append("?")
     t = table(runs, tolerance, l2)
@@ -203,11 +202,23 @@ def pooled(folders: list[Path], out: Path, l2: list[str], tolerance: float) -> i
               + f": {', '.join(f'{k} {v}' for k, v in n.items())} fresh-process runs.\nEach cell: the median over "
               "runs of the row's median, (max - min) / median over runs, runs. I/S: interleaved / sequential; in "
               "brackets the same of each run's fastest sample, then a bootstrap 95% interval of I/S over the runs.")
-    md = markdown(t, header)
     out.mkdir(parents=True, exist_ok=True)
+    return write_outputs(out, t, header, {"read": [str(f) for f in folders], "devices": devices,
+                                          "tolerance": tolerance, **t, "per_run": runs})
+
+
+def device_name(run_folder: Path) -> str:
+    """The GPU (or device type) a run's run.json names."""
+    dev = read_run_header(run_folder).device
+    return dev.name or dev.type or "?"
+
+
+def write_outputs(out: Path, t: dict[str, Any], header: str, summary: dict[str, Any]) -> int:
+    """DIR/interleave.md (the table under ``header``) and DIR/summary.json; the table and the
+    verdict on stdout. Exit 0."""
+    md = markdown(t, header)
     (out / "interleave.md").write_text(md)
-    (out / "summary.json").write_text(json.dumps({"read": [str(f) for f in folders], "devices": devices,
-                                                  "tolerance": tolerance, **t, "per_run": runs}, indent=1))
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
     print(md, end="")
     print(f"verdict: {t['verdict']}")
     return 0
@@ -275,25 +286,17 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
             runs[name].append(row_times(folder))
         rotations += 1
     t = table(runs, args.tolerance, l2)
-    first = args.out / mode_name(*modes[0]) / "run-0"
-    dev = read_run_header(first).device
-    device = dev.name or dev.type or "?"
+    device = device_name(args.out / mode_name(*modes[0]) / "run-0")
     header = (f"# Interleaved vs sequential sampling, {' and '.join(l2)} L2\n\n`harness run {args.suite} "
               f"{' '.join(repr(c) for c in cases)} --backends {args.backends}` {' '.join(extra)}; device: {device}; "
               f"{rotations} fresh-process run(s) per mode, modes in rotation"
               + (f" ({cut})" if cut else "") + f"; {sum(walls):.0f} s of runs.\nEach cell: the median over runs "
               "of the row's median, (max - min) / median over runs, runs. I/S: interleaved / sequential; in "
               "brackets the same of the median over runs of each run's fastest sample (explains, not judged).")
-    md = markdown(t, header)
-    (args.out / "interleave.md").write_text(md)
-    summary = {"suite": args.suite, "cases": cases, "backends": args.backends, "run_flags": extra,
-               "runs_per_mode": rotations, "procs_asked": args.procs, "budget_s": args.budget_s, "cut": cut,
-               "run_walls_s": [round(w, 2) for w in walls], "tolerance": args.tolerance, **t,
-               "per_run": runs}
-    (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
-    print(md, end="")
-    print(f"verdict: {t['verdict']}")
-    return 0
+    return write_outputs(args.out, t, header, {
+        "suite": args.suite, "cases": cases, "backends": args.backends, "run_flags": extra,
+        "runs_per_mode": rotations, "procs_asked": args.procs, "budget_s": args.budget_s, "cut": cut,
+        "run_walls_s": [round(w, 2) for w in walls], "tolerance": args.tolerance, **t, "per_run": runs})
 
 
 if __name__ == "__main__":
