@@ -36,6 +36,17 @@ def calls_per_sample(est_call_us: float, opts: TimingOptions) -> int:
     return max(1, min(opts.max_calls_per_sample, math.ceil(opts.min_sample_us / est_call_us)))
 
 
+def warm_samples_for(opts: TimingOptions, sampling: str) -> int:
+    """Untimed copies of the sample's work before every timed sample on a GPU: the option where
+    given, else (auto) two hot in interleaved rounds and one otherwise. A sample alone follows
+    its own previous sample and one copy, two works of its own; in rounds the previous work is
+    another candidate's, so a second copy gives it the same history. On an H100 (reports/h100/
+    2026-12-07, eighth session) one copy left 4-10 of 52 interleaved FlashInfer mha[count=1]
+    samples over 1.5% above their run's fastest, two copies none of 100."""
+    if opts.warm_samples is not None:
+        return opts.warm_samples
+    return 2 if opts.mode == "hot" and sampling == SAMPLING_INTERLEAVED else 1
+
 
 def calls_from_estimates(samples_s: list[float], opts: TimingOptions) -> int:
     """Calls per sample from a few eager samples of one call (seconds): the least of them
@@ -363,8 +374,8 @@ def _cuda_run(fn: Callable[[], object], device: torch.device, opts: TimingOption
     taken: list[tuple[float, float | None]] = []  # --keep-raw: every accepted take and its hold's clock
 
     # Before every timed sample (the sampling loop runs it, in rounds and alone alike) the GPU is
-    # put in the state a sequential sample finds it in, whatever candidate ran before: one untimed
-    # copy of the sample's own work (the same graph replay or eager calls; cold, that is one call,
+    # put in the state a sequential sample finds it in, whatever candidate ran before: untimed
+    # copies of the sample's own work (``warm_samples_for``: the same graph replay or eager calls; cold, one call,
     # before the flush, which evicts the data but not the kernel's code), so the L2's contents and
     # replacement state, the TLBs, the instruction caches and the last graph launched are what the
     # previous sample of this row left. One eager call was not enough on an H100: interleaved hot
@@ -372,7 +383,7 @@ def _cuda_run(fn: Callable[[], object], device: torch.device, opts: TimingOption
     # loan). Cold took one eager call before: the graph replay timed after the flush then
     # followed another candidate's graph in rounds and its own in sequence (a guess about the one
     # cold row still outside 1%, docs/measurement.md §13).
-    warm_samples = opts.warm_samples
+    warm_samples = warm_samples_for(opts, sampling)
     warm_calls = k * warm_samples  # k is 1 in cold mode (calls_from_estimates)
 
     def warm() -> None:

@@ -70,8 +70,9 @@ class TimingOptions(BaseModel):
     # its own previous sample left it whatever ran before it (in interleaved rounds, another
     # candidate): hot, this many untimed copies of the sample's work; cold, this many calls before
     # the flush. 0: none (before issue 44: small decode rows 4-10% slower interleaved than
-    # sequential on an H100). docs/measurement.md, "Hot means hot".
-    warm_samples: Annotated[int, Field(ge=0)] = 1
+    # sequential on an H100). None (auto): ``warm_samples_for`` in harness/timing/loop.py, two
+    # copies hot in interleaved rounds and one otherwise. docs/measurement.md, "Hot means hot".
+    warm_samples: Annotated[int, Field(ge=0)] | None = None
     cuda_graph: bool = True  # use CUDA graphs where the backend allows them
     confidence: Annotated[float, Field(gt=0, lt=1)] = 0.95
     min_sample_us: float = 200.0  # hot mode batches calls per sample until a sample lasts this long

@@ -254,7 +254,23 @@ def test_options_validation():
     o = TimingOptions.for_device(CPU, min_samples=40)  # above the CPU default cap: the cap follows
     assert (o.min_samples, o.max_samples) == (40, 40)
     assert TimingOptions.for_device(torch.device("cuda")).target_rel_noise == 0.01
-    assert TimingOptions().warm_samples == 1
+    assert TimingOptions().warm_samples is None  # auto: warm_samples_for
+
+
+def test_warm_samples_auto_gives_interleaved_hot_samples_a_second_copy():
+    """Alone, a sample follows its own previous sample and one copy; in rounds another candidate's
+    work comes first, so the default gives it two copies. Cold keeps one call before the flush;
+    a value given is used as given in every order."""
+    from harness.timing.interleave import SAMPLING_INTERLEAVED, SAMPLING_SEQUENTIAL
+    from harness.timing.loop import warm_samples_for
+
+    hot, cold = TimingOptions(), TimingOptions(mode="cold")
+    assert warm_samples_for(hot, SAMPLING_INTERLEAVED) == 2
+    assert warm_samples_for(hot, SAMPLING_SEQUENTIAL) == 1
+    assert warm_samples_for(cold, SAMPLING_INTERLEAVED) == warm_samples_for(cold, SAMPLING_SEQUENTIAL) == 1
+    for given in (0, 1, 3):
+        opts = TimingOptions(warm_samples=given)
+        assert warm_samples_for(opts, SAMPLING_INTERLEAVED) == warm_samples_for(opts, SAMPLING_SEQUENTIAL) == given
     with pytest.raises(ValueError, match="warm-up samples -1"):
         TimingOptions.for_device(CPU, warm_samples=-1)
 
@@ -531,8 +547,9 @@ def test_a_hot_sample_reads_its_own_data_from_l2_in_interleaved_rounds():
         assert got["read"]["rounds"] == got["read"]["samples"] == got["evict"]["samples"]
         return got["read"]
 
-    warmed, unwarmed = rounds(1), rounds(0)
-    assert warmed["warm_calls"] == 1 and unwarmed["warm_calls"] == 0
+    warmed, unwarmed, default = rounds(1), rounds(0), rounds(None)
+    assert warmed["warm_calls"] == 1 and unwarmed["warm_calls"] == 0 and default["warm_calls"] == 2
     times = (alone["median_us"], warmed["median_us"], unwarmed["median_us"], cold["median_us"])
     assert unwarmed["median_us"] - alone["median_us"] > 0.5 * gap, times  # company evicted it
     assert abs(warmed["median_us"] - alone["median_us"]) < 0.25 * gap, times  # the warm call restored it
+    assert abs(default["median_us"] - alone["median_us"]) < 0.25 * gap, (times, default["median_us"])
