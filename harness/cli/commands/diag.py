@@ -20,7 +20,7 @@ def _epilog() -> str:
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("diag", help="measurement diagnostics (callform, clocks, direct, fidelity, decode-minute, interleave, speed)",
+    p = sub.add_parser("diag", help="measurement diagnostics (callform, clocks, direct, fidelity, decode-minute, interleave, interleave-paired, speed)",
                        description=__doc__.split("\n\n")[0], epilog=_epilog(),
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("name", choices=sorted(DIAGNOSTICS), metavar="NAME", help="the diagnostic (listed below)")

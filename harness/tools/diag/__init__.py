@@ -18,4 +18,6 @@ DIAGNOSTICS: dict[str, tuple[str, str]] = {
     "speed": ("speed", "a run's wall time and where it went; with two folders the speed-up and verdict agreement"),
     "interleave": ("interleave", "GPU: interleaved vs sequential sampling, hot and cold L2, in fresh processes; "
                                  "every row within 1%?"),
+    "interleave-paired": ("interleave_paired", "GPU: the same with both orders in one process (A B B A), each "
+                                               "process's own ratio: a level a process shares cancels"),
 }

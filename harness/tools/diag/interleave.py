@@ -213,10 +213,10 @@ def device_name(run_folder: Path) -> str:
     return dev.name or dev.type or "?"
 
 
-def write_outputs(out: Path, t: dict[str, Any], header: str, summary: dict[str, Any]) -> int:
-    """DIR/interleave.md (the table under ``header``) and DIR/summary.json; the table and the
-    verdict on stdout. Exit 0."""
-    md = markdown(t, header)
+def write_outputs(out: Path, t: dict[str, Any], header: str, summary: dict[str, Any], md: str | None = None) -> int:
+    """DIR/interleave.md (``md``, default ``markdown``'s table under ``header``) and DIR/summary.json;
+    the table and the verdict on stdout. Exit 0."""
+    md = markdown(t, header) if md is None else md
     (out / "interleave.md").write_text(md)
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     print(md, end="")
@@ -224,14 +224,15 @@ def write_outputs(out: Path, t: dict[str, Any], header: str, summary: dict[str, 
     return 0
 
 
-def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+def parse(argv: list[str], prog: str | None, description: str, procs_help: str,
+          budget_help: str) -> tuple[argparse.Namespace, list[str], list[str]]:
+    """The flags ``interleave`` and ``interleave-paired`` share: (args, the L2 modes, RUN_FLAGS);
+    a usage error exits 2 with argparse's line."""
     argv, extra = split_run_flags(argv)
-    p = argparse.ArgumentParser(prog=prog, description="Interleaved vs sequential sampling, hot and cold L2, "
-                                "in fresh processes: the table and the verdict 'every row within 1%'.")
+    p = argparse.ArgumentParser(prog=prog, description=description)
     p.add_argument("--out", type=Path, required=True, help="folder for the runs, interleave.md and summary.json")
-    p.add_argument("--procs", type=int, default=8, help="fresh-process runs per mode at most (default 8)")
-    p.add_argument("--budget-s", type=float, default=230.0,
-                   help="no new rotation of the four modes once another would end past this many seconds (default 230)")
+    p.add_argument("--procs", type=int, default=8, help=procs_help)
+    p.add_argument("--budget-s", type=float, default=230.0, help=budget_help)
     p.add_argument("--suite", default="suites/decode.yaml")
     p.add_argument("--case", action="append", help=f"a case of the suite (repeatable; default {' and '.join(CASES)})")
     p.add_argument("--backends", default=BACKENDS)
@@ -245,20 +246,39 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     l2 = [m.strip() for m in args.l2.split(",")]
     if not l2 or any(m not in L2_MODES for m in l2) or len(set(l2)) != len(l2):
         p.error(f"--l2 {args.l2!r}: expected hot, cold or hot,cold")
-    modes = modes_of(l2)
     if args.procs < 1 or args.budget_s <= 0 or not 0 < args.tolerance < 1:
         p.error("--procs must be at least 1, --budget-s positive, --tolerance a fraction in (0, 1)")
+    args.case = args.case or CASES
+    return args, l2, extra
+
+
+def no_gpu(extra: list[str], prog: str | None) -> bool:
+    """True (after one line on stderr) when the runs would need a CUDA device this machine lacks."""
+    if "--device" in extra:
+        return False
+    import torch
+
+    if torch.cuda.is_available():
+        return False
+    print(f"{prog or 'interleave'}: no CUDA device visible (a GPU diagnostic; `-- --device cpu` checks "
+          "the script itself on a CPU)", file=sys.stderr)
+    return True
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    args, l2, extra = parse(list(sys.argv[1:] if argv is None else argv), prog,
+                            "Interleaved vs sequential sampling, hot and cold L2, in fresh processes: the table "
+                            "and the verdict 'every row within 1%'.",
+                            "fresh-process runs per mode at most (default 8)",
+                            "no new rotation of the four modes once another would end past this many seconds "
+                            "(default 230)")
+    modes = modes_of(l2)
     if args.read:
         return pooled(args.read, args.out, l2, args.tolerance)
-    cases = args.case or CASES
+    cases = args.case
     args.out = args.out.resolve()  # the runs start in the checkout
-    if "--device" not in extra:
-        import torch
-
-        if not torch.cuda.is_available():
-            print(f"{prog or 'interleave'}: no CUDA device visible (a GPU diagnostic; `-- --device cpu` checks "
-                  "the script itself on a CPU)", file=sys.stderr)
-            return 2
+    if no_gpu(extra, prog):
+        return 2
     args.out.mkdir(parents=True, exist_ok=True)
     runs: dict[str, list[dict[str, dict[str, Any]]]] = {mode_name(s, m): [] for s, m in modes}
     walls: list[float] = []
