@@ -165,7 +165,7 @@ class RunFlags(BaseModel):
         group=TIMING, bench=True)] = None
     warm_samples: Annotated[int | None, Field(ge=0), Flag(
         "--warm-samples", "GPU: untimed copies of the sample's work before every timed sample (cold: before "
-                          "the flush; default 2 hot in interleaved rounds, else 1; 0 for none)", group=TIMING, metavar="N",
+                          "the flush; default 2 before a work under 1 ms hot in interleaved rounds, else 1; 0 for none)", group=TIMING, metavar="N",
         problem="a count >= 0")] = None
     flush: Annotated[Literal["auto", "read", "write"] | None, Flag(
         "--flush", "cold mode's L2 flush: auto (default: the first of read, write, a write of 8x the L2 that "

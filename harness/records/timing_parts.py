@@ -317,7 +317,8 @@ class TimingOptionsRecord(Part):
     """interleaved | sequential, as asked."""
     warm_samples: int | None = None
     """Untimed copies of the sample's work (hot) or calls before the flush (cold) before every timed sample,
-    as asked; None: the default (since 2026-12-07: 2 hot in interleaved rounds, else 1; before: 1). The
+    as asked; None: the default (since 2026-12-07: 2 before a work under 1 ms hot in interleaved rounds, else 1;
+    before: 1). The
     row's ``warm_calls`` says how many calls ran."""
 
 

@@ -36,16 +36,28 @@ def calls_per_sample(est_call_us: float, opts: TimingOptions) -> int:
     return max(1, min(opts.max_calls_per_sample, math.ceil(opts.min_sample_us / est_call_us)))
 
 
-def warm_samples_for(opts: TimingOptions, sampling: str) -> int:
+# Auto warm-up: a second copy before an interleaved hot sample whose work is shorter than this.
+# On the main job's interleaved rows a second copy for every row would cost 4.4-4.8 s on an H200
+# (47-54 s runs against a 60 s target) and 3.0-3.1 s on an H100; for works under 1 ms, 214 of the
+# H200's 244 interleaved rows, 0.7-0.9 s (samples x work, reports/h200/2026-12-06/loan1/decode-1..5
+# and reports/h100/2026-12-07/sixth-session/decode-minute). The rows whose level moved with
+# company are ~0.2 ms works; a work of milliseconds streams its own data through the L2 many
+# times over in one copy.
+SECOND_COPY_UNDER_US = 1000.0
+
+
+def warm_samples_for(opts: TimingOptions, sampling: str, work_us: float | None = None) -> int:
     """Untimed copies of the sample's work before every timed sample on a GPU: the option where
-    given, else (auto) two hot in interleaved rounds and one otherwise. A sample alone follows
-    its own previous sample and one copy, two works of its own; in rounds the previous work is
-    another candidate's, so a second copy gives it the same history. On an H100 (reports/h100/
-    2026-12-07, eighth session) one copy left 4-10 of 52 interleaved FlashInfer mha[count=1]
-    samples over 1.5% above their run's fastest, two copies none of 100."""
+    given, else (auto) two hot in interleaved rounds for a work (``work_us``, the sample's calls)
+    under SECOND_COPY_UNDER_US, one otherwise. A sample alone follows its own previous sample and
+    one copy, two works of its own; in rounds the previous work is another candidate's, so a
+    second copy gives it the same history. On an H100 (reports/h100/2026-12-07, eighth session)
+    one copy left 4-10 of 52 interleaved FlashInfer mha[count=1] samples over 1.5% above their
+    run's fastest, two copies none of 100."""
     if opts.warm_samples is not None:
         return opts.warm_samples
-    return 2 if opts.mode == "hot" and sampling == SAMPLING_INTERLEAVED else 1
+    short = work_us is None or work_us < SECOND_COPY_UNDER_US
+    return 2 if opts.mode == "hot" and sampling == SAMPLING_INTERLEAVED and short else 1
 
 
 def calls_from_estimates(samples_s: list[float], opts: TimingOptions) -> int:
@@ -383,7 +395,7 @@ def _cuda_run(fn: Callable[[], object], device: torch.device, opts: TimingOption
     # loan). Cold took one eager call before: the graph replay timed after the flush then
     # followed another candidate's graph in rounds and its own in sequence (a guess about the one
     # cold row still outside 1%, docs/measurement.md §13).
-    warm_samples = warm_samples_for(opts, sampling)
+    warm_samples = warm_samples_for(opts, sampling, min(estimates) * k * 1e6)
     warm_calls = k * warm_samples  # k is 1 in cold mode (calls_from_estimates)
 
     def warm() -> None:

@@ -71,7 +71,7 @@ class TimingOptions(BaseModel):
     # candidate): hot, this many untimed copies of the sample's work; cold, this many calls before
     # the flush. 0: none (before issue 44: small decode rows 4-10% slower interleaved than
     # sequential on an H100). None (auto): ``warm_samples_for`` in harness/timing/loop.py, two
-    # copies hot in interleaved rounds and one otherwise. docs/measurement.md, "Hot means hot".
+    # copies before a work under 1 ms hot in interleaved rounds and one otherwise. docs/measurement.md, "Hot means hot".
     warm_samples: Annotated[int, Field(ge=0)] | None = None
     cuda_graph: bool = True  # use CUDA graphs where the backend allows them
     confidence: Annotated[float, Field(gt=0, lt=1)] = 0.95

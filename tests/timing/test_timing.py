@@ -257,20 +257,24 @@ def test_options_validation():
     assert TimingOptions().warm_samples is None  # auto: warm_samples_for
 
 
-def test_warm_samples_auto_gives_interleaved_hot_samples_a_second_copy():
+def test_warm_samples_auto_gives_short_interleaved_hot_samples_a_second_copy():
     """Alone, a sample follows its own previous sample and one copy; in rounds another candidate's
-    work comes first, so the default gives it two copies. Cold keeps one call before the flush;
-    a value given is used as given in every order."""
+    work comes first, so the default gives a short work two copies (a work of milliseconds one:
+    its cost, SECOND_COPY_UNDER_US). Cold keeps one call before the flush; a value given is used
+    as given in every order and at every size."""
     from harness.timing.interleave import SAMPLING_INTERLEAVED, SAMPLING_SEQUENTIAL
-    from harness.timing.loop import warm_samples_for
+    from harness.timing.loop import SECOND_COPY_UNDER_US, warm_samples_for
 
     hot, cold = TimingOptions(), TimingOptions(mode="cold")
-    assert warm_samples_for(hot, SAMPLING_INTERLEAVED) == 2
-    assert warm_samples_for(hot, SAMPLING_SEQUENTIAL) == 1
-    assert warm_samples_for(cold, SAMPLING_INTERLEAVED) == warm_samples_for(cold, SAMPLING_SEQUENTIAL) == 1
+    short, long = 200.0, SECOND_COPY_UNDER_US
+    assert warm_samples_for(hot, SAMPLING_INTERLEAVED, short) == warm_samples_for(hot, SAMPLING_INTERLEAVED) == 2
+    assert warm_samples_for(hot, SAMPLING_INTERLEAVED, long) == 1
+    assert warm_samples_for(hot, SAMPLING_SEQUENTIAL, short) == 1
+    assert warm_samples_for(cold, SAMPLING_INTERLEAVED, short) == warm_samples_for(cold, SAMPLING_SEQUENTIAL, short) == 1
     for given in (0, 1, 3):
         opts = TimingOptions(warm_samples=given)
-        assert warm_samples_for(opts, SAMPLING_INTERLEAVED) == warm_samples_for(opts, SAMPLING_SEQUENTIAL) == given
+        assert {warm_samples_for(opts, s, w) for s in (SAMPLING_INTERLEAVED, SAMPLING_SEQUENTIAL)
+                for w in (short, long)} == {given}
     with pytest.raises(ValueError, match="warm-up samples -1"):
         TimingOptions.for_device(CPU, warm_samples=-1)
 
