@@ -101,3 +101,12 @@ def test_one_cpu_process_runs_both_orders_twice_and_writes_the_table(tmp_path: P
     for name in folders:
         rows = read_rows(out / "proc-0" / name)
         assert {r.timing.sampling for r in rows if r.timing is not None} == {name.split("-")[1]}
+
+
+@pytest.mark.slow
+def test_a_failing_run_ends_the_experiment_with_exit_2_and_no_verdict(tmp_path: Path, capsys):
+    out = tmp_path / "paired"
+    assert main(["--out", str(out), "--procs", "2", "--l2", "hot", "--backends", "torch-math",
+                 "--case", "no-such-case", "--", "--device", "cpu"]) == 2
+    assert "matches none of the" in capsys.readouterr().err
+    assert (out / "proc-0.log").exists() and not (out / "summary.json").exists() and not (out / "proc-1.log").exists()

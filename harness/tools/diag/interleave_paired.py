@@ -185,7 +185,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         rc, wall, text = run_in_checkout(cmd, args.timeout * len(runs))
         (out / f"proc-{i}.log").write_text(text)
         walls.append(wall)
-        print(f"process {i} ({', '.join(mode_name(s, m) for s, m in runs)}): rc {rc}, {wall:.1f} s", flush=True)
+        left = min(args.procs - i - 1, int(max(0.0, args.budget_s - (time.perf_counter() - t0)) // max(walls)))
+        print(f"process {i + 1} of at most {args.procs} ({', '.join(mode_name(s, m) for s, m in runs)}): rc {rc}, "
+              f"{wall:.1f} s; about {left} more, {left * statistics.fmean(walls):.0f} s", flush=True)
         if rc != 0:
             print(text[-3000:], file=sys.stderr)
             return 2
