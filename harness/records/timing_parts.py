@@ -318,8 +318,7 @@ class TimingOptionsRecord(Part):
     warm_samples: int | None = None
     """Untimed copies of the sample's work (hot) or calls before the flush (cold) before every timed sample,
     as asked; None: the default (since 2026-12-07: 2 before a work under 1 ms hot in interleaved rounds, else 1;
-    before: 1). The
-    row's ``warm_calls`` says how many calls ran."""
+    before: 1). The row's ``warm_calls`` says how many calls ran."""
 
 
 __all__ = ["CudaGraphInfo", "SmClock", "ClockStats", "ClockWarmup", "ClockSettle", "Clocks", "Launch", "ColdProbe", "ColdCheck", "Energy", "TimeContents", "TimingOptionsRecord"]

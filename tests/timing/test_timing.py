@@ -255,6 +255,8 @@ def test_options_validation():
     assert (o.min_samples, o.max_samples) == (40, 40)
     assert TimingOptions.for_device(torch.device("cuda")).target_rel_noise == 0.01
     assert TimingOptions().warm_samples is None  # auto: warm_samples_for
+    with pytest.raises(ValueError, match="warm-up samples -1"):
+        TimingOptions.for_device(CPU, warm_samples=-1)
 
 
 def test_warm_samples_auto_gives_short_interleaved_hot_samples_a_second_copy():
@@ -275,8 +277,6 @@ def test_warm_samples_auto_gives_short_interleaved_hot_samples_a_second_copy():
         opts = TimingOptions(warm_samples=given)
         assert {warm_samples_for(opts, s, w) for s in (SAMPLING_INTERLEAVED, SAMPLING_SEQUENTIAL)
                 for w in (short, long)} == {given}
-    with pytest.raises(ValueError, match="warm-up samples -1"):
-        TimingOptions.for_device(CPU, warm_samples=-1)
 
 
 # ---------------------------------------------------------------- the CPU timing path

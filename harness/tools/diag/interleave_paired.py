@@ -15,8 +15,8 @@ drift linear in time weighs both modes alike; the first mode rotates by process)
 verdict reads, per row and L2 mode, the median over processes of the process's interleaved /
 sequential (geometric means of its two runs each), with a bootstrap 95% interval over processes.
 Beside it the table gives the spread of the sequential level between processes and the median
-difference between a process's two runs of one mode (within a process): where the second is far
-below the first, pairing is what resolves the ratio.
+difference between a process's two runs of one mode (within a process): where the difference
+within is far below the spread between, pairing is what resolves the ratio.
 
 Writes DIR/proc-<i>/<k>-<mode> (results folders), DIR/proc-<i>.log, DIR/interleave.md and
 DIR/summary.json (``paired: true``, ``per_proc``). Exit 0 when every process ran (verdict met or
