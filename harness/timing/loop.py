@@ -377,7 +377,8 @@ def _cuda_run(fn: Callable[[], object], device: torch.device, opts: TimingOption
     reader, why_no_reader = nvml_reader(device)
     regime = RegimeSampler(opts.clock_regime, reader, why_no_reader, threshold=opts.throttle_threshold,
                            recovery_s=opts.throttle_recovery_s, max_time_s=opts.max_time_s, device_key=str(device))
-    sustained = (SustainedSampler(device, work, k, min(estimates) * k, reader, opts.max_time_s,
+    work_s = min(estimates) * k  # one sample's work, from the eager estimates
+    sustained = (SustainedSampler(device, work, k, work_s, reader, opts.max_time_s,
                                   flusher.flush if flusher else None, opts.max_samples)
                  if opts.clock_regime == "sustained" else None)
     if sustained is not None and settle_now:
@@ -387,15 +388,15 @@ def _cuda_run(fn: Callable[[], object], device: torch.device, opts: TimingOption
 
     # Before every timed sample (the sampling loop runs it, in rounds and alone alike) the GPU is
     # put in the state a sequential sample finds it in, whatever candidate ran before: untimed
-    # copies of the sample's own work (``warm_samples_for``: the same graph replay or eager calls; cold, one call,
-    # before the flush, which evicts the data but not the kernel's code), so the L2's contents and
+    # copies of the sample's own work (``warm_samples_for``; the same graph replay or eager calls;
+    # cold, one call, before the flush, which evicts the data but not the kernel's code), so the L2's contents and
     # replacement state, the TLBs, the instruction caches and the last graph launched are what the
     # previous sample of this row left. One eager call was not enough on an H100: interleaved hot
     # rows stayed 1-5% slower than sequential, cold ones up to 3% (reports/h100/2026-12-06, first
     # loan). Cold took one eager call before: the graph replay timed after the flush then
     # followed another candidate's graph in rounds and its own in sequence (a guess about the one
     # cold row still outside 1%, docs/measurement.md §13).
-    warm_samples = warm_samples_for(opts, sampling, min(estimates) * k * 1e6)
+    warm_samples = warm_samples_for(opts, sampling, work_s * 1e6)
     warm_calls = k * warm_samples  # k is 1 in cold mode (calls_from_estimates)
 
     def warm() -> None:

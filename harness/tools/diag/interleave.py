@@ -132,13 +132,24 @@ def table(runs: dict[str, list[dict[str, dict[str, Any]]]], tolerance: float,
             if ratio is None:
                 missing.append(f"{key} ({m})")
             elif abs(ratio - 1) > tolerance:
-                within = f", 95% CI {ci[0]:.3f}-{ci[1]:.3f}" + (": 1 inside, the runs do not resolve it"
-                                                                 if ci[0] <= 1 <= ci[1] else "") if ci else ""
-                outside.append(f"{key} ({m}: {ratio:.3f}{within})")
+                outside.append(outside_entry(key, m, ratio, ci, "runs"))
         rows.append(row)
+    return judged(rows, outside, missing, tolerance, f"interleaved / sequential in {' and '.join(l2)} L2", l2)
+
+
+def outside_entry(key: str, l2: str, ratio: float, ci: tuple[float, float] | list[float] | None, over: str) -> str:
+    """A row outside the tolerance, with its interval and whether the ``over`` (runs, processes)
+    resolve it."""
+    note = (f", 95% CI {ci[0]:.3f}-{ci[1]:.3f}" + (f": 1 inside, the {over} do not resolve it"
+                                                   if ci[0] <= 1 <= ci[1] else "")) if ci else ""
+    return f"{key} ({l2}: {ratio:.3f}{note})"
+
+
+def judged(rows: list[dict[str, Any]], outside: list[str], missing: list[str], tolerance: float, what: str,
+           l2: tuple[str, ...] | list[str]) -> dict[str, Any]:
+    """The table's result: ok when there are rows and none is outside or missing, and the verdict line."""
     ok = bool(rows) and not outside and not missing
-    verdict = (f"every row within {tolerance:.0%}: interleaved / sequential in {' and '.join(l2)} L2 ({len(rows)} rows)"
-               if ok else
+    verdict = (f"every row within {tolerance:.0%}: {what} ({len(rows)} rows)" if ok else
                f"NOT every row within {tolerance:.0%}: {len(outside)} outside" + (f": {'; '.join(outside)}" if outside else "")
                + (f"; {len(missing)} without both modes: {'; '.join(missing)}" if missing else "")
                + ("; no timed rows" if not rows else ""))

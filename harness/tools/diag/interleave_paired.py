@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.tools.diag.decode_minute import run_in_checkout
-from harness.tools.diag.interleave import (SAMPLINGS, device_name, mode_name, modes_of, no_gpu, parse, row_times,
-                                           spread, write_outputs)
+from harness.tools.diag.interleave import (SAMPLINGS, device_name, judged, mode_name, modes_of, no_gpu, outside_entry,
+                                           parse, row_times, spread, write_outputs)
 
 # A process's runs, per mode name: each run's rows (``interleave.row_times``).
 Proc = dict[str, list[dict[str, dict[str, Any]]]]
@@ -100,17 +100,10 @@ def paired_table(procs: list[Proc], tolerance: float, l2: list[str]) -> dict[str
             if ratio is None:
                 missing.append(f"{key} ({m})")
             elif abs(ratio - 1) > tolerance:
-                note = (f", 95% CI {ci[0]:.3f}-{ci[1]:.3f}" + (": 1 inside, the processes do not resolve it"
-                                                               if ci[0] <= 1 <= ci[1] else "")) if ci else ""
-                outside.append(f"{key} ({m}: {ratio:.3f}{note})")
+                outside.append(outside_entry(key, m, ratio, ci, "processes"))
         rows.append(row)
-    ok = bool(rows) and not outside and not missing
-    verdict = (f"every row within {tolerance:.0%}: interleaved / sequential paired in one process, in "
-               f"{' and '.join(l2)} L2 ({len(rows)} rows)" if ok else
-               f"NOT every row within {tolerance:.0%}: {len(outside)} outside" + (f": {'; '.join(outside)}" if outside else "")
-               + (f"; {len(missing)} without both modes: {'; '.join(missing)}" if missing else "")
-               + ("; no timed rows" if not rows else ""))
-    return {"rows": rows, "outside": outside, "missing": missing, "ok": ok, "verdict": verdict, "l2": l2}
+    return judged(rows, outside, missing, tolerance,
+                  f"interleaved / sequential paired in one process, in {' and '.join(l2)} L2", l2)
 
 
 def paired_markdown(t: dict[str, Any], header: str) -> str:
