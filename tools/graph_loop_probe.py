@@ -1,0 +1,175 @@
+"""Why do two outside timers disagree on a short call? (issue 46: on the H100 Triton's
+``do_bench_cudagraph`` read 5% above FlashInfer's ``bench_gpu_time`` on two ~60 us FA3 rows of
+the sustained callforms run, both at the same clock.)
+
+For chosen rows of a results folder, the row's standalone call (built as ``harness crosscheck``
+builds it: the harness batch, the backend's ``standalone_call``) is timed in one process, each
+figure after 0.3 s of the call back to back (1 s before the first), with NVML's clock beside it:
+
+- ``bench_gpu_time`` (CUDA graph, hot L2) with its 100 ms loop, as the sustained cross-check runs it;
+- ``do_bench_cudagraph`` with ``rep`` 5, 20 and 100 ms (its graph holds rep / estimate calls);
+- the probe's own graphs of K calls (K = 10, 100 and as many as ``do_bench_cudagraph(rep=100)``
+  unrolls), each replayed 10 times between two CUDA events, per call: does the graph's length
+  move the time? With the device memory the capture took (do the calls' outputs get new memory?).
+
+    python tools/graph_loop_probe.py RESULTS --rows 48,52 [--out probe.json]
+
+Without CUDA it prints ``skipped: <why>`` and exits 0; bad input: one line and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from harness.cli.lazy import LazyModule
+
+torch = LazyModule("torch")
+
+GRAPH_CALLS = (10, 100)
+REPLAYS = 10
+FIRST_WARM_S, WARM_S = 1.0, 0.3
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="tools/graph_loop_probe.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("results", help="a results folder (harness run --out)")
+    p.add_argument("--rows", required=True, help="comma-separated row indices, as harness crosscheck numbers them")
+    p.add_argument("--out", help="write the figures here as JSON")
+    return p.parse_args(argv)
+
+
+def row_indices(text: str, n: int) -> list[int]:
+    """The row numbers of ``--rows``; ValueError names the bad one."""
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part.isdigit() or int(part) >= n:
+            raise ValueError(f"--rows: {part!r} is not a row index of these results (0-{n - 1})")
+        out.append(int(part))
+    return out
+
+
+def mark() -> Callable[[], None]:
+    e = torch.cuda.Event()
+    e.record()
+    return e.synchronize
+
+
+def own_graph(fn: Callable[[], None], calls: int) -> dict[str, Any]:
+    """``calls`` calls captured in one graph, replayed REPLAYS times between events: median per call."""
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        with torch.cuda.graph(g, stream=s):
+            for _ in range(calls):
+                fn()
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    grew = torch.cuda.memory_allocated() - before
+    g.replay()
+    per = []
+    for _ in range(REPLAYS):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        per.append(a.elapsed_time(b) * 1e3 / calls)
+    del g
+    torch.cuda.synchronize()
+    return {"median_us": statistics.median(per), "min_us": min(per), "max_us": max(per), "calls": calls,
+            "capture_grew_mb": round(grew / 2**20, 2), "settings": f"own graph of {calls} calls, {REPLAYS} replays"}
+
+
+def probe_row(row: Any, suite: str | None) -> dict[str, Any]:
+    from flashinfer.testing import bench_gpu_time
+    import triton.testing as tt
+
+    from harness.crosscheck import explain as ex
+    from harness.crosscheck import repro
+    from harness.crosscheck.inputs import backend_view, bind_from_batch, constants_part
+    from harness.crosscheck.regime import keep_busy
+    from harness.crosscheck.run import BatchCache, build_call_in
+    from harness.registry import resolve
+
+    case, spec = repro.case_of_row(row, suite)
+    backend = resolve(spec)
+    variant = dict(row.variant)
+    dev = torch.device("cuda")
+    batch = BatchCache().get(case, dev)
+    view = backend_view(batch, backend, variant)
+    constants = constants_part(repro.inputs_source(row, repro.script_case(case, backend, variant), backend))
+    fn = build_call_in(bind_from_batch(constants, view), repro.call_source(backend, row, case, variant))
+    fn()
+    torch.cuda.synchronize()
+    est = time.perf_counter()
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    eager_us = (time.perf_counter() - est) / 20 * 1e6
+    triton_calls = max(1, int(100e3 / eager_us))  # what do_bench_cudagraph(rep=100) unrolls, near enough
+    def flashinfer() -> dict[str, Any]:
+        ms = bench_gpu_time(fn, use_cuda_graph=True, cold_l2_cache=False, enable_cupti=False,
+                            dry_run_time_ms=25, repeat_time_ms=100)
+        return {"median_us": statistics.median(ms) * 1e3}
+
+    def triton(rep: int) -> dict[str, Any]:
+        return {"median_us": float(tt.do_bench_cudagraph(fn, rep=rep, return_mode="median")) * 1e3}
+
+    steps: list[tuple[str, Callable[[], dict[str, Any]]]] = [("bench_gpu_time(100 ms)", flashinfer)]
+    steps += [(f"do_bench_cudagraph(rep={rep})", functools.partial(triton, rep)) for rep in (5, 20, 100)]
+    steps += [(f"own graph x{k}", functools.partial(own_graph, fn, k)) for k in (*GRAPH_CALLS, triton_calls)]
+    out: dict[str, Any] = {"case": row.case, "backend": row.backend, "variant": row.variant_label,
+                           "row_us": row.timing.median_us if row.timing else None, "eager_host_us": eager_us,
+                           "timers": {}}
+    first = True
+    for name, run in steps:
+        keep_busy(fn, FIRST_WARM_S if first else WARM_S, mark)
+        first = False
+        try:
+            out["timers"][name] = ex.with_clocks(dev, True, run)
+        except Exception as e:  # one timer failing does not end the probe; its reason is kept
+            out["timers"][name] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+    return out
+
+
+def main(argv: list[str]) -> int:
+    args = parse(argv)
+    from harness.records.load import load_run
+
+    try:
+        run = load_run(Path(args.results))
+        idx = row_indices(args.rows, len(run.rows))
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if not torch.cuda.is_available():
+        print("skipped: no CUDA device here")
+        return 0
+    res = []
+    for i in idx:
+        rec = probe_row(run.rows[i], None)
+        rec["row"] = i
+        res.append(rec)
+        print(f"row {i} {rec['case']} {rec['backend']} {rec['variant']}: row {rec['row_us']:.2f} us")
+        for name, t in rec["timers"].items():
+            fig = f"{t['median_us']:.2f} us" if "median_us" in t else t.get("error", "?")
+            extra = f", capture grew {t['capture_grew_mb']} MB" if "capture_grew_mb" in t else ""
+            print(f"  {name:28s} {fig}  clock {t.get('sm_clock_mhz')}{extra}")
+    if args.out:
+        Path(args.out).write_text(json.dumps(res, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
