@@ -30,9 +30,12 @@ times say.
 A sustained row of an eager call whose launches the queue could not keep ahead of the GPU
 (the row's ``timing.contains.host_time``, set by the timing loop when most samples began on an
 idle GPU: ``launch.hidden_frac`` below 0.5) times its continuous eager loop's rate, the host's enqueue included, as a serving loop of that call runs;
-outside timers that replay it from a graph time device work alone. Those are two quantities:
-"host-bound", neither flagged nor agreeing (``host_bound_reason``; H100 2026-12-06: FA4's
-mixed-step rows 3.4-4.5x their graph-replaying timers).
+outside timers that replay it from a graph time device work alone (H100 2026-12-06: FA4's
+mixed-step rows 3.4-4.5x their graph-replaying timers). So such a row's outside timers run the
+call eagerly, an eager loop at the same host-bound rate (``outside_graph_order``: FlashInfer's
+``bench_gpu_time`` without a graph; Triton has no hot eager timer), and the row is judged against
+them like any other. Only where no eager timer could run do they replay a graph, and the row is
+then "host-bound", neither flagged nor agreeing (``host_bound_reason``).
 """
 
 from __future__ import annotations
@@ -73,8 +76,9 @@ def regime_plan(row: "ResultRow") -> dict[str, Any]:
     regime = regime_of(row)
     t = row.timing
     # an eager hot GPU row: its outside timers replay a graph, and the harness times the call as a
-    # graph here too (harness/crosscheck/eager.py)
-    eager = (t is not None and row.device.startswith("cuda") and not t.cuda_graph.used and t.mode != "cold")
+    # graph here too (harness/crosscheck/eager.py); not a host-bound sustained one
+    eager = (t is not None and row.device.startswith("cuda") and not t.cuda_graph.used and t.mode != "cold"
+             and not host_bound(row))  # a host-bound row's outside timers run eagerly (outside_graph_order)
     base = {"regime": regime, "idle_s": 0.0, "warm_s": 0.0, "rewarm_s": 0.0, "repeat_ms": SUSTAIN_REPEAT_MS,
             "dry_run_ms": DRY_RUN_MS, "row_mhz": row_clock(row) if regime else None, "graph_here": eager}
     if regime == "burst" and t is not None:
@@ -92,15 +96,33 @@ def regime_plan(row: "ResultRow") -> dict[str, Any]:
     return {**base, "repeat_ms": 100.0, "how": "as the outside timers run (no clock regime)"}
 
 
-def host_bound_reason(row: "ResultRow", outside_graph: bool | None) -> str:
-    """Why a sustained eager row and graph-replaying outside timers time different quantities,
-    or "" (module docstring)."""
+def host_bound(row: "ResultRow") -> bool:
+    """A sustained eager row whose time holds the host's enqueue (module docstring)."""
     from harness.records.clocks import regime_of
 
     t = row.timing
-    if regime_of(row) != "sustained" or t is None or not outside_graph or t.cuda_graph.used:
-        return ""
-    if t.contains is None or not t.contains.host_time:  # what the timing loop recorded the row's time holds
+    if regime_of(row) != "sustained" or t is None or t.cuda_graph.used:
+        return False
+    return t.contains is not None and bool(t.contains.host_time)  # what the timing loop recorded the row's time holds
+
+
+def outside_graph_order(row: "ResultRow") -> list[bool]:
+    """Whether the outside timers replay a graph, in the order to try (the next only where no timer
+    ran): a graph row and a cold row as timed; a host-bound sustained row eagerly first, since an
+    eager loop of the call runs at the same host-bound rate as the row (FlashInfer's
+    ``bench_gpu_time`` records its events around each call as it enqueues it); any other eager hot
+    row from a graph first (its samples hide the host's enqueue), eagerly where capture fails."""
+    t = row.timing
+    if t is None or t.cuda_graph.used or t.mode == "cold":
+        return [bool(t is not None and t.cuda_graph.used)]
+    return [False, True] if host_bound(row) else [True, False]
+
+
+def host_bound_reason(row: "ResultRow", outside_graph: bool | None) -> str:
+    """Why a sustained eager row and graph-replaying outside timers time different quantities,
+    or "" (module docstring)."""
+    t = row.timing
+    if not outside_graph or t is None or not host_bound(row):
         return ""
     frac = t.launch.hidden_frac if t.launch is not None else None
     ahead = f" (the queue was ahead on {frac:.0%} of samples)" if frac is not None else ""
@@ -243,5 +265,6 @@ def eta_s(plans: list[dict[str, Any]]) -> tuple[float, float]:
 
 
 __all__ = ["BURST_IDLE_S", "BURST_REPEAT_MS", "FIRST_ROW_S", "GRAPH_HERE_S", "ROW_COST_S", "STATE_TOL", "SUSTAIN_REWARM_S",
-           "SUSTAIN_WARM_S", "eta_s", "fit_scale", "keep_busy", "mhz_text", "prepare", "regime_plan", "row_clock",
+           "SUSTAIN_WARM_S", "eta_s", "fit_scale", "host_bound", "keep_busy", "mhz_text", "outside_graph_order",
+           "prepare", "regime_plan", "row_clock",
            "row_cost_s", "split_states", "timer_clock", "timer_state", "waits_of"]

@@ -309,8 +309,9 @@ def retime_row(row: ResultRow, tol: float, suite: str | None, min_run_s: float,
             # spin kernel); event-timed eager loops measure the host's enqueue when it outlasts the
             # kernels (FA4's Python launcher: 210 us against a 65 us kernel). So its outside timers
             # replay the call from a CUDA graph, the same kernels without the host between them,
-            # and time it eagerly only where it cannot be captured (docs/measurement.md §11).
-            for as_graph in ([graph] if graph or cold else [True, False]):
+            # and time it eagerly only where it cannot be captured (docs/measurement.md §11). A
+            # host-bound sustained row is its eager loop's rate: eager timers first (regime.py).
+            for as_graph in cr.outside_graph_order(row):
                 outside_graph = as_graph
                 for name, t in gpu_timers(as_graph, cold, plan["repeat_ms"], plan["dry_run_ms"]).items():
                     if isinstance(t, str):

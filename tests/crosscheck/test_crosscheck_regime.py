@@ -258,3 +258,20 @@ def test_gpu_a_timers_clock_record_has_the_reads_and_their_reasons():
     assert c["reads"] > 0 and c["during"] > 100, c
     # NVML's reasons over the reads below the max: absent only when every read was at the max
     assert c["reasons"] is None or (c["reasons"] and all(n > 0 for n in c["reasons"].values())), c
+
+
+def test_a_host_bound_sustained_row_is_timed_by_eager_outside_timers_first():
+    # The eager loop of a host-bound call runs at the row's rate (the host's enqueue included), a
+    # graph replay at device time: the outside timers run eagerly first, and only where none
+    # could do they replay a graph (and the row is then "host-bound", not compared).
+    from harness.crosscheck.regime import outside_graph_order, regime_plan
+
+    bound = _with_launch(gpu_row("mixed-mqa", 249.8, mhz=1980.0, regime="sustained"), 0.01, False)
+    assert outside_graph_order(bound) == [False, True]
+    assert not regime_plan(bound)["graph_here"]  # no graph timing here: the timers are eager
+    ahead = _with_launch(gpu_row("m", 250.0, regime="sustained"), 0.9, False)  # eager, the queue kept ahead
+    assert outside_graph_order(ahead) == [True, False] and regime_plan(ahead)["graph_here"]
+    burst = _with_launch(gpu_row("m", 250.0, regime="burst"), 0.01, False)  # burst samples hide the host
+    assert outside_graph_order(burst) == [True, False]
+    graph = _with_launch(gpu_row("m", 250.0, regime="sustained"), 0.01, True)
+    assert outside_graph_order(graph) == [True]
