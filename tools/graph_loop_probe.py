@@ -56,12 +56,6 @@ def row_indices(text: str, n: int) -> list[int]:
     return out
 
 
-def mark() -> Callable[[], None]:
-    e = torch.cuda.Event()
-    e.record()
-    return e.synchronize
-
-
 def own_graph(fn: Callable[[], None], calls: int) -> dict[str, Any]:
     """``calls`` calls captured in one graph, replayed REPLAYS times between events: median per call."""
     torch.cuda.synchronize()
@@ -97,19 +91,16 @@ def probe_row(row: Any, suite: str | None) -> dict[str, Any]:
 
     from harness.crosscheck import explain as ex
     from harness.crosscheck import repro
-    from harness.crosscheck.inputs import backend_view, bind_from_batch, constants_part
     from harness.crosscheck.regime import keep_busy
-    from harness.crosscheck.run import BatchCache, build_call_in
+    from harness.crosscheck.run import BatchCache, gpu_mark, standalone_fn
     from harness.registry import resolve
 
     case, spec = repro.case_of_row(row, suite)
     backend = resolve(spec)
     variant = dict(row.variant)
     dev = torch.device("cuda")
-    batch = BatchCache().get(case, dev)
-    view = backend_view(batch, backend, variant)
-    constants = constants_part(repro.inputs_source(row, repro.script_case(case, backend, variant), backend))
-    fn = build_call_in(bind_from_batch(constants, view), repro.call_source(backend, row, case, variant))
+    fn = standalone_fn(row, case, backend, variant, BatchCache().get(case, dev),
+                       repro.call_source(backend, row, case, variant))
     fn()
     torch.cuda.synchronize()
     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -138,7 +129,7 @@ def probe_row(row: Any, suite: str | None) -> dict[str, Any]:
                            "timers": {}}
     first = True
     for name, run in steps:
-        keep_busy(fn, FIRST_WARM_S if first else WARM_S, mark)
+        keep_busy(fn, FIRST_WARM_S if first else WARM_S, gpu_mark)
         first = False
         try:
             out["timers"][name] = ex.with_clocks(dev, True, run)

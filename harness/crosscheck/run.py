@@ -213,6 +213,18 @@ def judge_record(rec: dict[str, Any], tol: float, row_mhz: float | None, host_bo
     return out
 
 
+def standalone_fn(row: ResultRow, case: Any, backend: Any, variant: dict[str, Any], batch: Any,
+                  source: str) -> Callable[[], None]:
+    """The row's standalone call (``source``, the backend's ``standalone_call``) bound to the
+    harness batch of its case on its device: the function the outside timers repeat."""
+    from harness.crosscheck import repro
+    from harness.crosscheck.inputs import backend_view, bind_from_batch, constants_part
+
+    view = backend_view(batch, backend, variant)
+    constants = constants_part(repro.inputs_source(row, repro.script_case(case, backend, variant), backend))
+    return build_call_in(bind_from_batch(constants, view), source)
+
+
 def retime_row(row: ResultRow, tol: float, suite: str | None, min_run_s: float,
                batches: BatchCache | None = None, scale: float = 1.0) -> dict[str, Any]:
     """One row's cross-check record; raises CrosscheckError with the reason it cannot be re-timed.
@@ -221,7 +233,6 @@ def retime_row(row: ResultRow, tol: float, suite: str | None, min_run_s: float,
     from harness.crosscheck import explain as ex
     from harness.crosscheck import regime as cr
     from harness.crosscheck import repro
-    from harness.crosscheck.inputs import backend_view, bind_from_batch, constants_part
     from harness.registry import resolve
 
     try:
@@ -257,10 +268,7 @@ def retime_row(row: ResultRow, tol: float, suite: str | None, min_run_s: float,
         try:
             # The row's own inputs: the harness's batch for its case and seed, made on the device.
             batch = batches.get(case, dev)
-            view = backend_view(batch, backend, variant)
-            constants = constants_part(repro.inputs_source(row, repro.script_case(case, backend, variant), backend))
-            fn = build_call_in(bind_from_batch(constants, view), source)
-            del view
+            fn = standalone_fn(row, case, backend, variant, batch, source)
             fn()  # first call: JIT, workspaces
             if on_gpu:
                 torch.cuda.synchronize()
@@ -322,7 +330,7 @@ def retime_row(row: ResultRow, tol: float, suite: str | None, min_run_s: float,
                         # the harness timer here just left the GPU in the row's state: a shorter warm-up
                         cr.prepare(plan, fn, torch.cuda.synchronize,
                                    first=not outside and here is None and not isinstance(here_graph, dict),
-                                   scale=scale, mark=_gpu_mark)
+                                   scale=scale, mark=gpu_mark)
                         t3 = time.perf_counter()
                         outside[name] = ex.with_clocks(dev, True, functools.partial(t, fn))
                         cost["waits"] += t3 - t2
@@ -361,7 +369,7 @@ def retime_row(row: ResultRow, tol: float, suite: str | None, min_run_s: float,
     return rec
 
 
-def _gpu_mark() -> Callable[[], None]:
+def gpu_mark() -> Callable[[], None]:
     """A point in the GPU's queue (an event recorded now) and the wait for it."""
     e = torch.cuda.Event()
     e.record()
@@ -516,5 +524,5 @@ def result_json(res: dict[str, Any]) -> str:
     return json.dumps(results.finite_json(res), indent=2, allow_nan=False, default=str) + "\n"
 
 
-__all__ = ["build_call", "build_call_in", "cells_of", "crosscheck", "judge_record", "result_json", "split_call",
-           "to_markdown", "verdict"]
+__all__ = ["build_call", "build_call_in", "cells_of", "crosscheck", "gpu_mark", "judge_record", "result_json",
+           "split_call", "standalone_fn", "to_markdown", "verdict"]
