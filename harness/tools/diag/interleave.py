@@ -91,10 +91,22 @@ def ratio_ci(a: list[float], b: list[float], level: float = 0.95, draws: int = 2
     import numpy as np
 
     rng = np.random.default_rng(seed)
-    xa, xb = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    ra = np.median(rng.choice(xa, size=(draws, len(xa))), axis=1)
-    rb = np.median(rng.choice(xb, size=(draws, len(xb))), axis=1)
-    q = np.quantile(ra / rb, [(1 - level) / 2, (1 + level) / 2])
+    return interval(resampled_medians(a, draws, rng) / resampled_medians(b, draws, rng), level)
+
+
+def resampled_medians(xs: list[float], draws: int, rng: Any) -> Any:
+    """``draws`` bootstrap medians of ``xs`` (resampled with replacement by the numpy generator ``rng``)."""
+    import numpy as np
+
+    x = np.asarray(xs, dtype=float)
+    return np.median(rng.choice(x, size=(draws, len(x))), axis=1)
+
+
+def interval(draws: Any, level: float) -> tuple[float, float]:
+    """The central ``level`` interval of bootstrap draws."""
+    import numpy as np
+
+    q = np.quantile(draws, [(1 - level) / 2, (1 + level) / 2])
     return float(q[0]), float(q[1])
 
 

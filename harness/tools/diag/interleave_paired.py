@@ -26,7 +26,6 @@ not), 2 when one failed.
 from __future__ import annotations
 
 import json
-import math
 import statistics
 import sys
 import time
@@ -34,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.tools.diag.decode_minute import run_in_checkout
-from harness.tools.diag.interleave import (SAMPLINGS, device_name, judged, mode_name, modes_of, no_gpu, outside_entry,
-                                           parse, row_times, spread, write_outputs)
+from harness.tools.diag.interleave import (SAMPLINGS, device_name, interval, judged, mode_name, modes_of, no_gpu,
+                                           outside_entry, parse, resampled_medians, row_times, spread, write_outputs)
 
 # A process's runs, per mode name: each run's rows (``interleave.row_times``).
 Proc = dict[str, list[dict[str, dict[str, Any]]]]
@@ -49,20 +48,13 @@ def order(i: int, modes: list[tuple[str, str]]) -> list[tuple[str, str]]:
     return first + first[::-1]
 
 
-def _gmean(xs: list[float]) -> float:
-    return math.exp(statistics.fmean(math.log(x) for x in xs))
-
-
 def median_ci(xs: list[float], level: float = 0.95, draws: int = 2000, seed: int = 0) -> tuple[float, float] | None:
     """A bootstrap interval of the median of ``xs`` (seeded); None below 3 values."""
     if len(xs) < 3:
         return None
     import numpy as np
 
-    rng = np.random.default_rng(seed)
-    m = np.median(rng.choice(np.asarray(xs, dtype=float), size=(draws, len(xs))), axis=1)
-    q = np.quantile(m, [(1 - level) / 2, (1 + level) / 2])
-    return float(q[0]), float(q[1])
+    return interval(resampled_medians(xs, draws, np.random.default_rng(seed)), level)
 
 
 def paired_table(procs: list[Proc], tolerance: float, l2: list[str]) -> dict[str, Any]:
@@ -85,7 +77,7 @@ def paired_table(procs: list[Proc], tolerance: float, l2: list[str]) -> dict[str
                 if not all(got.values()):
                     continue
                 for s, xs in got.items():
-                    levels[s].append(_gmean(xs))
+                    levels[s].append(statistics.geometric_mean(xs))
                     if len(xs) > 1:
                         within.append((max(xs) - min(xs)) / statistics.median(xs))
                 ratios.append(levels["interleaved"][-1] / levels["sequential"][-1])
