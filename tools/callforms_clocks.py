@@ -65,9 +65,6 @@ def table(base: Path) -> int:
         assert r.timing is not None  # rows() keeps timed rows only
         return r.timing.median_us
 
-    def clock(r: ResultRow) -> float | None:
-        return sm_clock(r)  # the mean where the row records one, else the median
-
     def pair(r: ResultRow, stat: str) -> tuple[float, float] | None:
         """(the samples' clock, the settled stretch's) by ``stat``, or None where the row lacks one."""
         t = r.timing
@@ -96,8 +93,8 @@ def table(base: Path) -> int:
         ratios = [us(r) / bt[r.case] for r in s if r.case in bt]
         span = f" ({min(ratios):.3f}-{max(ratios):.3f})" if ratios else ""
         print(f"| {name} | {len(b)} / {len(s)} | {med([us(r) for r in b])} "
-              f"| {med([c for c in map(clock, b) if c is not None])} | {med([us(r) for r in s])} "
-              f"| {med([c for c in map(clock, s) if c is not None])} | {med(settled)} "
+              f"| {med([c for c in map(sm_clock, b) if c is not None])} | {med([us(r) for r in s])} "
+              f"| {med([c for c in map(sm_clock, s) if c is not None])} | {med(settled)} "
               f"| {count(s, 'means')}; {count(s, 'medians')} | {med(ratios)}{span} |")
     for stat in ("means", "medians"):
         n = total[stat]
