@@ -27,12 +27,15 @@ and the read after it can be a moment's dip (sustained row 19: ``do_bench_cudagr
 "states differ" with both clocks, never "agrees" or "off" (``timer_state``), whatever the two
 times say.
 
-A sustained row of an eager call whose launches the queue could not keep ahead of the GPU
-(the row's ``timing.contains.host_time``, set by the timing loop when most samples began on an
-idle GPU: ``launch.hidden_frac`` below 0.5) times its continuous eager loop's rate, the host's enqueue included, as a serving loop of that call runs;
-outside timers that replay it from a graph time device work alone (H100 2026-12-06: FA4's
-mixed-step rows 3.4-4.5x their graph-replaying timers). So such a row's outside timers run the
-call eagerly, an eager loop at the same host-bound rate (``outside_graph_order``: FlashInfer's
+A sustained eager row's samples are the GPU's work with the host's enqueue hidden, where the
+host cannot keep up behind untimed graph replays of the same call (``launch.fill_replays``,
+harness/timing/sustained.py); its outside timers then replay a graph like any eager hot row's,
+after the call's graph loop (``harness.crosscheck.run.sustained_busy``). Where no graph of the
+call could be captured, the row's samples began on an idle GPU (``timing.contains.host_time``,
+``launch.hidden_frac`` below 0.5): it times its continuous eager loop's rate, the host's enqueue
+included; outside timers that replay it from a graph time device work alone (H100 2026-12-06:
+FA4's mixed-step rows 3.4-4.5x their graph-replaying timers). So such a row's outside timers run
+the call eagerly, an eager loop at the same host-bound rate (``outside_graph_order``: FlashInfer's
 ``bench_gpu_time`` without a graph; Triton has no hot eager timer), and the row is judged against
 them like any other. Only where no eager timer could run do they replay a graph, and the row is
 then "host-bound", neither flagged nor agreeing (``host_bound_reason``).

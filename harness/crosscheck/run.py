@@ -312,6 +312,7 @@ def retime_row(row: ResultRow, tol: float, suite: str | None, min_run_s: float,
         unused: dict[str, str] = {}
         outside_graph = graph
         cost["waits"] = cost["timers"] = 0.0
+        busy_graph = sustained_busy(plan, fn, dev) if on_gpu else None
         if on_gpu:
             # An eager hot row's time is device time (its samples hide the host's enqueue behind a
             # spin kernel); event-timed eager loops measure the host's enqueue when it outlasts the
@@ -328,7 +329,7 @@ def retime_row(row: ResultRow, tol: float, suite: str | None, min_run_s: float,
                     try:
                         t2 = time.perf_counter()
                         # the harness timer here just left the GPU in the row's state: a shorter warm-up
-                        cr.prepare(plan, fn, torch.cuda.synchronize,
+                        cr.prepare(plan, busy_graph if as_graph and busy_graph else fn, torch.cuda.synchronize,
                                    first=not outside and here is None and not isinstance(here_graph, dict),
                                    scale=scale, mark=gpu_mark)
                         t3 = time.perf_counter()
@@ -367,6 +368,21 @@ def retime_row(row: ResultRow, tol: float, suite: str | None, min_run_s: float,
            "outside_graph": outside_graph if on_gpu else None}
     rec.update(judge_record(rec, tol, plan["row_mhz"], cr.host_bound_reason(row, outside_graph if on_gpu else None)))
     return rec
+
+
+def sustained_busy(plan: dict[str, Any], fn: Callable[[], None], dev: Any) -> Callable[[], None] | None:
+    """For a sustained eager row whose outside timers replay a graph: the replay of a graph of
+    the call, to keep the GPU busy before each timer as they and the row's samples run it (an
+    eager loop of a call whose host enqueue outlasts it leaves the GPU idle part of the time, at
+    a higher clock); None where not such a row or the capture fails (the eager call then)."""
+    from harness.timing.graphs import capture_graph
+
+    if plan["regime"] != "sustained" or not plan["graph_here"]:
+        return None
+    try:
+        return capture_graph(fn, 1, dev).replay
+    except Exception:
+        return None
 
 
 def gpu_mark() -> Callable[[], None]:
@@ -525,4 +541,4 @@ def result_json(res: dict[str, Any]) -> str:
 
 
 __all__ = ["build_call", "build_call_in", "cells_of", "crosscheck", "gpu_mark", "judge_record", "result_json",
-           "split_call", "standalone_fn", "to_markdown", "verdict"]
+           "split_call", "standalone_fn", "sustained_busy", "to_markdown", "verdict"]

@@ -13,7 +13,8 @@
   as they are. 7 adds ``clocks.below_max_reasons`` (NVML's clock-event reasons over the reads
   below the maximum SM clock); optional, so versions 1-6 read as they are. 8 adds, under
   ``--keep-raw``, the SM clock over each sample's spin hold (``launch.raw_hold_mhz``); optional,
-  so versions 1-7 read as they are.
+  so versions 1-7 read as they are. 9 adds ``launch.fill_replays`` (a sustained eager row's
+  untimed graph replays queued before each sample); optional, so versions 1-8 read as they are.
 - run.json: 1 = absent, 2 = carries it, 3 = every key declared (harness/records/header.py; the
   files are the same: versions 1 and 2 read as they are), 4 adds ``models`` (where each model's
   config came from) and ``backend_facts.*.engine_names.*.mla_prefill`` (vLLM's MLA prefill name);
@@ -27,6 +28,6 @@ harness/records/schema.py."""
 
 from __future__ import annotations
 
-ROW_SCHEMA_VERSION = 8
+ROW_SCHEMA_VERSION = 9
 RUN_SCHEMA_VERSION = 4
 

@@ -173,6 +173,10 @@ class Launch(Part):
     """How long the spin kernel held the stream, microseconds."""
     note: str | None = None
     """Why it was (not) used."""
+    fill_replays: int | None = None
+    """Sustained eager rows whose host enqueue outlasts the work (schema 9): untimed replays of a
+    CUDA graph of the same work queued before each sample, so the sample times the GPU's work
+    with the host's enqueue hidden (harness/timing/sustained.py); None: no filler."""
     raw_hold_mhz: list[float | None] | None = None
     """``--keep-raw``, samples behind a spin kernel (schema 8): the SM clock over each kept
     sample's hold, right before its timed work (the spin's cycles over its event-timed length),

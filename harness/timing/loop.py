@@ -23,7 +23,7 @@ from harness.timing.energy import energy_meter, loop_energy, measure_energy
 from harness.timing.options import TimingOptions
 from harness.timing.stats import summarize
 from harness.timing.stopping import STOP_TIME, ask, criterion_for
-from harness.timing.sustained import QUEUE_AHEAD_S, SustainedSampler
+from harness.timing.sustained import QUEUE_AHEAD_S, SustainedSampler, fill_replays
 
 
 def calls_per_sample(est_call_us: float, opts: TimingOptions) -> int:
@@ -261,6 +261,27 @@ def kept_clocks(taken: list[tuple[float, float | None]], kept: list[float]) -> l
     return out
 
 
+def filler_graph(fn: Callable[[], object], k: int, device: torch.device, output: torch.Tensor | None,
+                  decision: GraphDecision, opts: TimingOptions) -> tuple[Callable[[], None] | None, str]:
+    """A sustained eager row's filler (harness/timing/sustained.py): the replay of a CUDA graph of
+    its ``k`` calls, captured here only to keep the GPU busy while the host enqueues a sample, and
+    used only where its replay writes the eager output; else (None, why not)."""
+    if not opts.cuda_graph:
+        return None, "--no-cuda-graph leaves no graph to fill the queue with"
+    if decision.use:  # the timing loop tried this capture and it failed or did not match
+        return None, "no working graph of the call fills the queue"
+    if output is None:
+        return None, "no output to check a graph replay against: no filler"
+    try:
+        g = capture_graph(fn, k, device)
+        bad = replay_matches(g, output, device)
+    except Exception as e:  # capture_graph leaves the process as it found it
+        return None, f"a graph to fill the queue could not be captured ({short_reason(e)})"
+    if bad:
+        return None, f"a graph to fill the queue is unusable ({bad})"
+    return g.replay, ""
+
+
 def _finish(got: Sampled, opts: TimingOptions) -> dict[str, Any]:
     us = [x * 1e6 for x in got.samples]
     out = summarize(us, opts.confidence)
@@ -378,8 +399,15 @@ def _cuda_run(fn: Callable[[], object], device: torch.device, opts: TimingOption
     regime = RegimeSampler(opts.clock_regime, reader, why_no_reader, threshold=opts.throttle_threshold,
                            recovery_s=opts.throttle_recovery_s, max_time_s=opts.max_time_s, device_key=str(device))
     work_s = min(estimates) * k  # one sample's work, from the eager estimates
+    filler: Callable[[], None] | None = None
+    fill, fill_note = 0, ""
+    if opts.clock_regime == "sustained" and not graph_info["used"]:
+        fill = fill_replays(enqueue_s, work_s)
+        if fill:  # eager work the host cannot keep ahead of the GPU (harness/timing/sustained.py)
+            filler, fill_note = filler_graph(fn, k, device, output, decision, opts)
+            fill = fill if filler is not None else 0
     sustained = (SustainedSampler(device, work, k, work_s, reader, opts.max_time_s,
-                                  flusher.flush if flusher else None, opts.max_samples)
+                                  flusher.flush if flusher else None, opts.max_samples, filler, fill)
                  if opts.clock_regime == "sustained" else None)
     if sustained is not None and settle_now:
         sustained.run_settle()
@@ -502,8 +530,15 @@ def _cuda_run(fn: Callable[[], object], device: torch.device, opts: TimingOption
             out["clocks"]["raw_sm_mhz"] = list(sustained.kept_mhz)
         # hidden: the share of samples the queue ahead covered (the rest began on an idle GPU)
         hidden_frac = 1.0 - sustained.gaps / sustained.enqueued if sustained.enqueued else None
-        out["launch"].update(hidden_frac=hidden_frac, hold_us=0.0,
-                             note=f"no hold: {QUEUE_AHEAD_S * 1e3:g} ms of work queued ahead of every sample")
+        note = f"no hold: {QUEUE_AHEAD_S * 1e3:g} ms of work queued ahead of every sample"
+        if sustained.filler is not None:
+            note += (f"; the host's enqueue ({enqueue_s * 1e6:.0f} us a sample) outlasts the eager work "
+                     f"({work_s * 1e6:.0f} us): {sustained.fill} untimed graph replay(s) of the same work queued "
+                     f"before each sample ({sustained.fill_raised} raise(s) after a sample on an idle GPU)")
+        elif fill_note:
+            note += f"; the host's enqueue outlasts the eager work and {fill_note}: samples hold host time"
+        out["launch"].update(hidden_frac=hidden_frac, hold_us=0.0, note=note,
+                             fill_replays=sustained.fill if sustained.filler is not None else None)
         out["contains"] = time_contents("cuda", graph_info["used"], hidden_frac, k)
     if flusher is not None and cold_check is not None:  # set together
         if flusher.count < len(samples):

@@ -27,6 +27,18 @@ samples and are discarded (counted in ``clocks.discard_reasons``). The candidate
 run in one stream back to back (``harness.timing.loop.time_in_turn``): the GPU stays busy from
 one to the next.
 
+Eager work whose host enqueue outlasts its GPU time (FA4's Python launcher on the callforms
+mixed-step rows) cannot keep that queue ahead: most samples began on an idle GPU and timed the
+host's rate, 238-927 us a call where burst read 75-494 us for the same calls (1.3-4.3x), and the
+same call's rate moved 1.15-1.53x between the run's process and the cross-check's on one machine
+(H100, reports/h100/2026-12-08). The regime is the GPU's state, not another quantity, so such work gets
+a ``filler``: untimed replays of a CUDA graph of the same work (the loop captures it and checks
+its output, ``harness.timing.loop``) queued before each sample (``fill_replays``), so the sample
+times the eager launches as burst times them, with the host's enqueue hidden, and the GPU runs
+the call's work back to back: the state the call's graph loop settles in, which is how issue 46
+defines the settled clock. Where no graph of the call can be captured, the row stays its host's
+rate and says so (``timing.contains.host_time``).
+
 What "settled" is, from the 2026-12-06 probes (reports/h100/2026-12-06/loan3/clocks/probe.json,
 reports/h200/2026-12-06/loan1/clocks/probe.json: NVML every ~38 ms over a 3 s graph loop after
 1 s idle):
@@ -101,6 +113,12 @@ BELOW_LIMIT_MARGIN = 0.90
 RAMP_POINTS = 4
 RAMP_MIN_S = 0.25
 QUEUE_AHEAD_S = 0.003  # GPU time kept queued behind the sample the host waits on
+# Eager work whose host enqueue outlasts its GPU time cannot keep the queue ahead by itself
+# (``fill_replays``): untimed graph replays of the same work are queued before each sample so
+# that the GPU time per sample is FILL_FACTOR x the host's enqueue of it; doubled after a sample
+# that still started on an idle GPU, up to FILL_MAX.
+FILL_FACTOR = 2.0
+FILL_MAX = 256
 LEAVE_AHEAD_S = 0.01  # work left queued at the end of a cell's sampling (covers the host's row-writing)
 READ_EVERY_S = 0.01  # NVML reads while settling and over the settled clock's window
 BEFORE_SETTLED = "taken before the settled state"
@@ -235,6 +253,18 @@ def first_settled(reads: Sequence[Reading], *, busy_since: float, own_since: flo
     return None
 
 
+def fill_replays(host_s: float, work_s: float, factor: float = FILL_FACTOR, cap: int = FILL_MAX) -> int:
+    """Untimed replays of a graph of the work to queue before each eager sample of it, so that the
+    GPU time queued per sample (the sample's own work and the replays) is ``factor`` x ``host_s``,
+    the host's seconds to enqueue one sample's work: 0 when the work alone covers that (``work_s``
+    its GPU seconds), at most ``cap``."""
+    if host_s <= 0 or factor * host_s <= work_s:
+        return 0
+    if work_s <= 0:
+        return cap
+    return min(cap, math.ceil(factor * host_s / work_s) - 1)
+
+
 def settled_clock(reads: Sequence[Reading], since: float, until: float = math.inf) -> float | None:
     """Median SM clock over the readings from ``since`` to ``until``: over a sustained row's
     sampling, which at the limit spans one controller cycle."""
@@ -263,8 +293,11 @@ class SustainedSampler:
     """One cell's sustained sampling on its device's stream (CUDA). ``work`` runs the timed work
     (``calls`` forwards), ``est_s`` is its rough GPU time; ``flush`` (cold mode) runs before each
     sample; ``max_samples`` (the stopping rule's cap) sets how sparsely samples are taken over a
-    controller cycle. ``settle()`` then ``take()`` per sample (seconds per call, or None:
-    discarded) while the loop also asks ``window_open()``."""
+    controller cycle; ``filler`` (eager work whose host enqueue outlasts it: a replay of a CUDA
+    graph of the same work) is queued ``fill`` times, untimed, before each sample, so the host's
+    enqueue of the sample overlaps queued work and the sample times the GPU's work alone, in the
+    state the call's graph loop settles in. ``settle()`` then ``take()`` per sample (seconds per
+    call, or None: discarded) while the loop also asks ``window_open()``."""
 
     device: Any
     work: Callable[[], None]
@@ -274,6 +307,8 @@ class SustainedSampler:
     max_time_s: float
     flush: Callable[[], None] | None = None
     max_samples: int = 500
+    filler: Callable[[], None] | None = None
+    fill: int = 0  # filler replays before each sample (raised while samples still start on an idle GPU)
     clock: Callable[[], float] = time.perf_counter
     trace: list[Reading] = field(default_factory=list)  # settle readings
     window: list[Reading] = field(default_factory=list)  # readings every READ_EVERY_S while sampling
@@ -293,11 +328,20 @@ class SustainedSampler:
 
         self._torch = torch
         self.stream = STREAMS.setdefault(str(self.device), Stream())
-        self.depth = max(2, math.ceil(QUEUE_AHEAD_S / max(self.est_s, 1e-6)))
+        if self.filler is None:
+            self.fill = 0
+        self.fill_raised = 0
+        self._set_depth()
         self.pending: collections.deque[tuple[Any, Any, bool]] = collections.deque()
         self.sampling_from: float | None = None
         self.enqueued = 0
         self.gaps = 0
+
+    def _set_depth(self) -> None:
+        """``sample_s``: one sample's GPU time, its filler replays included; ``depth``: samples kept
+        queued behind the one waited on."""
+        self.sample_s = max(self.est_s, 1e-6) * (1 + self.fill)
+        self.depth = max(2, math.ceil(QUEUE_AHEAD_S / self.sample_s))
 
     @property
     def host_bound(self) -> bool:
@@ -313,6 +357,11 @@ class SustainedSampler:
         restarts, unless the call is host-bound (its own loop has these gaps)."""
         ev = self._torch.cuda.Event
         fresh = self.stream.tail is None
+        if self.filler is not None:
+            for _ in range(self.fill):
+                self.filler()
+            if self.sampling_from is not None:
+                self.works_sampled += self.fill
         if self.flush is not None:
             self.flush()
         e0, e1 = ev(enable_timing=True), ev(enable_timing=True)
@@ -322,6 +371,11 @@ class SustainedSampler:
         gap = fresh or e0.query()
         self.enqueued += 1
         self.gaps += gap
+        if gap and self.pending and self.filler is not None and self.fill < FILL_MAX:
+            # queued behind earlier samples and still started on an idle GPU: the host's enqueue outran them
+            self.fill = min(FILL_MAX, 2 * max(1, self.fill))
+            self.fill_raised += 1
+            self._set_depth()
         if gap and not self.host_bound:
             self.stream.busy_since = self.clock()
         self.pending.append((e0, e1, gap))
@@ -380,13 +434,13 @@ class SustainedSampler:
             self.discarded[BEFORE_SETTLED] = before
         self.cycle = needs_cycle(reason)
         if self.cycle:  # max_samples samples span the cycle; a noise rule met earlier waits for it
-            self.stride = max(1, math.floor(CONTROLLER_CYCLE_S / (self.max_samples * max(self.est_s, 1e-6))))
+            self.stride = max(1, math.floor(CONTROLLER_CYCLE_S / (self.max_samples * self.sample_s)))
         last = self.trace[-1][1] if self.trace else None
         if self.host_bound:
             reason += f"; host-bound: {self.gaps} of {self.enqueued} samples started on an idle GPU"
         self.settle = {"seconds": end - own, "busy_s": end - (self.stream.busy_since or own), "reason": reason,
                        "previous_busy": previous_busy, "samples_before": before, "reads": len(self.trace),
-                       "queue_ahead_s": self.depth * self.est_s,
+                       "queue_ahead_s": self.depth * self.sample_s,
                        "sm_mhz_start": first.sm_mhz if first else None, "sm_mhz_end": last.sm_mhz if last else None,
                        "power_w_start": first.power_w if first else None,
                        "power_w_end": last.power_w if last else None}
@@ -438,7 +492,7 @@ class SustainedSampler:
         """End of sampling: LEAVE_AHEAD_S more work queued (untimed), which runs on while the host
         finishes this row, so the next call of the case continues a busy GPU."""
         for _ in range(math.ceil(LEAVE_AHEAD_S / max(self.est_s, 1e-6))):
-            self.work()
+            (self.filler or self.work)()
         end = self._torch.cuda.Event()
         end.record()
         self.stream.tail = end
@@ -467,6 +521,6 @@ class SustainedSampler:
 
 
 __all__ = ["AT_LIMIT", "BEFORE_SETTLED", "BELOW_LIMIT", "BELOW_LIMIT_MARGIN", "CONTROLLER_CYCLE_S", "POWER_LIMITED",
-           "POWER_WINDOW_S", "QUEUE_AHEAD_S", "QUEUE_DRY", "SETTLE_MAX_S", "SETTLE_MIN_OWN_S", "SETTLE_WINDOW_S",
-           "STEADY", "STREAMS", "Stream", "SustainedSampler", "first_settled", "needs_cycle", "predicted_power",
+           "FILL_FACTOR", "FILL_MAX", "POWER_WINDOW_S", "QUEUE_AHEAD_S", "QUEUE_DRY", "SETTLE_MAX_S", "SETTLE_MIN_OWN_S", "SETTLE_WINDOW_S",
+           "STEADY", "STREAMS", "Stream", "SustainedSampler", "fill_replays", "first_settled", "needs_cycle", "predicted_power",
            "settled_clock", "settled_reason"]

@@ -165,3 +165,20 @@ def test_the_report_shows_the_eager_verdict_and_the_graph_timing_here(tmp_path):
     assert shown[44]["verdict"].startswith("ok (eager row: +4.6% over a graph replay of the same call")
     assert shown[44]["harness here us"] == "107.7; as a graph 104.1"
     assert shown[43]["verdict"] == "ok" and shown[43]["harness here us"] == "75.81"  # the committed record as it was
+
+
+def test_a_sustained_eager_row_warms_its_graph_replaying_timers_with_a_graph_and_others_with_the_call():
+    import torch
+
+    from harness.crosscheck.run import sustained_busy
+
+    calls: list[int] = []
+    rows = _rows("sustained")
+    burst = _rows("burst")
+    eager = next(r for r in burst if r.timing is not None and not r.timing.cuda_graph.used)
+    assert sustained_busy(regime_plan(eager), lambda: calls.append(1), torch.device("cpu")) is None  # burst: idles
+    graph_row = next(r for r in rows if r.timing is not None and r.timing.cuda_graph.used)
+    assert sustained_busy(regime_plan(graph_row), lambda: calls.append(1), torch.device("cpu")) is None  # timed as a graph
+    plan = {**regime_plan(graph_row), "graph_here": True}  # a sustained eager row whose outside timers replay a graph
+    # no CUDA here: the capture fails and the call itself keeps the GPU busy (None)
+    assert sustained_busy(plan, lambda: calls.append(1), torch.device("cpu")) is None

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from harness.timing.clocks import ClockRead
-from harness.timing.sustained import (BELOW_LIMIT, CONTROLLER_CYCLE_S, POWER_LIMITED, POWER_WINDOW_S,
-                                      SETTLE_MIN_OWN_S, SETTLE_WINDOW_S, first_settled, needs_cycle, predicted_power,
-                                      settled_clock, settled_reason)
+from harness.timing.sustained import (BELOW_LIMIT, CONTROLLER_CYCLE_S, FILL_MAX, POWER_LIMITED, POWER_WINDOW_S,
+                                      SETTLE_MIN_OWN_S, SETTLE_WINDOW_S, fill_replays, first_settled, needs_cycle,
+                                      predicted_power, settled_clock, settled_reason)
 
 LIMIT = 700.0
 MAX_MHZ = 1980.0
@@ -222,3 +222,66 @@ def test_gpu_sustained_group_samples_in_the_settled_state():
         return t["median_us"] * (sm.get("mean") or 1.0)
     assert abs(cycles(x) / cycles(y) - 1) < 0.05, (x["median_us"], y["median_us"], x["clocks"].get("sm_mhz"),
                                                   y["clocks"].get("sm_mhz"))
+
+
+def test_eager_work_the_host_keeps_ahead_of_gets_no_filler_and_host_bound_work_enough_to_cover_twice_its_enqueue():
+    assert fill_replays(host_s=40e-6, work_s=100e-6) == 0  # the work alone covers twice the enqueue
+    assert fill_replays(host_s=50e-6, work_s=100e-6) == 0  # exactly twice
+    # FA4's mixed-step row on the H100 (2026-12-08): ~340 us on the host, ~75 us of kernels
+    n = fill_replays(host_s=340e-6, work_s=75e-6)
+    assert (1 + n) * 75e-6 >= 2 * 340e-6 > n * 75e-6  # the least replays that cover it
+    assert fill_replays(host_s=1.0, work_s=1e-6) == FILL_MAX  # capped
+    assert fill_replays(host_s=1e-3, work_s=0.0) == FILL_MAX
+    assert fill_replays(host_s=0.0, work_s=0.0) == 0
+
+
+def test_a_filler_is_refused_with_its_reason_before_any_capture():
+    import torch
+
+    from harness.timing import GraphDecision, TimingOptions
+    from harness.timing.loop import filler_graph
+
+    dev = torch.device("cpu")
+    out = torch.zeros(4)
+    opts = TimingOptions(clock_regime="sustained")
+    assert filler_graph(lambda: None, 1, dev, out, GraphDecision(False, "x"), opts.model_copy(update={"cuda_graph": False})) \
+        == (None, "--no-cuda-graph leaves no graph to fill the queue with")
+    g, why = filler_graph(lambda: None, 1, dev, out, GraphDecision(True, ""), opts)
+    assert g is None and "no working graph" in why  # the loop's own capture of it failed or did not match
+    g, why = filler_graph(lambda: None, 1, dev, None, GraphDecision(False, "x"), opts)
+    assert g is None and "no output" in why
+
+
+@pytest.mark.gpu
+def test_gpu_sustained_eager_host_bound_work_times_the_gpu_behind_a_filler():
+    """An eager call whose host enqueue (a 300 us host wait) far outlasts its kernel: its
+    sustained samples are the kernel's GPU time, not the host's rate, behind graph replays of the
+    same call; with --no-cuda-graph no filler and the host's rate, said so."""
+    import time
+
+    import torch
+
+    from harness.timing import GraphDecision, TimingOptions
+    from harness.timing.loop import time_callable
+
+    dev = torch.device("cuda")
+    a = torch.randn(2048, 2048, device=dev, dtype=torch.bfloat16)
+    o = torch.empty_like(a)
+
+    def call() -> None:
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < 300e-6:
+            pass
+        torch.matmul(a, a, out=o)
+
+    opts = TimingOptions.for_device(dev, clock_regime="sustained", max_time_s=0.5)
+    t = time_callable(call, dev, opts, graph=GraphDecision(False, "eager for the test"), output=o)
+    assert not t["cuda_graph"]["used"]
+    assert t["launch"]["fill_replays"] and t["launch"]["fill_replays"] >= 1, t["launch"]
+    assert t["launch"]["hidden_frac"] >= 0.9 and not t["contains"]["host_time"], (t["launch"], t["contains"])
+    assert t["median_us"] < 150, t["median_us"]  # the kernel (~30 us on an H100), not the host's 300 us a call
+    plain = time_callable(call, dev, opts.model_copy(update={"cuda_graph": False}),
+                          graph=GraphDecision(False, "eager for the test"), output=o)
+    assert plain["launch"]["fill_replays"] is None and "--no-cuda-graph" in plain["launch"]["note"]
+    assert plain["median_us"] >= 250, plain["median_us"]  # the host's rate, and the row says so
+    assert plain["contains"]["host_time"], plain["contains"]
