@@ -12,7 +12,11 @@ figure after 0.3 s of the call back to back (1 s before the first), with NVML's 
   unrolls), each replayed 10 times between two CUDA events, per call: does the graph's length
   move the time? With the device memory the capture took (do the calls' outputs get new memory?).
 
-    python tools/graph_loop_probe.py RESULTS --rows 48,52 [--out probe.json]
+    python tools/graph_loop_probe.py RESULTS --rows 48,52 [--idle S] [--out probe.json]
+
+``--idle S``: each figure after S seconds of an idle GPU instead of the call back to back, as the
+burst cross-check runs its timers (there Triton read 4-7% above ``bench_gpu_time`` on these rows
+where, warm, the two agreed within 2.6%: H100, reports/h100/2026-12-08/first).
 
 Without CUDA it prints ``skipped: <why>`` and exits 0; bad input: one line and exit 2.
 """
@@ -25,6 +29,7 @@ import inspect
 import json
 import statistics
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -41,6 +46,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="tools/graph_loop_probe.py", description=__doc__.split("\n\n")[0])
     p.add_argument("results", help="a results folder (harness run --out)")
     p.add_argument("--rows", required=True, help="comma-separated row indices, as harness crosscheck numbers them")
+    p.add_argument("--idle", type=float, default=0.0, metavar="S",
+                   help="seconds of idle GPU before each figure (default: the call back to back instead)")
     p.add_argument("--out", help="write the figures here as JSON")
     return p.parse_args(argv)
 
@@ -85,7 +92,7 @@ def own_graph(fn: Callable[[], None], calls: int) -> dict[str, Any]:
             "capture_grew_mb": round(grew / 2**20, 2), "settings": f"own graph of {calls} calls, {REPLAYS} replays"}
 
 
-def probe_row(row: Any, suite: str | None) -> dict[str, Any]:
+def probe_row(row: Any, suite: str | None, idle_s: float = 0.0) -> dict[str, Any]:
     from flashinfer.testing import bench_gpu_time
     import triton.testing as tt
 
@@ -129,7 +136,11 @@ def probe_row(row: Any, suite: str | None) -> dict[str, Any]:
                            "timers": {}}
     first = True
     for name, run in steps:
-        keep_busy(fn, FIRST_WARM_S if first else WARM_S, gpu_mark)
+        if idle_s > 0:
+            torch.cuda.synchronize()
+            time.sleep(idle_s)
+        else:
+            keep_busy(fn, FIRST_WARM_S if first else WARM_S, gpu_mark)
         first = False
         try:
             out["timers"][name] = ex.with_clocks(dev, True, run)
@@ -148,12 +159,15 @@ def main(argv: list[str]) -> int:
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if args.idle < 0:
+        print(f"error: --idle: {args.idle:g} is below 0", file=sys.stderr)
+        return 2
     if not torch.cuda.is_available():
         print("skipped: no CUDA device here")
         return 0
     res = []
     for i in idx:
-        rec = probe_row(run.rows[i], None)
+        rec = probe_row(run.rows[i], None, args.idle)
         rec["row"] = i
         res.append(rec)
         print(f"row {i} {rec['case']} {rec['backend']} {rec['variant']}: row {rec['row_us']:.2f} us")

@@ -26,6 +26,9 @@ def test_a_row_index_outside_the_results_is_one_error_line(results, capsys):
     assert capsys.readouterr().err.strip() == "error: --rows: '2' is not a row index of these results (0-1)"
     assert tool["main"]([str(results), "--rows", "x"]) == 2
     assert tool["main"]([str(results.parent / "nosuch"), "--rows", "0"]) == 2
+    capsys.readouterr()
+    assert tool["main"]([str(results), "--rows", "0", "--idle", "-1"]) == 2
+    assert capsys.readouterr().err.strip() == "error: --idle: -1 is below 0"
 
 
 def test_without_cuda_it_says_it_skipped(results, capsys):
