@@ -203,7 +203,14 @@ def test_a_host_bound_sustained_eager_row_is_not_judged_against_graph_replays():
     eager = _with_launch(gpu_row("mixed-mqa", 249.8, mhz=1980.0, regime="sustained"), 0.01, False)
     why = host_bound_reason(eager, outside_graph=True)
     assert why.startswith("host-bound") and "1%" in why
-    assert host_bound_reason(eager, outside_graph=False) == ""  # eager timers time the same loop
+    # eager timers: the standalone call's host rate, not the adapter's, in another process (H100
+    # 2026-12-08: 3 of 4 such rows off by 3-26%): shown, not compared either
+    eager_why = host_bound_reason(eager, outside_graph=False)
+    assert eager_why.startswith("host-bound") and "not compared" in eager_why and "standalone" in eager_why
+    assert host_bound_reason(eager, outside_graph=None) == ""  # a CPU row: no outside GPU timers
+    # the row 12 of that run: 603.7 us against the eager bench_gpu_time's 485.2
+    out = judge(603.7, {"a": _timer(485.2, 1725.0)}, 0.03, True, 1707.0, eager_why)
+    assert out["state"] == "host-bound" and not out["flagged"] and out["reason"] == eager_why
     assert host_bound_reason(_with_launch(gpu_row("m", 250.0, regime="sustained"), 0.9, False), True) == ""
     assert host_bound_reason(_with_launch(gpu_row("m", 250.0, regime="sustained"), 0.01, True), True) == ""
     assert host_bound_reason(_with_launch(gpu_row("m", 250.0, regime="burst"), 0.01, False), True) == ""
