@@ -17,6 +17,10 @@ figure after 0.3 s of the call back to back (1 s before the first), with NVML's 
 ``--idle S``: each figure after S seconds of an idle GPU instead of the call back to back, as the
 burst cross-check runs its timers (there Triton read 4-7% above ``bench_gpu_time`` on these rows
 where, warm, the two agreed within 2.6%: H100, reports/h100/2026-12-08/first).
+``--profile-first``: the cross-check's profiler (``harness.crosscheck.explain.kernel_time``, torch's
+CUPTI-based profiler) runs once before the figures, as the previous row's did before every row's
+timers in the cross-check and never in the probe: does a profiler's leftover state slow the
+replays that sync between launches (Triton's) more than the back-to-back ones (``bench_gpu_time``)?
 
 Without CUDA it prints ``skipped: <why>`` and exits 0; bad input: one line and exit 2.
 """
@@ -48,6 +52,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--rows", required=True, help="comma-separated row indices, as harness crosscheck numbers them")
     p.add_argument("--idle", type=float, default=0.0, metavar="S",
                    help="seconds of idle GPU before each figure (default: the call back to back instead)")
+    p.add_argument("--profile-first", action="store_true",
+                   help="run the cross-check's kernel profiler once before the figures")
     p.add_argument("--out", help="write the figures here as JSON")
     return p.parse_args(argv)
 
@@ -92,7 +98,7 @@ def own_graph(fn: Callable[[], None], calls: int) -> dict[str, Any]:
             "capture_grew_mb": round(grew / 2**20, 2), "settings": f"own graph of {calls} calls, {REPLAYS} replays"}
 
 
-def probe_row(row: Any, suite: str | None, idle_s: float = 0.0) -> dict[str, Any]:
+def probe_row(row: Any, suite: str | None, idle_s: float = 0.0, profile_first: bool = False) -> dict[str, Any]:
     from flashinfer.testing import bench_gpu_time
     import triton.testing as tt
 
@@ -110,6 +116,7 @@ def probe_row(row: Any, suite: str | None, idle_s: float = 0.0) -> dict[str, Any
                        repro.call_source(backend, row, case, variant))
     fn()
     torch.cuda.synchronize()
+    profiled = ex.kernel_time(fn)["per_call_us"] if profile_first else None
     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     a.record()
     for _ in range(5):  # do_bench_cudagraph's own estimate: 5 eager calls between two events
@@ -133,7 +140,7 @@ def probe_row(row: Any, suite: str | None, idle_s: float = 0.0) -> dict[str, Any
     steps += [(f"own graph x{k}", functools.partial(own_graph, fn, k)) for k in (*GRAPH_CALLS, triton_calls)]
     out: dict[str, Any] = {"case": row.case, "backend": row.backend, "variant": row.variant_label,
                            "row_us": row.timing.median_us if row.timing else None, "eager_us": eager_us,
-                           "timers": {}}
+                           "profiled_first_us": profiled, "idle_s": idle_s, "timers": {}}
     first = True
     for name, run in steps:
         if idle_s > 0:
@@ -167,7 +174,7 @@ def main(argv: list[str]) -> int:
         return 0
     res = []
     for i in idx:
-        rec = probe_row(run.rows[i], None, args.idle)
+        rec = probe_row(run.rows[i], None, args.idle, args.profile_first)
         rec["row"] = i
         res.append(rec)
         print(f"row {i} {rec['case']} {rec['backend']} {rec['variant']}: row {rec['row_us']:.2f} us")
