@@ -31,15 +31,12 @@ from __future__ import annotations
 import ast
 import functools
 import gc
-import json
-import math
 import statistics
 import time
 from typing import Any, Callable
 
 from typing import TYPE_CHECKING
 
-from harness.crosscheck.table import cells_of, to_markdown
 from harness.crosscheck.timers import gpu_timers, time_cpu
 from harness.cli.lazy import LazyModule
 
@@ -225,13 +222,21 @@ def standalone_fn(row: ResultRow, case: Any, backend: Any, variant: dict[str, An
     return build_call_in(bind_from_batch(constants, view), source)
 
 
-def retime_row(row: ResultRow, tol: float, suite: str | None, min_run_s: float,
-               batches: BatchCache | None = None, scale: float = 1.0) -> dict[str, Any]:
-    """One row's cross-check record; raises CrosscheckError with the reason it cannot be re-timed.
-    ``scale`` (<= 1) shortens the idle/warm waits before the outside timers to fit a deadline;
-    ``cost_s`` in the record says where the row's time went."""
-    from harness.crosscheck import explain as ex
-    from harness.crosscheck import regime as cr
+def row_device(row: ResultRow) -> Any:
+    """The device to re-time ``row`` on here: its own, or this machine's first GPU where that index
+    is missing; CrosscheckError where the row was timed on a GPU and none is here."""
+    if not row.device.startswith("cuda"):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise CrosscheckError(f"row timed on {row.device}; torch sees no CUDA device here")
+    dev = torch.device(row.device)
+    return torch.device("cuda") if dev.index is not None and dev.index >= torch.cuda.device_count() else dev
+
+
+def row_call(row: ResultRow, suite: str | None, batches: BatchCache,
+             dev: Any) -> tuple[Any, dict[str, Any], Any, Callable[[], None]]:
+    """(backend, variant, batch, the standalone call) of ``row`` on ``dev`` (inside its device
+    context), the call made once (JIT, workspaces); CrosscheckError with the reason it cannot be."""
     from harness.crosscheck import repro
     from harness.registry import resolve
 
@@ -244,9 +249,6 @@ def retime_row(row: ResultRow, tol: float, suite: str | None, min_run_s: float,
     except Exception as e:
         raise CrosscheckError(f"backend {spec!r} cannot be loaded: {str(e).splitlines()[0] if str(e) else e}") from None
     variant = dict(row.variant)
-    on_gpu = row.device.startswith("cuda")
-    if on_gpu and not torch.cuda.is_available():
-        raise CrosscheckError(f"row timed on {row.device}; torch sees no CUDA device here")
     avail = backend.availability(variant)
     if not avail.available:
         raise CrosscheckError(f"library missing here: {avail.reason}")
@@ -254,28 +256,43 @@ def retime_row(row: ResultRow, tol: float, suite: str | None, min_run_s: float,
         source = repro.call_source(backend, row, case, variant)
     except repro.ReproError:
         raise CrosscheckError(f"backend {backend.name} offers no standalone_call") from None
+    try:
+        # The row's own inputs: the harness's batch for its case and seed, made on the device.
+        batch = batches.get(case, dev)
+        fn = standalone_fn(row, case, backend, variant, batch, source)
+        fn()  # first call: JIT, workspaces
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+    except CrosscheckError:
+        raise
+    except Exception as e:
+        raise CrosscheckError(f"the standalone call raised: {_first_line(e)}") from None
+    return backend, variant, batch, fn
+
+
+PROFILED_LATER = "profiled after every row's timers"
+
+
+def retime_row(row: ResultRow, tol: float, suite: str | None, min_run_s: float,
+               batches: BatchCache | None = None, scale: float = 1.0, profile: bool = True) -> dict[str, Any]:
+    """One row's cross-check record; raises CrosscheckError with the reason it cannot be re-timed.
+    ``scale`` (<= 1) shortens the idle/warm waits before the outside timers to fit a deadline;
+    ``cost_s`` in the record says where the row's time went. ``profile``: the profiler's kernel
+    time now; else the record's ``kernel`` is PROFILED_LATER (``kernel_of`` fills it in)."""
+    from harness.crosscheck import explain as ex
+    from harness.crosscheck import regime as cr
+
+    dev = row_device(row)
+    on_gpu = dev.type == "cuda"
     timing = row.timing
     assert timing is not None
     graph = timing.cuda_graph.used
     cold = timing.mode == "cold"
-    dev = torch.device(row.device) if on_gpu else torch.device("cpu")
-    if on_gpu and dev.index is not None and dev.index >= torch.cuda.device_count():
-        dev = torch.device("cuda")
     ctx = torch.cuda.device(dev) if on_gpu else _Null()
     batches = batches or BatchCache()
     with ctx:
         t0 = time.perf_counter()
-        try:
-            # The row's own inputs: the harness's batch for its case and seed, made on the device.
-            batch = batches.get(case, dev)
-            fn = standalone_fn(row, case, backend, variant, batch, source)
-            fn()  # first call: JIT, workspaces
-            if on_gpu:
-                torch.cuda.synchronize()
-        except CrosscheckError:
-            raise
-        except Exception as e:
-            raise CrosscheckError(f"the standalone call raised: {_first_line(e)}") from None
+        backend, variant, batch, fn = row_call(row, suite, batches, dev)
         setup_s = time.perf_counter() - t0  # batch, call setup, first call
         cost = {"setup": setup_s}
         # The harness's own timer on the adapter's call and on this call, just before the outside
@@ -343,9 +360,9 @@ def retime_row(row: ResultRow, tol: float, suite: str | None, min_run_s: float,
         else:
             clock = "process" if timing.method == "process_time" else "wall"
             outside["torch.utils.benchmark.Timer"] = ex.with_clocks(dev, False, lambda: time_cpu(fn, clock, min_run_s))  # noqa: F821  (deleted later; the lambda runs before)
-        kernel: dict[str, Any] | str = ex.NA_CPU
+        kernel: dict[str, Any] | str = ex.NA_CPU if not on_gpu else PROFILED_LATER
         t4 = time.perf_counter()
-        if on_gpu:
+        if on_gpu and profile:
             try:
                 kernel = ex.kernel_time(fn)
             except Exception as e:
@@ -368,6 +385,25 @@ def retime_row(row: ResultRow, tol: float, suite: str | None, min_run_s: float,
            "outside_graph": outside_graph if on_gpu else None}
     rec.update(judge_record(rec, tol, plan["row_mhz"], cr.host_bound_reason(row, outside_graph if on_gpu else None)))
     return rec
+
+
+def kernel_of(row: ResultRow, suite: str | None, batches: BatchCache) -> dict[str, Any] | str:
+    """The profiler's kernel time of ``row``'s standalone call, for a pass after every row's outside
+    timers (harness/crosscheck/driver.py): torch's profiler leaves CUPTI attached when it stops
+    (Kineto tears it down only under TEARDOWN_CUPTI=1; pytorch/pytorch#144455 measured the work
+    after a profile 10-20% slower), so a row profiled between rows would carry it into the next
+    rows' timers. "failed: ..." where the call cannot be made or profiled."""
+    from harness.crosscheck import explain as ex
+
+    try:
+        dev = row_device(row)
+        with torch.cuda.device(dev):
+            fn = row_call(row, suite, batches, dev)[3]
+            return ex.kernel_time(fn)
+    except CrosscheckError as e:
+        return f"failed: {e}"
+    except Exception as e:
+        return f"failed: {_first_line(e)}"
 
 
 def sustained_busy(plan: dict[str, Any], fn: Callable[[], None], dev: Any) -> Callable[[], None] | None:
@@ -401,144 +437,6 @@ class _Null:
 
 
 # ------------------------------------------------------------------ the table
-DEADLINE_REASON = "not re-timed: deadline"
-PENDING_REASON = "not re-timed yet: the command stopped before this row"
-
-
-def _ident(i: int, row: ResultRow) -> dict[str, Any]:
-    return {"row": i, "case": row.case, "backend": row.backend, "variant": row.variant_label}
-
-
-def select_rows(rows: list[ResultRow], cases: list[str] | None, backends: list[str] | None) -> list[int]:
-    """Indices of the rows whose case and backend match one of the globs (all when none given)."""
-    from fnmatch import fnmatchcase
-
-    return [i for i, r in enumerate(rows)
-            if (not cases or any(fnmatchcase(r.case, c) for c in cases))
-            and (not backends or any(fnmatchcase(r.backend, b) for b in backends))]
-
-
-def reusable(previous: dict[str, Any] | None, rows: list[ResultRow]) -> dict[int, dict[str, Any]]:
-    """Records of an earlier cross-check of these results that still describe the same row
-    (index, case, backend, variant, harness median): ``--resume`` keeps them."""
-    keep: dict[int, dict[str, Any]] = {}
-    for rec in (previous or {}).get("rows") or []:
-        i = rec.get("row")
-        if not isinstance(i, int) or not 0 <= i < len(rows):
-            continue
-        r = rows[i]
-        if r.timing is None:
-            continue
-        if (rec.get("case"), rec.get("backend"), rec.get("variant"), rec.get("harness_us")) == (
-                r.case, r.backend, r.variant_label, r.timing.median_us):
-            keep[i] = rec
-    return keep
-
-
-def eta_line(rows: list[ResultRow], todo: list[int], deadline_s: float | None) -> str:
-    """"57 rows to re-time, about N s": what the rows cost by the measured per-row costs
-    (regime.eta_s), and whether ``deadline_s`` lets them all be re-timed."""
-    from harness.crosscheck import regime as cr
-
-    plans = [cr.regime_plan(rows[i]) for i in todo]
-    full, least = cr.eta_s(plans)
-    regimes = ", ".join(f"{n} {r or 'no regime'}" for r, n in sorted(
-        {p["regime"]: sum(q["regime"] == p["regime"] for q in plans) for p in plans}.items(), key=lambda x: str(x[0])))
-    line = f"{len(plans)} rows to re-time ({regimes}), about {full:.0f} s"
-    if deadline_s is None or not plans:
-        return line
-    if deadline_s >= full:
-        return line + f"; the deadline {deadline_s:g} s allows them all"
-    if deadline_s >= least:
-        return line + f"; the deadline {deadline_s:g} s shortens the waits before the outside timers to fit"
-    return (line + f"; the deadline {deadline_s:g} s is short of the {least:.0f} s they need with the waits shortened: "
-                   f"rows will be left 'not re-timed: deadline' (give --deadline {math.ceil(least / 10) * 10:g} or more)")
-
-
-def crosscheck(rows: list[ResultRow], tol: float, suite: str | None = None, min_run_s: float = 0.2,
-               log: Callable[[str], None] = lambda m: None, *, deadline_s: float | None = None,
-               selected: list[int] | None = None, previous: dict[str, Any] | None = None,
-               on_progress: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
-    """The cross-check table of ``rows`` (those in ``selected``; all by default).
-
-    ``deadline_s``: no row starts once that many seconds have passed since the call (at least
-    one row is re-timed); the rest are listed as not re-timed for the deadline. ``on_progress``
-    gets the table so far after every row, the rows not reached listed as pending."""
-    start = time.perf_counter()
-    order = list(range(len(rows))) if selected is None else list(selected)
-    kept = reusable(previous, rows)
-    batches = BatchCache()
-    checked: list[dict[str, Any]] = []
-    not_retimed: list[dict[str, Any]] = []
-    attempted = 0
-    # Rows still to re-time, and each re-timed row's cost beside its idle/warm waits: the waits
-    # are shortened (harness/crosscheck/regime.py fit_scale) so every row fits the deadline.
-    todo = {i for i in order if i not in kept and skip_reason(rows[i]) is None}
-    fixed_costs: list[float] = []
-    log(eta_line(rows, [i for i in order if i in todo], deadline_s))
-
-    def table(done: int, complete: bool) -> dict[str, Any]:
-        pending = [{**_ident(i, rows[i]), "reason": PENDING_REASON} for i in order[done:]] if not complete else []
-        timers = sorted({k for r in checked for k in r["outside"]})
-        return {"tolerance": tol, "timers": timers, "rows": list(checked), "not_retimed": not_retimed + pending,
-                "flagged": sum(r["flagged"] for r in checked), "checked": len(checked), "complete": complete,
-                "states_differ": sum(r.get("state") == "states differ" for r in checked),
-                "host_bound": sum(r.get("state") == "host-bound" for r in checked),
-                "selected": len(order), "of_rows": len(rows), "elapsed_s": time.perf_counter() - start,
-                "deadline_s": deadline_s, "torch": torch.__version__,
-                "clock_regimes": sorted({r["clock_regime"] for r in checked if r.get("clock_regime")}),
-                "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-
-    for n, i in enumerate(order):
-        row = rows[i]
-        tag = f"#{i} {row.case} / {row.backend} [{row.variant_label}]"
-        why = skip_reason(row)
-        if why is None and i in kept:
-            rec = dict(kept[i])
-            # the verdict and its explanation again from the recorded figures (what this version compares)
-            rec.update(judge_record(rec, tol, rec.get("row_mhz"), str(rec.get("host_bound") or "")))
-            checked.append(rec)
-            log(f"{tag}: kept from the earlier cross-check (--resume)")
-        elif why is None and deadline_s is not None and attempted and time.perf_counter() - start >= deadline_s:
-            not_retimed.append({**_ident(i, row), "reason": DEADLINE_REASON})
-            log(f"{tag}: {DEADLINE_REASON} ({deadline_s:g} s passed)")
-        elif why is None:
-            from harness.crosscheck import regime as cr
-
-            attempted += 1
-            t0 = time.perf_counter()
-            left = None if deadline_s is None else deadline_s - (t0 - start)
-            plan = cr.regime_plan(row)
-            # a row's cost beside its waits: the rows so far, else the measured cost of its regime
-            scale = cr.fit_scale(cr.waits_of(plan, cr.OUTSIDE_TIMERS),
-                                 statistics.median(fixed_costs) if fixed_costs else cr.row_cost_s(plan), left,
-                                 sum(1 for j in order[n:] if j in todo))
-            try:
-                rec = retime_row(row, tol, suite, min_run_s, batches, scale)
-            except CrosscheckError as e:
-                not_retimed.append({**_ident(i, row), "reason": str(e)})
-                log(f"{tag}: not re-timed: {e}")
-            else:
-                rec["retime_s"] = time.perf_counter() - t0
-                fixed_costs.append(rec["retime_s"] - rec["cost_s"]["waits"])
-                checked.append({"row": i, **rec})
-                shown = cells_of(rec)
-                log(f"{tag}: harness {rec['harness_us']:.4g} us, adapter here {shown['adapter here us']}, standalone here "
-                    f"{shown['harness here us']}, kernel {shown['kernel us (profiler)']}, outside {rec['ref_us']:.4g} us, "
-                    f"ratio {rec['ratio']:.3g} (setup {rec['setup_s']:.1f} s of {rec['retime_s']:.1f} s)"
-                    f"{'  FLAGGED' if rec['flagged'] else ''}{'  STATES DIFFER' if rec['state'] != 'matched' else ''}"
-                    f"{f' (waits x{scale:.2f} for the deadline)' if scale < 1 else ''}")
-        else:
-            not_retimed.append({**_ident(i, row), "reason": why})
-        if on_progress is not None:
-            on_progress(table(n + 1, False))
-    return table(len(order), True)
-
-
-def result_json(res: dict[str, Any]) -> str:
-    """The cross-check's record as strict JSON (NaN and infinities as null)."""
-    return json.dumps(results.finite_json(res), indent=2, allow_nan=False, default=str) + "\n"
-
-
-__all__ = ["build_call", "build_call_in", "cells_of", "crosscheck", "gpu_mark", "judge_record", "result_json",
-           "split_call", "standalone_fn", "sustained_busy", "to_markdown", "verdict"]
+__all__ = ["PROFILED_LATER", "BatchCache", "CrosscheckError", "build_call", "build_call_in", "gated", "gpu_mark",
+           "judge", "judge_record", "kernel_of", "retime_row", "row_call", "row_device", "skip_reason", "split_call",
+           "standalone_fn", "sustained_busy", "verdict"]

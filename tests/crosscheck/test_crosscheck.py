@@ -11,7 +11,8 @@ import pytest
 
 from conftest import subprocess_env
 from harness.cli import main
-from harness.crosscheck.run import DEADLINE_REASON, PENDING_REASON, CrosscheckError, crosscheck, split_call, verdict
+from harness.crosscheck.driver import DEADLINE_REASON, PENDING_REASON, crosscheck
+from harness.crosscheck.run import CrosscheckError, split_call, verdict
 from harness.records.results import read_rows
 
 ROOT = Path(__file__).resolve().parents[2]

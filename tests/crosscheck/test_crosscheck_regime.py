@@ -227,7 +227,7 @@ def test_a_host_bound_sustained_eager_row_is_not_judged_against_graph_replays():
 
 def test_the_eta_at_start_says_whether_the_deadline_lets_every_row_be_re_timed():
     from harness.crosscheck.regime import FIRST_ROW_S, GRAPH_HERE_S, ROW_COST_S, eta_s
-    from harness.crosscheck.run import eta_line
+    from harness.crosscheck.driver import eta_line
 
     # eager rows (gpu_row's): each also timed as a graph here (harness/crosscheck/eager.py)
     rows = [gpu_row(f"c{i}", 300.0, mhz=1440.0, regime="sustained") for i in range(57)]

@@ -1,5 +1,5 @@
 """`harness crosscheck RESULTS`: re-time every timed row's library call with outside timers
-(harness/crosscheck/run.py); the table as markdown and JSON, exit 1 if a row is flagged."""
+(harness/crosscheck/driver.py, each row: harness/crosscheck/run.py); the table as markdown and JSON, exit 1 if a row is flagged."""
 
 from __future__ import annotations
 
@@ -57,7 +57,8 @@ def _run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from harness.analysis.compare import parse_threshold
-    from harness.crosscheck.run import crosscheck, result_json, select_rows, to_markdown
+    from harness.crosscheck.driver import crosscheck, result_json, select_rows
+    from harness.crosscheck.table import to_markdown
     from harness.records.fileio import atomic_write_text
     from harness.records.results import read_rows
 

@@ -11,7 +11,7 @@ import pandas as pd
 from harness.crosscheck.table import cells_of, verdict_text
 from harness.report.core import Block, Table, Text, section
 
-JSON_FILE = "crosscheck.json"  # harness/crosscheck/run.py writes it (the report does not import commands)
+JSON_FILE = "crosscheck.json"  # harness crosscheck (harness/cli/commands/crosscheck.py) writes it (the report does not import commands)
 
 
 def _found(src: str) -> tuple[Path, dict] | None:
