@@ -368,7 +368,7 @@ def retime_row(row: ResultRow, tol: float, suite: str | None, min_run_s: float,
             except Exception as e:
                 kernel = f"failed: {_first_line(e)}"
         cost["kernel"] = time.perf_counter() - t4
-    del fn
+    del fn, busy_graph  # the graph keeps its pool until dropped
     gc.collect()
     if on_gpu:
         torch.cuda.empty_cache()
