@@ -8,7 +8,7 @@ when it stops, and a profile taken between two rows would sit under every later 
 (``harness.crosscheck.run.kernel_of``). Until 2026-12-08 each row was profiled right after its own
 timers; on the H100 that day Triton's ``do_bench_cudagraph`` then read 4-7% above FlashInfer's
 ``bench_gpu_time`` on four ~60 us rows of the burst cross-check, where in a probe with no profiler
-the two agreed within 2.6% (reports/h100/2026-12-08; whether the profiler is the cause is
+(three of the same calls, warm) the two agreed within 2.6% (reports/h100/2026-12-08; whether the profiler is the cause is
 ``tools/graph_loop_probe.py --profile-first``'s question).
 """
 
