@@ -102,8 +102,11 @@ def table(base: Path) -> int:
             print(f"sustained rows within {TOL:.0%} of their settled clock by the {stat}: {n[0]}/{n[1]}")
     for name in sorted(by):
         for r in by[name]["sustained"]:
-            off = [f"{stat} {a:.0f} against {b_:.0f} MHz" for stat in ("means", "medians")
-                   if (p := pair(r, stat)) is not None for a, b_ in [p] if abs(a / b_ - 1) > TOL]
+            off = []
+            for stat in ("means", "medians"):
+                p = pair(r, stat)
+                if p is not None and abs(p[0] / p[1] - 1) > TOL:
+                    off.append(f"{stat} {p[0]:.0f} against {p[1]:.0f} MHz")
             if off:
                 print(f"  {name} {r.case}: outside {TOL:.0%} by the " + "; ".join(off))
     return 0

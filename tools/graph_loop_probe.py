@@ -71,17 +71,11 @@ def row_indices(text: str, n: int) -> list[int]:
 
 def own_graph(fn: Callable[[], None], calls: int) -> dict[str, Any]:
     """``calls`` calls captured in one graph, replayed REPLAYS times between events: median per call."""
+    from harness.timing.graphs import capture_graph
+
     torch.cuda.synchronize()
     before = torch.cuda.memory_allocated()
-    g = torch.cuda.CUDAGraph()
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        with torch.cuda.graph(g, stream=s):
-            for _ in range(calls):
-                fn()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
+    g = capture_graph(fn, calls, torch.device("cuda"))  # as the harness captures: side-stream warm-up, then the graph
     grew = torch.cuda.memory_allocated() - before
     g.replay()
     per = []

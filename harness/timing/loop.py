@@ -399,13 +399,12 @@ def _cuda_run(fn: Callable[[], object], device: torch.device, opts: TimingOption
     regime = RegimeSampler(opts.clock_regime, reader, why_no_reader, threshold=opts.throttle_threshold,
                            recovery_s=opts.throttle_recovery_s, max_time_s=opts.max_time_s, device_key=str(device))
     work_s = min(estimates) * k  # one sample's work, from the eager estimates
-    filler: Callable[[], None] | None = None
+    filler: Callable[[], None] | None = None  # without one the sampler queues no replays, whatever fill says
     fill, fill_note = 0, ""
     if opts.clock_regime == "sustained" and not graph_info["used"]:
         fill = fill_replays(enqueue_s, work_s)
         if fill:  # eager work the host cannot keep ahead of the GPU (harness/timing/sustained.py)
             filler, fill_note = filler_graph(fn, k, device, output, decision, opts)
-            fill = fill if filler is not None else 0
     sustained = (SustainedSampler(device, work, k, work_s, reader, opts.max_time_s,
                                   flusher.flush if flusher else None, opts.max_samples, filler, fill)
                  if opts.clock_regime == "sustained" else None)
