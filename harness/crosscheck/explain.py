@@ -15,9 +15,10 @@ Per re-timed row, none of it part of the outside median:
 - ``kernel``: on a GPU, the eager kernel time of one call from ``torch.profiler`` (the CUDA
   kernels' and copies' self time summed over a few calls, per call). Kernel vs the outside
   median compares the kernels alone with a graph replay / event loop around them.
-- ``clocks``: on a GPU, the SM clock (NVML) before and after each timer and the median of the
-  reads taken while it ran (``during``); the clock a timer ran at is defined once, in
-  harness/crosscheck/regime.py (``timer_clock``).
+- ``clocks``: on a GPU, the SM clock (NVML) before and after each timer, the median of the
+  reads taken while it ran (``during``), the mean over its timed loop (``loop``) and a trace of
+  the reads; the clock a timer ran at is defined once, in harness/crosscheck/regime.py
+  (``timer_clock``).
 
 On a CPU the GPU-only figures say ``n/a on cpu``.
 """
@@ -118,42 +119,56 @@ def clock_now(device: torch.device) -> float | None:
 
 
 POLL_S = 0.002  # NVML reads while a timer runs
+TRACE_POINTS = 200  # of them kept in the record: ~1.5 KB a timer
 
 
 def with_clocks(device: torch.device, on_gpu: bool, run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """``run()``'s record with the SM clock before and after it and ``during``: the median of
     NVML's reads every POLL_S on a thread while it ran (the timer waits on the GPU without the
-    GIL), the clock it timed at (``n/a on cpu`` off a GPU)."""
+    GIL), the clock it timed at (``n/a on cpu`` off a GPU). Where the record names its timed
+    loop's length (``loop_ms``, harness/crosscheck/timers.py), also the mean of the reads over
+    that loop (``regime.loop_clock``) and ``trace``: ``[ms since the start, MHz]`` of at most
+    TRACE_POINTS reads, to see where each phase of the timer left the clock."""
     if not on_gpu:
         rec = run()
         rec["sm_clock_mhz"] = NA_CPU
         return rec
     import statistics
     import threading
+    import time
 
+    from harness.crosscheck.regime import loop_clock
     from harness.timing.clocks import ClockRead, below_max_reasons, nvml_reader
 
     reader, _why = nvml_reader(device)
     reads: list[ClockRead] = []
+    stamps: list[float] = []
     stop = threading.Event()
 
     def poll() -> None:
         while not stop.wait(POLL_S):
             r = reader.read() if reader is not None else None
             if r is not None and r.sm_mhz is not None:
+                stamps.append(time.perf_counter())
                 reads.append(r)
 
     before = clock_now(device)
+    start = time.perf_counter()
     poller = threading.Thread(target=poll, daemon=True)
     poller.start()
     try:
         rec = run()
     finally:
+        end = time.perf_counter()
         stop.set()
         poller.join()
+    timed = [(t, float(r.sm_mhz)) for t, r in zip(stamps, reads) if r.sm_mhz is not None]
+    step = max(1, -(-len(timed) // TRACE_POINTS))
     rec["sm_clock_mhz"] = {"before": before, "after": clock_now(device),
-                           "during": statistics.median(r.sm_mhz for r in reads if r.sm_mhz is not None) if reads else None,
-                           "reads": len(reads), "reasons": below_max_reasons(reads)}  # NVML's, over the reads below the max
+                           "during": statistics.median(m for _, m in timed) if timed else None,
+                           "reads": len(reads), "reasons": below_max_reasons(reads),  # NVML's, over the reads below the max
+                           **loop_clock(timed, end, rec.get("loop_ms")),
+                           "trace": [[round((t - start) * 1e3, 1), round(m)] for t, m in timed[::step]]}
     return rec
 
 

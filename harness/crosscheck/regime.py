@@ -14,18 +14,21 @@ compares like with like, and the rule that says when it does not.
 
 Whatever the preparation, a timer's clock is what decides whether it timed the row's state.
 **The clock a timer ran at** (``timer_clock``, the one definition the state split and the
-explanation's clock sentence both use): the range of two NVML figures, the median of the reads
-taken while the timer ran (``during``) and the read right after it returned (``after``); it ran
-in the row's state only when both are within STATE_TOL (3%) of the row's median clock
-(``row_clock``). Neither figure alone is the clock of its timed loop: the loop is the timer's
-last phase, after graph capture and a dry run near the idle clock, so a short loop at the end of
-a long call moves the median little while the read after it catches where the loop took the
-clock (H200 2026-12-06 burst row 15: ``bench_gpu_time`` 50 reads, median 1980 MHz, 1590 after
-its 5 ms loop, its time 1.13x the other timer's at 1965); a 1 s sustained loop is its median,
-and the read after it can be a moment's dip (sustained row 19: ``do_bench_cudagraph`` median
-1665 MHz, 1425 after, its time that of the higher clock). More than 3% apart, the pair is
-"states differ" with both clocks, never "agrees" or "off" (``timer_state``), whatever the two
-times say.
+explanation's clock sentence both use): the mean of NVML's reads over the timer's timed loop
+(``loop_clock``: the reads in the ``loop_ms`` its record names before it returned; the loop is
+its last phase), the statistic the row's clock is (``row_clock``: the mean over its samples).
+At the power limit the clock takes a new level about every 0.1 s (docs/measurement.md §13,
+"Which clock statistic"), so one read is a level, not the loop's clock: H100 2026-12-08
+sustained row 0, ``do_bench_cudagraph`` with its reads' median at 1620 MHz and 1395 right after
+it against the row's 1580. Where the loop holds fewer than LOOP_MIN_READS reads (a burst row's
+5 ms ``bench_gpu_time`` loop), or an older record has no loop mean: the range of the median of
+the reads while the timer ran (``during``) and the read right after it (``after``), both within
+STATE_TOL of the row's. Neither figure alone is that loop's clock: a short loop after graph
+capture and a dry run near the idle clock moves the median little while the read after it
+catches where the loop took the clock (H200 2026-12-06 burst row 15: ``bench_gpu_time`` 50
+reads, median 1980 MHz, 1590 after its 5 ms loop, its time 1.13x the other timer's at 1965).
+More than STATE_TOL (3%) from the row's clock, the timer is "states differ" with both clocks,
+never "agrees" or "off" (``timer_state``), whatever the two times say.
 
 A sustained eager row's samples are the GPU's work with the host's enqueue hidden, where the
 host cannot keep up behind untimed graph replays of the same call (``launch.fill_replays``,
@@ -63,6 +66,9 @@ SUSTAIN_REWARM_S = 0.3
 SUSTAIN_REPEAT_MS = 100.0
 DRY_RUN_MS = 25.0
 STATE_TOL = 0.03
+# A timed loop's clock is its reads' mean from this many reads on (a 100 ms loop holds ~40 at
+# POLL_S); a 5 ms burst loop holds ~2, where the median and the read after it still judge.
+LOOP_MIN_READS = 5
 WARM_CHUNK = 20  # calls enqueued between two waits while keeping the GPU busy
 MIN_SCALE = 0.2  # waits are shortened to fit a deadline, never below this share
 
@@ -176,12 +182,31 @@ def prepare(plan: dict[str, Any], fn: Callable[[], None], sync: Callable[[], Non
         keep_busy(fn, warm, mark or (lambda: sync), clock)
 
 
+def loop_clock(reads: list[tuple[float, float]], end_s: float, loop_ms: float | None) -> dict[str, Any]:
+    """The SM clock over a timer's timed loop: the mean of NVML's reads ``(seconds, MHz)`` in
+    the ``loop_ms`` before the timer returned at ``end_s`` (its loop is its last phase), the
+    statistic the row's own clock is (``row_clock``: the mean over its samples); {} without
+    ``loop_ms`` or a read in that stretch."""
+    if not loop_ms or loop_ms <= 0:
+        return {}
+    start = end_s - loop_ms / 1e3
+    mhz = [m for t, m in reads if t >= start]
+    if not mhz:
+        return {}
+    return {"loop": sum(mhz) / len(mhz), "loop_reads": len(mhz), "loop_ms": loop_ms}
+
+
 def timer_clock(timer: dict[str, Any]) -> tuple[float, float] | None:
-    """The SM clock a timer ran at (module docstring): (lowest, highest) of the median of NVML's
-    reads while it ran and the read after it, whichever exist; None without either (a CPU)."""
+    """The SM clock a timer ran at (module docstring): the mean of NVML's reads over its timed
+    loop where at least LOOP_MIN_READS fell in it (``loop_clock``), else (lowest, highest) of the
+    median of the reads while it ran and the read after it, whichever exist; None without any
+    (a CPU)."""
     c = timer.get("sm_clock_mhz")
     if not isinstance(c, dict):
         return None
+    loop, n = c.get("loop"), c.get("loop_reads")
+    if isinstance(loop, (int, float)) and loop > 0 and isinstance(n, int) and n >= LOOP_MIN_READS:
+        return float(loop), float(loop)
     reads = [float(c[k]) for k in ("during", "after") if isinstance(c.get(k), (int, float)) and c[k] > 0]
     return (min(reads), max(reads)) if reads else None
 
@@ -276,7 +301,7 @@ def eta_s(plans: list[dict[str, Any]]) -> tuple[float, float]:
     return fixed + waits, fixed + MIN_SCALE * waits
 
 
-__all__ = ["BURST_IDLE_S", "BURST_REPEAT_MS", "FIRST_ROW_S", "GRAPH_HERE_S", "ROW_COST_S", "STATE_TOL", "SUSTAIN_REWARM_S",
-           "SUSTAIN_WARM_S", "eta_s", "fit_scale", "host_bound", "keep_busy", "mhz_text", "outside_graph_order",
+__all__ = ["BURST_IDLE_S", "BURST_REPEAT_MS", "FIRST_ROW_S", "GRAPH_HERE_S", "LOOP_MIN_READS", "ROW_COST_S", "STATE_TOL", "SUSTAIN_REWARM_S",
+           "SUSTAIN_WARM_S", "eta_s", "fit_scale", "host_bound", "keep_busy", "loop_clock", "mhz_text", "outside_graph_order",
            "prepare", "regime_plan", "row_clock",
            "row_cost_s", "split_states", "timer_clock", "timer_state", "waits_of"]

@@ -39,7 +39,8 @@ def gpu_timers(graph: bool, cold: bool, repeat_ms: float = 100.0,
                dry_run_ms: float = 25.0) -> dict[str, Callable[[Callable[[], None]], dict[str, Any]] | str]:
     """Each outside GPU timer that matches the row's timing (graph or eager, hot or cold L2): a
     function timing ``fn``, or the reason it does not apply here. ``repeat_ms``: the timers'
-    loop (shortened for a burst row, harness/crosscheck/regime.py)."""
+    loop (shortened for a burst row, harness/crosscheck/regime.py). Each record's ``loop_ms`` is
+    the length of that timer's timed loop, its last phase (the clock over it: regime.loop_clock)."""
     rep = max(1, round(repeat_ms))
     out: dict[str, Any] = {}
     try:
@@ -61,7 +62,8 @@ def gpu_timers(graph: bool, cold: bool, repeat_ms: float = 100.0,
                 ms = [float(x) for x in bench_gpu_time(fn, **kw)]
                 med, q1, q3 = _spread(ms)
                 return {"median_us": med * 1e3, "q1_us": q1 * 1e3, "q3_us": q3 * 1e3, "n": len(ms),
-                        "settings": "bench_gpu_time(" + ", ".join(f"{k}={v!r}" for k, v in kw.items()) + ")"}
+                        "settings": "bench_gpu_time(" + ", ".join(f"{k}={v!r}" for k, v in kw.items()) + ")",
+                        "loop_ms": float(kw.get("repeat_time_ms", rep))}
             out["flashinfer.bench_gpu_time"] = fi
     try:
         import triton.testing as tt
@@ -71,12 +73,15 @@ def gpu_timers(graph: bool, cold: bool, repeat_ms: float = 100.0,
     if graph and not cold:
         def tr(fn: Callable[[], None]) -> dict[str, Any]:
             ms = float(tt.do_bench_cudagraph(fn, rep=rep, return_mode="median"))
-            return {"median_us": ms * 1e3, "n": None, "settings": f'do_bench_cudagraph(rep={rep}, return_mode="median")'}
+            # its timed loop: ten replays of one graph of ~rep ms of calls, a sync between them
+            return {"median_us": ms * 1e3, "n": None, "settings": f'do_bench_cudagraph(rep={rep}, return_mode="median")',
+                    "loop_ms": 10.0 * rep}
         out["triton.do_bench_cudagraph"] = tr
     elif cold and not graph:
         def trc(fn: Callable[[], None]) -> dict[str, Any]:
             ms = float(tt.do_bench(fn, rep=rep, return_mode="median"))
-            return {"median_us": ms * 1e3, "n": None, "settings": f'do_bench(rep={rep}, return_mode="median"), L2 flushed'}
+            return {"median_us": ms * 1e3, "n": None, "settings": f'do_bench(rep={rep}, return_mode="median"), L2 flushed',
+                    "loop_ms": float(rep)}
         out["triton.do_bench"] = trc
     else:
         out["triton"] = ("do_bench_cudagraph replays hot and do_bench flushes L2 eagerly: neither times a "

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from harness.crosscheck.regime import (BURST_IDLE_MAX_S, BURST_IDLE_MIN_S, BURST_IDLE_S, BURST_REPEAT_MS, MIN_SCALE,
-                                       SUSTAIN_REWARM_S, SUSTAIN_WARM_S, WARM_CHUNK, fit_scale, keep_busy, prepare,
-                                       regime_plan, split_states, timer_clock, timer_state,
-                                       waits_of)
+from harness.crosscheck.regime import (BURST_IDLE_MAX_S, BURST_IDLE_MIN_S, BURST_IDLE_S, BURST_REPEAT_MS,
+                                       LOOP_MIN_READS, MIN_SCALE, SUSTAIN_REWARM_S, SUSTAIN_WARM_S, WARM_CHUNK,
+                                       fit_scale, keep_busy, loop_clock, prepare, regime_plan, split_states,
+                                       timer_clock, timer_state, waits_of)
 from harness.crosscheck.run import judge
 from harness.crosscheck.table import to_markdown
 from helpers.typed_rows import gpu_row, ran_row
@@ -137,6 +137,54 @@ def test_a_timer_is_in_the_rows_state_only_when_its_median_and_its_read_after_bo
     assert timer_state(1410.0, (1400.0, 1430.0)) == ""
 
 
+def _reads(phases: list[tuple[float, list[float]]], poll_s: float = 0.002) -> tuple[list[tuple[float, float]], float]:
+    """Synthetic timestamped NVML reads: each phase (seconds, the clock levels it cycles through,
+    one a read); returns the reads and the time the timer returned."""
+    out: list[tuple[float, float]] = []
+    t = 0.0
+    for length, levels in phases:
+        n = round(length / poll_s)
+        out += [(t + i * poll_s, levels[i % len(levels)]) for i in range(n)]
+        t += length
+    return out, t
+
+
+def test_a_timers_loop_clock_is_the_mean_over_its_last_loop_not_its_capture_nor_one_read():
+    # a 100 ms loop at the power limit (levels 1395-1620 MHz, mean 1507.5) after 60 ms of graph
+    # capture and dry run near boost: the capture stays out, every level of the loop counts
+    reads, end = _reads([(0.06, [1980.0]), (0.1, [1395.0, 1470.0, 1545.0, 1620.0])])
+    c = loop_clock(reads, end, 100.0)
+    assert c["loop_ms"] == 100.0 and 45 <= c["loop_reads"] <= 51
+    assert c["loop"] == pytest.approx(1507.5, abs=3)
+    # the whole call's mean would be the capture's too
+    assert sum(m for _, m in reads) / len(reads) > 1600
+    assert loop_clock(reads, end, None) == {} and loop_clock(reads, end, 0.0) == {}
+    assert loop_clock([], end, 100.0) == {}
+    assert loop_clock(reads, end + 1.0, 100.0) == {}  # no read inside the stretch
+
+
+def test_a_timer_is_judged_on_its_loops_mean_when_its_loop_holds_enough_reads():
+    # first/callforms/sustained (H100 2026-12-08) row 0: the row at 1580 MHz (its samples' mean),
+    # do_bench_cudagraph's reads with a median of 1620 and 1395 after it returned: "states
+    # differ" by the read after it, one moment's level at the power limit
+    old = {"median_us": 497.2, "sm_clock_mhz": {"before": 1620.0, "during": 1620.0, "after": 1395.0, "reads": 455}}
+    assert timer_clock(old) == (1395.0, 1620.0)
+    assert timer_state(1580.0, timer_clock(old)).startswith("states differ")
+    # the same record with a loop mean (synthetic: 1590 over 400 reads): judged on that alone
+    new = {"median_us": 497.2, "sm_clock_mhz": {**old["sm_clock_mhz"], "loop": 1590.0, "loop_reads": 400,
+                                                "loop_ms": 1000.0}}
+    assert timer_clock(new) == (1590.0, 1590.0) and timer_state(1580.0, timer_clock(new)) == ""
+    assert judge(510.9, {"t": new}, 0.03, True, 1580.0)["state"] == "matched"
+    assert judge(510.9, {"t": old}, 0.03, True, 1580.0)["state"] == "states differ"
+    # a loop mean away from the row's clock is states differ whatever the median and the read after say
+    far = {"median_us": 497.2, "sm_clock_mhz": {"during": 1580.0, "after": 1580.0, "loop": 1700.0, "loop_reads": 40}}
+    assert "1700 MHz" in timer_state(1580.0, timer_clock(far))
+    # a 5 ms burst loop holds too few reads for a mean: the median and the read after it judge
+    short = {"median_us": 1.0, "sm_clock_mhz": {"during": 1980.0, "after": 1590.0, "loop": 1785.0,
+                                                "loop_reads": LOOP_MIN_READS - 1, "loop_ms": 5.0}}
+    assert timer_clock(short) == (1590.0, 1980.0)
+
+
 def test_burst_row_15_of_the_h200_is_judged_on_the_timer_that_ran_at_its_clock():
     # H200 2026-12-06 burst crosscheck.json row 15 (mixed-gqa-step-p16, FlashInfer fastest form):
     # bench_gpu_time's reads had a median of 1980 MHz but 1590 after its 5 ms loop (1487 us);
@@ -259,10 +307,14 @@ def test_gpu_a_timers_clock_record_has_the_reads_and_their_reasons():
         for _ in range(200):  # ~0.1-0.2 s of tensor-core work: the poller reads every 2 ms
             a @ a
         torch.cuda.synchronize(dev)
-        return {"median_us": 1.0}
+        return {"median_us": 1.0, "loop_ms": 50.0}
 
     c = with_clocks(dev, True, run)["sm_clock_mhz"]
     assert c["reads"] > 0 and c["during"] > 100, c
+    # the last 50 ms of reads: fewer than all of them, each a clock
+    assert 0 < c["loop_reads"] < c["reads"] and c["loop"] > 100 and c["loop_ms"] == 50.0, c
+    assert 0 < len(c["trace"]) <= 200 and all(m > 100 for _, m in c["trace"]), c
+    assert [t for t, _ in c["trace"]] == sorted(t for t, _ in c["trace"]), c
     # NVML's reasons over the reads below the max: absent only when every read was at the max
     assert c["reasons"] is None or (c["reasons"] and all(n > 0 for n in c["reasons"].values())), c
 
