@@ -12,11 +12,16 @@ figure after 0.3 s of the call back to back (1 s before the first), with NVML's 
   unrolls), each replayed 10 times between two CUDA events, per call: does the graph's length
   move the time? With the device memory the capture took (do the calls' outputs get new memory?).
 
-    python tools/graph_loop_probe.py RESULTS --rows 48,52 [--idle S] [--out probe.json]
+    python tools/graph_loop_probe.py RESULTS --rows 48,52 [--idle S] [--per-sample] [--profile-first] [--out probe.json]
 
 ``--idle S``: each figure after S seconds of an idle GPU instead of the call back to back, as the
 burst cross-check runs its timers (there Triton read 4-7% above ``bench_gpu_time`` on these rows
 where, warm, the two agreed within 2.6%: H100, reports/h100/2026-12-08/first).
+``--per-sample``: also the harness's own timer (``time_callable``, a graph, hot, as the row's
+options) at one call a sample and at about ten (``min_sample_us`` 200 and ten times the call),
+and the probe's own graph of one call: does a sample of one long call hold a fixed cost that a
+loop of calls does not? (Burst row 35, FlashInfer's ~300 us prefill: the harness 1.02-1.04x the
+outside timers in six cross-checks on two cards, its samples one call each.)
 ``--profile-first``: the cross-check's profiler (``harness.crosscheck.explain.kernel_time``, torch's
 CUPTI-based profiler) runs once before the figures, as the previous row's did before every row's
 timers in the cross-check and never in the probe: does a profiler's leftover state slow the
@@ -52,6 +57,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--rows", required=True, help="comma-separated row indices, as harness crosscheck numbers them")
     p.add_argument("--idle", type=float, default=0.0, metavar="S",
                    help="seconds of idle GPU before each figure (default: the call back to back instead)")
+    p.add_argument("--per-sample", action="store_true",
+                   help="also the harness's timer at one call a sample and at about ten, and a graph of one call")
     p.add_argument("--profile-first", action="store_true",
                    help="run the cross-check's kernel profiler once before the figures")
     p.add_argument("--out", help="write the figures here as JSON")
@@ -92,7 +99,22 @@ def own_graph(fn: Callable[[], None], calls: int) -> dict[str, Any]:
             "capture_grew_mb": round(grew / 2**20, 2), "settings": f"own graph of {calls} calls, {REPLAYS} replays"}
 
 
-def probe_row(row: Any, suite: str | None, idle_s: float = 0.0, profile_first: bool = False) -> dict[str, Any]:
+def harness_timer(fn: Callable[[], None], row: Any, calls_us: float) -> dict[str, Any]:
+    """The harness's ``time_callable`` on ``fn`` as a graph with the row's options, each sample
+    lasting at least ``calls_us`` (hot mode batches calls up to it): per call, and the calls a sample."""
+    from harness.crosscheck.explain import row_timing_options
+    from harness.timing import GraphDecision, time_callable
+
+    dev = torch.device("cuda")
+    opts = row_timing_options(row.timing.options if row.timing else None, dev).model_copy(
+        update={"min_sample_us": calls_us, "mode": "hot"})
+    m = time_callable(fn, dev, opts, graph=GraphDecision(True, ""))
+    return {"median_us": float(m["median_us"]), "calls_per_sample": m.get("calls_per_sample"),
+            "samples": m.get("samples"), "settings": f"harness time_callable(graph, hot, min_sample_us={calls_us:g})"}
+
+
+def probe_row(row: Any, suite: str | None, idle_s: float = 0.0, profile_first: bool = False,
+              per_sample: bool = False) -> dict[str, Any]:
     from flashinfer.testing import bench_gpu_time
     import triton.testing as tt
 
@@ -132,6 +154,10 @@ def probe_row(row: Any, suite: str | None, idle_s: float = 0.0, profile_first: b
     steps: list[tuple[str, Callable[[], dict[str, Any]]]] = [("bench_gpu_time(100 ms)", flashinfer)]
     steps += [(f"do_bench_cudagraph(rep={rep})", functools.partial(triton, rep)) for rep in (5, 20, 100)]
     steps += [(f"own graph x{k}", functools.partial(own_graph, fn, k)) for k in (*GRAPH_CALLS, triton_calls)]
+    if per_sample:
+        steps += [("harness, 1 call a sample", functools.partial(harness_timer, fn, row, 200.0)),
+                  ("harness, ~10 calls a sample", functools.partial(harness_timer, fn, row, 10 * eager_us)),
+                  ("own graph x1", functools.partial(own_graph, fn, 1))]
     out: dict[str, Any] = {"case": row.case, "backend": row.backend, "variant": row.variant_label,
                            "row_us": row.timing.median_us if row.timing else None, "eager_us": eager_us,
                            "profiled_first_us": profiled, "idle_s": idle_s, "timers": {}}
@@ -168,13 +194,14 @@ def main(argv: list[str]) -> int:
         return 0
     res = []
     for i in idx:
-        rec = probe_row(run.rows[i], None, args.idle, args.profile_first)
+        rec = probe_row(run.rows[i], None, args.idle, args.profile_first, args.per_sample)
         rec["row"] = i
         res.append(rec)
         print(f"row {i} {rec['case']} {rec['backend']} {rec['variant']}: row {rec['row_us']:.2f} us")
         for name, t in rec["timers"].items():
             fig = f"{t['median_us']:.2f} us" if "median_us" in t else t.get("error", "?")
             extra = f", capture grew {t['capture_grew_mb']} MB" if "capture_grew_mb" in t else ""
+            extra += f", {t['calls_per_sample']} calls a sample" if t.get("calls_per_sample") else ""
             print(f"  {name:28s} {fig}  clock {t.get('sm_clock_mhz')}{extra}")
     if args.out:
         Path(args.out).write_text(json.dumps(res, indent=1, default=str))

@@ -38,3 +38,5 @@ def test_without_cuda_it_says_it_skipped(results, capsys):
     tool = runpy.run_path(str(ROOT / "tools" / "graph_loop_probe.py"))
     assert tool["main"]([str(results), "--rows", "0,1"]) == 0
     assert capsys.readouterr().out.strip() == "skipped: no CUDA device here"
+    assert tool["main"]([str(results), "--rows", "1", "--per-sample", "--profile-first", "--idle", "0.5"]) == 0
+    assert capsys.readouterr().out.strip() == "skipped: no CUDA device here"
