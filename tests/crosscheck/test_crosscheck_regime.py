@@ -185,6 +185,17 @@ def test_a_timer_is_judged_on_its_loops_mean_when_its_loop_holds_enough_reads():
     assert timer_clock(short) == (1590.0, 1980.0)
 
 
+def test_tritons_timed_loop_is_ten_replays_of_the_graph_it_captured():
+    from harness.crosscheck.timers import TRITON_UNCAPTURED_CALLS, triton_loop_ms
+
+    # a host-bound eager estimate (0.25 ms a call) gave a graph of 400 calls of 0.055 ms: 220 ms,
+    # not the 1000 ms of ten times rep=100
+    assert triton_loop_ms(TRITON_UNCAPTURED_CALLS + 400, 0.055, 100) == pytest.approx(220.0)
+    assert triton_loop_ms(TRITON_UNCAPTURED_CALLS + 1, 2.0, 5) == pytest.approx(20.0)
+    # no count (fn not called as expected): ten times rep
+    assert triton_loop_ms(0, 0.055, 100) == 1000.0 and triton_loop_ms(TRITON_UNCAPTURED_CALLS, 0.055, 5) == 50.0
+
+
 def test_burst_row_15_of_the_h200_is_judged_on_the_timer_that_ran_at_its_clock():
     # H200 2026-12-06 burst crosscheck.json row 15 (mixed-gqa-step-p16, FlashInfer fastest form):
     # bench_gpu_time's reads had a median of 1980 MHz but 1590 after its 5 ms loop (1487 us);
