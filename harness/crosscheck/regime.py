@@ -9,7 +9,11 @@ compares like with like, and the rule that says when it does not.
 - ``sustained`` rows: each outside timer's long loop (100 ms) after the call back to back with
   no gap (``keep_busy``): SUSTAIN_REWARM_S before each (the harness timer here, or the previous
   timer's loop, just kept the GPU hot; SUSTAIN_WARM_S before the first where the harness timer
-  here failed), as the row was sampled in its call's settled continuous loop.
+  here failed), as the row was sampled in its call's settled continuous loop. The call is
+  replayed from a graph there (``busy_graph``; harness.crosscheck.run.sustained_busy) except for
+  a host-bound row, whose timers run it eagerly: an eager loop of a call whose host enqueue
+  outlasts it idles the GPU. ``bench_gpu_time``'s dry run (SUSTAIN_DRY_RUN_MS) brings the GPU
+  back after the gap of its own graph capture.
 - CPU rows and rows of no regime: as before.
 
 Whatever the preparation, a timer's clock is what decides whether it timed the row's state.
@@ -65,6 +69,10 @@ SUSTAIN_WARM_S = 1.0
 SUSTAIN_REWARM_S = 0.3
 SUSTAIN_REPEAT_MS = 100.0
 DRY_RUN_MS = 25.0
+# bench_gpu_time's dry run before a sustained row's loop: graph replays of the call right before
+# it, after the gap of its own capture (H100 2026-12-08, first/: its reads' median 4-26% above
+# the row's clock on 23 of the 24 "states differ" rows, after 25 ms)
+SUSTAIN_DRY_RUN_MS = 300.0
 STATE_TOL = 0.03
 # A timed loop's clock is its reads' mean from this many reads on (a 100 ms loop holds ~40 at
 # POLL_S); a 5 ms burst loop holds ~2, where the median and the read after it still judge.
@@ -92,7 +100,8 @@ def regime_plan(row: "ResultRow") -> dict[str, Any]:
     eager = (t is not None and row.device.startswith("cuda") and not t.cuda_graph.used and t.mode != "cold"
              and not host_bound(row))  # a host-bound row's outside timers run eagerly (outside_graph_order)
     base = {"regime": regime, "idle_s": 0.0, "warm_s": 0.0, "rewarm_s": 0.0, "repeat_ms": SUSTAIN_REPEAT_MS,
-            "dry_run_ms": DRY_RUN_MS, "row_mhz": row_clock(row) if regime else None, "graph_here": eager}
+            "dry_run_ms": DRY_RUN_MS, "row_mhz": row_clock(row) if regime else None, "graph_here": eager,
+            "busy_graph": False}
     if regime == "burst" and t is not None:
         c = t.clocks
         idle = c.idle_before_s if c is not None and c.idle_before_s is not None else BURST_IDLE_S
@@ -101,10 +110,13 @@ def regime_plan(row: "ResultRow") -> dict[str, Any]:
                 "how": f"burst: each outside timer after the row's idle ({BURST_IDLE_MIN_S:g}-{BURST_IDLE_MAX_S:g} s), "
                        f"its loop {BURST_REPEAT_MS:g} ms after a {BURST_DRY_RUN_MS:g} ms dry run"}
     if regime == "sustained":
-        return {**base, "warm_s": SUSTAIN_WARM_S, "rewarm_s": SUSTAIN_REWARM_S,
+        busy = row.device.startswith("cuda") and not host_bound(row)
+        return {**base, "warm_s": SUSTAIN_WARM_S, "rewarm_s": SUSTAIN_REWARM_S, "dry_run_ms": SUSTAIN_DRY_RUN_MS,
+                "busy_graph": busy,
                 "how": f"sustained: each outside timer's continuous loop ({SUSTAIN_REPEAT_MS:g} ms) after the call back "
                        f"to back without a gap ({SUSTAIN_WARM_S:g} s before the first, {SUSTAIN_REWARM_S:g} s before "
-                       "the next)"}
+                       f"the next{', replayed from a graph' if busy else ''}; bench_gpu_time's dry run "
+                       f"{SUSTAIN_DRY_RUN_MS:g} ms)"}
     return {**base, "repeat_ms": 100.0, "how": "as the outside timers run (no clock regime)"}
 
 
@@ -274,8 +286,9 @@ def waits_of(plan: dict[str, Any], timers: int, here_ran: bool = True) -> float:
 # waits, 57 rows each: burst 0.78 s, sustained 6.68 s; the H200's of 2026-12-06 were 0.6 and 4.0).
 # A sustained row's harness timers here (adapter and standalone call, each with its own
 # settling) take about 5 s of it, the outside timers' long loops 1.2 (do_bench_cudagraph's ten
-# 100 ms replays). The first row adds the libraries' JIT and first calls (10-15 s).
-ROW_COST_S: dict[str | None, float] = {"burst": 0.8, "sustained": 6.7, None: 2.0}
+# 100 ms replays). The first row adds the libraries' JIT and first calls (10-15 s). Sustained:
+# + 0.3 s since bench_gpu_time's dry run grew from 25 to SUSTAIN_DRY_RUN_MS (not measured yet).
+ROW_COST_S: dict[str | None, float] = {"burst": 0.8, "sustained": 7.0, None: 2.0}
 # ... and an eager GPU row's graph timing here beside them (``graph_here``), not in those runs:
 # as long as the standalone call's timing here on the graph-timed rows of the same files (the
 # medians of cost_s ``here``: burst 0.03 s, sustained 2.03 s, its settling).

@@ -407,13 +407,16 @@ def kernel_of(row: ResultRow, suite: str | None, batches: BatchCache) -> dict[st
 
 
 def sustained_busy(plan: dict[str, Any], fn: Callable[[], None], dev: Any) -> Callable[[], None] | None:
-    """For a sustained eager row whose outside timers replay a graph: the replay of a graph of
-    the call, to keep the GPU busy before each timer as they and the row's samples run it (an
-    eager loop of a call whose host enqueue outlasts it leaves the GPU idle part of the time, at
-    a higher clock); None where not such a row or the capture fails (the eager call then)."""
+    """For a sustained GPU row whose outside timers replay a graph (``plan["busy_graph"]``: not a
+    host-bound one): the replay of a graph of the call, to keep the GPU busy before each timer as
+    they and the row's samples run it. An eager loop of a call whose host enqueue outlasts it
+    leaves the GPU idle part of the time, at a higher clock: FA3's and FA4's Python launchers take
+    324-561 us a call on the H100 (first/ of 2026-12-08, ``host.enqueue_us``), so their ~55 us
+    rows' timers started at 1980 MHz after the eager re-warm, the rows at 1708-1846. None where not
+    such a row or the capture fails (the eager call then)."""
     from harness.timing.graphs import capture_graph
 
-    if plan["regime"] != "sustained" or not plan["graph_here"]:
+    if plan["regime"] != "sustained" or not plan.get("busy_graph", plan["graph_here"]):
         return None
     try:
         return capture_graph(fn, 1, dev).replay
