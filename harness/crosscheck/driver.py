@@ -125,7 +125,7 @@ def crosscheck(rows: list[ResultRow], tol: float, suite: str | None = None, min_
         if why is None and i in kept:
             rec = dict(kept[i])
             # the verdict and its explanation again from the recorded figures (what this version compares)
-            rec.update(judge_record(rec, tol, rec.get("row_mhz"), str(rec.get("host_bound") or "")))
+            rec.update(rejudge(rec, row, tol))
             checked.append(rec)
             log(f"{tag}: kept from the earlier cross-check (--resume)")
         elif why is None and deadline_s is not None and attempted and time.perf_counter() - start >= deadline_s:
@@ -167,6 +167,18 @@ def crosscheck(rows: list[ResultRow], tol: float, suite: str | None = None, min_
     return table(len(order), True)
 
 
+def rejudge(rec: dict[str, Any], row: "ResultRow", tol: float) -> dict[str, Any]:
+    """A record's verdict and explanation again, by this version's rules, from its figures and its
+    row: the row's clock and whether it is host-bound as ``retime_row`` judges a fresh record
+    (``regime.row_clock``, ``regime.host_bound_reason``), so ``--resume`` re-judges an earlier
+    cross-check's rows, on any machine, under the rules that came since."""
+    from harness.crosscheck import regime as cr
+
+    on_gpu = str(rec.get("device", "")).startswith("cuda")
+    row_mhz = cr.regime_plan(row)["row_mhz"] if on_gpu else None
+    return judge_record(rec, tol, row_mhz, cr.host_bound_reason(row, rec.get("outside_graph") if on_gpu else None))
+
+
 def result_json(res: dict[str, Any]) -> str:
     """The cross-check's record as strict JSON (NaN and infinities as null)."""
     return json.dumps(results.finite_json(res), indent=2, allow_nan=False, default=str) + "\n"
@@ -188,10 +200,10 @@ def profile_pass(checked: list[dict[str, Any]], rows: list["ResultRow"], tol: fl
             t0 = time.perf_counter()
             rec["kernel"] = kernel_of(rows[rec["row"]], suite, batches)
             rec.setdefault("cost_s", {})["kernel"] = time.perf_counter() - t0
-        rec.update(judge_record(rec, tol, rec.get("row_mhz"), str(rec.get("host_bound") or "")))
+        rec.update(rejudge(rec, rows[rec["row"]], tol))
     if later:
         log(f"profiled {sum(isinstance(r['kernel'], dict) for r in later)} of {len(later)} rows after every row's timers")
 
 
-__all__ = ["DEADLINE_REASON", "PENDING_REASON", "crosscheck", "eta_line", "profile_pass", "result_json", "reusable",
-           "select_rows"]
+__all__ = ["DEADLINE_REASON", "PENDING_REASON", "crosscheck", "eta_line", "profile_pass", "rejudge", "result_json",
+           "reusable", "select_rows"]

@@ -57,3 +57,33 @@ def test_with_time_left_every_waiting_row_is_attempted_and_rows_profiled_already
     assert records[0]["kernel"] is done
     assert all(r["kernel"].startswith("failed: ") for r in records[1:])
     assert all("kernel" in r["cost_s"] for r in records[1:])
+
+
+def test_resume_judges_an_earlier_cross_checks_rows_again_by_this_versions_rules(tmp_path):
+    # The committed H100 sustained cross-check with its four host-bound rows written as a version
+    # before the host-bound rule wrote them (the first/ run of 2026-12-08: three of them flagged).
+    # --resume keeps every row (nothing is re-timed: no GPU needed) and judges each again from its
+    # figures and its row: the host-bound rule applies to them now.
+    import shutil
+
+    from harness.cli import main
+
+    src = RUN.parent / "sustained"
+    folder = tmp_path / "sustained"
+    shutil.copytree(src, folder)
+    with gzip.open(src / "crosscheck.json.gz", "rt") as f:
+        old = json.load(f)
+    host_bound = [r["row"] for r in old["rows"] if r.get("state") == "host-bound"]
+    assert host_bound == [13, 43, 44, 45]
+    for r in old["rows"]:
+        if r["row"] in host_bound:
+            r.pop("host_bound", None)
+            r.update(state="matched", flagged=True, reason="as an earlier version judged it")
+    (folder / "crosscheck.json.gz").unlink()
+    (folder / "crosscheck.json").write_text(json.dumps({**old, "host_bound": 0, "flagged": 6}))
+    assert main(["crosscheck", str(folder), "--resume"]) == 1  # rows 0 and 32 stay flagged, as committed
+    new = json.loads((folder / "crosscheck.json").read_text())
+    assert new["checked"] == 57 and new["not_retimed"] == [] and new["host_bound"] == 4 and new["flagged"] == 2
+    assert [r["row"] for r in new["rows"] if r["flagged"]] == [0, 32]
+    assert [r["row"] for r in new["rows"] if r["state"] == "host-bound"] == host_bound
+    assert all(r["reason"].startswith("host-bound") for r in new["rows"] if r["row"] in host_bound)

@@ -33,7 +33,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--case", action="append", metavar="GLOB", help="only rows whose case matches (repeatable)")
     p.add_argument("--backend", action="append", metavar="GLOB", help="only rows whose backend matches (repeatable)")
     p.add_argument("--resume", action="store_true",
-                   help="keep the rows an earlier (stopped) cross-check of the same results re-timed; re-time the rest")
+                   help="keep the rows an earlier (stopped) cross-check of the same results re-timed, judged again by "
+                        "this version's rules; re-time the rest (nothing, for a complete one: no GPU needed)")
     p.set_defaults(func=run)
 
 
