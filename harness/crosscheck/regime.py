@@ -314,7 +314,7 @@ def eta_s(plans: list[dict[str, Any]]) -> tuple[float, float]:
     return fixed + waits, fixed + MIN_SCALE * waits
 
 
-__all__ = ["BURST_IDLE_S", "BURST_REPEAT_MS", "FIRST_ROW_S", "GRAPH_HERE_S", "LOOP_MIN_READS", "ROW_COST_S", "STATE_TOL", "SUSTAIN_REWARM_S",
-           "SUSTAIN_WARM_S", "eta_s", "fit_scale", "host_bound", "keep_busy", "loop_clock", "mhz_text", "outside_graph_order",
-           "prepare", "regime_plan", "row_clock",
+__all__ = ["BURST_IDLE_S", "BURST_REPEAT_MS", "FIRST_ROW_S", "GRAPH_HERE_S", "LOOP_MIN_READS", "ROW_COST_S",
+           "STATE_TOL", "SUSTAIN_DRY_RUN_MS", "SUSTAIN_REWARM_S", "SUSTAIN_WARM_S", "eta_s", "fit_scale", "host_bound",
+           "keep_busy", "loop_clock", "mhz_text", "outside_graph_order", "prepare", "regime_plan", "row_clock",
            "row_cost_s", "split_states", "timer_clock", "timer_state", "waits_of"]

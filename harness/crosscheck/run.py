@@ -416,7 +416,7 @@ def sustained_busy(plan: dict[str, Any], fn: Callable[[], None], dev: Any) -> Ca
     such a row or the capture fails (the eager call then)."""
     from harness.timing.graphs import capture_graph
 
-    if plan["regime"] != "sustained" or not plan.get("busy_graph", plan["graph_here"]):
+    if plan["regime"] != "sustained" or not plan["busy_graph"]:
         return None
     try:
         return capture_graph(fn, 1, dev).replay
