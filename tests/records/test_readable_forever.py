@@ -1,6 +1,7 @@
 """Readable forever: every results folder ever committed under reports/ loads with the current
 code, a retired field is dropped on read with a record of it, a schema change without a version
-bump fails here, and a version no build wrote is refused with one clear line.
+bump fails here, and a version no build wrote is refused with one clear line. Every day's
+evidence plan (reports/**/plan.yaml) loads too: a GPU session starts from one.
 
 This is the one test that reads reports/ (tests/project/test_repo_hygiene.py allows exactly this file):
 walking all of it, not a sample, is the point. It takes about 3 s on the 2-core box."""
@@ -47,6 +48,16 @@ def test_every_committed_results_folder_loads():
     assert failed == [], "committed results the current code cannot read:\n" + "\n".join(failed)
     assert rows > 10000
     assert set(record.versions) <= set(range(1, max(ROW_SCHEMA_VERSION, RUN_SCHEMA_VERSION) + 1))
+
+
+def test_every_committed_plan_loads():
+    # a plan that does not parse costs a GPU loan's minutes (one did, briefly, on 2026-12-08)
+    from harness.tools.evidence_plan import load_plan
+
+    plans = sorted(COMMITTED.rglob("plan.yaml"))
+    assert plans
+    for p in plans:
+        assert load_plan(p).steps, p
 
 
 def test_a_retired_field_is_dropped_on_read_and_recorded():
