@@ -315,9 +315,13 @@ def test_gpu_a_timers_clock_record_has_the_reads_and_their_reasons():
     a = torch.randn(4096, 4096, device=dev, dtype=torch.bfloat16)
 
     def run() -> dict:
-        for _ in range(200):  # ~0.1-0.2 s of tensor-core work: the poller reads every 2 ms
-            a @ a
-        torch.cuda.synchronize(dev)
+        import time
+
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < 0.2:  # 0.2 s of tensor-core work: the poller reads every 2 ms
+            for _ in range(20):
+                a @ a
+            torch.cuda.synchronize(dev)
         return {"median_us": 1.0, "loop_ms": 50.0}
 
     c = with_clocks(dev, True, run)["sm_clock_mhz"]
