@@ -202,7 +202,9 @@ def main(argv: list[str]) -> int:
             fig = f"{t['median_us']:.2f} us" if "median_us" in t else t.get("error", "?")
             extra = f", capture grew {t['capture_grew_mb']} MB" if "capture_grew_mb" in t else ""
             extra += f", {t['calls_per_sample']} calls a sample" if t.get("calls_per_sample") else ""
-            print(f"  {name:28s} {fig}  clock {t.get('sm_clock_mhz')}{extra}")
+            c = t.get("sm_clock_mhz")
+            clock = {k: c[k] for k in ("before", "during", "after", "loop") if k in c} if isinstance(c, dict) else c
+            print(f"  {name:28s} {fig}  clock {clock}{extra}")  # the whole record, its trace included: --out
     if args.out:
         Path(args.out).write_text(json.dumps(res, indent=1, default=str))
     return 0
