@@ -21,7 +21,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from harness.cli.lazy import LazyModule
-from harness.crosscheck.run import (PROFILED_LATER, BatchCache, CrosscheckError, judge_record, kernel_of, retime_row,
+from harness.crosscheck.run import (PROFILED_LATER, BatchCache, CrosscheckError, kernel_of, rejudge, retime_row,
                                     skip_reason)
 from harness.crosscheck.table import cells_of
 
@@ -143,8 +143,7 @@ def crosscheck(rows: list[ResultRow], tol: float, suite: str | None = None, min_
                                  statistics.median(fixed_costs) if fixed_costs else cr.row_cost_s(plan), left,
                                  sum(1 for j in order[n:] if j in todo))
             try:
-                rec = retime_row(row, tol, suite, min_run_s, batches, scale,
-                                 profile=not row.device.startswith("cuda"))
+                rec = retime_row(row, tol, suite, min_run_s, batches, scale)
             except CrosscheckError as e:
                 not_retimed.append({**_ident(i, row), "reason": str(e)})
                 log(f"{tag}: not re-timed: {e}")
@@ -165,18 +164,6 @@ def crosscheck(rows: list[ResultRow], tol: float, suite: str | None = None, min_
     profile_pass(checked, rows, tol, suite, batches,
                  lambda: None if deadline_s is None else deadline_s - (time.perf_counter() - start), log)
     return table(len(order), True)
-
-
-def rejudge(rec: dict[str, Any], row: "ResultRow", tol: float) -> dict[str, Any]:
-    """A record's verdict and explanation again, by this version's rules, from its figures and its
-    row: the row's clock and whether it is host-bound as ``retime_row`` judges a fresh record
-    (``regime.row_clock``, ``regime.host_bound_reason``), so ``--resume`` re-judges an earlier
-    cross-check's rows, on any machine, under the rules that came since."""
-    from harness.crosscheck import regime as cr
-
-    on_gpu = str(rec.get("device", "")).startswith("cuda")
-    row_mhz = cr.regime_plan(row)["row_mhz"] if on_gpu else None
-    return judge_record(rec, tol, row_mhz, cr.host_bound_reason(row, rec.get("outside_graph") if on_gpu else None))
 
 
 def result_json(res: dict[str, Any]) -> str:
@@ -205,5 +192,5 @@ def profile_pass(checked: list[dict[str, Any]], rows: list["ResultRow"], tol: fl
         log(f"profiled {sum(isinstance(r['kernel'], dict) for r in later)} of {len(later)} rows after every row's timers")
 
 
-__all__ = ["DEADLINE_REASON", "PENDING_REASON", "crosscheck", "eta_line", "profile_pass", "rejudge", "result_json",
-           "reusable", "select_rows"]
+__all__ = ["DEADLINE_REASON", "PENDING_REASON", "crosscheck", "eta_line", "profile_pass", "result_json", "reusable",
+           "select_rows"]

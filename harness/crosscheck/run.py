@@ -210,6 +210,17 @@ def judge_record(rec: dict[str, Any], tol: float, row_mhz: float | None, host_bo
     return out
 
 
+def rejudge(rec: dict[str, Any], row: ResultRow, tol: float) -> dict[str, Any]:
+    """A record's verdict and explanation, by this version's rules, from its figures and its row
+    (the row's clock, ``regime.host_bound_reason``): a fresh record's (``retime_row``), and an
+    earlier cross-check's rows under ``--resume``, on any machine, by the rules that came since."""
+    from harness.crosscheck import regime as cr
+
+    on_gpu = str(rec.get("device", "")).startswith("cuda")
+    row_mhz = cr.regime_plan(row)["row_mhz"] if on_gpu else None
+    return judge_record(rec, tol, row_mhz, cr.host_bound_reason(row, rec.get("outside_graph") if on_gpu else None))
+
+
 def standalone_fn(row: ResultRow, case: Any, backend: Any, variant: dict[str, Any], batch: Any,
                   source: str) -> Callable[[], None]:
     """The row's standalone call (``source``, the backend's ``standalone_call``) bound to the
@@ -274,11 +285,11 @@ PROFILED_LATER = "profiled after every row's timers"
 
 
 def retime_row(row: ResultRow, tol: float, suite: str | None, min_run_s: float,
-               batches: BatchCache | None = None, scale: float = 1.0, profile: bool = True) -> dict[str, Any]:
+               batches: BatchCache | None = None, scale: float = 1.0) -> dict[str, Any]:
     """One row's cross-check record; raises CrosscheckError with the reason it cannot be re-timed.
     ``scale`` (<= 1) shortens the idle/warm waits before the outside timers to fit a deadline;
-    ``cost_s`` in the record says where the row's time went. ``profile``: the profiler's kernel
-    time now; else the record's ``kernel`` is PROFILED_LATER (``kernel_of`` fills it in)."""
+    ``cost_s`` in the record says where the row's time went. A GPU row's ``kernel`` is
+    PROFILED_LATER: the profiler runs after every row's timers (``kernel_of``, driver.profile_pass)."""
     from harness.crosscheck import explain as ex
     from harness.crosscheck import regime as cr
 
@@ -361,13 +372,7 @@ def retime_row(row: ResultRow, tol: float, suite: str | None, min_run_s: float,
             clock = "process" if timing.method == "process_time" else "wall"
             outside["torch.utils.benchmark.Timer"] = ex.with_clocks(dev, False, lambda: time_cpu(fn, clock, min_run_s))  # noqa: F821  (deleted later; the lambda runs before)
         kernel: dict[str, Any] | str = ex.NA_CPU if not on_gpu else PROFILED_LATER
-        t4 = time.perf_counter()
-        if on_gpu and profile:
-            try:
-                kernel = ex.kernel_time(fn)
-            except Exception as e:
-                kernel = f"failed: {_first_line(e)}"
-        cost["kernel"] = time.perf_counter() - t4
+        cost["kernel"] = 0.0  # a GPU row's: driver.profile_pass's
     del fn, busy_graph  # the graph keeps its pool until dropped
     gc.collect()
     if on_gpu:
@@ -383,7 +388,7 @@ def retime_row(row: ResultRow, tol: float, suite: str | None, min_run_s: float,
            "outside": outside, "timers_not_used": unused, "clock_regime": plan["regime"],
            "regime_how": plan["how"], "wait_scale": scale, "cost_s": cost,
            "outside_graph": outside_graph if on_gpu else None}
-    rec.update(judge_record(rec, tol, plan["row_mhz"], cr.host_bound_reason(row, outside_graph if on_gpu else None)))
+    rec.update(rejudge(rec, row, tol))
     return rec
 
 
@@ -439,7 +444,6 @@ class _Null:
         return None
 
 
-# ------------------------------------------------------------------ the table
 __all__ = ["PROFILED_LATER", "BatchCache", "CrosscheckError", "build_call", "build_call_in", "gated", "gpu_mark",
-           "judge", "judge_record", "kernel_of", "retime_row", "row_call", "row_device", "skip_reason", "split_call",
+           "judge", "judge_record", "kernel_of", "rejudge", "retime_row", "row_call", "row_device", "skip_reason", "split_call",
            "standalone_fn", "sustained_busy", "verdict"]
