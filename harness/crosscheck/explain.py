@@ -141,16 +141,14 @@ def with_clocks(device: torch.device, on_gpu: bool, run: Callable[[], dict[str, 
     from harness.timing.clocks import ClockRead, below_max_reasons, nvml_reader
 
     reader, _why = nvml_reader(device)
-    reads: list[ClockRead] = []
-    stamps: list[float] = []
+    reads: list[tuple[float, ClockRead]] = []  # (when, the read)
     stop = threading.Event()
 
     def poll() -> None:
         while not stop.wait(POLL_S):
             r = reader.read() if reader is not None else None
             if r is not None and r.sm_mhz is not None:
-                stamps.append(time.perf_counter())
-                reads.append(r)
+                reads.append((time.perf_counter(), r))
 
     before = clock_now(device)
     start = time.perf_counter()
@@ -162,11 +160,11 @@ def with_clocks(device: torch.device, on_gpu: bool, run: Callable[[], dict[str, 
         end = time.perf_counter()
         stop.set()
         poller.join()
-    timed = [(t, float(r.sm_mhz)) for t, r in zip(stamps, reads) if r.sm_mhz is not None]
+    timed = [(t, float(r.sm_mhz)) for t, r in reads if r.sm_mhz is not None]
     step = max(1, -(-len(timed) // TRACE_POINTS))
     rec["sm_clock_mhz"] = {"before": before, "after": clock_now(device),
                            "during": statistics.median(m for _, m in timed) if timed else None,
-                           "reads": len(reads), "reasons": below_max_reasons(reads),  # NVML's, over the reads below the max
+                           "reads": len(reads), "reasons": below_max_reasons([r for _, r in reads]),  # NVML's, over the reads below the max
                            **loop_clock(timed, end, rec.get("loop_ms")),
                            "trace": [[round((t - start) * 1e3, 1), round(m)] for t, m in timed[::step]]}
     return rec
